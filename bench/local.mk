@@ -1,0 +1,1 @@
+# bench: rules are added as the room grows

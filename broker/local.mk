@@ -1,0 +1,1 @@
+# broker: rules are added as the room grows

@@ -1,0 +1,3 @@
+noinst_LIBRARIES += common/libllmq_common.a
+common_libllmq_common_a_SOURCES = \
+	common/err.c common/err.h

@@ -1,0 +1,136 @@
+/* backend: the seam between the LLaMA forward pass and the hardware.
+ *
+ * The forward pass (worker/model/model.c) is written once against these ops;
+ * kernels/cpu implements them in C (the numerical oracle), kernels/cuda on
+ * the GPU.  A backend is a plain struct of function pointers plus its own
+ * state behind `impl`.  All pointers named *_dev are backend memory (host
+ * memory for the CPU backend, device memory for CUDA), allocated with
+ * backend_alloc; ops are enqueued in order and may run asynchronously until
+ * backend_sync / download.
+ *
+ * Batch invariance contract: every op computes each row with a fixed
+ * reduction order that does not depend on how many rows are in the batch or
+ * where a row sits, so a sequence's logits are the same alone or batched.
+ *
+ * Matmul inputs travel as a be_act: the f32 rows plus a quantized copy the
+ * backend makes at most once per write (q_valid), so the three projections
+ * reading one normalized activation quantize it once. */
+#ifndef LLMQ_KERNELS_BACKEND_H
+#define LLMQ_KERNELS_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "kernels/quant.h"
+
+typedef struct backend backend;
+typedef struct be_weight be_weight; /* a weight matrix in the backend's layout */
+typedef struct be_kv be_kv;         /* the paged KV cache of all layers */
+
+/* Matmul input: rows x cols f32 in x; q is the backend's quantized copy. */
+typedef struct be_act {
+    float *x;
+    void *q;
+    int32_t rows;
+    int32_t cols;
+    int32_t max_rows;
+    int32_t max_cols;
+    bool q_valid;
+} be_act;
+
+/* Shape of the attention for one step (all arrays in backend memory).
+ * Rows of one sequence are contiguous and in position order. */
+typedef struct be_attn_batch {
+    int32_t n_rows;
+    int32_t n_seqs;
+    const int32_t *row_seq_dev;     /* [n_rows] index of the row's sequence in this batch */
+    const int32_t *row_pos_dev;     /* [n_rows] position of the row's token */
+    const int32_t *block_table_dev; /* [n_seqs * max_blocks] KV block ids of each sequence */
+    const int32_t *seq_len_dev;     /* [n_seqs] tokens in the cache after this step's writes */
+    int32_t max_blocks;             /* row stride of block_table_dev */
+    int32_t max_seq_len;            /* max of seq_len (host copy, for launch shapes) */
+} be_attn_batch;
+
+typedef struct be_attn_shape {
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim;
+} be_attn_shape;
+
+typedef enum be_kv_type { BE_KV_F32 = 0, BE_KV_F16 = 1 } be_kv_type;
+
+typedef struct backend_ops {
+    void (*destroy)(backend *be);
+
+    /* ---- memory ---- */
+    void *(*alloc)(backend *be, size_t bytes, llmq_err *err);
+    void (*free)(backend *be, void *p);
+    int (*upload)(backend *be, void *dst_dev, const void *src, size_t bytes, llmq_err *err);
+    int (*download)(backend *be, void *dst, const void *src_dev, size_t bytes, llmq_err *err);
+    int (*sync)(backend *be, llmq_err *err);
+
+    /* ---- weights: rows x cols, row-major in ggml's block layout ---- */
+    int (*weight_load)(backend *be, quant_type type, int64_t rows, int64_t cols,
+                       const void *data, be_weight **out, llmq_err *err);
+    void (*weight_free)(backend *be, be_weight *w);
+
+    /* ---- activations ---- */
+    int (*act_create)(backend *be, int32_t max_rows, int32_t max_cols, be_act *out, llmq_err *err);
+    void (*act_destroy)(backend *be, be_act *a);
+
+    /* ---- KV cache: n_layers x n_blocks blocks of block_size tokens x kv_dim ---- */
+    int (*kv_create)(backend *be, int32_t n_layers, int32_t n_blocks, int32_t block_size,
+                     int32_t kv_dim, be_kv_type type, be_kv **out, llmq_err *err);
+    void (*kv_destroy)(backend *be, be_kv *kv);
+
+    /* ---- ops ---- */
+    /* out[r] = dequantized row ids[r] of the embedding table (rows x cols). */
+    void (*embed)(backend *be, const be_weight *table, const int32_t *ids_dev, int32_t n,
+                  float *out_dev);
+    /* out[r] = x[idx[r]] (dim floats each). */
+    void (*gather_rows)(backend *be, const float *x_dev, const int32_t *idx_dev, int32_t n,
+                        int32_t dim, float *out_dev);
+    /* out = x / rms(x) * w, per row; out->rows = rows. */
+    void (*rmsnorm)(backend *be, const float *x_dev, const float *w_dev, float eps, int32_t rows,
+                    int32_t dim, be_act *out);
+    /* out (rows x w.rows) = in . w^T, or += when accumulate (the residual add). */
+    void (*matmul)(backend *be, const be_weight *w, be_act *in, float *out_dev, bool accumulate);
+    /* Rotate q (rows x n_head*head_dim) and k (rows x n_head_kv*head_dim) in place,
+     * adjacent pairs (x[2i], x[2i+1]) as llama.cpp's LLAMA_ROPE_TYPE_NORM, first
+     * rope_dim dims of each head, theta = pos * freq_base^(-2i/rope_dim). */
+    void (*rope)(backend *be, float *q_dev, float *k_dev, const int32_t *pos_dev, int32_t rows,
+                 const be_attn_shape *shape, int32_t rope_dim, float freq_base);
+    /* Store k, v rows (rows x kv_dim) of `layer` at flat slots (block*block_size + offset). */
+    void (*kv_write)(backend *be, be_kv *kv, int32_t layer, const float *k_dev, const float *v_dev,
+                     const int32_t *slot_dev, int32_t rows);
+    /* Causal attention of each row over its sequence's cache, positions 0..pos. */
+    void (*attention)(backend *be, const be_kv *kv, int32_t layer, const float *q_dev,
+                      const be_attn_batch *batch, const be_attn_shape *shape, be_act *out);
+    /* out = silu(gate) * up, per element (rows x n). */
+    void (*swiglu)(backend *be, const float *gate_dev, const float *up_dev, int32_t rows,
+                   int32_t n, be_act *out);
+} backend_ops;
+
+struct backend {
+    const backend_ops *ops;
+    const char *name; /* "cpu", "cuda" */
+    void *impl;
+};
+
+/* The CPU backend with a persistent pool of n_threads threads (>= 1). */
+int backend_cpu_create(backend **out, int n_threads, llmq_err *err);
+
+#ifdef LLMQ_HAVE_CUDA
+/* The CUDA backend on device `gpu` (one context and stream per backend). */
+int backend_cuda_create(backend **out, int gpu, llmq_err *err);
+#endif
+
+static inline void backend_destroy(backend *be)
+{
+    if (be)
+        be->ops->destroy(be);
+}
+
+#endif

@@ -1,0 +1,1 @@
+# proto: rules are added as the room grows

@@ -1,0 +1,1 @@
+# tests: rules are added as the room grows

@@ -1,0 +1,55 @@
+/* check: the smallest test helper that does the job.
+ *
+ * CHECK(cond, fmt, ...) prints "ok - <what>" or "FAIL - <what> (file:line)"
+ * and counts failures; a test's main returns check_done(), which prints the
+ * tally and gives the exit status Automake's harness expects (0 pass, 1 fail).
+ * State lives in a struct the test owns, passed implicitly through a static
+ * per-translation-unit instance: each test is its own program. */
+#ifndef LLMQ_TESTS_CHECK_H
+#define LLMQ_TESTS_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct check_tally {
+    int passed;
+    int failed;
+} check_tally;
+
+static check_tally check_state;
+
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        if (cond) {                                                            \
+            check_state.passed++;                                              \
+            printf("ok - ");                                                   \
+        } else {                                                               \
+            check_state.failed++;                                              \
+            printf("FAIL - ");                                                 \
+        }                                                                      \
+        printf(__VA_ARGS__);                                                   \
+        if (!(cond))                                                           \
+            printf("  (%s:%d)", __FILE__, __LINE__);                           \
+        printf("\n");                                                          \
+        fflush(stdout);                                                        \
+    } while (0)
+
+static inline int check_done(void)
+{
+    printf("%d passed, %d failed\n", check_state.passed, check_state.failed);
+    return check_state.failed ? 1 : 0;
+}
+
+/* Path of a fixture under $LLMQ_TEST_DATA (exits 77, "skip", if unset). */
+static inline const char *check_data_path(char *buf, size_t size, const char *rel)
+{
+    const char *dir = getenv("LLMQ_TEST_DATA");
+    if (!dir) {
+        fprintf(stderr, "LLMQ_TEST_DATA is not set: run through `make check`\n");
+        exit(77);
+    }
+    snprintf(buf, size, "%s/%s", dir, rel);
+    return buf;
+}
+
+#endif

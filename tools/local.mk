@@ -1,0 +1,1 @@
+# tools: rules are added as the room grows

@@ -1,0 +1,55 @@
+/* sampler: turns one row of logits into the next token of one sequence.
+ *
+ * Chain (llama.cpp's default order): repetition/presence/frequency penalties
+ * over the last `penalty_last_n` tokens, top-k, top-p, min-p, temperature,
+ * then a draw.  temperature <= 0 is greedy (argmax, ties to the lower id).
+ *
+ * Determinism: the draw for a sequence's step s uses a random number that is a
+ * pure function of (seed, s) -- no state shared between sequences -- so the
+ * same job yields the same tokens alone or in any batch, on any worker.
+ *
+ * The sampler owns scratch space sized for the vocabulary; one sampler serves
+ * many sequences one after the other (not concurrently). */
+#ifndef LLMQ_ENGINE_SAMPLER_H
+#define LLMQ_ENGINE_SAMPLER_H
+
+#include <stdint.h>
+
+#include "common/err.h"
+
+typedef struct sampler_params {
+    float temperature;        /* <= 0: greedy */
+    int32_t top_k;            /* <= 0: off */
+    float top_p;              /* >= 1: off */
+    float min_p;              /* <= 0: off */
+    float repeat_penalty;     /* 1: off */
+    float presence_penalty;   /* 0: off */
+    float frequency_penalty;  /* 0: off */
+    int32_t penalty_last_n;   /* tokens looked back for penalties; 0: off, -1: whole history */
+    uint64_t seed;
+} sampler_params;
+
+/* Defaults: greedy, no truncation, no penalties, penalty_last_n 64, seed 0. */
+sampler_params sampler_default_params(void);
+
+/* Checks ranges (temperature finite and >= 0, top_p in (0,1], min_p in [0,1],
+ * repeat_penalty > 0, finite penalties, penalty_last_n >= -1); the error
+ * names the field. */
+int sampler_check_params(const sampler_params *p, llmq_err *err);
+
+typedef struct sampler sampler;
+
+int sampler_create(sampler **out, int32_t n_vocab, llmq_err *err);
+void sampler_free(sampler *s);
+
+/* Sample the token for step `step` (0 for the first generated token) from
+ * `logits` (n_vocab floats, modified in place by the penalties).  `history`
+ * holds the sequence's tokens so far (prompt + generated), oldest first. */
+int32_t sampler_sample(sampler *s, const sampler_params *p, float *logits,
+                       const int32_t *history, int64_t n_history, uint64_t step);
+
+/* The uniform draw in [0, 1) for (seed, step): exposed so tests and the GPU
+ * sampler use the very same stream. */
+double sampler_uniform(uint64_t seed, uint64_t step);
+
+#endif

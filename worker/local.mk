@@ -1,0 +1,6 @@
+noinst_LIBRARIES += worker/libllmq_model.a
+worker_libllmq_model_a_SOURCES = \
+	worker/model/gguf.c worker/model/gguf.h
+
+# Link order: model needs kernels needs common.
+LLMQ_MODEL_LIBS = worker/libllmq_model.a kernels/libllmq_kernels.a common/libllmq_common.a -lm
