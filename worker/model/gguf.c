@@ -633,11 +633,14 @@ int gguf_open(gguf_file **out, const char *path, llmq_err *err)
     if (fd < 0)
         return llmq_errf(err, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return llmq_errf(err, "%s: not a readable regular file%s%s", path, e ? ": " : "",
-                         e ? strerror(e) : "");
+        return llmq_errf(err, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return llmq_errf(err, "%s: not a regular file", path);
     }
     size_t size = (size_t)st.st_size;
     void *map = NULL;
