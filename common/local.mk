@@ -1,3 +1,4 @@
 noinst_LIBRARIES += common/libllmq_common.a
 common_libllmq_common_a_SOURCES = \
-	common/err.c common/err.h
+	common/err.c common/err.h \
+	common/utf8.c common/utf8.h
