@@ -15,3 +15,25 @@ tests/fuzz/fuzz-gguf: $(FUZZ_GGUF_SRCS)
 	$(AM_V_GEN)$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(FUZZ_GGUF_SRCS) -lm
 CLEANFILES += tests/fuzz/fuzz-gguf
 # ---- end GGUF reader ----
+
+# ---- sampler (worker/engine/sampler.c) ----
+check_PROGRAMS += tests/unit/test-sampler
+TESTS += tests/unit/test-sampler
+tests_unit_test_sampler_SOURCES = tests/unit/test-sampler.c tests/unit/check.h
+tests_unit_test_sampler_LDADD = worker/libllmq_engine.a common/libllmq_common.a -lm
+# ---- end sampler ----
+
+# ---- proto: wire protocol (proto/wire.c) ----
+check_PROGRAMS += tests/unit/test-wire
+TESTS += tests/unit/test-wire
+tests_unit_test_wire_SOURCES = tests/unit/test-wire.c tests/unit/check.h
+tests_unit_test_wire_CFLAGS = $(AM_CFLAGS) $(MSGPACK_CFLAGS)
+tests_unit_test_wire_LDADD = $(LLMQ_PROTO_LIBS)
+# ---- end proto: wire ----
+
+# ---- CPU engine parity with llama.cpp (worker/model, worker/engine, kernels/cpu) ----
+check_PROGRAMS += tests/unit/test-parity
+TESTS += tests/unit/test-parity
+tests_unit_test_parity_SOURCES = tests/unit/test-parity.c tests/unit/check.h
+tests_unit_test_parity_LDADD = worker/libllmq_engine.a $(LLMQ_MODEL_LIBS)
+# ---- end CPU engine parity ----
