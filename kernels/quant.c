@@ -189,6 +189,18 @@ void quant_get_scale_min_k4(int j, const uint8_t *scales, uint8_t *sc, uint8_t *
     }
 }
 
+void quant_pack_scale_min_k4(const uint8_t sc[8], const uint8_t m[8], uint8_t scales[K_SCALE_SIZE])
+{
+    /* Bytes 0-3 and 4-7 hold scales and mins 0-3 in their low 6 bits and the
+     * top 2 bits of scales and mins 4-7 above them; bytes 8-11 hold the low
+     * nibbles of scale and min 4-7. */
+    for (int j = 0; j < 4; j++) {
+        scales[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+        scales[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+        scales[j + 8] = (uint8_t)((sc[j + 4] & 0x0f) | ((m[j + 4] & 0x0f) << 4));
+    }
+}
+
 /* ---- row dequantizers ---- */
 
 static void dequant_f32(const float *restrict x, float *restrict y, int64_t n)

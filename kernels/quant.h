@@ -101,5 +101,7 @@ float quant_bf16_to_f32(quant_bf16 h);
 
 /* Unpack the j-th (0..7) 6-bit scale and min of a q4_K/q5_K super-block. */
 void quant_get_scale_min_k4(int j, const uint8_t *scales, uint8_t *sc, uint8_t *m);
+/* The inverse: pack 8 scales and 8 mins (each 0..63) into the 12 bytes. */
+void quant_pack_scale_min_k4(const uint8_t sc[8], const uint8_t m[8], uint8_t scales[K_SCALE_SIZE]);
 
 #endif
