@@ -1,0 +1,273 @@
+/* store: the broker's durable state, one SQLite file (schema: docs/SCHEMA.md).
+ *
+ * Owns the sqlite3 handle and its prepared statements.  Only the broker
+ * writes; readers (llmq-stats, scripts) open their own connections, which WAL
+ * lets run alongside the writer.
+ *
+ * Durability: WAL with synchronous=FULL by default, so a transaction that
+ * store_commit() returned 0 for has been fsync'ed and survives power loss,
+ * not only a crash of the broker.  The broker wraps everything it receives in
+ * one poll-loop iteration in one transaction (store_begin .. store_commit) and
+ * acknowledges only after the commit: group commit, one fsync per iteration.
+ * STORE_SYNC_NORMAL (synchronous=NORMAL) skips the fsync at commit: it only
+ * survives a crash of the process, and is there for benchmarks and scratch
+ * runs.
+ *
+ * Job life: queued -> running -> done | failed | cancelled; running -> queued
+ * when its worker is lost, fails it, or hands it back; queued -> cancelled.
+ * Every transition goes through this module, which therefore keeps exact
+ * counts of queued and running jobs without querying.  A job fails once
+ * `max_attempts` of its attempts have ended in a fault (worker lost, worker
+ * failure), or at once on a permanent failure; hand-backs (worker shutting
+ * down, broker restart) are not faults.
+ *
+ * Results: the first result recorded wins.  A result (or failure) counts only
+ * if the job is still running on that worker session and attempt; anything
+ * else (job requeued after its worker was presumed dead, cancelled, already
+ * done) is a no-op reported as STORE_STALE.
+ *
+ * Times are milliseconds since the Unix epoch (UTC), passed in by the caller
+ * so that the clock stays an input (tests drive it).  Strings handed to
+ * callbacks point into SQLite's memory and are valid only during the call. */
+#ifndef LLMQ_BROKER_STORE_H
+#define LLMQ_BROKER_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+typedef struct store store;
+
+/* The schema version this build creates and understands. */
+#define STORE_SCHEMA_VERSION 1
+
+typedef enum store_sync {
+    STORE_SYNC_FULL = 0, /* default: survives power loss */
+    STORE_SYNC_NORMAL,   /* survives a broker crash only */
+} store_sync;
+
+typedef struct store_opts {
+    int max_attempts; /* faulted attempts before a job fails; >= 1 */
+    store_sync sync;
+} store_opts;
+
+typedef enum store_state {
+    STORE_QUEUED,
+    STORE_RUNNING,
+    STORE_DONE,
+    STORE_FAILED,
+    STORE_CANCELLED,
+} store_state;
+
+/* "queued", "running", ... as written in jobs.state. */
+const char *store_state_name(store_state s);
+
+/* Sampling and stopping parameters, one column each (ranges: PROTOCOL.md). */
+typedef struct store_params {
+    int32_t max_tokens;
+    double temperature;
+    int32_t top_k;
+    double top_p;
+    double min_p;
+    double repeat_penalty;
+    int32_t repeat_last_n;
+    double presence_penalty;
+    double frequency_penalty;
+    uint64_t seed;
+    bool ignore_eos;
+    const char *const *stop; /* n_stop strings */
+    size_t n_stop;
+} store_params;
+
+/* A job as submitted (input of store_submit) or as stored (handed to the
+ * callbacks).  Exactly one of prompt / prompt_ids is set.  Optional strings
+ * are NULL when absent. */
+typedef struct store_job {
+    int64_t id;               /* output */
+    const char *client_key;   /* idempotency key, unique over all jobs */
+    const char *batch_id;
+    const char *model;        /* only workers serving this model run it */
+    int64_t submit_id;        /* store_submit_meta's id, 0 when none */
+    int32_t priority;         /* higher first */
+    const char *prompt;
+    const uint32_t *prompt_ids;
+    size_t n_prompt_ids;
+    store_params params;
+    /* Filled when read back: */
+    store_state state;
+    int32_t attempts;
+    int64_t submitted_at;
+} store_job;
+
+/* Callbacks get pointers valid for the call only, and must not call back
+ * into the store. */
+typedef int (*store_job_fn)(void *ctx, const store_job *job, llmq_err *err);
+
+/* Opens (creating if needed) the database at path, migrates it to
+ * STORE_SCHEMA_VERSION, and puts jobs left running by a previous broker back
+ * in the queue (their attempts end as 'interrupted').  Fails with a message
+ * naming both versions if the file is newer than this build. */
+int store_open(store **out, const char *path, const store_opts *opts,
+               int64_t now_ms, llmq_err *err);
+/* Rolls back an open transaction, finalizes, closes.  NULL is fine. */
+void store_close(store *st);
+
+int store_begin(store *st, llmq_err *err);
+int store_commit(store *st, llmq_err *err);
+void store_rollback(store *st);
+bool store_in_transaction(const store *st);
+
+/* Savepoints inside the iteration's transaction, so that one message's
+ * writes (a batch of jobs) are all-or-nothing without touching the others'. */
+int store_mark(store *st, llmq_err *err);
+int store_mark_release(store *st, llmq_err *err);
+void store_mark_undo(store *st);
+
+int64_t store_queued(const store *st);
+int64_t store_running(const store *st);
+
+/* ---- jobs ---------------------------------------------------------------- */
+
+typedef enum store_submit_outcome {
+    STORE_NEW,
+    STORE_DUPLICATE, /* client key known: *job_id is the existing job */
+    STORE_FULL,      /* a new job would exceed max_queued: nothing written */
+} store_submit_outcome;
+
+/* Records a submit message's batch metadata once for all its jobs; the
+ * jobs then carry *submit_id. */
+int store_submit_meta(store *st, const char *batch_id, const char *meta,
+                      int64_t now_ms, int64_t *submit_id, llmq_err *err);
+
+/* Inserts a queued job unless a job with its client_key exists already.
+ * max_queued <= 0 means no limit. */
+int store_submit(store *st, const store_job *job, int64_t max_queued,
+                 int64_t now_ms, int64_t *job_id, store_submit_outcome *out,
+                 llmq_err *err);
+
+/* Moves up to max queued jobs, by priority then submission order, to
+ * running on worker_id, starting an attempt each, and hands each to fn.
+ * Only jobs without a model or for `model` (NULL: any) are taken.  *claimed
+ * counts them. */
+int store_claim(store *st, int64_t worker_id, const char *model, int max,
+                int64_t now_ms, store_job_fn fn, void *ctx, int *claimed,
+                llmq_err *err);
+
+typedef enum store_change {
+    STORE_APPLIED,
+    STORE_STALE,   /* job not running on that worker/attempt: nothing done */
+    STORE_UNKNOWN, /* no such job */
+} store_change;
+
+typedef struct store_result {
+    const char *text;
+    const uint32_t *token_ids;
+    size_t n_token_ids;
+    const char *finish_reason;
+    int32_t prompt_tokens;
+    int32_t generated_tokens;
+    double prefill_ms; /* as measured by the worker */
+    double decode_ms;
+} store_result;
+
+/* Records the result of attempt `attempt` (<= 0: the current one) of job_id
+ * on worker_id; the job becomes done.  Derived columns (queue wait, tok/s,
+ * total) are computed here so every reader gets the same definitions. */
+int store_result_put(store *st, int64_t job_id, int64_t worker_id,
+                     int32_t attempt, const store_result *res, int64_t now_ms,
+                     store_change *out, llmq_err *err);
+
+/* Ends the current attempt of a running job with a fault (reason recorded):
+ * the job is requeued, or fails when permanent or out of attempts (its error
+ * then lists every attempt's reason).  *failed tells which. */
+int store_fault(store *st, int64_t job_id, int64_t worker_id, int32_t attempt,
+                const char *reason, bool permanent, int64_t now_ms,
+                store_change *out, bool *failed, llmq_err *err);
+
+/* Puts a running job back in the queue without counting a fault (worker
+ * handing jobs back on shutdown). */
+int store_hand_back(store *st, int64_t job_id, int64_t worker_id,
+                    const char *reason, int64_t now_ms, store_change *out,
+                    llmq_err *err);
+
+/* Cancels a queued or running job.  *was tells the state it left, and
+ * *worker_id the worker running it (0 if it was queued), so the caller can
+ * forward the cancel. */
+int store_cancel(store *st, int64_t job_id, int64_t now_ms, store_change *out,
+                 store_state *was, int64_t *worker_id, llmq_err *err);
+
+/* Ends with a fault (store_fault) every job running on worker_id; fn, when
+ * not NULL, is called with each job id that failed for good. */
+typedef int (*store_id_fn)(void *ctx, int64_t job_id, llmq_err *err);
+int store_fault_worker(store *st, int64_t worker_id, const char *reason,
+                       int64_t now_ms, store_id_fn failed_fn, void *ctx,
+                       llmq_err *err);
+
+/* ---- reading jobs back ---------------------------------------------------- */
+
+/* Where a job stands (status replies). */
+typedef struct store_brief {
+    int64_t id;
+    store_state state;
+    int32_t attempts;
+    const char *worker; /* name of the worker running or that ran it */
+} store_brief;
+
+typedef int (*store_brief_fn)(void *ctx, const store_brief *b, llmq_err *err);
+
+/* fn once for job_id; *found false (and no call) if there is no such job. */
+int store_brief_get(store *st, int64_t job_id, store_brief_fn fn, void *ctx,
+                    bool *found, llmq_err *err);
+/* fn for each job of batch_id in id order; *n counts them. */
+int store_batch_briefs(store *st, const char *batch_id, store_brief_fn fn,
+                       void *ctx, int64_t *n, llmq_err *err);
+
+/* A finished job's outcome as a client sees it.  res is NULL unless the
+ * state is done; error is set for failed and cancelled. */
+typedef struct store_outcome {
+    int64_t job_id;
+    const char *client_key;
+    const char *batch_id;
+    store_state state;
+    const char *error;
+    int32_t attempts;
+    const char *worker;
+    const store_result *res;
+    double queue_wait_ms, prefill_tok_s, decode_tok_s, total_ms;
+} store_outcome;
+
+typedef int (*store_outcome_fn)(void *ctx, const store_outcome *o,
+                                llmq_err *err);
+
+/* fn once for job_id; *found false (and no call) if there is no such job. */
+int store_outcome_get(store *st, int64_t job_id, store_outcome_fn fn,
+                      void *ctx, bool *found, llmq_err *err);
+
+/* Jobs per state over the whole database, indexed by store_state. */
+void store_counts_all(const store *st, int64_t out[5]);
+
+/* ---- workers ------------------------------------------------------------- */
+
+typedef struct store_worker {
+    const char *name; /* the worker's own id, e.g. host/gpu0 */
+    const char *host;
+    int64_t pid;
+    const char *gpu_name; /* NULL on the CPU engine */
+    int32_t gpu_index;    /* -1 on the CPU engine */
+    const char *gpu_uuid;
+    const char *model;
+    const char *engine;
+    int32_t slots;
+} store_worker;
+
+/* One row per worker session (each hello): a worker presumed dead that
+ * comes back is a new session, so its old session's results stay stale. */
+int store_worker_add(store *st, const store_worker *w, int64_t now_ms,
+                     int64_t *worker_id, llmq_err *err);
+/* state: "alive", "gone" (left cleanly), "lost" (presumed dead). */
+int store_worker_set(store *st, int64_t worker_id, const char *state,
+                     int64_t now_ms, llmq_err *err);
+
+#endif

@@ -1,0 +1,641 @@
+/* test-store: the broker's SQLite store on real files in a temp directory.
+ *
+ * Pins: schema creation and the refusal of newer schemas, durability across
+ * reopen, requeue of running jobs on open, idempotent client keys,
+ * backpressure, dispatch order and model routing, first-result-wins,
+ * attempts exhaustion, cancel, JSON columns round-tripping, outcomes as
+ * clients read them, one broker per file, and the accounting views agreeing
+ * with sums computed directly from the tables. */
+#include <inttypes.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "broker/store.h"
+#include "tests/unit/check.h"
+
+static char dir[256];
+static char path[300];
+
+static const store_opts opts3 = {.max_attempts = 3, .sync = STORE_SYNC_FULL};
+
+static store *open_db(const store_opts *o, int64_t now)
+{
+    store *st;
+    llmq_err err = {{0}};
+    if (store_open(&st, path, o, now, &err)) {
+        printf("store_open: %s\n", err.msg);
+        return NULL;
+    }
+    return st;
+}
+
+static store_job text_job(const char *prompt, const char *batch,
+                          const char *key, int priority)
+{
+    store_job j = {0};
+    j.prompt = prompt;
+    j.batch_id = batch;
+    j.client_key = key;
+    j.priority = priority;
+    j.params = (store_params){.max_tokens = 16, .temperature = 0.0,
+                              .top_p = 1.0, .repeat_penalty = 1.0,
+                              .repeat_last_n = 64};
+    return j;
+}
+
+static int64_t submit(store *st, const store_job *j, int64_t now)
+{
+    int64_t id = 0;
+    store_submit_outcome out;
+    llmq_err err = {{0}};
+    if (store_submit(st, j, 0, now, &id, &out, &err) || out != STORE_NEW) {
+        printf("submit: %s\n", err.msg);
+        return -1;
+    }
+    return id;
+}
+
+/* Runs one SQL query on a separate read-only connection and returns the
+ * first column of the first row as int64 (as an outside reader would). */
+static int64_t sql_int(const char *sql)
+{
+    sqlite3 *db;
+    sqlite3_stmt *s;
+    int64_t v = INT64_MIN;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
+        return v;
+    if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) == SQLITE_OK) {
+        if (sqlite3_step(s) == SQLITE_ROW)
+            v = sqlite3_column_int64(s, 0);
+        sqlite3_finalize(s);
+    } else {
+        printf("sql: %s: %s\n", sql, sqlite3_errmsg(db));
+    }
+    sqlite3_close(db);
+    return v;
+}
+
+static void sql_text(const char *sql, char *out, size_t size)
+{
+    sqlite3 *db;
+    sqlite3_stmt *s;
+    out[0] = 0;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
+        return;
+    if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) == SQLITE_OK) {
+        if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_text(s, 0))
+            snprintf(out, size, "%s", sqlite3_column_text(s, 0));
+        sqlite3_finalize(s);
+    }
+    sqlite3_close(db);
+}
+
+static void fresh_db(void)
+{
+    unlink(path);
+    char aux[320];
+    snprintf(aux, sizeof aux, "%s-wal", path);
+    unlink(aux);
+    snprintf(aux, sizeof aux, "%s-shm", path);
+    unlink(aux);
+}
+
+/* Claim callback: records ids (and the last job's fields) in order. */
+typedef struct claimed {
+    int64_t ids[64];
+    int n;
+    int32_t attempts;
+    char prompt[64];
+    uint32_t ids_in_prompt[8];
+    size_t n_ids_in_prompt;
+    char stop[4][32];
+    size_t n_stop;
+} claimed;
+
+static int on_claim(void *ctx, const store_job *j, llmq_err *err)
+{
+    claimed *c = ctx;
+    if (c->n == 64)
+        return llmq_errf(err, "too many claims");
+    c->ids[c->n++] = j->id;
+    c->attempts = j->attempts;
+    snprintf(c->prompt, sizeof c->prompt, "%s", j->prompt ? j->prompt : "");
+    c->n_ids_in_prompt = j->n_prompt_ids < 8 ? j->n_prompt_ids : 8;
+    if (c->n_ids_in_prompt)
+        memcpy(c->ids_in_prompt, j->prompt_ids,
+               c->n_ids_in_prompt * sizeof(uint32_t));
+    c->n_stop = j->params.n_stop < 4 ? j->params.n_stop : 4;
+    for (size_t i = 0; i < c->n_stop; i++)
+        snprintf(c->stop[i], sizeof c->stop[i], "%s", j->params.stop[i]);
+    return 0;
+}
+
+static int claim_model(store *st, int64_t worker, const char *model, int max,
+                       int64_t now, claimed *c)
+{
+    llmq_err err = {{0}};
+    int n = 0;
+    memset(c, 0, sizeof *c);
+    if (store_begin(st, &err) ||
+        store_claim(st, worker, model, max, now, on_claim, c, &n, &err) ||
+        store_commit(st, &err)) {
+        printf("claim: %s\n", err.msg);
+        return -1;
+    }
+    return n;
+}
+
+static int claim(store *st, int64_t worker, int max, int64_t now, claimed *c)
+{
+    return claim_model(st, worker, NULL, max, now, c);
+}
+
+static int64_t add_worker(store *st, const char *name, int gpu, int64_t now)
+{
+    store_worker w = {.name = name, .host = "testhost", .pid = 42,
+                      .gpu_index = gpu, .gpu_name = gpu >= 0 ? "H200" : NULL,
+                      .model = "stories260K", .engine = "cpu", .slots = 4};
+    int64_t id = 0;
+    llmq_err err = {{0}};
+    if (store_worker_add(st, &w, now, &id, &err))
+        printf("worker_add: %s\n", err.msg);
+    return id;
+}
+
+static store_change put_result(store *st, int64_t job, int64_t worker,
+                               int32_t attempt, int gen, int64_t now)
+{
+    static const uint32_t toks[3] = {7, 8, 9};
+    store_result r = {.text = "once upon", .token_ids = toks,
+                      .n_token_ids = 3, .finish_reason = "length",
+                      .prompt_tokens = 5, .generated_tokens = gen,
+                      .prefill_ms = 10, .decode_ms = 100};
+    store_change ch = STORE_UNKNOWN;
+    llmq_err err = {{0}};
+    if (store_result_put(st, job, worker, attempt, &r, now, &ch, &err))
+        printf("result_put: %s\n", err.msg);
+    return ch;
+}
+
+static void test_create_and_versions(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    CHECK(st != NULL, "opening a missing file creates the database");
+    CHECK(sql_int("PRAGMA user_version") == STORE_SCHEMA_VERSION,
+          "schema is at user_version %d", STORE_SCHEMA_VERSION);
+    char mode[32];
+    sql_text("PRAGMA journal_mode", mode, sizeof mode);
+    CHECK(strcmp(mode, "wal") == 0, "journal_mode is wal (got %s)", mode);
+    store *second = open_db(&opts3, 1000);
+    CHECK(second == NULL, "a second broker on the same file is refused");
+    store_close(second);
+    store_close(st);
+
+    sqlite3 *db;
+    sqlite3_open(path, &db);
+    sqlite3_exec(db, "PRAGMA user_version = 99", NULL, NULL, NULL);
+    sqlite3_close(db);
+    llmq_err err = {{0}};
+    int rc = store_open(&st, path, &opts3, 1000, &err);
+    CHECK(rc == -1 && !st && strstr(err.msg, "99") && strstr(err.msg, "newer"),
+          "a newer schema is refused naming its version: %s", err.msg);
+}
+
+static void test_reopen_and_requeue(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {{0}};
+    store_begin(st, &err);
+    int64_t a = submit(st, &(store_job){.prompt = "a", .params.max_tokens = 4},
+                       1000);
+    int64_t b = submit(st, &(store_job){.prompt = "b", .params.max_tokens = 4},
+                       1001);
+    int rc = store_commit(st, &err);
+    CHECK(rc == 0, "commit of two submits");
+    int64_t w = add_worker(st, "w0", -1, 1002);
+    claimed c;
+    int n = claim(st, w, 1, 1003, &c);
+    CHECK(n == 1 && c.ids[0] == a, "first submitted job is claimed first");
+    store_close(st);
+
+    st = open_db(&opts3, 2000);
+    CHECK(st && store_queued(st) == 2 && store_running(st) == 0,
+          "after reopen both jobs are queued (running one requeued)");
+    CHECK(sql_int("SELECT count(*) FROM attempts WHERE outcome = "
+                  "'interrupted' AND ended_at = 2000") == 1,
+          "the interrupted attempt is recorded");
+    CHECK(sql_int("SELECT count(*) FROM workers WHERE state = 'alive'") == 0,
+          "the previous broker's worker sessions are closed");
+    n = claim(st, add_worker(st, "w1", -1, 2001), 2, 2002, &c);
+    CHECK(n == 2 && c.ids[0] == a && c.ids[1] == b && c.attempts == 1,
+          "requeued job keeps its place in the queue");
+    CHECK(sql_int("SELECT attempts FROM jobs WHERE id = 1") == 2,
+          "attempt count of the requeued job is 2");
+    store_close(st);
+}
+
+static void test_client_keys_and_backpressure(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {{0}};
+    store_begin(st, &err);
+    store_job j = text_job("hello", "b1", "k1", 0);
+    int64_t id1 = 0, id2 = 0, id3 = 0;
+    store_submit_outcome o1, o2, o3;
+    store_submit(st, &j, 0, 1000, &id1, &o1, &err);
+    store_submit(st, &j, 0, 1001, &id2, &o2, &err);
+    j.client_key = "k2";
+    store_submit(st, &j, 0, 1002, &id3, &o3, &err);
+    CHECK(o1 == STORE_NEW && o2 == STORE_DUPLICATE && id1 == id2,
+          "same client key gives the same job, once");
+    CHECK(o3 == STORE_NEW && id3 != id1,
+          "another key is another job");
+    j = text_job("x", NULL, NULL, 0);
+    int64_t id4 = 0;
+    store_submit_outcome o4;
+    store_submit(st, &j, 2, 1003, &id4, &o4, &err);
+    CHECK(o4 == STORE_FULL && store_queued(st) == 2,
+          "over max_queued a new job is refused and nothing is written");
+    j = text_job("hello", "b1", "k1", 0);
+    store_submit(st, &j, 2, 1003, &id4, &o4, &err);
+    CHECK(o4 == STORE_DUPLICATE && id4 == id1,
+          "a known key is answered even when the queue is full");
+    store_commit(st, &err);
+    store_close(st);
+    CHECK(sql_int("SELECT count(*) FROM jobs") == 2, "two rows on disk");
+}
+
+static void test_priority_order_and_json(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {{0}};
+    store_begin(st, &err);
+    int64_t low = submit(st, &(store_job){.prompt = "low", .priority = 0}, 1);
+    static const uint32_t ids[3] = {1, 2, 2147483647u};
+    static const char *const stops[3] = {"\n\n", "say \"end\"", "caf\xc3\xa9\\"};
+    store_job j = text_job(NULL, NULL, NULL, 5);
+    j.prompt_ids = ids;
+    j.n_prompt_ids = 3;
+    j.params.stop = stops;
+    j.params.n_stop = 3;
+    int64_t high = submit(st, &j, 2);
+    int64_t low2 = submit(st, &(store_job){.prompt = "low2", .priority = 0}, 3);
+    store_commit(st, &err);
+    int64_t w = add_worker(st, "w", 0, 4);
+    claimed c;
+    int n = claim(st, w, 1, 5, &c);
+    CHECK(n == 1 && c.ids[0] == high, "higher priority is dispatched first");
+    CHECK(c.n_ids_in_prompt == 3 && c.ids_in_prompt[0] == 1 &&
+              c.ids_in_prompt[2] == 2147483647u,
+          "token-id prompt round-trips through its JSON column");
+    CHECK(c.n_stop == 3 && strcmp(c.stop[0], "\n\n") == 0 &&
+              strcmp(c.stop[1], "say \"end\"") == 0 &&
+              strcmp(c.stop[2], "caf\xc3\xa9\\") == 0,
+          "stop strings with quotes, newlines, UTF-8 round-trip");
+    n = claim(st, w, 5, 6, &c);
+    CHECK(n == 2 && c.ids[0] == low && c.ids[1] == low2,
+          "equal priorities go in submission order");
+    CHECK(sql_int("SELECT json_array_length(stop) FROM jobs WHERE id = 2") == 3,
+          "stop column is JSON readable from SQL");
+    store_close(st);
+}
+
+static void test_first_result_wins(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {{0}};
+    store_begin(st, &err);
+    int64_t job = submit(st, &(store_job){.prompt = "p"}, 1000);
+    store_commit(st, &err);
+    int64_t wa = add_worker(st, "a", 0, 1000), wb = add_worker(st, "b", 1, 1000);
+    claimed c;
+    claim(st, wa, 1, 1100, &c);
+    store_begin(st, &err);
+    int rc = store_fault_worker(st, wa, "no heartbeat for 3000 ms", 1200, NULL,
+                                NULL, &err);
+    CHECK(rc == 0 && store_queued(st) == 1,
+          "jobs of a lost worker go back to the queue");
+    store_commit(st, &err);
+    claim(st, wb, 1, 1300, &c);
+    CHECK(c.attempts == 2, "second dispatch is attempt 2");
+    store_begin(st, &err);
+    store_change ch = put_result(st, job, wa, 1, 5, 1400);
+    CHECK(ch == STORE_STALE, "a late result from the lost worker is stale");
+    ch = put_result(st, job, wb, 1, 5, 1400);
+    CHECK(ch == STORE_STALE, "a result naming the wrong attempt is stale");
+    ch = put_result(st, job, wb, 2, 5, 1500);
+    CHECK(ch == STORE_APPLIED, "the result of the current attempt is applied");
+    ch = put_result(st, job, wb, 2, 6, 1600);
+    CHECK(ch == STORE_STALE, "a second result for a done job is stale");
+    ch = put_result(st, 999, wb, 0, 6, 1600);
+    CHECK(ch == STORE_UNKNOWN, "a result for an unknown job says unknown");
+    store_commit(st, &err);
+    store_close(st);
+    CHECK(sql_int("SELECT count(*) FROM results") == 1 &&
+              sql_int("SELECT generated_tokens FROM results") == 5 &&
+              sql_int("SELECT worker_id FROM results") == wb,
+          "exactly one result row, from the winning worker");
+    CHECK(sql_int("SELECT queue_wait_ms FROM results") == 300 &&
+              sql_int("SELECT total_ms FROM results") == 500 &&
+              sql_int("SELECT decode_tok_s FROM results") == 50,
+          "derived timings: queue wait from the winning dispatch, total, tok/s");
+    CHECK(sql_int("SELECT count(*) FROM attempts WHERE outcome = 'lost'") == 1 &&
+              sql_int("SELECT count(*) FROM attempts WHERE outcome = 'done'") == 1,
+          "attempt history: one lost, one done");
+}
+
+static void fault_once(store *st, int64_t job, int64_t w, const char *why,
+                       bool permanent, bool *failed)
+{
+    llmq_err err = {{0}};
+    store_change ch;
+    store_begin(st, &err);
+    if (store_fault(st, job, w, 0, why, permanent, 5000, &ch, failed, &err) ||
+        ch != STORE_APPLIED)
+        printf("fault: %s (change %d)\n", err.msg, ch);
+    store_commit(st, &err);
+}
+
+static void test_attempts_exhaustion(void)
+{
+    fresh_db();
+    store_opts o2 = {.max_attempts = 2};
+    store *st = open_db(&o2, 1000);
+    llmq_err err = {{0}};
+    store_begin(st, &err);
+    int64_t job = submit(st, &(store_job){.prompt = "poison"}, 1000);
+    int64_t job2 = submit(st, &(store_job){.prompt = "too long"}, 1000);
+    store_commit(st, &err);
+    int64_t w = add_worker(st, "w", 0, 1000);
+    claimed c;
+    bool failed;
+    claim(st, w, 1, 1100, &c);
+    fault_once(st, job, w, "engine error: NaN logits", false, &failed);
+    CHECK(!failed && store_queued(st) == 2, "first fault requeues");
+    claim(st, w, 1, 1200, &c);
+    fault_once(st, job, w, "worker lost", false, &failed);
+    CHECK(failed && store_queued(st) == 1, "second fault of 2 fails the job");
+    char msg[512];
+    sql_text("SELECT error FROM jobs WHERE id = 1", msg, sizeof msg);
+    CHECK(strstr(msg, "attempt 1") && strstr(msg, "NaN logits") &&
+              strstr(msg, "attempt 2") && strstr(msg, "worker lost"),
+          "error lists every attempt's reason: %s", msg);
+    claim(st, w, 1, 1300, &c);
+    fault_once(st, job2, w, "prompt longer than context", true, &failed);
+    CHECK(failed, "a permanent failure fails at once");
+    store_close(st);
+}
+
+static void test_cancel_and_hand_back(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {{0}};
+    store_begin(st, &err);
+    int64_t q = submit(st, &(store_job){.prompt = "q"}, 1);
+    int64_t r = submit(st, &(store_job){.prompt = "r"}, 2);
+    int64_t h = submit(st, &(store_job){.prompt = "h"}, 3);
+    store_commit(st, &err);
+    int64_t w = add_worker(st, "w", 0, 4);
+    claimed c;
+    claim(st, w, 1, 5, &c); /* q runs */
+    store_begin(st, &err);
+    store_change ch;
+    store_state was;
+    int64_t on;
+    store_cancel(st, r, 6, &ch, &was, &on, &err);
+    CHECK(ch == STORE_APPLIED && was == STORE_QUEUED && on == 0,
+          "cancel of a queued job applies at once");
+    store_cancel(st, q, 7, &ch, &was, &on, &err);
+    CHECK(ch == STORE_APPLIED && was == STORE_RUNNING && on == w,
+          "cancel of a running job names its worker");
+    ch = put_result(st, q, w, 0, 3, 8);
+    CHECK(ch == STORE_STALE, "the cancelled job's late result is stale");
+    store_cancel(st, q, 9, &ch, &was, &on, &err);
+    CHECK(ch == STORE_STALE && was == STORE_CANCELLED,
+          "cancelling twice is stale");
+    store_cancel(st, 999, 9, &ch, &was, &on, &err);
+    CHECK(ch == STORE_UNKNOWN, "cancel of an unknown job says unknown");
+    store_commit(st, &err);
+    claim(st, w, 1, 10, &c);
+    store_begin(st, &err);
+    store_hand_back(st, h, w, "worker shutting down", 11, &ch, &err);
+    store_commit(st, &err);
+    CHECK(ch == STORE_APPLIED && store_queued(st) == 1 &&
+              sql_int("SELECT faults FROM jobs WHERE id = 3") == 0,
+          "a hand-back requeues without counting a fault");
+    int64_t n[5];
+    store_counts_all(st, n);
+    CHECK(n[STORE_CANCELLED] == 2 && n[STORE_QUEUED] == 1 &&
+              n[STORE_RUNNING] == 0,
+          "in-memory counts follow the transitions");
+    store_close(st);
+    CHECK(sql_int("SELECT count(*) FROM jobs WHERE state = 'cancelled'") == 2,
+          "cancellations are on disk");
+}
+
+static void test_rollback_restores(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {{0}};
+    store_begin(st, &err);
+    submit(st, &(store_job){.prompt = "kept"}, 1);
+    store_mark(st, &err);
+    submit(st, &(store_job){.prompt = "undone"}, 2);
+    store_mark_undo(st);
+    CHECK(store_queued(st) == 1, "undo of a savepoint restores the count");
+    store_commit(st, &err);
+    store_begin(st, &err);
+    submit(st, &(store_job){.prompt = "rolled back"}, 3);
+    store_rollback(st);
+    CHECK(store_queued(st) == 1 && !store_in_transaction(st),
+          "rollback restores the count");
+    store_close(st);
+    CHECK(sql_int("SELECT count(*) FROM jobs") == 1, "only the kept job is on disk");
+}
+
+static void test_model_routing_and_meta(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {{0}};
+    store_begin(st, &err);
+    int64_t sid = 0;
+    store_submit_meta(st, "b", "{\"owner\": \"test\"}", 1, &sid, &err);
+    store_job big = text_job("for big", "b", NULL, 9);
+    big.model = "big";
+    big.submit_id = sid;
+    int64_t jb = submit(st, &big, 1);
+    int64_t jany = submit(st, &(store_job){.prompt = "any"}, 2);
+    store_commit(st, &err);
+    claimed c;
+    int n = claim_model(st, add_worker(st, "small", 0, 3), "small", 5, 4, &c);
+    CHECK(n == 1 && c.ids[0] == jany,
+          "a worker of another model skips the job routed to 'big'");
+    n = claim_model(st, add_worker(st, "big", 1, 5), "big", 5, 6, &c);
+    CHECK(n == 1 && c.ids[0] == jb, "the worker serving 'big' gets it");
+    store_close(st);
+    char meta[64];
+    sql_text("SELECT s.meta FROM jobs j JOIN submits s ON s.id = j.submit_id"
+             " WHERE j.id = 1", meta, sizeof meta);
+    CHECK(strcmp(meta, "{\"owner\": \"test\"}") == 0,
+          "batch metadata is stored once per submit and joined to its jobs");
+}
+
+typedef struct seen {
+    int n;
+    store_state state;
+    char worker[32];
+    char text[32];
+    char error[128];
+    uint32_t last_token;
+    int32_t attempts;
+} seen;
+
+static int on_brief(void *ctx, const store_brief *b, llmq_err *err)
+{
+    seen *s = ctx;
+    s->n++;
+    s->state = b->state;
+    s->attempts = b->attempts;
+    snprintf(s->worker, sizeof s->worker, "%s", b->worker ? b->worker : "");
+    return 0;
+}
+
+static int on_outcome(void *ctx, const store_outcome *o, llmq_err *err)
+{
+    seen *s = ctx;
+    s->n++;
+    s->state = o->state;
+    snprintf(s->worker, sizeof s->worker, "%s", o->worker ? o->worker : "");
+    snprintf(s->error, sizeof s->error, "%s", o->error ? o->error : "");
+    if (o->res) {
+        snprintf(s->text, sizeof s->text, "%s", o->res->text);
+        s->last_token = o->res->n_token_ids
+                            ? o->res->token_ids[o->res->n_token_ids - 1]
+                            : 0;
+    }
+    return 0;
+}
+
+static void test_outcomes(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {{0}};
+    store_begin(st, &err);
+    int64_t a = submit(st, &(store_job){.prompt = "a", .batch_id = "x"}, 1);
+    int64_t b = submit(st, &(store_job){.prompt = "b", .batch_id = "x"}, 2);
+    store_commit(st, &err);
+    int64_t w = add_worker(st, "gpu7", 7, 3);
+    claimed c;
+    claim(st, w, 1, 4, &c);
+    store_begin(st, &err);
+    put_result(st, a, w, 0, 3, 5);
+    store_change ch;
+    store_state was;
+    int64_t on;
+    store_cancel(st, b, 6, &ch, &was, &on, &err);
+    store_commit(st, &err);
+    seen sa = {0}, sb = {0}, sx = {0}, sz = {0};
+    bool found_a, found_b, found_z;
+    store_outcome_get(st, a, on_outcome, &sa, &found_a, &err);
+    store_outcome_get(st, b, on_outcome, &sb, &found_b, &err);
+    store_outcome_get(st, 99, on_outcome, &sz, &found_z, &err);
+    CHECK(found_a && sa.state == STORE_DONE && strcmp(sa.text, "once upon") == 0
+              && sa.last_token == 9 && strcmp(sa.worker, "gpu7") == 0,
+          "a done job's outcome has its text, tokens and worker name");
+    CHECK(found_b && sb.state == STORE_CANCELLED && sb.error[0],
+          "a cancelled job's outcome says why: %s", sb.error);
+    CHECK(!found_z && sz.n == 0, "an unknown job has no outcome");
+    int64_t n = 0;
+    store_batch_briefs(st, "x", on_brief, &sx, &n, &err);
+    CHECK(n == 2 && sx.n == 2 && sx.state == STORE_CANCELLED,
+          "a batch's briefs list its jobs in id order");
+    seen s1 = {0};
+    bool found;
+    store_brief_get(st, a, on_brief, &s1, &found, &err);
+    CHECK(found && s1.state == STORE_DONE && s1.attempts == 1 &&
+              strcmp(s1.worker, "gpu7") == 0,
+          "a brief gives state, attempts and worker");
+    store_close(st);
+}
+
+/* Two batches over two workers; the views must agree with plain sums. */
+static void test_views(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {{0}};
+    store_begin(st, &err);
+    for (int i = 0; i < 10; i++)
+        submit(st, &(store_job){.prompt = "p", .batch_id = i < 6 ? "A" : "B"},
+               1000 + i);
+    store_commit(st, &err);
+    int64_t w[2] = {add_worker(st, "g0", 0, 1000), add_worker(st, "g1", 1, 1000)};
+    for (int i = 0; i < 10; i++) {
+        claimed c;
+        claim(st, w[i % 2], 1, 2000 + i, &c);
+        store_begin(st, &err);
+        if (i != 9)
+            put_result(st, c.ids[0], w[i % 2], 0, 10 + i, 3000 + 10 * i);
+        store_commit(st, &err);
+    }
+    store_close(st);
+    CHECK(sql_int("SELECT generated_tokens FROM v_batch_stats WHERE batch_id='A'") ==
+              sql_int("SELECT sum(generated_tokens) FROM results r JOIN jobs j"
+                      " ON j.id = r.job_id WHERE j.batch_id = 'A'"),
+          "v_batch_stats generated tokens = sum over results (batch A)");
+    CHECK(sql_int("SELECT done FROM v_batch_stats WHERE batch_id='B'") == 3 &&
+              sql_int("SELECT running FROM v_batch_stats WHERE batch_id='B'") == 1,
+          "v_batch_stats counts states (batch B: 3 done, 1 running)");
+    CHECK(sql_int("SELECT wall_ms FROM v_batch_stats WHERE batch_id='A'") ==
+              3050 - 1000,
+          "batch wall time runs from first submit to last finish");
+    CHECK(sql_int("SELECT sum(generated_tokens) FROM v_worker_stats") ==
+              sql_int("SELECT sum(generated_tokens) FROM results"),
+          "v_worker_stats tokens add up to all results");
+    CHECK(sql_int("SELECT count(*) FROM v_worker_stats v JOIN workers w"
+                  " ON w.id = v.worker_id WHERE v.jobs_done = w.jobs_done"
+                  " AND v.generated_tokens = w.tokens_done") == 2,
+          "workers' running counters agree with the view for each worker");
+    CHECK(sql_int("SELECT busy_ms FROM v_worker_stats WHERE name = 'g0'") ==
+              3080 - 2000,
+          "busy span of a worker: first start to last result");
+    CHECK(sql_int("SELECT sum(jobs_done) FROM v_gpu_stats") == 9,
+          "v_gpu_stats adds up the jobs");
+}
+
+int main(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/test-store-XXXXXX", tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 99;
+    }
+    snprintf(path, sizeof path, "%s/llmq.db", dir);
+    test_create_and_versions();
+    test_reopen_and_requeue();
+    test_client_keys_and_backpressure();
+    test_priority_order_and_json();
+    test_first_result_wins();
+    test_attempts_exhaustion();
+    test_cancel_and_hand_back();
+    test_rollback_restores();
+    test_model_routing_and_meta();
+    test_outcomes();
+    test_views();
+    fresh_db();
+    rmdir(dir);
+    return check_done();
+}
