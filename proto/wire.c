@@ -130,9 +130,9 @@ typedef struct schema {
 #define ARR(nm, kd, fl, st, mb, nmb, lo_, hi_, elo_, ehi_)                                \
     {.name = nm, .k = kd, .flags = fl, .off = offsetof(st, mb), .n_off = offsetof(st, nmb), \
      .lo = lo_, .hi = hi_, .elo = elo_, .ehi = ehi_}
-#define OBJS(nm, fl, st, mb, nmb, hi_, sc)                                                \
+#define OBJS(nm, fl, st, mb, nmb, lo_, hi_, sc)                                           \
     {.name = nm, .k = K_OBJ_ARRAY, .flags = fl, .off = offsetof(st, mb),                  \
-     .n_off = offsetof(st, nmb), .lo = 0, .hi = hi_, .sub = sc}
+     .n_off = offsetof(st, nmb), .lo = lo_, .hi = hi_, .sub = sc}
 
 static const fdef SAMPLING_FIELDS[] = {
     NUM("max_tokens", K_U32, 0, wire_sampling, max_tokens, 1, WIRE_MAX_GEN_TOKENS),
@@ -267,7 +267,7 @@ static const schema SUBMIT_JOB = {
 static const fdef SUBMIT_FIELDS[] = {
     STR("batch", 0, wire_submit, batch, 1, WIRE_MAX_NAME_BYTES),
     STR("meta", 0, wire_submit, meta, 0, WIRE_MAX_META_BYTES),
-    OBJS("jobs", F_REQ, wire_submit, jobs, n_jobs, WIRE_MAX_JOBS_PER_SUBMIT, &SUBMIT_JOB),
+    OBJS("jobs", F_REQ, wire_submit, jobs, n_jobs, 1, WIRE_MAX_JOBS_PER_SUBMIT, &SUBMIT_JOB),
 };
 
 static const fdef SUBMIT_OK_FIELDS[] = {
@@ -278,7 +278,7 @@ static const fdef SUBMIT_OK_FIELDS[] = {
 };
 
 static const fdef JOBS_REPLY_FIELDS[] = {
-    OBJS("jobs", F_REQ, wire_jobs_reply, jobs, n_jobs, WIRE_MAX_IDS, &JOB_STATE),
+    OBJS("jobs", F_REQ, wire_jobs_reply, jobs, n_jobs, 0, WIRE_MAX_IDS, &JOB_STATE),
     {.name = "counts", .k = K_OBJ, .flags = F_REQ, .off = offsetof(wire_jobs_reply, counts),
      .sub = &COUNTS},
 };
@@ -287,13 +287,13 @@ static const fdef WAIT_END_FIELDS[] = {
     NUM("done", K_U32, F_REQ, wire_wait_end, done, 0, WIRE_MAX_IDS),
     NUM("pending", K_U32, F_REQ, wire_wait_end, pending, 0, WIRE_MAX_IDS),
     NUM("timed_out", K_BOOL, F_REQ, wire_wait_end, timed_out, 0, 0),
-    OBJS("results", 0, wire_wait_end, results, n_results, WIRE_MAX_RESULTS, &RESULT),
+    OBJS("results", 0, wire_wait_end, results, n_results, 0, WIRE_MAX_RESULTS, &RESULT),
 };
 
 static const fdef STATS_OK_FIELDS[] = {
     {.name = "counts", .k = K_OBJ, .flags = F_REQ, .off = offsetof(wire_stats_ok, counts),
      .sub = &COUNTS},
-    OBJS("workers", F_REQ, wire_stats_ok, workers, n_workers, WIRE_MAX_WORKERS, &WORKER_STAT),
+    OBJS("workers", F_REQ, wire_stats_ok, workers, n_workers, 0, WIRE_MAX_WORKERS, &WORKER_STAT),
 };
 
 static const fdef ERROR_FIELDS[] = {
@@ -524,16 +524,22 @@ static int bad_type(rd *r, const msgpack_object *o, const char *want)
     return rd_fail(r, WIRE_E_BAD_TYPE, "expected %s, got %s", want, obj_type_name(o));
 }
 
+static int range_fail(rd *r, double v, double lo, double hi)
+{
+    if (hi >= BIG)
+        return rd_fail(r, WIRE_E_BAD_VALUE, "%.0f is out of range (at least %.0f)", v, lo);
+    return rd_fail(r, WIRE_E_BAD_VALUE, "%.0f is out of range [%.0f, %.0f]", v, lo, hi);
+}
+
 /* Integer in [lo, hi]; the bounds are exact for every range in the tables
  * except "no upper bound" (BIG), which UINT64 values meet by construction. */
-static int read_int(rd *r, const msgpack_object *o, double lo, double hi, bool lo_open,
+static int read_int(rd *r, const msgpack_object *o, double lo, double hi,
                     int64_t *si, uint64_t *ui)
 {
     if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
         uint64_t v = o->via.u64;
-        if ((double)v < lo || (lo_open && (double)v == lo) || (hi < BIG && (double)v > hi))
-            return rd_fail(r, WIRE_E_BAD_VALUE, "%llu is out of range [%.0f, %.0f]",
-                           (unsigned long long)v, lo, hi);
+        if ((double)v < lo || (hi < BIG && (double)v > hi))
+            return range_fail(r, (double)v, lo, hi);
         *ui = v;
         *si = v > INT64_MAX ? INT64_MAX : (int64_t)v;
         return 0;
@@ -541,8 +547,7 @@ static int read_int(rd *r, const msgpack_object *o, double lo, double hi, bool l
     if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
         int64_t v = o->via.i64;
         if ((double)v < lo || (double)v > hi)
-            return rd_fail(r, WIRE_E_BAD_VALUE, "%lld is out of range [%.0f, %.0f]",
-                           (long long)v, lo, hi);
+            return range_fail(r, (double)v, lo, hi);
         *si = v;
         *ui = 0;
         return 0;
@@ -645,16 +650,16 @@ static void *alloc_array(rd *r, const msgpack_object *o, const fdef *f, size_t e
 
 static int read_elem(rd *r, const msgpack_object *e, const fdef *f, char *arr, uint32_t i)
 {
-    int64_t si;
-    uint64_t ui;
+    int64_t si = 0;
+    uint64_t ui = 0;
     switch (f->k) {
     case K_U64_ARRAY:
-        if (read_int(r, e, f->elo, f->ehi, false, &si, &ui) < 0)
+        if (read_int(r, e, f->elo, f->ehi, &si, &ui) < 0)
             return -1;
         ((uint64_t *)(void *)arr)[i] = ui;
         return 0;
     case K_U32_ARRAY:
-        if (read_int(r, e, f->elo, f->ehi, false, &si, &ui) < 0)
+        if (read_int(r, e, f->elo, f->ehi, &si, &ui) < 0)
             return -1;
         ((uint32_t *)(void *)arr)[i] = (uint32_t)ui;
         return 0;
@@ -705,25 +710,25 @@ static int read_array(rd *r, const msgpack_object *o, const fdef *f, char *base)
 
 static int read_scalar(rd *r, const msgpack_object *o, const fdef *f, char *p)
 {
-    int64_t si;
-    uint64_t ui;
-    double d;
-    int e;
+    int64_t si = 0;
+    uint64_t ui = 0;
+    double d = 0;
+    int e = 0;
     switch (f->k) {
     case K_U64:
-        if (read_int(r, o, f->lo, f->hi, false, &si, &ui) < 0)
+        if (read_int(r, o, f->lo, f->hi, &si, &ui) < 0)
             return -1;
         memcpy(p, &ui, sizeof ui);
         return 0;
     case K_U32: {
-        if (read_int(r, o, f->lo, f->hi, false, &si, &ui) < 0)
+        if (read_int(r, o, f->lo, f->hi, &si, &ui) < 0)
             return -1;
         uint32_t v = (uint32_t)ui;
         memcpy(p, &v, sizeof v);
         return 0;
     }
     case K_I32: {
-        if (read_int(r, o, f->lo, f->hi, false, &si, &ui) < 0)
+        if (read_int(r, o, f->lo, f->hi, &si, &ui) < 0)
             return -1;
         int32_t v = (int32_t)si;
         memcpy(p, &v, sizeof v);
@@ -1026,7 +1031,7 @@ static int read_header(rd *r, const msgpack_object *o, unsigned dirs, wire_msg *
         if (!has_req(m->type))
             return rd_fail(r, WIRE_E_UNKNOWN_FIELD, "\"%s\" does not carry a request id", name);
         int64_t si;
-        if (read_int(r, req, 0, BIG, false, &si, &m->req) < 0)
+        if (read_int(r, req, 0, BIG, &si, &m->req) < 0)
             return -1;
         path_pop(r, saved);
     }

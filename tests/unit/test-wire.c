@@ -1,0 +1,666 @@
+/* test-wire: every message type survives encode -> decode -> encode byte for
+ * byte, defaults are the documented ones, and every kind of bad body is
+ * refused with its typed error naming the field. */
+#include <math.h>
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/json.h"
+#include "proto/wire.h"
+#include "tests/unit/check.h"
+
+/* ---- helpers: JSON text -> msgpack, so bad bodies read as what they are ---- */
+
+static void pack_json(msgpack_packer *pk, const json_value *v)
+{
+    switch (v->type) {
+    case JSON_NULL: msgpack_pack_nil(pk); break;
+    case JSON_BOOL: v->boolean ? msgpack_pack_true(pk) : msgpack_pack_false(pk); break;
+    case JSON_NUMBER:
+        if (v->num.is_int)
+            msgpack_pack_int64(pk, v->num.i);
+        else
+            msgpack_pack_double(pk, v->num.d);
+        break;
+    case JSON_STRING:
+        msgpack_pack_str(pk, v->str.len);
+        msgpack_pack_str_body(pk, v->str.s, v->str.len);
+        break;
+    case JSON_ARRAY:
+        msgpack_pack_array(pk, v->arr.n);
+        for (size_t i = 0; i < v->arr.n; i++)
+            pack_json(pk, &v->arr.items[i]);
+        break;
+    case JSON_OBJECT:
+        msgpack_pack_map(pk, v->obj.n);
+        for (size_t i = 0; i < v->obj.n; i++) {
+            msgpack_pack_str(pk, v->obj.members[i].key_len);
+            msgpack_pack_str_body(pk, v->obj.members[i].key, v->obj.members[i].key_len);
+            pack_json(pk, &v->obj.members[i].value);
+        }
+        break;
+    }
+}
+
+/* Decodes the msgpack form of a JSON text; returns wire_decode's result. */
+static int decode_json(const char *text, unsigned dirs, wire_msg *m, wire_error *e)
+{
+    json_value *v;
+    llmq_err jerr;
+    if (json_parse(text, strlen(text), &v, &jerr) < 0) {
+        fprintf(stderr, "bad test JSON: %s: %s\n", text, jerr.msg);
+        exit(2);
+    }
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    pack_json(&pk, v);
+    json_free(v);
+    int rc = wire_decode(sb.data, sb.size, dirs, m, e);
+    msgpack_sbuffer_destroy(&sb);
+    return rc;
+}
+
+/* encode -> decode -> encode: equal bytes mean every field survived. */
+static void check_round_trip(const wire_msg *m, unsigned dirs, wire_msg *back)
+{
+    char *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    wire_error e;
+    int rc = wire_encode(m, &a, &na, &e);
+    CHECK(rc == 0, "%s encodes%s%s", wire_type_name(m->type), rc ? ": " : "",
+          rc ? e.err.msg : "");
+    rc = rc == 0 ? wire_decode(a, na, dirs, back, &e) : -1;
+    CHECK(rc == 0, "%s decodes%s%s", wire_type_name(m->type), rc ? ": " : "",
+          rc ? e.err.msg : "");
+    if (rc == 0)
+        rc = wire_encode(back, &b, &nb, &e);
+    CHECK(rc == 0 && na == nb && memcmp(a, b, na) == 0,
+          "%s re-encodes to the same %zu bytes", wire_type_name(m->type), na);
+    CHECK(back->type == m->type && back->req == m->req, "%s keeps its type and req",
+          wire_type_name(m->type));
+    free(a);
+    free(b);
+}
+
+/* ---- round trips ---------------------------------------------------------- */
+
+static void test_submit(void)
+{
+    static const char *const stops[] = {"\n\n", "The end"};
+    static const uint32_t toks[] = {1, 2, 2147483647u};
+    wire_job jobs[2] = {{.key = "a-1", .prompt = "Once upon a time, \xc3\xa9t\xc3\xa9",
+                         .priority = -5, .model = "stories260K",
+                         .sampling = wire_sampling_default()},
+                        {.tokens = toks, .n_tokens = 3, .priority = 1000,
+                         .sampling = wire_sampling_default()}};
+    jobs[0].sampling.temperature = 0.7f;
+    jobs[0].sampling.top_p = 0.9f;
+    jobs[0].sampling.seed = UINT64_MAX;
+    jobs[0].sampling.stop = stops;
+    jobs[0].sampling.n_stop = 2;
+    jobs[1].sampling.repeat_last_n = -1;
+    jobs[1].sampling.ignore_eos = true;
+    jobs[1].sampling.max_tokens = WIRE_MAX_GEN_TOKENS;
+    wire_msg m, back;
+    wire_msg_init(&m, WIRE_T_SUBMIT);
+    m.req = 42;
+    m.submit = (wire_submit){.batch = "b1", .meta = "{\"owner\":\"x\"}", .jobs = jobs, .n_jobs = 2};
+    check_round_trip(&m, WIRE_DIR_CLIENT_TO_BROKER, &back);
+    const wire_job *j = back.submit.jobs;
+    CHECK(back.submit.n_jobs == 2 && strcmp(j[0].prompt, jobs[0].prompt) == 0 &&
+              j[0].sampling.n_stop == 2 && strcmp(j[0].sampling.stop[1], "The end") == 0 &&
+              j[0].sampling.temperature == 0.7f && j[0].sampling.seed == UINT64_MAX &&
+              j[1].tokens[2] == 2147483647u && j[1].prompt == NULL &&
+              j[1].sampling.repeat_last_n == -1 && j[1].sampling.ignore_eos &&
+              strcmp(back.submit.meta, "{\"owner\":\"x\"}") == 0,
+          "submit: prompt, tokens, stop strings, seed 2^64-1 and meta come back");
+    wire_msg_free(&back);
+    wire_msg_free(&back);   /* a second free is harmless */
+}
+
+static void test_defaults(void)
+{
+    wire_msg m;
+    wire_error e;
+    int rc = decode_json("{\"v\":1,\"type\":\"submit\",\"jobs\":[{\"prompt\":\"hi\"}]}",
+                         WIRE_DIR_CLIENT_TO_BROKER, &m, &e);
+    CHECK(rc == 0, "a job with only a prompt decodes");
+    if (rc < 0)
+        return;
+    const wire_sampling *s = &m.submit.jobs[0].sampling;
+    CHECK(m.req == 0 && s->max_tokens == 256 && s->temperature == 0.0f && s->top_k == 0 &&
+              s->top_p == 1.0f && s->min_p == 0.0f && s->repeat_penalty == 1.0f &&
+              s->repeat_last_n == 64 && s->presence_penalty == 0.0f &&
+              s->frequency_penalty == 0.0f && s->seed == 0 && !s->ignore_eos &&
+              s->n_stop == 0 && m.submit.jobs[0].priority == 0 && !m.submit.batch,
+          "omitted fields take the documented defaults");
+    wire_msg_free(&m);
+    rc = decode_json("{\"v\":1,\"type\":\"wait\",\"batch\":\"b\"}", WIRE_DIR_CLIENT_TO_BROKER,
+                     &m, &e);
+    CHECK(rc == 0 && m.wait.stream && m.wait.timeout_ms == 0 && strcmp(m.wait.sel.batch, "b") == 0,
+          "wait defaults: stream true, timeout 0");
+    wire_msg_free(&m);
+    rc = decode_json("{\"v\":1,\"type\":\"submit\",\"jobs\":[{\"prompt\":\"\",\"temperature\":1,"
+                     "\"top_p\":1}]}", WIRE_DIR_CLIENT_TO_BROKER, &m, &e);
+    CHECK(rc == 0 && m.submit.jobs[0].sampling.temperature == 1.0f &&
+              m.submit.jobs[0].prompt[0] == '\0',
+          "integers are accepted for float fields; an empty prompt is allowed");
+    wire_msg_free(&m);
+}
+
+static void test_client_messages(void)
+{
+    static const uint64_t ids[] = {1, 7, UINT64_MAX};
+    static const bool existing[] = {false, true, false};
+    wire_msg m, back;
+
+    wire_msg_init(&m, WIRE_T_STATUS);
+    m.req = 1;
+    m.select = (wire_select){.ids = ids, .n_ids = 3};
+    check_round_trip(&m, WIRE_DIR_CLIENT_TO_BROKER, &back);
+    CHECK(back.select.n_ids == 3 && back.select.ids[2] == UINT64_MAX, "status: ids come back");
+    wire_msg_free(&back);
+
+    wire_msg_init(&m, WIRE_T_CANCEL);
+    m.select = (wire_select){.batch = "nightly"};
+    check_round_trip(&m, WIRE_DIR_CLIENT_TO_BROKER, &back);
+    wire_msg_free(&back);
+
+    wire_msg_init(&m, WIRE_T_WAIT);
+    m.req = UINT64_MAX;
+    m.wait = (wire_wait){.sel = {.ids = ids, .n_ids = 2}, .timeout_ms = UINT32_MAX, .stream = false};
+    check_round_trip(&m, WIRE_DIR_CLIENT_TO_BROKER, &back);
+    CHECK(!back.wait.stream && back.wait.timeout_ms == UINT32_MAX, "wait: stream false and timeout come back");
+    wire_msg_free(&back);
+
+    wire_msg_init(&m, WIRE_T_STATS);
+    check_round_trip(&m, WIRE_DIR_CLIENT_TO_BROKER, &back);
+    wire_msg_free(&back);
+
+    wire_msg_init(&m, WIRE_T_SUBMIT_OK);
+    m.submit_ok = (wire_submit_ok){.ids = ids, .existing = existing, .n = 3};
+    check_round_trip(&m, WIRE_DIR_BROKER_TO_CLIENT, &back);
+    CHECK(back.submit_ok.n == 3 && back.submit_ok.existing[1] && !back.submit_ok.existing[0],
+          "submit_ok: existing flags come back");
+    wire_msg_free(&back);
+}
+
+static wire_result sample_result(void)
+{
+    static const uint32_t out[] = {10, 20, 30};
+    return (wire_result){
+        .id = 9, .attempt = 2, .state = WIRE_STATE_DONE, .key = "k9", .batch = "b",
+        .text = " a cat\n", .tokens = out, .n_tokens = 3, .finish = WIRE_FINISH_LENGTH,
+        .prompt_tokens = 5, .gen_tokens = 3,
+        .timings = {.queue_wait_ms = 0.25, .prefill_ms = 1.5, .prefill_tok_s = 3333.3,
+                    .decode_ms = 2.0, .decode_tok_s = 1500.0, .total_ms = 4.0},
+        .worker = "host:cpu0"};
+}
+
+static void test_broker_replies(void)
+{
+    static const wire_job_state js[] = {{.id = 3, .state = WIRE_STATE_RUNNING, .attempts = 1,
+                                         .worker = "w1"},
+                                        {.id = 4, .state = WIRE_STATE_QUEUED}};
+    wire_msg m, back;
+    wire_msg_init(&m, WIRE_T_STATUS_OK);
+    m.jobs_reply = (wire_jobs_reply){.jobs = js, .n_jobs = 2,
+                                     .counts = {.queued = 1, .running = 1, .done = UINT64_MAX}};
+    check_round_trip(&m, WIRE_DIR_BROKER_TO_CLIENT, &back);
+    CHECK(back.jobs_reply.jobs[0].state == WIRE_STATE_RUNNING && !back.jobs_reply.jobs[1].worker &&
+              back.jobs_reply.counts.done == UINT64_MAX,
+          "status_ok: job states, optional worker and counts come back");
+    wire_msg_free(&back);
+    m.type = WIRE_T_CANCEL_OK;
+    check_round_trip(&m, WIRE_DIR_BROKER_TO_CLIENT, &back);
+    wire_msg_free(&back);
+
+    wire_result results[2] = {sample_result(),
+                              {.id = 10, .state = WIRE_STATE_FAILED, .error = "attempt 1: boom"}};
+    wire_msg_init(&m, WIRE_T_RESULT);
+    m.req = 5;
+    m.result = results[0];
+    check_round_trip(&m, WIRE_DIR_BROKER_TO_CLIENT, &back);
+    CHECK(back.result.finish == WIRE_FINISH_LENGTH && back.result.timings.prefill_tok_s == 3333.3 &&
+              strcmp(back.result.text, " a cat\n") == 0,
+          "result: finish, timings and text come back");
+    wire_msg_free(&back);
+
+    wire_msg_init(&m, WIRE_T_WAIT_END);
+    m.wait_end = (wire_wait_end){.done = 2, .pending = 1, .timed_out = true, .results = results,
+                                 .n_results = 2};
+    check_round_trip(&m, WIRE_DIR_BROKER_TO_CLIENT, &back);
+    CHECK(back.wait_end.n_results == 2 && back.wait_end.results[1].state == WIRE_STATE_FAILED &&
+              strcmp(back.wait_end.results[1].error, "attempt 1: boom") == 0,
+          "wait_end: embedded results come back");
+    wire_msg_free(&back);
+
+    static const wire_worker_stat ws[] = {{.worker = "h:gpu0", .host = "h", .gpu_index = 0,
+                                           .gpu_name = "NVIDIA H200", .engine = "cuda",
+                                           .slots = 64, .busy = 3, .jobs_done = 100,
+                                           .tokens_done = 12345}};
+    wire_msg_init(&m, WIRE_T_STATS_OK);
+    m.stats_ok = (wire_stats_ok){.counts = {.done = 100}, .workers = ws, .n_workers = 1};
+    check_round_trip(&m, WIRE_DIR_BROKER_TO_CLIENT, &back);
+    CHECK(back.stats_ok.n_workers == 1 && back.stats_ok.workers[0].tokens_done == 12345,
+          "stats_ok: worker rows come back");
+    wire_msg_free(&back);
+
+    wire_error e;
+    wire_fail(&e, WIRE_E_QUEUE_FULL, "jobs", "queue holds %d jobs", 10);
+    e.req = 77;
+    wire_error_reply(&m, &e);
+    check_round_trip(&m, WIRE_DIR_BROKER_TO_CLIENT, &back);
+    CHECK(back.error.code == WIRE_E_QUEUE_FULL && strcmp(back.error.field, "jobs") == 0 &&
+              strcmp(back.error.message, "jobs: queue holds 10 jobs") == 0 && back.req == 77,
+          "error: code, field, message and req come back");
+    wire_msg_free(&back);
+}
+
+static void test_worker_messages(void)
+{
+    wire_msg m, back;
+    wire_msg_init(&m, WIRE_T_HELLO);
+    m.hello = (wire_hello){.worker = "h:cpu", .host = "h", .pid = 1234, .gpu_index = -1,
+                           .model = "stories260K", .model_hash = "abc", .engine = "cpu",
+                           .slots = 8, .n_ctx = 512};
+    check_round_trip(&m, WIRE_DIR_WORKER_TO_BROKER, &back);
+    CHECK(back.hello.gpu_index == -1 && back.hello.slots == 8 && !back.hello.gpu_name,
+          "hello: fields come back, absent optional ones stay NULL");
+    wire_msg_free(&back);
+
+    wire_msg_init(&m, WIRE_T_WELCOME);
+    m.welcome = (wire_welcome){.heartbeat_ms = WIRE_HEARTBEAT_MS, .dead_after_ms = WIRE_DEAD_AFTER_MS};
+    check_round_trip(&m, WIRE_DIR_BROKER_TO_WORKER, &back);
+    wire_msg_free(&back);
+
+    wire_msg_init(&m, WIRE_T_CREDIT);
+    m.credit = 4;
+    check_round_trip(&m, WIRE_DIR_WORKER_TO_BROKER, &back);
+    CHECK(back.credit == 4, "credit: n comes back");
+    wire_msg_free(&back);
+
+    wire_msg_init(&m, WIRE_T_JOB);
+    m.job.id = 12;
+    m.job.attempt = 3;
+    m.job.prompt = "Hello";
+    m.job.sampling.min_p = 0.05f;
+    check_round_trip(&m, WIRE_DIR_BROKER_TO_WORKER, &back);
+    CHECK(back.job.id == 12 && back.job.attempt == 3 && back.job.sampling.min_p == 0.05f &&
+              back.job.sampling.max_tokens == 256,
+          "job: id, attempt and sampling come back");
+    wire_msg_free(&back);
+
+    wire_msg_init(&m, WIRE_T_JOB_RESULT);
+    m.result = sample_result();
+    m.result.key = m.result.batch = m.result.worker = NULL;
+    m.result.state = WIRE_STATE_NONE;
+    m.result.timings = (wire_timings){.prefill_ms = 1, .decode_ms = 2};
+    check_round_trip(&m, WIRE_DIR_WORKER_TO_BROKER, &back);
+    wire_msg_free(&back);
+    m.result.tokens = NULL;
+    m.result.n_tokens = 0;
+    m.result.text = "";
+    check_round_trip(&m, WIRE_DIR_WORKER_TO_BROKER, &back);
+    CHECK(back.result.n_tokens == 0, "job_result: an empty generation travels");
+    wire_msg_free(&back);
+
+    wire_msg_init(&m, WIRE_T_JOB_FAILURE);
+    m.failure = (wire_job_failure){.id = 12, .attempt = 1, .reason = "out of KV blocks",
+                                   .retryable = true};
+    check_round_trip(&m, WIRE_DIR_WORKER_TO_BROKER, &back);
+    CHECK(back.failure.retryable, "job_failure: retryable comes back");
+    wire_msg_free(&back);
+
+    wire_msg_init(&m, WIRE_T_JOB_CANCEL);
+    m.cancel_id = 12;
+    check_round_trip(&m, WIRE_DIR_BROKER_TO_WORKER, &back);
+    wire_msg_free(&back);
+    wire_msg_init(&m, WIRE_T_SHUTDOWN);
+    m.grace_ms = 10000;
+    check_round_trip(&m, WIRE_DIR_BROKER_TO_WORKER, &back);
+    wire_msg_free(&back);
+    wire_msg_init(&m, WIRE_T_HEARTBEAT);
+    check_round_trip(&m, WIRE_DIR_BROKER_TO_WORKER, &back);
+    wire_msg_free(&back);
+    check_round_trip(&m, WIRE_DIR_WORKER_TO_BROKER, &back);
+    wire_msg_free(&back);
+    wire_msg_init(&m, WIRE_T_BYE);
+    check_round_trip(&m, WIRE_DIR_WORKER_TO_BROKER, &back);
+    wire_msg_free(&back);
+}
+
+/* ---- refusals --------------------------------------------------------------- */
+
+typedef struct bad_case {
+    const char *json;
+    unsigned dirs;
+    wire_code code;
+    const char *field;
+} bad_case;
+
+#define C2B WIRE_DIR_CLIENT_TO_BROKER
+#define W2B WIRE_DIR_WORKER_TO_BROKER
+#define SUB "{\"v\":1,\"type\":\"submit\",\"req\":9,\"jobs\":"
+
+static const bad_case BAD[] = {
+    {"[1,2]", C2B, WIRE_E_MALFORMED, ""},
+    {"\"submit\"", C2B, WIRE_E_MALFORMED, ""},
+    {"{\"type\":\"stats\"}", C2B, WIRE_E_VERSION, "v"},
+    {"{\"v\":2,\"type\":\"stats\"}", C2B, WIRE_E_VERSION, "v"},
+    {"{\"v\":\"1\",\"type\":\"stats\"}", C2B, WIRE_E_VERSION, "v"},
+    {"{\"v\":1}", C2B, WIRE_E_UNKNOWN_TYPE, "type"},
+    {"{\"v\":1,\"type\":\"frobnicate\"}", C2B, WIRE_E_UNKNOWN_TYPE, "type"},
+    {"{\"v\":1,\"type\":7}", C2B, WIRE_E_BAD_TYPE, "type"},
+    {"{\"v\":1,\"type\":\"hello\"}", C2B, WIRE_E_UNKNOWN_TYPE, "type"},
+    {"{\"v\":1,\"type\":\"submit\"}", W2B, WIRE_E_UNKNOWN_TYPE, "type"},
+    {"{\"v\":1,\"type\":\"stats\",\"req\":-1}", C2B, WIRE_E_BAD_VALUE, "req"},
+    {"{\"v\":1,\"type\":\"stats\",\"req\":\"x\"}", C2B, WIRE_E_BAD_TYPE, "req"},
+    {"{\"v\":1,\"type\":\"credit\",\"req\":1,\"n\":1}", W2B, WIRE_E_UNKNOWN_FIELD, "req"},
+    {"{\"v\":1,\"type\":\"stats\",\"extra\":1}", C2B, WIRE_E_UNKNOWN_FIELD, "extra"},
+    {"{\"v\":1,\"type\":\"submit\"}", C2B, WIRE_E_MISSING_FIELD, "jobs"},
+    {SUB "[]}", C2B, WIRE_E_BAD_VALUE, "jobs"},
+    {SUB "{}}", C2B, WIRE_E_BAD_TYPE, "jobs"},
+    {SUB "[7]}", C2B, WIRE_E_BAD_TYPE, "jobs[0]"},
+    {SUB "[{}]}", C2B, WIRE_E_MISSING_FIELD, "jobs[0]"},
+    {SUB "[{\"prompt\":\"a\",\"tokens\":[1]}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0]"},
+    {SUB "[{\"prompt\":5}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].prompt"},
+    {SUB "[{\"prompt\":null}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].prompt"},
+    {SUB "[{\"prompt\":\"a\"},{\"prompt\":\"b\",\"temprature\":1}]}", C2B, WIRE_E_UNKNOWN_FIELD,
+     "jobs[1].temprature"},
+    {SUB "[{\"prompt\":\"a\",\"max_tokens\":0}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].max_tokens"},
+    {SUB "[{\"prompt\":\"a\",\"max_tokens\":-5}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].max_tokens"},
+    {SUB "[{\"prompt\":\"a\",\"max_tokens\":2.5}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].max_tokens"},
+    {SUB "[{\"prompt\":\"a\",\"max_tokens\":\"10\"}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].max_tokens"},
+    {SUB "[{\"prompt\":\"a\",\"temperature\":-0.1}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].temperature"},
+    {SUB "[{\"prompt\":\"a\",\"temperature\":\"hot\"}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].temperature"},
+    {SUB "[{\"prompt\":\"a\",\"top_p\":0}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].top_p"},
+    {SUB "[{\"prompt\":\"a\",\"top_p\":1.5}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].top_p"},
+    {SUB "[{\"prompt\":\"a\",\"top_k\":-1}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].top_k"},
+    {SUB "[{\"prompt\":\"a\",\"repeat_penalty\":0}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].repeat_penalty"},
+    {SUB "[{\"prompt\":\"a\",\"repeat_last_n\":-2}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].repeat_last_n"},
+    {SUB "[{\"prompt\":\"a\",\"presence_penalty\":3}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].presence_penalty"},
+    {SUB "[{\"prompt\":\"a\",\"seed\":-1}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].seed"},
+    {SUB "[{\"prompt\":\"a\",\"priority\":1001}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].priority"},
+    {SUB "[{\"prompt\":\"a\",\"ignore_eos\":1}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].ignore_eos"},
+    {SUB "[{\"prompt\":\"a\",\"stop\":\"x\"}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].stop"},
+    {SUB "[{\"prompt\":\"a\",\"stop\":[\"x\",\"\"]}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].stop[1]"},
+    {SUB "[{\"prompt\":\"a\",\"stop\":[1]}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].stop[0]"},
+    {SUB "[{\"prompt\":\"a\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\","
+     "\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}]}", C2B, WIRE_E_TOO_LARGE,
+     "jobs[0].stop"},
+    {SUB "[{\"tokens\":[]}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].tokens"},
+    {SUB "[{\"tokens\":[1,-3]}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].tokens[1]"},
+    {SUB "[{\"tokens\":[2147483648]}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].tokens[0]"},
+    {SUB "[{\"prompt\":\"a\",\"key\":\"\"}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].key"},
+    {SUB "[{\"prompt\":\"a\\u0000b\"}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].prompt"},
+    {"{\"v\":1,\"type\":\"status\"}", C2B, WIRE_E_MISSING_FIELD, ""},
+    {"{\"v\":1,\"type\":\"status\",\"ids\":[1],\"batch\":\"b\"}", C2B, WIRE_E_BAD_VALUE, ""},
+    {"{\"v\":1,\"type\":\"status\",\"ids\":[0]}", C2B, WIRE_E_BAD_VALUE, "ids[0]"},
+    {"{\"v\":1,\"type\":\"cancel\",\"ids\":[3,-4]}", C2B, WIRE_E_BAD_VALUE, "ids[1]"},
+    {"{\"v\":1,\"type\":\"wait\",\"ids\":[1],\"timeout_ms\":4294967296}", C2B, WIRE_E_BAD_VALUE,
+     "timeout_ms"},
+    {"{\"v\":1,\"type\":\"wait\",\"ids\":[1],\"stream\":\"no\"}", C2B, WIRE_E_BAD_TYPE, "stream"},
+    {"{\"v\":1,\"type\":\"credit\",\"n\":0}", W2B, WIRE_E_BAD_VALUE, "n"},
+    {"{\"v\":1,\"type\":\"credit\"}", W2B, WIRE_E_MISSING_FIELD, "n"},
+    {"{\"v\":1,\"type\":\"hello\",\"worker\":\"w\",\"host\":\"h\",\"pid\":1,\"gpu_index\":-2,"
+     "\"model\":\"m\",\"engine\":\"cpu\",\"slots\":1}", W2B, WIRE_E_BAD_VALUE, "gpu_index"},
+    {"{\"v\":1,\"type\":\"hello\",\"worker\":\"w\",\"host\":\"h\",\"pid\":1,\"gpu_index\":0,"
+     "\"model\":\"m\",\"engine\":\"cpu\",\"slots\":5000}", W2B, WIRE_E_BAD_VALUE, "slots"},
+    {"{\"v\":1,\"type\":\"job_result\",\"id\":1,\"attempt\":1,\"text\":\"x\",\"tokens\":[],"
+     "\"finish\":\"bored\",\"prompt_tokens\":1,\"gen_tokens\":0,\"prefill_ms\":1,\"decode_ms\":1}",
+     W2B, WIRE_E_BAD_VALUE, "finish"},
+    {"{\"v\":1,\"type\":\"job_result\",\"id\":1,\"attempt\":1,\"text\":\"x\",\"tokens\":[],"
+     "\"finish\":\"stop\",\"prompt_tokens\":1,\"gen_tokens\":0,\"prefill_ms\":-1,\"decode_ms\":1}",
+     W2B, WIRE_E_BAD_VALUE, "prefill_ms"},
+    {"{\"v\":1,\"type\":\"job_failure\",\"id\":1,\"attempt\":1,\"reason\":\"x\"}", W2B,
+     WIRE_E_MISSING_FIELD, "retryable"},
+    {"{\"v\":1,\"type\":\"result\",\"id\":1,\"state\":\"done\",\"text\":\"x\"}",
+     WIRE_DIR_BROKER_TO_CLIENT, WIRE_E_MISSING_FIELD, "finish"},
+    {"{\"v\":1,\"type\":\"result\",\"id\":1,\"state\":\"queued\"}", WIRE_DIR_BROKER_TO_CLIENT,
+     WIRE_E_BAD_VALUE, "state"},
+    {"{\"v\":1,\"type\":\"submit_ok\",\"ids\":[1,2],\"existing\":[true]}",
+     WIRE_DIR_BROKER_TO_CLIENT, WIRE_E_BAD_VALUE, "existing"},
+    {"{\"v\":1,\"type\":\"error\",\"code\":\"oops\",\"message\":\"m\"}",
+     WIRE_DIR_BROKER_TO_CLIENT, WIRE_E_BAD_VALUE, "code"},
+};
+
+static void test_bad_table(void)
+{
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        wire_msg m;
+        wire_error e;
+        int rc = decode_json(BAD[i].json, BAD[i].dirs, &m, &e);
+        CHECK(rc < 0 && e.code == BAD[i].code && strcmp(e.field, BAD[i].field) == 0 &&
+                  m.arena == NULL,
+              "%s -> %s at \"%s\" (got %s at \"%s\": %s)", BAD[i].json,
+              wire_code_name(BAD[i].code), BAD[i].field, wire_code_name(e.code), e.field,
+              e.err.msg);
+        if (rc == 0)
+            wire_msg_free(&m);
+    }
+}
+
+static void check_raw(const void *data, size_t len, wire_code code, const char *field,
+                      const char *what)
+{
+    wire_msg m;
+    wire_error e;
+    int rc = wire_decode(data, len, WIRE_DIR_ANY, &m, &e);
+    CHECK(rc < 0 && e.code == code && strcmp(e.field, field) == 0, "%s -> %s \"%s\" (got %s: %s)",
+          what, wire_code_name(code), field, wire_code_name(e.code), e.err.msg);
+    if (rc == 0)
+        wire_msg_free(&m);
+}
+
+/* A submit with one job whose last key is `key` and value is packed by fn. */
+typedef void (*pack_fn)(msgpack_packer *pk, const void *arg);
+
+static void check_job_value(const char *key, pack_fn fn, const void *arg, wire_code code,
+                            const char *what)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 4);
+    msgpack_pack_str_with_body(&pk, "v", 1);
+    msgpack_pack_uint8(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "type", 4);
+    msgpack_pack_str_with_body(&pk, "submit", 6);
+    msgpack_pack_str_with_body(&pk, "req", 3);
+    msgpack_pack_uint8(&pk, 31);
+    msgpack_pack_str_with_body(&pk, "jobs", 4);
+    msgpack_pack_array(&pk, 1);
+    bool is_prompt = strcmp(key, "prompt") == 0;
+    msgpack_pack_map(&pk, is_prompt ? 1 : 2);
+    if (!is_prompt) {
+        msgpack_pack_str_with_body(&pk, "prompt", 6);
+        msgpack_pack_str_with_body(&pk, "x", 1);
+    }
+    msgpack_pack_str_with_body(&pk, key, strlen(key));
+    fn(&pk, arg);
+    wire_msg m;
+    wire_error e;
+    char field[64];
+    snprintf(field, sizeof field, "jobs[0].%s", key);
+    int rc = wire_decode(sb.data, sb.size, WIRE_DIR_CLIENT_TO_BROKER, &m, &e);
+    CHECK(rc < 0 && e.code == code && strcmp(e.field, field) == 0 && e.req == 31,
+          "%s -> %s at %s, req kept (got %s: %s)", what, wire_code_name(code), field,
+          wire_code_name(e.code), e.err.msg);
+    if (rc == 0)
+        wire_msg_free(&m);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+static void pack_double(msgpack_packer *pk, const void *arg) { msgpack_pack_double(pk, *(const double *)arg); }
+static void pack_float32(msgpack_packer *pk, const void *arg) { msgpack_pack_float(pk, *(const float *)arg); }
+static void pack_bin(msgpack_packer *pk, const void *arg) { (void)arg; msgpack_pack_bin_with_body(pk, "ab", 2); }
+static void pack_bytes(msgpack_packer *pk, const void *arg)
+{
+    const char *s = arg;
+    msgpack_pack_str_with_body(pk, s, strlen(s));
+}
+
+static void pack_big_string(msgpack_packer *pk, const void *arg)
+{
+    size_t n = *(const size_t *)arg;
+    char *s = malloc(n);
+    memset(s, 'a', n);
+    msgpack_pack_str_with_body(pk, s, n);
+    free(s);
+}
+
+static const char DUP_V[] = "\x83\xa1v\x01\xa1v\x01\xa4type\xa5stats";
+static const char INT_KEY[] = "\x83\xa1v\x01\xa4type\xa5stats\x01\x02";
+static const char DUP_N[] = "\x84\xa1v\x01\xa4type\xa6" "credit\xa1n\x01\xa1n\x02";
+
+static void test_bad_raw(void)
+{
+    check_raw("", 0, WIRE_E_MALFORMED, "", "an empty body");
+    check_raw("\xc1", 1, WIRE_E_MALFORMED, "", "the never-used byte 0xc1");
+    check_raw("hello, world", 12, WIRE_E_MALFORMED, "", "plain text");
+    check_raw("\x81\xa1v", 3, WIRE_E_MALFORMED, "", "a truncated map");
+    check_raw("\x80\x80", 2, WIRE_E_MALFORMED, "", "two maps (trailing bytes)");
+    check_raw("\xdd\xff\xff\xff\xff", 5, WIRE_E_MALFORMED, "",
+              "an array header claiming 4 billion elements");
+    check_raw("\xdf\x7f\xff\xff\xff\x00", 6, WIRE_E_MALFORMED, "", "a map header claiming 2^31 pairs");
+    check_raw("\xdb\xff\xff\xff\xff" "ab", 7, WIRE_E_MALFORMED, "", "a str header longer than the body");
+    char deep[32];
+    memset(deep, 0x91, sizeof deep);   /* [[[[...]]]] */
+    deep[sizeof deep - 1] = 0x01;
+    check_raw(deep, sizeof deep, WIRE_E_MALFORMED, "", "nesting 31 deep");
+    check_raw("\x90", 1, WIRE_E_MALFORMED, "", "an empty array");
+    check_raw(DUP_V, sizeof DUP_V - 1, WIRE_E_BAD_VALUE, "v",
+              "\"v\" given twice");
+    check_raw(INT_KEY, sizeof INT_KEY - 1, WIRE_E_BAD_TYPE, "",
+              "an integer map key");
+    check_raw(DUP_N, sizeof DUP_N - 1, WIRE_E_BAD_VALUE, "n",
+              "\"n\" given twice");
+
+    double nan = NAN, inf = INFINITY;
+    float fnan = NAN, f07 = 0.7f;
+    check_job_value("temperature", pack_double, &nan, WIRE_E_BAD_VALUE, "a NaN temperature");
+    check_job_value("top_p", pack_float32, &fnan, WIRE_E_BAD_VALUE, "a float32 NaN top_p");
+    check_job_value("min_p", pack_double, &inf, WIRE_E_BAD_VALUE, "an infinite min_p");
+    double huge = 1e40;
+    check_job_value("temperature", pack_double, &huge, WIRE_E_BAD_VALUE,
+                    "a temperature beyond float range");
+    check_job_value("max_tokens", pack_float32, &f07, WIRE_E_BAD_TYPE, "a float max_tokens");
+    check_job_value("prompt", pack_bin, NULL, WIRE_E_BAD_TYPE, "a bin prompt");
+    check_job_value("prompt", pack_bytes, "caf\xc3", WIRE_E_BAD_VALUE, "a truncated UTF-8 prompt");
+    check_job_value("prompt", pack_bytes, "\xed\xa0\x80", WIRE_E_BAD_VALUE,
+                    "a prompt with an encoded surrogate");
+    check_job_value("key", pack_bytes, "\xc0\xaf", WIRE_E_BAD_VALUE, "an overlong-UTF-8 key");
+    size_t big = WIRE_MAX_PROMPT_BYTES + 1, name = WIRE_MAX_NAME_BYTES + 1;
+    check_job_value("prompt", pack_big_string, &big, WIRE_E_TOO_LARGE, "an oversize prompt (1 MiB + 1)");
+    check_job_value("key", pack_big_string, &name, WIRE_E_TOO_LARGE, "a 257-byte key");
+    /* The largest prompt is accepted: the limit is inclusive. */
+    size_t max_prompt = WIRE_MAX_PROMPT_BYTES;
+    wire_msg m;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 3);
+    msgpack_pack_str_with_body(&pk, "v", 1);
+    msgpack_pack_uint8(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "type", 4);
+    msgpack_pack_str_with_body(&pk, "submit", 6);
+    msgpack_pack_str_with_body(&pk, "jobs", 4);
+    msgpack_pack_array(&pk, 1);
+    msgpack_pack_map(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "prompt", 6);
+    pack_big_string(&pk, &max_prompt);
+    wire_error e;
+    int rc = wire_decode(sb.data, sb.size, WIRE_DIR_CLIENT_TO_BROKER, &m, &e);
+    CHECK(rc == 0 && strlen(m.submit.jobs[0].prompt) == WIRE_MAX_PROMPT_BYTES,
+          "a prompt of exactly WIRE_MAX_PROMPT_BYTES is accepted");
+    if (rc == 0)
+        wire_msg_free(&m);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+static void test_too_many_jobs(void)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 3);
+    msgpack_pack_str_with_body(&pk, "v", 1);
+    msgpack_pack_uint8(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "type", 4);
+    msgpack_pack_str_with_body(&pk, "submit", 6);
+    msgpack_pack_str_with_body(&pk, "jobs", 4);
+    msgpack_pack_array(&pk, WIRE_MAX_JOBS_PER_SUBMIT + 1);
+    for (unsigned i = 0; i <= WIRE_MAX_JOBS_PER_SUBMIT; i++) {
+        msgpack_pack_map(&pk, 1);
+        msgpack_pack_str_with_body(&pk, "prompt", 6);
+        msgpack_pack_str_with_body(&pk, "p", 1);
+    }
+    wire_msg m;
+    wire_error e;
+    int rc = wire_decode(sb.data, sb.size, WIRE_DIR_CLIENT_TO_BROKER, &m, &e);
+    CHECK(rc < 0 && e.code == WIRE_E_TOO_LARGE && strcmp(e.field, "jobs") == 0,
+          "a submit of %u jobs is too_large at \"jobs\" (%s)", WIRE_MAX_JOBS_PER_SUBMIT + 1,
+          e.err.msg);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+static void test_encode_refusals(void)
+{
+    static const uint32_t toks[] = {1};
+    wire_msg m;
+    char *out;
+    size_t len;
+    wire_error e;
+    wire_job job = {.prompt = "a", .tokens = toks, .n_tokens = 1, .sampling = wire_sampling_default()};
+    wire_msg_init(&m, WIRE_T_SUBMIT);
+    m.submit = (wire_submit){.jobs = &job, .n_jobs = 1};
+    CHECK(wire_encode(&m, &out, &len, &e) < 0 && e.code == WIRE_E_BAD_VALUE && out == NULL,
+          "encode refuses a job with both prompt and tokens");
+    m.submit.n_jobs = 0;
+    CHECK(wire_encode(&m, &out, &len, &e) < 0 && e.code == WIRE_E_BAD_VALUE,
+          "encode refuses a submit without jobs");
+    wire_msg_init(&m, WIRE_T_HELLO);
+    CHECK(wire_encode(&m, &out, &len, &e) < 0 && e.code == WIRE_E_MISSING_FIELD &&
+              strcmp(e.field, "worker") == 0,
+          "encode refuses a hello without a worker id");
+    wire_msg_init(&m, WIRE_T_NONE);
+    CHECK(wire_encode(&m, &out, &len, &e) < 0 && e.code == WIRE_E_UNKNOWN_TYPE,
+          "encode refuses an unknown type");
+}
+
+static void test_names(void)
+{
+    int ok = 1;
+    for (int t = 1; t < WIRE_T_COUNT; t++)
+        ok &= wire_type_from_name(wire_type_name((wire_type)t)) == (wire_type)t &&
+              wire_type_dirs((wire_type)t) != 0;
+    for (int c = 1; c < WIRE_E_COUNT; c++)
+        ok &= wire_code_from_name(wire_code_name((wire_code)c)) == (wire_code)c;
+    CHECK(ok, "every type and code name maps back to its value");
+    CHECK(wire_type_name(WIRE_T_COUNT) == NULL && wire_type_from_name("nope") == WIRE_T_NONE &&
+              wire_state_from_name("done") == WIRE_STATE_DONE &&
+              wire_finish_from_name("length") == WIRE_FINISH_LENGTH,
+          "out-of-range values have no name; names of states and finish reasons resolve");
+}
+
+int main(void)
+{
+    test_submit();
+    test_defaults();
+    test_client_messages();
+    test_broker_replies();
+    test_worker_messages();
+    test_bad_table();
+    test_bad_raw();
+    test_too_many_jobs();
+    test_encode_refusals();
+    test_names();
+    return check_done();
+}
