@@ -20,12 +20,6 @@ static uint8_t touch(const void *p, uint64_t n)
     return n ? (uint8_t)(b[0] ^ b[n - 1]) : 0;
 }
 
-static size_t elem_size(gguf_vtype t)
-{
-    static const size_t size[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-    return (unsigned)t < sizeof size / sizeof size[0] ? size[t] : 0;
-}
-
 static uint8_t exercise_key(const gguf_file *f, uint64_t i)
 {
     gguf_str k = gguf_kv_key(f, i);
@@ -55,7 +49,7 @@ static uint8_t exercise_key(const gguf_file *f, uint64_t i)
     if (gguf_get_str(f, key, &s, &err) == 0)
         acc ^= touch(s.ptr, s.len);
     if (gguf_get_array(f, key, &et, &arr, &n, &err) == 0 && et != GGUF_STRING)
-        acc ^= touch(arr, n * elem_size(et));
+        acc ^= touch(arr, n * gguf_vtype_size(et));
     if (gguf_get_str_array(f, key, &items, &n, &err) == 0)
         for (uint64_t j = 0; j < n; j++)
             acc ^= touch(items[j].ptr, items[j].len);

@@ -57,11 +57,10 @@ static void put64(uint8_t *b, uint64_t off, uint64_t v)
 
 static uint64_t skip_value(const uint8_t *b, uint64_t pos, uint32_t type)
 {
-    static const uint64_t size[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
     if (type == GGUF_STRING)
         return pos + 8 + rd64(b, pos);
     if (type != GGUF_ARRAY)
-        return pos + size[type];
+        return pos + gguf_vtype_size(type);
     uint32_t et = rd32(b, pos);
     uint64_t n = rd64(b, pos + 4);
     pos += 12;

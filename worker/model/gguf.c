@@ -209,16 +209,22 @@ static void *reserve(parser *p, void *arr, uint64_t *cap, uint64_t n, size_t ele
 
 /* ---- name index ---- */
 
-typedef gguf_str (*name_of_fn)(const gguf_file *f, uint64_t i);
+/* An indexed entry: its name and where it starts in the file (for messages). */
+typedef struct entry_ref {
+    gguf_str name;
+    uint64_t off;
+} entry_ref;
 
-static gguf_str kv_name(const gguf_file *f, uint64_t i)
+typedef entry_ref (*entry_fn)(const gguf_file *f, uint64_t i);
+
+static entry_ref kv_entry(const gguf_file *f, uint64_t i)
 {
-    return f->kv[i].key;
+    return (entry_ref){f->kv[i].key, f->kv[i].off};
 }
 
-static gguf_str tensor_name(const gguf_file *f, uint64_t i)
+static entry_ref tensor_entry(const gguf_file *f, uint64_t i)
 {
-    return f->tensors[i].raw_name;
+    return (entry_ref){f->tensors[i].raw_name, f->tensors[i].off};
 }
 
 static uint64_t hash_str(gguf_str s)
@@ -234,20 +240,19 @@ static bool str_same(gguf_str a, gguf_str b)
     return a.len == b.len && memcmp(a.ptr, b.ptr, a.len) == 0;
 }
 
-static int64_t index_find(const name_index *ix, const gguf_file *f, name_of_fn name_of,
-                          gguf_str s)
+static int64_t index_find(const name_index *ix, const gguf_file *f, entry_fn entry, gguf_str s)
 {
     if (!ix->slots)
         return -1;
     for (uint64_t h = hash_str(s) & ix->mask; ix->slots[h]; h = (h + 1) & ix->mask)
-        if (str_same(name_of(f, ix->slots[h] - 1), s))
+        if (str_same(entry(f, ix->slots[h] - 1).name, s))
             return (int64_t)(ix->slots[h] - 1);
     return -1;
 }
 
-/* Index entries 0..n-1; a name seen twice stops with *dup and *first set. */
-static int index_build(parser *p, name_index *ix, uint64_t n, name_of_fn name_of,
-                       uint64_t *dup, uint64_t *first)
+/* Index entries 0..n-1, refusing a name seen twice ("duplicate <noun>"). */
+static int index_build(parser *p, name_index *ix, uint64_t n, entry_fn entry, const char *what,
+                       const char *noun)
 {
     if (n == 0)
         return 0;
@@ -259,14 +264,14 @@ static int index_build(parser *p, name_index *ix, uint64_t n, name_of_fn name_of
         return fail(p, p->pos, "out of memory");
     ix->mask = size - 1;
     for (uint64_t i = 0; i < n; i++) {
-        gguf_str s = name_of(p->f, i);
-        int64_t j = index_find(ix, p->f, name_of, s);
+        entry_ref e = entry(p->f, i);
+        int64_t j = index_find(ix, p->f, entry, e.name);
         if (j >= 0) {
-            *dup = i;
-            *first = (uint64_t)j;
-            return 1;
+            set_ctx(p, what, e.name);
+            return fail(p, e.off, "duplicate %s (first at offset %" PRIu64 ")", noun,
+                        entry(p->f, (uint64_t)j).off);
         }
-        uint64_t h = hash_str(s) & ix->mask;
+        uint64_t h = hash_str(e.name) & ix->mask;
         while (ix->slots[h])
             h = (h + 1) & ix->mask;
         ix->slots[h] = i + 1;
@@ -309,21 +314,9 @@ static int parse_header(parser *p, uint64_t *n_tensors, uint64_t *n_kv)
 
 /* ---- key-values ---- */
 
-static uint64_t scalar_size(gguf_vtype t)
-{
-    switch (t) {
-    case GGUF_UINT8: case GGUF_INT8: case GGUF_BOOL: return 1;
-    case GGUF_UINT16: case GGUF_INT16: return 2;
-    case GGUF_UINT32: case GGUF_INT32: case GGUF_FLOAT32: return 4;
-    case GGUF_UINT64: case GGUF_INT64: case GGUF_FLOAT64: return 8;
-    case GGUF_STRING: case GGUF_ARRAY: break;
-    }
-    return 0;
-}
-
 static int parse_scalars(parser *p, gguf_vtype t, uint64_t n, const uint8_t **out)
 {
-    uint64_t off = p->pos, sz = scalar_size(t);
+    uint64_t off = p->pos, sz = gguf_vtype_size(t);
     if (n > left(p) / sz)
         return fail(p, off, "%" PRIu64 " values of type %s run past the end of the file (%" PRIu64
                     " bytes left)", n, gguf_vtype_name(t), left(p));
@@ -415,14 +408,7 @@ static int parse_kvs(parser *p, uint64_t n)
         if (parse_kv(p, i))
             return -1;
     p->ctx[0] = '\0';
-    uint64_t dup, first;
-    int rc = index_build(p, &p->f->kv_index, p->f->n_kv, kv_name, &dup, &first);
-    if (rc > 0) {
-        set_ctx(p, "key", p->f->kv[dup].key);
-        return fail(p, p->f->kv[dup].off, "duplicate key (first at offset %" PRIu64 ")",
-                    p->f->kv[first].off);
-    }
-    return rc;
+    return index_build(p, &p->f->kv_index, p->f->n_kv, kv_entry, "key", "key");
 }
 
 static int read_alignment(parser *p)
@@ -577,14 +563,7 @@ static int parse_tensors(parser *p, uint64_t n)
         if (parse_tensor(p, i))
             return -1;
     p->ctx[0] = '\0';
-    uint64_t dup, first;
-    int rc = index_build(p, &p->f->tensor_index, p->f->n_tensors, tensor_name, &dup, &first);
-    if (rc > 0) {
-        set_ctx(p, "tensor", p->f->tensors[dup].raw_name);
-        return fail(p, p->f->tensors[dup].off, "duplicate tensor name (first at offset %" PRIu64 ")",
-                    p->f->tensors[first].off);
-    }
-    if (rc < 0)
+    if (index_build(p, &p->f->tensor_index, p->f->n_tensors, tensor_entry, "tensor", "tensor name"))
         return -1;
     return place_tensors(p) || copy_names(p) ? -1 : 0;
 }
@@ -718,7 +697,7 @@ gguf_vtype gguf_kv_type(const gguf_file *f, uint64_t i)
 
 int64_t gguf_find_key(const gguf_file *f, const char *key)
 {
-    return index_find(&f->kv_index, f, kv_name, (gguf_str){key, strlen(key)});
+    return index_find(&f->kv_index, f, kv_entry, (gguf_str){key, strlen(key)});
 }
 
 static const struct gguf_kv *lookup(const gguf_file *f, const char *key)
@@ -902,7 +881,7 @@ const gguf_tensor *gguf_tensor_at(const gguf_file *f, uint64_t i)
 
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name)
 {
-    int64_t i = index_find(&f->tensor_index, f, tensor_name, (gguf_str){name, strlen(name)});
+    int64_t i = index_find(&f->tensor_index, f, tensor_entry, (gguf_str){name, strlen(name)});
     return i < 0 ? NULL : &f->tensors[i].t;
 }
 
@@ -913,6 +892,18 @@ const char *gguf_vtype_name(gguf_vtype t)
         "bool", "string", "array", "uint64", "int64", "float64",
     };
     return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "unknown";
+}
+
+size_t gguf_vtype_size(gguf_vtype t)
+{
+    switch (t) {
+    case GGUF_UINT8: case GGUF_INT8: case GGUF_BOOL: return 1;
+    case GGUF_UINT16: case GGUF_INT16: return 2;
+    case GGUF_UINT32: case GGUF_INT32: case GGUF_FLOAT32: return 4;
+    case GGUF_UINT64: case GGUF_INT64: case GGUF_FLOAT64: return 8;
+    case GGUF_STRING: case GGUF_ARRAY: break;
+    }
+    return 0;
 }
 
 bool gguf_str_eq(gguf_str s, const char *c)

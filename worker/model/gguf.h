@@ -108,6 +108,9 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
 /* Name of a value type ("uint32", "string", ...). */
 const char *gguf_vtype_name(gguf_vtype t);
 
+/* Bytes of one value of a fixed-size type; 0 for string, array and unknown ids. */
+size_t gguf_vtype_size(gguf_vtype t);
+
 /* True when s equals the NUL-terminated c string. */
 bool gguf_str_eq(gguf_str s, const char *c);
 
