@@ -37,3 +37,10 @@ TESTS += tests/unit/test-parity
 tests_unit_test_parity_SOURCES = tests/unit/test-parity.c tests/unit/check.h
 tests_unit_test_parity_LDADD = worker/libllmq_engine.a $(LLMQ_MODEL_LIBS)
 # ---- end CPU engine parity ----
+
+# ---- common: JSON reader (common/json.c) ----
+check_PROGRAMS += tests/unit/test-json
+TESTS += tests/unit/test-json
+tests_unit_test_json_SOURCES = tests/unit/test-json.c tests/unit/check.h
+tests_unit_test_json_LDADD = common/libllmq_common.a
+# ---- end common: JSON ----
