@@ -44,3 +44,10 @@ TESTS += tests/unit/test-json
 tests_unit_test_json_SOURCES = tests/unit/test-json.c tests/unit/check.h
 tests_unit_test_json_LDADD = common/libllmq_common.a
 # ---- end common: JSON ----
+
+# ---- tensor types (kernels/quant.c) ----
+check_PROGRAMS += tests/unit/test-quant
+TESTS += tests/unit/test-quant
+tests_unit_test_quant_SOURCES = tests/unit/test-quant.c tests/unit/check.h
+tests_unit_test_quant_LDADD = $(LLMQ_MODEL_LIBS)
+# ---- end tensor types ----
