@@ -8,6 +8,14 @@
  * pure function of (seed, s) -- no state shared between sequences -- so the
  * same job yields the same tokens alone or in any batch, on any worker.
  *
+ * Rules another implementation (the GPU sampler) must follow to agree:
+ * truncation orders tokens by logit, ties to the lower id; top-p and min-p
+ * see the penalized logits at temperature 1 (top-p after top-k renormalizes
+ * over the top k); min-p keeps logit >= max + logf(min_p); the draw divides
+ * the survivors' logits by the temperature, weighs them expf(x - max_x),
+ * sums in double, and returns the first survivor *in id order* whose
+ * cumulative weight exceeds sampler_uniform(seed, step) * total.
+ *
  * The sampler owns scratch space sized for the vocabulary; one sampler serves
  * many sequences one after the other (not concurrently). */
 #ifndef LLMQ_ENGINE_SAMPLER_H
@@ -49,7 +57,12 @@ int32_t sampler_sample(sampler *s, const sampler_params *p, float *logits,
                        const int32_t *history, int64_t n_history, uint64_t step);
 
 /* The uniform draw in [0, 1) for (seed, step): exposed so tests and the GPU
- * sampler use the very same stream. */
+ * sampler use the very same stream.  64-bit integer arithmetic only:
+ *   mix(z) = splitmix64's finalizer (z ^= z>>30; z *= 0xbf58476d1ce4e5b9;
+ *            z ^= z>>27; z *= 0x94d049bb133111eb; z ^= z>>31)
+ *   z = mix(mix(seed) + 0x9e3779b97f4a7c15 * (step + 1))   (mod 2^64)
+ *   u = (z >> 11) * 2^-53
+ * i.e. the (step+1)-th output of splitmix64 seeded with mix(seed). */
 double sampler_uniform(uint64_t seed, uint64_t step);
 
 #endif
