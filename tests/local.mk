@@ -51,3 +51,11 @@ TESTS += tests/unit/test-quant
 tests_unit_test_quant_SOURCES = tests/unit/test-quant.c tests/unit/check.h
 tests_unit_test_quant_LDADD = $(LLMQ_MODEL_LIBS)
 # ---- end tensor types ----
+
+# ---- llmq-submit input and output lines (tools/jobfile.c) ----
+check_PROGRAMS += tests/unit/test-jobfile
+TESTS += tests/unit/test-jobfile
+tests_unit_test_jobfile_SOURCES = tests/unit/test-jobfile.c tests/unit/check.h \
+	tools/jobfile.c tools/jobfile.h
+tests_unit_test_jobfile_LDADD = proto/libllmq.la common/libllmq_common.a
+# ---- end llmq-submit input and output ----

@@ -1,0 +1,754 @@
+/* client: the C client library (proto/llmq.h) over one ZeroMQ DEALER socket.
+ *
+ * Requests are synchronous (send, then read until the reply with the same
+ * req arrives), but waits are long-lived: messages for an open wait that
+ * arrive while another request is being answered are kept in a stash and
+ * handed to the wait later; messages for no open request (late replies to a
+ * request that timed out) are dropped. */
+#include "proto/llmq.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "proto/wire.h"
+
+_Static_assert((int)LLMQ_E_INTERNAL == (int)WIRE_E_INTERNAL &&
+                   (int)LLMQ_E_QUEUE_FULL == (int)WIRE_E_QUEUE_FULL &&
+                   (int)LLMQ_E_MALFORMED == (int)WIRE_E_MALFORMED,
+               "llmq_code mirrors wire_code");
+_Static_assert((int)LLMQ_STATE_CANCELLED == (int)WIRE_STATE_CANCELLED &&
+                   (int)LLMQ_STATE_QUEUED == (int)WIRE_STATE_QUEUED,
+               "llmq_state mirrors wire_state");
+
+/* Submits are cut so that one message stays well under WIRE_MAX_BODY_BYTES. */
+#define CHUNK_BYTES (8u << 20)
+/* A wait asked of the broker with a timeout gets this much longer locally
+ * before the broker is presumed gone. */
+#define WAIT_GRACE_MS 10000
+
+typedef struct stash {
+    wire_msg m;
+    struct stash *next;
+} stash;
+
+struct llmq_client {
+    void *ctx;
+    void *sock;
+    uint64_t next_req;
+    int timeout_ms;
+    stash *stash;            /* FIFO of messages kept for open waits */
+    llmq_wait *waits;        /* open waits */
+};
+
+struct llmq_wait {
+    llmq_client *c;
+    uint64_t *reqs;          /* one wait request per chunk of ids */
+    bool *ended;
+    size_t n_reqs, n_ended;
+    size_t done, pending;
+    bool timed_out;
+    double deadline;         /* monotonic ms; 0: none */
+    wire_msg cur;            /* backs the last result handed out */
+    llmq_wait *next;
+};
+
+/* ---- errors --------------------------------------------------------------------- */
+
+static int fail(llmq_error *err, llmq_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(llmq_error *err, llmq_code code, const char *fmt, ...)
+{
+    if (!err)
+        return -1;
+    err->code = code;
+    err->field[0] = '\0';
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int from_wire_error(llmq_error *err, const wire_error *we)
+{
+    if (!err)
+        return -1;
+    err->code = (llmq_code)we->code;
+    snprintf(err->field, sizeof err->field, "%s", we->field);
+    snprintf(err->message, sizeof err->message, "%s", we->err.msg);
+    return -1;
+}
+
+/* The broker's "error" reply. */
+static int from_error_msg(llmq_error *err, const wire_msg *m)
+{
+    if (!err)
+        return -1;
+    err->code = (llmq_code)m->error.code;
+    snprintf(err->field, sizeof err->field, "%s", m->error.field ? m->error.field : "");
+    snprintf(err->message, sizeof err->message, "broker: %s", m->error.message);
+    return -1;
+}
+
+const char *llmq_code_name(llmq_code code)
+{
+    switch (code) {
+    case LLMQ_E_TIMEOUT: return "timeout";
+    case LLMQ_E_TRANSPORT: return "transport";
+    case LLMQ_E_PROTOCOL: return "protocol";
+    case LLMQ_E_USAGE: return "usage";
+    default: {
+        const char *n = wire_code_name((wire_code)code);
+        return n ? n : "?";
+    }
+    }
+}
+
+const char *llmq_state_name(llmq_state state)
+{
+    const char *n = wire_state_name((wire_state)state);
+    return n ? n : "?";
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ---- connection ------------------------------------------------------------------ */
+
+int llmq_connect(llmq_client **out, const char *endpoint, llmq_error *err)
+{
+    *out = NULL;
+    if (!endpoint || !*endpoint)
+        return fail(err, LLMQ_E_USAGE, "no broker endpoint given");
+    llmq_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return fail(err, LLMQ_E_INTERNAL, "out of memory");
+    c->next_req = 1;
+    c->timeout_ms = 30000;
+    c->ctx = zmq_ctx_new();
+    c->sock = c->ctx ? zmq_socket(c->ctx, ZMQ_DEALER) : NULL;
+    int zero = 0;
+    int64_t max = WIRE_MAX_BODY_BYTES;
+    if (!c->sock || zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero) < 0 ||
+        zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &max, sizeof max) < 0 ||
+        zmq_connect(c->sock, endpoint) < 0) {
+        fail(err, LLMQ_E_TRANSPORT, "connecting to %s: %s", endpoint, zmq_strerror(zmq_errno()));
+        llmq_close(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
+void llmq_set_timeout(llmq_client *c, int timeout_ms)
+{
+    c->timeout_ms = timeout_ms;
+}
+
+void llmq_close(llmq_client *c)
+{
+    if (!c)
+        return;
+    while (c->stash) {
+        stash *s = c->stash;
+        c->stash = s->next;
+        wire_msg_free(&s->m);
+        free(s);
+    }
+    while (c->waits)
+        llmq_wait_free(c->waits);
+    if (c->sock)
+        zmq_close(c->sock);
+    if (c->ctx)
+        zmq_ctx_term(c->ctx);
+    free(c);
+}
+
+/* ---- messages ----------------------------------------------------------------------- */
+
+static int send_msg(llmq_client *c, const wire_msg *m, llmq_error *err)
+{
+    char *buf;
+    size_t len;
+    wire_error we;
+    if (wire_encode(m, &buf, &len, &we) < 0)
+        return from_wire_error(err, &we);
+    int rc = zmq_send(c->sock, buf, len, 0);
+    free(buf);
+    if (rc < 0)
+        return fail(err, LLMQ_E_TRANSPORT, "sending: %s", zmq_strerror(zmq_errno()));
+    return 0;
+}
+
+/* One message from the broker within wait_ms (< 0: forever): 1, 0 on
+ * timeout, -1 on error.  The body is the last frame. */
+static int recv_msg(llmq_client *c, int wait_ms, wire_msg *m, llmq_error *err)
+{
+    zmq_pollitem_t item = {.socket = c->sock, .events = ZMQ_POLLIN};
+    int n = zmq_poll(&item, 1, wait_ms);
+    if (n < 0)
+        return errno == EINTR ? 0 : fail(err, LLMQ_E_TRANSPORT, "poll: %s",
+                                         zmq_strerror(zmq_errno()));
+    if (n == 0)
+        return 0;
+    zmq_msg_t part;
+    zmq_msg_init(&part);
+    for (;;) {
+        if (zmq_msg_recv(&part, c->sock, 0) < 0) {
+            zmq_msg_close(&part);
+            return fail(err, LLMQ_E_TRANSPORT, "receiving: %s", zmq_strerror(zmq_errno()));
+        }
+        if (!zmq_msg_more(&part))
+            break;
+    }
+    wire_error we;
+    int rc = wire_decode(zmq_msg_data(&part), zmq_msg_size(&part), WIRE_DIR_BROKER_TO_CLIENT,
+                         m, &we);
+    zmq_msg_close(&part);
+    if (rc < 0) {
+        from_wire_error(err, &we);
+        err->code = LLMQ_E_PROTOCOL;
+        return -1;
+    }
+    return 1;
+}
+
+static bool wait_owns(const llmq_wait *w, uint64_t req)
+{
+    for (size_t i = 0; i < w->n_reqs; i++)
+        if (w->reqs[i] == req && !w->ended[i])
+            return true;
+    return false;
+}
+
+static bool any_wait_owns(const llmq_client *c, uint64_t req)
+{
+    for (const llmq_wait *w = c->waits; w; w = w->next)
+        if (wait_owns(w, req))
+            return true;
+    return false;
+}
+
+/* Who a message is for: the request `req`, or (req 0) the wait w. */
+typedef struct target {
+    uint64_t req;
+    const llmq_wait *w;
+} target;
+
+static bool is_for(const target *t, const wire_msg *m)
+{
+    return t->w ? wait_owns(t->w, m->req) : m->req == t->req;
+}
+
+static bool from_stash(llmq_client *c, const target *t, wire_msg *out)
+{
+    for (stash **p = &c->stash; *p; p = &(*p)->next) {
+        if (is_for(t, &(*p)->m)) {
+            stash *s = *p;
+            *p = s->next;
+            *out = s->m;
+            free(s);
+            return true;
+        }
+    }
+    return false;
+}
+
+static int keep(llmq_client *c, wire_msg *m, llmq_error *err)
+{
+    stash *s = malloc(sizeof *s);
+    if (!s) {
+        wire_msg_free(m);
+        return fail(err, LLMQ_E_INTERNAL, "out of memory");
+    }
+    s->m = *m;
+    s->next = NULL;
+    stash **p = &c->stash;
+    while (*p)
+        p = &(*p)->next;
+    *p = s;
+    return 0;
+}
+
+/* The next message for t within wait_ms (< 0: forever): 1, 0, -1. */
+static int take(llmq_client *c, const target *t, int wait_ms, wire_msg *out, llmq_error *err)
+{
+    if (from_stash(c, t, out))
+        return 1;
+    double end = now_ms() + wait_ms;
+    for (;;) {
+        int left = wait_ms < 0 ? -1 : (int)(end - now_ms());
+        if (wait_ms >= 0 && left < 0)
+            left = 0;
+        int rc = recv_msg(c, left, out, err);
+        if (rc <= 0)
+            return rc;
+        if (is_for(t, out))
+            return 1;
+        if (any_wait_owns(c, out->req)) {
+            if (keep(c, out, err) < 0)
+                return -1;
+        } else {
+            wire_msg_free(out);   /* a late reply to a request given up on */
+        }
+        if (wait_ms >= 0 && now_ms() >= end)
+            return 0;
+    }
+}
+
+/* Sends m (its req assigned here) and reads the reply of type `expect`. */
+static int rpc(llmq_client *c, wire_msg *m, wire_type expect, wire_msg *reply, llmq_error *err)
+{
+    m->req = c->next_req++;
+    if (send_msg(c, m, err) < 0)
+        return -1;
+    target t = {.req = m->req};
+    int rc = take(c, &t, c->timeout_ms, reply, err);
+    if (rc < 0)
+        return -1;
+    if (rc == 0)
+        return fail(err, LLMQ_E_TIMEOUT, "no reply to %s from the broker within %d ms",
+                    wire_type_name(m->type), c->timeout_ms);
+    if (reply->type == WIRE_T_ERROR) {
+        from_error_msg(err, reply);
+        wire_msg_free(reply);
+        return -1;
+    }
+    if (reply->type != expect) {
+        fail(err, LLMQ_E_PROTOCOL, "expected %s, the broker sent %s", wire_type_name(expect),
+             wire_type_name(reply->type));
+        wire_msg_free(reply);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- submit -------------------------------------------------------------------------- */
+
+void llmq_job_init(llmq_job *job)
+{
+    wire_sampling s = wire_sampling_default();
+    *job = (llmq_job){
+        .max_tokens = s.max_tokens, .temperature = s.temperature, .top_k = s.top_k,
+        .top_p = s.top_p, .min_p = s.min_p, .repeat_penalty = s.repeat_penalty,
+        .repeat_last_n = s.repeat_last_n, .presence_penalty = s.presence_penalty,
+        .frequency_penalty = s.frequency_penalty, .seed = s.seed, .ignore_eos = s.ignore_eos,
+    };
+}
+
+static int to_wire_job(const llmq_job *j, size_t index, wire_job *w, llmq_error *err)
+{
+    if (j->n_tokens > UINT32_MAX || j->n_stop > UINT32_MAX)
+        return fail(err, LLMQ_E_TOO_LARGE, "jobs[%zu]: too many tokens or stop strings", index);
+    *w = (wire_job){
+        .key = j->key, .prompt = j->prompt, .tokens = j->tokens, .n_tokens = (uint32_t)j->n_tokens,
+        .priority = j->priority, .model = j->model,
+        .sampling = {.max_tokens = j->max_tokens, .temperature = j->temperature,
+                     .top_k = j->top_k, .top_p = j->top_p, .min_p = j->min_p,
+                     .repeat_penalty = j->repeat_penalty, .repeat_last_n = j->repeat_last_n,
+                     .presence_penalty = j->presence_penalty,
+                     .frequency_penalty = j->frequency_penalty, .seed = j->seed,
+                     .ignore_eos = j->ignore_eos, .stop = j->stop, .n_stop = (uint32_t)j->n_stop},
+    };
+    return 0;
+}
+
+int llmq_job_check(const llmq_job *job, llmq_error *err)
+{
+    wire_job wj;
+    if (to_wire_job(job, 0, &wj, err) < 0)
+        return -1;
+    wire_msg m, back;
+    wire_msg_init(&m, WIRE_T_SUBMIT);
+    m.submit = (wire_submit){.jobs = &wj, .n_jobs = 1};
+    char *buf;
+    size_t len;
+    wire_error we;
+    if (wire_encode(&m, &buf, &len, &we) < 0)
+        return from_wire_error(err, &we);
+    /* The broker's own decoder is the one judge of what is valid. */
+    int rc = wire_decode(buf, len, WIRE_DIR_CLIENT_TO_BROKER, &back, &we);
+    free(buf);
+    if (rc < 0) {
+        static const char PREFIX[] = "jobs[0]";
+        if (strncmp(we.field, PREFIX, sizeof PREFIX - 1) == 0) {
+            const char *rest = we.field + sizeof PREFIX - 1;
+            rest += *rest == '.';
+            memmove(we.field, rest, strlen(rest) + 1);
+            const char *msg = we.err.msg + (strncmp(we.err.msg, PREFIX, sizeof PREFIX - 1) == 0
+                                                ? sizeof PREFIX - 1 : 0);
+            msg += *msg == '.' ? 1 : *msg == ':' ? 2 : 0;
+            memmove(we.err.msg, msg, strlen(msg) + 1);
+        }
+        return from_wire_error(err, &we);
+    }
+    wire_msg_free(&back);
+    return 0;
+}
+
+/* A generous estimate of a job's encoded size, to cut submits in chunks. */
+static size_t job_bytes(const llmq_job *j)
+{
+    size_t n = 256 + (j->prompt ? strlen(j->prompt) : 0) + 5 * j->n_tokens +
+               (j->key ? strlen(j->key) : 0) + (j->model ? strlen(j->model) : 0);
+    for (size_t i = 0; i < j->n_stop; i++)
+        n += 8 + (j->stop[i] ? strlen(j->stop[i]) : 0);
+    return n;
+}
+
+static size_t chunk_end(const llmq_job *jobs, size_t start, size_t n)
+{
+    size_t bytes = 0, end = start;
+    while (end < n && end - start < WIRE_MAX_JOBS_PER_SUBMIT) {
+        bytes += job_bytes(&jobs[end]);
+        if (bytes > CHUNK_BYTES && end > start)
+            break;
+        end++;
+    }
+    return end;
+}
+
+static int submit_chunk(llmq_client *c, const char *batch, const char *meta, const llmq_job *jobs,
+                        size_t start, size_t end, uint64_t *ids, bool *existing, llmq_error *err)
+{
+    wire_job *wj = calloc(end - start, sizeof *wj);
+    if (!wj)
+        return fail(err, LLMQ_E_INTERNAL, "out of memory");
+    for (size_t i = start; i < end; i++)
+        if (to_wire_job(&jobs[i], i, &wj[i - start], err) < 0) {
+            free(wj);
+            return -1;
+        }
+    wire_msg m, reply;
+    wire_msg_init(&m, WIRE_T_SUBMIT);
+    m.submit = (wire_submit){.batch = batch, .meta = meta, .jobs = wj,
+                             .n_jobs = (uint32_t)(end - start)};
+    int rc = rpc(c, &m, WIRE_T_SUBMIT_OK, &reply, err);
+    free(wj);
+    if (rc < 0) {
+        if (err && err->field[0] && strncmp(err->field, "jobs[", 5) == 0 && start > 0) {
+            /* Chunk-relative job indexes are renumbered to the caller's. */
+            size_t k = strtoul(err->field + 5, NULL, 10) + start;
+            const char *rest = strchr(err->field, ']');
+            char field[sizeof err->field];
+            snprintf(field, sizeof field, "jobs[%zu%s", k, rest ? rest : "]");
+            memcpy(err->field, field, sizeof field);
+        }
+        return -1;
+    }
+    if (reply.submit_ok.n != end - start) {
+        wire_msg_free(&reply);
+        return fail(err, LLMQ_E_PROTOCOL, "submit of %zu jobs acknowledged with %u ids",
+                    end - start, reply.submit_ok.n);
+    }
+    for (size_t i = start; i < end; i++) {
+        ids[i] = reply.submit_ok.ids[i - start];
+        if (existing)
+            existing[i] = reply.submit_ok.existing[i - start];
+    }
+    wire_msg_free(&reply);
+    return 0;
+}
+
+int llmq_submit(llmq_client *c, const char *batch, const char *meta, const llmq_job *jobs,
+                size_t n, uint64_t *ids, bool *existing, llmq_error *err)
+{
+    if (n == 0)
+        return fail(err, LLMQ_E_USAGE, "no jobs to submit");
+    for (size_t start = 0; start < n;) {
+        size_t end = chunk_end(jobs, start, n);
+        if (submit_chunk(c, batch, meta, jobs, start, end, ids, existing, err) < 0)
+            return -1;
+        start = end;
+    }
+    return 0;
+}
+
+/* ---- wait ------------------------------------------------------------------------------ */
+
+static int wait_send(llmq_wait *w, const llmq_select *sel, size_t first, size_t count,
+                     uint32_t timeout, size_t slot, llmq_error *err)
+{
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_WAIT);
+    m.req = w->c->next_req++;
+    m.wait.timeout_ms = timeout;
+    m.wait.stream = true;
+    if (sel->ids) {
+        m.wait.sel.ids = sel->ids + first;
+        m.wait.sel.n_ids = (uint32_t)count;
+    } else {
+        m.wait.sel.batch = sel->batch;
+    }
+    w->reqs[slot] = m.req;
+    return send_msg(w->c, &m, err);
+}
+
+int llmq_wait_begin(llmq_client *c, const llmq_select *sel, int timeout_ms, llmq_wait **out,
+                    llmq_error *err)
+{
+    *out = NULL;
+    if (!sel || (!sel->ids && !sel->batch) || (sel->ids && sel->n_ids == 0))
+        return fail(err, LLMQ_E_USAGE, "nothing selected to wait for");
+    size_t n_reqs = sel->ids ? (sel->n_ids + WIRE_MAX_IDS - 1) / WIRE_MAX_IDS : 1;
+    llmq_wait *w = calloc(1, sizeof *w);
+    if (w) {
+        w->reqs = calloc(n_reqs, sizeof *w->reqs);
+        w->ended = calloc(n_reqs, sizeof *w->ended);
+    }
+    if (!w || !w->reqs || !w->ended) {
+        if (w) {
+            free(w->reqs);
+            free(w->ended);
+        }
+        free(w);
+        return fail(err, LLMQ_E_INTERNAL, "out of memory");
+    }
+    w->c = c;
+    w->n_reqs = n_reqs;
+    uint32_t timeout = timeout_ms < 0 ? UINT32_MAX : (uint32_t)timeout_ms;
+    w->deadline = timeout_ms < 0 ? 0 : now_ms() + timeout_ms + WAIT_GRACE_MS;
+    w->next = c->waits;
+    c->waits = w;
+    for (size_t i = 0; i < n_reqs; i++) {
+        size_t first = i * WIRE_MAX_IDS;
+        size_t count = sel->ids ? sel->n_ids - first : 0;
+        if (count > WIRE_MAX_IDS)
+            count = WIRE_MAX_IDS;
+        if (wait_send(w, sel, first, count, timeout, i, err) < 0) {
+            llmq_wait_free(w);
+            return -1;
+        }
+    }
+    *out = w;
+    return 0;
+}
+
+static void to_result(const wire_result *r, llmq_result *out)
+{
+    *out = (llmq_result){
+        .id = r->id, .state = (llmq_state)r->state, .attempt = r->attempt, .key = r->key,
+        .batch = r->batch, .text = r->text, .tokens = r->tokens, .n_tokens = r->n_tokens,
+        .finish = wire_finish_name(r->finish), .prompt_tokens = r->prompt_tokens,
+        .gen_tokens = r->gen_tokens, .queue_wait_ms = r->timings.queue_wait_ms,
+        .prefill_ms = r->timings.prefill_ms, .prefill_tok_s = r->timings.prefill_tok_s,
+        .decode_ms = r->timings.decode_ms, .decode_tok_s = r->timings.decode_tok_s,
+        .total_ms = r->timings.total_ms, .worker = r->worker, .error = r->error,
+    };
+}
+
+static void mark_ended(llmq_wait *w, const wire_msg *m)
+{
+    for (size_t i = 0; i < w->n_reqs; i++)
+        if (w->reqs[i] == m->req && !w->ended[i]) {
+            w->ended[i] = true;
+            w->n_ended++;
+            if (m->type != WIRE_T_WAIT_END)
+                continue;
+            w->done += m->wait_end.done;
+            w->pending += m->wait_end.pending;
+            w->timed_out |= m->wait_end.timed_out;
+        }
+}
+
+int llmq_wait_next(llmq_wait *w, int step_ms, llmq_result *out, llmq_error *err)
+{
+    for (;;) {
+        wire_msg_free(&w->cur);
+        if (w->n_ended == w->n_reqs)
+            return LLMQ_WAIT_END;
+        int wait = step_ms;
+        if (w->deadline > 0) {
+            double left = w->deadline - now_ms();
+            if (left <= 0)
+                return fail(err, LLMQ_E_TIMEOUT, "the broker did not end the wait in time");
+            if (wait < 0 || left < wait)
+                wait = (int)left + 1;
+        }
+        target t = {.w = w};
+        int rc = take(w->c, &t, wait, &w->cur, err);
+        if (rc <= 0)
+            return rc < 0 ? -1 : LLMQ_WAIT_IDLE;
+        switch (w->cur.type) {
+        case WIRE_T_RESULT:
+            to_result(&w->cur.result, out);
+            return LLMQ_WAIT_RESULT;
+        case WIRE_T_WAIT_END:
+            mark_ended(w, &w->cur);
+            continue;
+        case WIRE_T_ERROR:   /* that request will send nothing more */
+            mark_ended(w, &w->cur);
+            return from_error_msg(err, &w->cur);
+        default:
+            return fail(err, LLMQ_E_PROTOCOL, "unexpected %s during a wait",
+                        wire_type_name(w->cur.type));
+        }
+    }
+}
+
+void llmq_wait_summary(const llmq_wait *w, size_t *done, size_t *pending, bool *timed_out)
+{
+    if (done)
+        *done = w->done;
+    if (pending)
+        *pending = w->pending;
+    if (timed_out)
+        *timed_out = w->timed_out;
+}
+
+void llmq_wait_free(llmq_wait *w)
+{
+    if (!w)
+        return;
+    for (llmq_wait **p = &w->c->waits; *p; p = &(*p)->next)
+        if (*p == w) {
+            *p = w->next;
+            break;
+        }
+    /* Stashed messages for this wait would never be claimed. */
+    for (stash **p = &w->c->stash; *p;) {
+        if (wait_owns(w, (*p)->m.req)) {
+            stash *s = *p;
+            *p = s->next;
+            wire_msg_free(&s->m);
+            free(s);
+        } else {
+            p = &(*p)->next;
+        }
+    }
+    wire_msg_free(&w->cur);
+    free(w->reqs);
+    free(w->ended);
+    free(w);
+}
+
+/* ---- status, cancel, stats ------------------------------------------------------------- */
+
+typedef struct status_owned {
+    llmq_status pub;         /* first: llmq_status_free casts back */
+    wire_msg msg;
+    llmq_job_status *jobs;
+} status_owned;
+
+static void to_counts(const wire_counts *w, llmq_counts *c)
+{
+    *c = (llmq_counts){.queued = w->queued, .running = w->running, .done = w->done,
+                       .failed = w->failed, .cancelled = w->cancelled};
+}
+
+static int jobs_request(llmq_client *c, wire_type type, wire_type expect, const llmq_select *sel,
+                        llmq_status **out, llmq_error *err)
+{
+    *out = NULL;
+    if (!sel || (!sel->ids && !sel->batch))
+        return fail(err, LLMQ_E_USAGE, "no jobs selected");
+    if (sel->n_ids > WIRE_MAX_IDS)
+        return fail(err, LLMQ_E_TOO_LARGE, "%zu ids, at most %u per request", sel->n_ids,
+                    WIRE_MAX_IDS);
+    status_owned *s = calloc(1, sizeof *s);
+    if (!s)
+        return fail(err, LLMQ_E_INTERNAL, "out of memory");
+    wire_msg m;
+    wire_msg_init(&m, type);
+    m.select = (wire_select){.ids = sel->ids, .n_ids = (uint32_t)sel->n_ids,
+                             .batch = sel->ids ? NULL : sel->batch};
+    if (rpc(c, &m, expect, &s->msg, err) < 0) {
+        free(s);
+        return -1;
+    }
+    const wire_jobs_reply *r = &s->msg.jobs_reply;
+    s->jobs = calloc(r->n_jobs ? r->n_jobs : 1, sizeof *s->jobs);
+    if (!s->jobs) {
+        wire_msg_free(&s->msg);
+        free(s);
+        return fail(err, LLMQ_E_INTERNAL, "out of memory");
+    }
+    for (uint32_t i = 0; i < r->n_jobs; i++)
+        s->jobs[i] = (llmq_job_status){.id = r->jobs[i].id, .state = (llmq_state)r->jobs[i].state,
+                                       .attempts = r->jobs[i].attempts,
+                                       .worker = r->jobs[i].worker};
+    to_counts(&r->counts, &s->pub.counts);
+    s->pub.jobs = s->jobs;
+    s->pub.n_jobs = r->n_jobs;
+    *out = &s->pub;
+    return 0;
+}
+
+int llmq_get_status(llmq_client *c, const llmq_select *sel, llmq_status **out, llmq_error *err)
+{
+    return jobs_request(c, WIRE_T_STATUS, WIRE_T_STATUS_OK, sel, out, err);
+}
+
+int llmq_cancel(llmq_client *c, const llmq_select *sel, llmq_status **out, llmq_error *err)
+{
+    return jobs_request(c, WIRE_T_CANCEL, WIRE_T_CANCEL_OK, sel, out, err);
+}
+
+void llmq_status_free(llmq_status *s)
+{
+    if (!s)
+        return;
+    status_owned *o = (status_owned *)s;
+    wire_msg_free(&o->msg);
+    free(o->jobs);
+    free(o);
+}
+
+typedef struct stats_owned {
+    llmq_stats pub;          /* first: llmq_stats_free casts back */
+    wire_msg msg;
+    llmq_worker_stat *workers;
+} stats_owned;
+
+int llmq_get_stats(llmq_client *c, llmq_stats **out, llmq_error *err)
+{
+    *out = NULL;
+    stats_owned *s = calloc(1, sizeof *s);
+    if (!s)
+        return fail(err, LLMQ_E_INTERNAL, "out of memory");
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_STATS);
+    if (rpc(c, &m, WIRE_T_STATS_OK, &s->msg, err) < 0) {
+        free(s);
+        return -1;
+    }
+    const wire_stats_ok *r = &s->msg.stats_ok;
+    s->workers = calloc(r->n_workers ? r->n_workers : 1, sizeof *s->workers);
+    if (!s->workers) {
+        wire_msg_free(&s->msg);
+        free(s);
+        return fail(err, LLMQ_E_INTERNAL, "out of memory");
+    }
+    for (uint32_t i = 0; i < r->n_workers; i++) {
+        const wire_worker_stat *w = &r->workers[i];
+        s->workers[i] = (llmq_worker_stat){
+            .worker = w->worker, .host = w->host, .gpu_name = w->gpu_name, .engine = w->engine,
+            .gpu_index = w->gpu_index, .slots = w->slots, .busy = w->busy,
+            .jobs_done = w->jobs_done, .tokens_done = w->tokens_done};
+    }
+    to_counts(&r->counts, &s->pub.counts);
+    s->pub.workers = s->workers;
+    s->pub.n_workers = r->n_workers;
+    *out = &s->pub;
+    return 0;
+}
+
+void llmq_stats_free(llmq_stats *s)
+{
+    if (!s)
+        return;
+    stats_owned *o = (stats_owned *)s;
+    wire_msg_free(&o->msg);
+    free(o->workers);
+    free(o);
+}

@@ -1,0 +1,200 @@
+/* llmq: client library for the llmq job broker (link with `pkg-config --libs llmq`).
+ *
+ * Submit batches of LLM generation jobs, wait for their results as they
+ * complete, query their state, cancel them, read broker statistics.  The
+ * wire protocol is described in docs/PROTOCOL.md; this library is one
+ * client of it (any language with ZeroMQ and msgpack can be another).
+ *
+ * Conventions: every function that can fail returns 0 on success and -1 on
+ * failure, after filling the caller's llmq_error (code, field, message); no
+ * function prints or exits.  A client is one connection used from one thread
+ * at a time.  Strings and arrays handed out by the library stay valid for
+ * the documented span (until the next call on the same object, or until the
+ * reply is freed); copy what you keep. */
+#ifndef LLMQ_H
+#define LLMQ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Error codes: the broker's (docs/PROTOCOL.md §3, same order), then the
+ * library's own. */
+typedef enum llmq_code {
+    LLMQ_OK = 0,
+    LLMQ_E_MALFORMED, LLMQ_E_VERSION, LLMQ_E_UNKNOWN_TYPE, LLMQ_E_MISSING_FIELD,
+    LLMQ_E_UNKNOWN_FIELD, LLMQ_E_BAD_TYPE, LLMQ_E_BAD_VALUE, LLMQ_E_TOO_LARGE,
+    LLMQ_E_UNKNOWN_JOB, LLMQ_E_UNKNOWN_BATCH, LLMQ_E_QUEUE_FULL, LLMQ_E_UNKNOWN_WORKER,
+    LLMQ_E_SHUTTING_DOWN, LLMQ_E_INTERNAL,
+    LLMQ_E_TIMEOUT = 100,   /* no reply from the broker in time */
+    LLMQ_E_TRANSPORT,       /* ZeroMQ failed (bad endpoint, ...) */
+    LLMQ_E_PROTOCOL,        /* the broker sent something this library cannot read */
+    LLMQ_E_USAGE            /* a bad argument to this library */
+} llmq_code;
+
+typedef struct llmq_error {
+    llmq_code code;
+    char field[128];     /* the request field at fault ("jobs[3].temperature"), or "" */
+    char message[512];   /* what went wrong, starting with the field when there is one */
+} llmq_error;
+
+/* "bad_value", "timeout", ...; never NULL. */
+const char *llmq_code_name(llmq_code code);
+
+typedef enum llmq_state {
+    LLMQ_STATE_QUEUED = 1, LLMQ_STATE_RUNNING, LLMQ_STATE_DONE, LLMQ_STATE_FAILED,
+    LLMQ_STATE_CANCELLED
+} llmq_state;
+
+/* "queued", "running", "done", "failed", "cancelled"; "?" otherwise. */
+const char *llmq_state_name(llmq_state state);
+
+/* ---- connection ---------------------------------------------------------------- */
+typedef struct llmq_client llmq_client;
+
+/* Connects to the broker's client endpoint (e.g. "tcp://127.0.0.1:5555").
+ * ZeroMQ connects lazily: an unreachable broker shows up as LLMQ_E_TIMEOUT
+ * on the first request. */
+int llmq_connect(llmq_client **out, const char *endpoint, llmq_error *err);
+
+/* How long a request waits for its reply (default 30000 ms; < 0: forever). */
+void llmq_set_timeout(llmq_client *c, int timeout_ms);
+
+void llmq_close(llmq_client *c);
+
+/* ---- submit ----------------------------------------------------------------------- */
+typedef struct llmq_job {
+    const char *key;            /* optional client key: resubmitting the same key is a no-op */
+    const char *prompt;         /* UTF-8 text, or NULL when tokens are given */
+    const uint32_t *tokens;     /* prompt token ids, used when prompt is NULL */
+    size_t n_tokens;
+    uint32_t max_tokens;        /* default 256 */
+    float temperature;          /* default 0: greedy */
+    int32_t top_k;              /* default 0: off */
+    float top_p;                /* default 1: off */
+    float min_p;                /* default 0: off */
+    float repeat_penalty;       /* default 1: off */
+    int32_t repeat_last_n;      /* default 64; -1: whole history */
+    float presence_penalty;     /* default 0 */
+    float frequency_penalty;    /* default 0 */
+    uint64_t seed;              /* default 0 */
+    bool ignore_eos;            /* default false */
+    const char *const *stop;    /* stop strings */
+    size_t n_stop;
+    int32_t priority;           /* -1000..1000, default 0, higher first */
+    const char *model;          /* optional model name */
+} llmq_job;
+
+/* Sets every field to its default (docs/PROTOCOL.md §4). */
+void llmq_job_init(llmq_job *job);
+
+/* Checks a job as the broker will (types, ranges, lengths, UTF-8, prompt
+ * XOR tokens) without sending anything; err->field names the job field
+ * ("temperature", "stop[2]"). */
+int llmq_job_check(const llmq_job *job, llmq_error *err);
+
+/* Submits n jobs as one batch (batch and meta may be NULL).  On success
+ * ids[i] is job i's id and, when existing is not NULL, existing[i] says the
+ * key already named a job.  The jobs are durable in the broker when this
+ * returns.  Large batches travel as several submit messages (each atomic);
+ * if one fails, the earlier ones stay submitted: resubmit with keys. */
+int llmq_submit(llmq_client *c, const char *batch, const char *meta, const llmq_job *jobs,
+                size_t n, uint64_t *ids, bool *existing, llmq_error *err);
+
+/* ---- which jobs ---------------------------------------------------------------------- */
+typedef struct llmq_select {
+    const uint64_t *ids;        /* job ids, or NULL */
+    size_t n_ids;
+    const char *batch;          /* a batch id, used when ids is NULL */
+} llmq_select;
+
+/* ---- results ------------------------------------------------------------------------ */
+typedef struct llmq_result {
+    uint64_t id;
+    llmq_state state;           /* DONE, FAILED or CANCELLED */
+    uint32_t attempt;
+    const char *key;            /* or NULL */
+    const char *batch;          /* or NULL */
+    const char *text;           /* DONE: generated text; else NULL */
+    const uint32_t *tokens;     /* DONE: generated tokens */
+    size_t n_tokens;
+    const char *finish;         /* DONE: "stop", "length" or "context"; else NULL */
+    uint32_t prompt_tokens;
+    uint32_t gen_tokens;
+    double queue_wait_ms, prefill_ms, prefill_tok_s, decode_ms, decode_tok_s, total_ms;
+    const char *worker;         /* DONE: the worker that produced it */
+    const char *error;          /* FAILED / CANCELLED: why */
+} llmq_result;
+
+typedef struct llmq_wait llmq_wait;
+
+/* Starts waiting for the selected jobs; results are pushed by the broker as
+ * jobs complete (already-final jobs at once).  timeout_ms < 0: no limit. */
+int llmq_wait_begin(llmq_client *c, const llmq_select *sel, int timeout_ms, llmq_wait **out,
+                    llmq_error *err);
+
+enum { LLMQ_WAIT_IDLE = 0, LLMQ_WAIT_RESULT = 1, LLMQ_WAIT_END = 2 };
+
+/* The next event, waiting at most step_ms: LLMQ_WAIT_RESULT (*out filled,
+ * valid until the next call on w), LLMQ_WAIT_IDLE (nothing arrived in
+ * step_ms: time to redraw a progress bar), LLMQ_WAIT_END (every selected job
+ * was reported, or the wait timed out: see llmq_wait_summary), or -1. */
+int llmq_wait_next(llmq_wait *w, int step_ms, llmq_result *out, llmq_error *err);
+
+/* After LLMQ_WAIT_END: jobs final, jobs still pending, whether it timed out. */
+void llmq_wait_summary(const llmq_wait *w, size_t *done, size_t *pending, bool *timed_out);
+
+void llmq_wait_free(llmq_wait *w);
+
+/* ---- status, cancel, stats ----------------------------------------------------------- */
+typedef struct llmq_counts {
+    uint64_t queued, running, done, failed, cancelled;
+} llmq_counts;
+
+typedef struct llmq_job_status {
+    uint64_t id;
+    llmq_state state;
+    uint32_t attempts;
+    const char *worker;         /* or NULL */
+} llmq_job_status;
+
+typedef struct llmq_status {
+    llmq_counts counts;
+    const llmq_job_status *jobs;
+    size_t n_jobs;
+} llmq_status;
+
+/* Current state of the selected jobs; free the reply with llmq_status_free. */
+int llmq_get_status(llmq_client *c, const llmq_select *sel, llmq_status **out, llmq_error *err);
+
+/* Cancels the selected queued or running jobs; the reply lists every
+ * selected job's state afterwards. */
+int llmq_cancel(llmq_client *c, const llmq_select *sel, llmq_status **out, llmq_error *err);
+
+void llmq_status_free(llmq_status *s);
+
+typedef struct llmq_worker_stat {
+    const char *worker, *host, *gpu_name, *engine;
+    int32_t gpu_index;          /* -1: CPU */
+    uint32_t slots, busy;
+    uint64_t jobs_done, tokens_done;
+} llmq_worker_stat;
+
+typedef struct llmq_stats {
+    llmq_counts counts;
+    const llmq_worker_stat *workers;
+    size_t n_workers;
+} llmq_stats;
+
+int llmq_get_stats(llmq_client *c, llmq_stats **out, llmq_error *err);
+void llmq_stats_free(llmq_stats *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

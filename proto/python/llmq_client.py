@@ -1,0 +1,249 @@
+#!/usr/bin/python3
+"""A small llmq client in Python: proof that the wire is language-neutral.
+
+Needs only pyzmq and msgpack (Debian: python3-zmq, python3-msgpack) and
+follows docs/PROTOCOL.md; it shares no code with the C implementation.
+
+As a library:
+
+    c = Client("tcp://127.0.0.1:5555")
+    ack = c.submit([{"prompt": "Once upon a time", "max_tokens": 16}], batch="b1")
+    for result in c.wait(ids=ack["ids"], timeout_ms=60000):
+        print(result["text"])
+
+As a program (prints JSON on stdout; exit 1 on a broker error, printed as
+{"error": {...}}):
+
+    llmq_client.py --broker tcp://127.0.0.1:5555 submit --prompt "Hi" --max-tokens 8 --wait
+    llmq_client.py status --ids 1 2 3        llmq_client.py status --batch b1
+    llmq_client.py wait --batch b1 --timeout 30
+    llmq_client.py cancel --ids 4            llmq_client.py stats
+    llmq_client.py raw '{"v": 1, "type": "frobnicate"}'   (any JSON body, sent as msgpack)
+    llmq_client.py raw-hex c1                (raw body bytes, for malformed input)
+"""
+
+import argparse
+import itertools
+import json
+import sys
+
+import msgpack
+import zmq
+
+PROTOCOL_VERSION = 1
+
+
+class LlmqError(Exception):
+    """An "error" reply from the broker (or a local timeout)."""
+
+    def __init__(self, code, message, field=None):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.field = field
+
+    def as_dict(self):
+        return {"code": self.code, "field": self.field, "message": self.message}
+
+
+class Client:
+    """One DEALER connection to the broker's client endpoint."""
+
+    def __init__(self, endpoint, timeout_ms=30000):
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(endpoint)
+        self.timeout_ms = timeout_ms
+        self.reqs = itertools.count(1)
+
+    def close(self):
+        self.sock.close()
+        self.ctx.term()
+
+    # -- frames --------------------------------------------------------------------
+
+    def send_raw(self, body_bytes):
+        """Sends one body frame as is (DEALER: no envelope needed)."""
+        self.sock.send(body_bytes)
+
+    def recv(self, timeout_ms):
+        """The next message (the last frame is the body), or None on timeout."""
+        if not self.sock.poll(timeout_ms):
+            return None
+        frames = self.sock.recv_multipart()
+        return msgpack.unpackb(frames[-1], raw=False)
+
+    def send(self, msg_type, **fields):
+        req = next(self.reqs)
+        body = {"v": PROTOCOL_VERSION, "type": msg_type, "req": req}
+        body.update({k: v for k, v in fields.items() if v is not None})
+        self.send_raw(msgpack.packb(body, use_bin_type=True))
+        return req
+
+    def reply(self, req, timeout_ms=None):
+        """The next message for request `req`; raises LlmqError for "error"."""
+        timeout = self.timeout_ms if timeout_ms is None else timeout_ms
+        while True:
+            msg = self.recv(timeout)
+            if msg is None:
+                raise LlmqError("timeout", f"no reply within {timeout} ms")
+            if msg.get("req") != req:
+                continue  # a late reply to an earlier request
+            if msg.get("type") == "error":
+                raise LlmqError(msg.get("code"), msg.get("message"), msg.get("field"))
+            return msg
+
+    def request(self, msg_type, **fields):
+        return self.reply(self.send(msg_type, **fields))
+
+    # -- requests -------------------------------------------------------------------
+
+    def submit(self, jobs, batch=None, meta=None):
+        """Submits jobs (dicts of docs/PROTOCOL.md §4 fields); returns
+        {"ids": [...], "existing": [...]} once they are durable."""
+        return self.request("submit", jobs=jobs, batch=batch, meta=meta)
+
+    def status(self, ids=None, batch=None):
+        return self.request("status", ids=ids, batch=batch)
+
+    def cancel(self, ids=None, batch=None):
+        return self.request("cancel", ids=ids, batch=batch)
+
+    def stats(self):
+        return self.request("stats")
+
+    def wait(self, ids=None, batch=None, timeout_ms=0):
+        """Yields each result as the broker pushes it; returns at wait_end
+        (its fields are then in self.last_wait_end)."""
+        req = self.send("wait", ids=ids, batch=batch, timeout_ms=timeout_ms, stream=True)
+        while True:
+            msg = self.reply(req, timeout_ms + self.timeout_ms)
+            if msg["type"] == "wait_end":
+                self.last_wait_end = msg
+                return
+            yield msg
+
+
+def job_from_args(a):
+    job = {"prompt": a.prompt, "max_tokens": a.max_tokens}
+    for name in ("temperature", "top_k", "top_p", "min_p", "seed", "key", "priority"):
+        value = getattr(a, name)
+        if value is not None:
+            job[name] = value
+    if a.stop:
+        job["stop"] = a.stop
+    return job
+
+
+def print_json(obj):
+    print(json.dumps(obj, ensure_ascii=False, sort_keys=True))
+
+
+def cmd_submit(c, a):
+    ack = c.submit([job_from_args(a)], batch=a.batch)
+    if not a.wait:
+        print_json(ack)
+        return 0
+    results = list(c.wait(ids=ack["ids"], timeout_ms=int(a.timeout * 1000)))
+    for r in results:
+        print_json(r)
+    return 0 if results and all(r["state"] == "done" for r in results) else 1
+
+
+def cmd_wait(c, a):
+    results = list(c.wait(ids=a.ids, batch=a.batch, timeout_ms=int(a.timeout * 1000)))
+    for r in results:
+        print_json(r)
+    print_json(c.last_wait_end)
+    return 0
+
+
+def cmd_raw(c, a):
+    c.send_raw(msgpack.packb(json.loads(a.body), use_bin_type=True))
+    return print_next(c, a)
+
+
+def cmd_raw_hex(c, a):
+    c.send_raw(bytes.fromhex(a.hex))
+    return print_next(c, a)
+
+
+def print_next(c, a):
+    msg = c.recv(int(a.timeout * 1000))
+    if msg is None:
+        print_json({"error": {"code": "timeout", "message": "no reply"}})
+        return 1
+    print_json(msg)
+    return 1 if msg.get("type") == "error" else 0
+
+
+def selection(p, required=True):
+    g = p.add_mutually_exclusive_group(required=required)
+    g.add_argument("--ids", type=int, nargs="+", help="job ids")
+    g.add_argument("--batch", help="batch id")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description="llmq client (Python, zmq + msgpack)")
+    p.add_argument("--broker", default="tcp://127.0.0.1:5555", help="broker client endpoint")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("submit", help="submit one job")
+    s.add_argument("--prompt", required=True)
+    s.add_argument("--max-tokens", type=int, default=256)
+    s.add_argument("--temperature", type=float)
+    s.add_argument("--top-k", type=int)
+    s.add_argument("--top-p", type=float)
+    s.add_argument("--min-p", type=float)
+    s.add_argument("--seed", type=int)
+    s.add_argument("--stop", action="append", help="stop string (repeatable)")
+    s.add_argument("--key", help="client key (idempotent resubmission)")
+    s.add_argument("--priority", type=int)
+    s.add_argument("--batch")
+    s.add_argument("--wait", action="store_true", help="wait for the result and print it")
+    s.add_argument("--timeout", type=float, default=60.0, help="seconds to wait")
+
+    for name in ("status", "cancel"):
+        selection(sub.add_parser(name, help=f"{name} jobs"))
+    w = sub.add_parser("wait", help="print results as they complete, then wait_end")
+    selection(w)
+    w.add_argument("--timeout", type=float, default=60.0, help="seconds")
+    sub.add_parser("stats", help="broker statistics")
+    r = sub.add_parser("raw", help="send a JSON body as msgpack, print the reply")
+    r.add_argument("body")
+    r.add_argument("--timeout", type=float, default=10.0)
+    h = sub.add_parser("raw-hex", help="send raw body bytes, print the reply")
+    h.add_argument("hex")
+    h.add_argument("--timeout", type=float, default=10.0)
+    return p.parse_args(argv)
+
+
+def main(argv):
+    a = parse_args(argv)
+    c = Client(a.broker)
+    try:
+        if a.cmd == "submit":
+            return cmd_submit(c, a)
+        if a.cmd == "wait":
+            return cmd_wait(c, a)
+        if a.cmd == "raw":
+            return cmd_raw(c, a)
+        if a.cmd == "raw-hex":
+            return cmd_raw_hex(c, a)
+        if a.cmd == "stats":
+            print_json(c.stats())
+        elif a.cmd == "status":
+            print_json(c.status(ids=a.ids, batch=a.batch))
+        elif a.cmd == "cancel":
+            print_json(c.cancel(ids=a.ids, batch=a.batch))
+        return 0
+    except LlmqError as e:
+        print_json({"error": e.as_dict()})
+        return 1
+    finally:
+        c.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
