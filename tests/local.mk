@@ -52,6 +52,13 @@ tests_unit_test_quant_SOURCES = tests/unit/test-quant.c tests/unit/check.h
 tests_unit_test_quant_LDADD = $(LLMQ_MODEL_LIBS)
 # ---- end tensor types ----
 
+# ---- llmq-mkmodel round trip (tools/llmq-mkmodel.c) ----
+check_PROGRAMS += tests/unit/test-mkmodel
+TESTS += tests/unit/test-mkmodel
+tests_unit_test_mkmodel_SOURCES = tests/unit/test-mkmodel.c tests/unit/check.h
+tests_unit_test_mkmodel_LDADD = $(LLMQ_MODEL_LIBS)
+# ---- end llmq-mkmodel round trip ----
+
 # ---- llmq-submit input and output lines (tools/jobfile.c) ----
 check_PROGRAMS += tests/unit/test-jobfile
 TESTS += tests/unit/test-jobfile

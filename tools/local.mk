@@ -1,5 +1,12 @@
 # tools: rules are added as the room grows
 
+# ---- llmq-mkmodel (tools/llmq-mkmodel.c, worker/model/gguf_writer.c) ----
+bin_PROGRAMS += tools/llmq-mkmodel
+tools_llmq_mkmodel_SOURCES = tools/llmq-mkmodel.c \
+	worker/model/gguf_writer.c worker/model/gguf_writer.h
+tools_llmq_mkmodel_LDADD = $(LLMQ_MODEL_LIBS)
+# ---- end llmq-mkmodel ----
+
 # ---- llmq-submit (tools/llmq-submit.c, tools/jobfile.c) ----
 bin_PROGRAMS += tools/llmq-submit
 tools_llmq_submit_SOURCES = tools/llmq-submit.c tools/jobfile.c tools/jobfile.h
