@@ -173,9 +173,14 @@ quant_f16 quant_f32_to_f16(float f)
     return sign | (uint16_t)q;
 }
 
-float quant_bf16_to_f32(quant_bf16 h)
+static inline float bf16_to_f32(quant_bf16 h)
 {
     return f32_from_bits((uint32_t)h << 16);
+}
+
+float quant_bf16_to_f32(quant_bf16 h)
+{
+    return bf16_to_f32(h);
 }
 
 void quant_get_scale_min_k4(int j, const uint8_t *scales, uint8_t *sc, uint8_t *m)
@@ -208,26 +213,17 @@ static void dequant_f32(const float *restrict x, float *restrict y, int64_t n)
     memcpy(y, x, (size_t)n * sizeof *y);
 }
 
-/* The float rows go in fixed chunks of 32: at -O2 GCC only vectorizes loops
- * whose trip count needs no epilogue. */
-static void dequant_f16(const quant_f16 *restrict x, float *restrict y, int64_t n)
+/* 16-bit float rows go in fixed chunks of 32: at -O2 GCC only vectorizes
+ * loops whose trip count needs no epilogue.  Inlined with a constant cvt. */
+static inline void dequant_16bit(const uint16_t *restrict x, float *restrict y, int64_t n,
+                                 float (*cvt)(uint16_t))
 {
     int64_t i = 0;
     for (; i + 32 <= n; i += 32)
         for (int k = 0; k < 32; k++)
-            y[i + k] = f16_to_f32(x[i + k]);
+            y[i + k] = cvt(x[i + k]);
     for (; i < n; i++)
-        y[i] = f16_to_f32(x[i]);
-}
-
-static void dequant_bf16(const quant_bf16 *restrict x, float *restrict y, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        for (int k = 0; k < 32; k++)
-            y[i + k] = quant_bf16_to_f32(x[i + k]);
-    for (; i < n; i++)
-        y[i] = quant_bf16_to_f32(x[i]);
+        y[i] = cvt(x[i]);
 }
 
 static void dequant_q8_0(const block_q8_0 *restrict x, float *restrict y, int64_t n)
@@ -325,8 +321,8 @@ void quant_dequantize_row(quant_type t, const void *src, float *dst, int64_t n)
 {
     switch (t) {
     case QUANT_F32: dequant_f32(src, dst, n); return;
-    case QUANT_F16: dequant_f16(src, dst, n); return;
-    case QUANT_BF16: dequant_bf16(src, dst, n); return;
+    case QUANT_F16: dequant_16bit(src, dst, n, f16_to_f32); return;
+    case QUANT_BF16: dequant_16bit(src, dst, n, bf16_to_f32); return;
     case QUANT_Q8_0: dequant_q8_0(src, dst, n); return;
     case QUANT_Q4_K: dequant_q4_K(src, dst, n); return;
     case QUANT_Q5_K: dequant_q5_K(src, dst, n); return;

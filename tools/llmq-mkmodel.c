@@ -224,7 +224,7 @@ typedef struct tensor_plan {
 
 typedef struct plan {
     tensor_plan *t;
-    size_t n, cap;
+    size_t n;
 } plan;
 
 /* llama.cpp's use_more_bits (integer division as there). */
@@ -245,23 +245,13 @@ static quant_type matrix_type(const mix_def *mix, const char *role, uint64_t lay
     return QUANT_Q4_K;
 }
 
-static int plan_add(plan *p, quant_type type, uint64_t ne0, uint64_t ne1, llmq_err *err,
-                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static void plan_add(plan *p, quant_type type, uint64_t ne0, uint64_t ne1, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 /* ne1 == 0 makes a 1-D (norm) tensor. */
-static int plan_add(plan *p, quant_type type, uint64_t ne0, uint64_t ne1, llmq_err *err,
-                    const char *fmt, ...)
+static void plan_add(plan *p, quant_type type, uint64_t ne0, uint64_t ne1, const char *fmt, ...)
 {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 64;
-        tensor_plan *t = realloc(p->t, cap * sizeof *t);
-        if (!t)
-            return llmq_errf(err, "out of memory");
-        p->t = t;
-        p->cap = cap;
-    }
     tensor_plan *t = &p->t[p->n++];
-    memset(t, 0, sizeof *t);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(t->name, sizeof t->name, fmt, ap);
@@ -271,7 +261,6 @@ static int plan_add(plan *p, quant_type type, uint64_t ne0, uint64_t ne1, llmq_e
     t->ne[1] = ne1 ? ne1 : 1;
     t->type = type;
     t->norm = ne1 == 0;
-    return 0;
 }
 
 /* llama.cpp's names and shapes, in the order of its synth fixtures. */
@@ -280,30 +269,27 @@ static int plan_build(plan *p, const options *o, const mix_def *mix, uint64_t n_
 {
     uint64_t dim = o->dim, ff = o->ff, kv_dim = o->kv_heads * (o->dim / o->heads);
     uint64_t L = o->layers;
-    if (plan_add(p, matrix_type(mix, "token_embd", 0, L), dim, n_vocab, err, "token_embd.weight"))
-        return -1;
+    if (!(p->t = calloc(9 * L + 3, sizeof *p->t))) /* 9 per block, embd, norm, output */
+        return llmq_errf(err, "out of memory");
+    plan_add(p, matrix_type(mix, "token_embd", 0, L), dim, n_vocab, "token_embd.weight");
     for (uint64_t i = 0; i < L; i++) {
-        if (plan_add(p, QUANT_F32, dim, 0, err, "blk.%" PRIu64 ".attn_norm.weight", i) ||
-            plan_add(p, matrix_type(mix, "attn_q", i, L), dim, dim, err,
-                     "blk.%" PRIu64 ".attn_q.weight", i) ||
-            plan_add(p, matrix_type(mix, "attn_k", i, L), dim, kv_dim, err,
-                     "blk.%" PRIu64 ".attn_k.weight", i) ||
-            plan_add(p, matrix_type(mix, "attn_v", i, L), dim, kv_dim, err,
-                     "blk.%" PRIu64 ".attn_v.weight", i) ||
-            plan_add(p, matrix_type(mix, "attn_output", i, L), dim, dim, err,
-                     "blk.%" PRIu64 ".attn_output.weight", i) ||
-            plan_add(p, QUANT_F32, dim, 0, err, "blk.%" PRIu64 ".ffn_norm.weight", i) ||
-            plan_add(p, matrix_type(mix, "ffn_gate", i, L), dim, ff, err,
-                     "blk.%" PRIu64 ".ffn_gate.weight", i) ||
-            plan_add(p, matrix_type(mix, "ffn_up", i, L), dim, ff, err,
-                     "blk.%" PRIu64 ".ffn_up.weight", i) ||
-            plan_add(p, matrix_type(mix, "ffn_down", i, L), ff, dim, err,
-                     "blk.%" PRIu64 ".ffn_down.weight", i))
-            return -1;
+        plan_add(p, QUANT_F32, dim, 0, "blk.%" PRIu64 ".attn_norm.weight", i);
+        plan_add(p, matrix_type(mix, "attn_q", i, L), dim, dim, "blk.%" PRIu64 ".attn_q.weight", i);
+        plan_add(p, matrix_type(mix, "attn_k", i, L), dim, kv_dim,
+                 "blk.%" PRIu64 ".attn_k.weight", i);
+        plan_add(p, matrix_type(mix, "attn_v", i, L), dim, kv_dim,
+                 "blk.%" PRIu64 ".attn_v.weight", i);
+        plan_add(p, matrix_type(mix, "attn_output", i, L), dim, dim,
+                 "blk.%" PRIu64 ".attn_output.weight", i);
+        plan_add(p, QUANT_F32, dim, 0, "blk.%" PRIu64 ".ffn_norm.weight", i);
+        plan_add(p, matrix_type(mix, "ffn_gate", i, L), dim, ff,
+                 "blk.%" PRIu64 ".ffn_gate.weight", i);
+        plan_add(p, matrix_type(mix, "ffn_up", i, L), dim, ff, "blk.%" PRIu64 ".ffn_up.weight", i);
+        plan_add(p, matrix_type(mix, "ffn_down", i, L), ff, dim,
+                 "blk.%" PRIu64 ".ffn_down.weight", i);
     }
-    if (plan_add(p, QUANT_F32, dim, 0, err, "output_norm.weight") ||
-        plan_add(p, matrix_type(mix, "output", L, L), dim, n_vocab, err, "output.weight"))
-        return -1;
+    plan_add(p, QUANT_F32, dim, 0, "output_norm.weight");
+    plan_add(p, matrix_type(mix, "output", L, L), dim, n_vocab, "output.weight");
     return 0;
 }
 

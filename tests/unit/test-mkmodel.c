@@ -504,44 +504,56 @@ static void expect_usage_error(const env *e, char *const argv[], const char *wha
           "%s: exit %d, says '%s', no file (rc %d: %.200s)", what, want_rc, needle, rc, log);
 }
 
+/* Runs with the small shape but one flag off: all refused before any file. */
+static void test_bad_values(const env *e)
+{
+    static const struct {
+        const char *dim, *heads, *kv, *mix, *threads, *what, *says;
+    } cases[] = {
+        {"300", "4", "2", "q4_k_m", "1", "dim 300 for q4_k_m", "--dim 300 is not a multiple of 256"},
+        {"288", "4", "2", "q4_k", "1", "dim 288 for q4_k",
+         "--dim 288 is not a multiple of 256 (the q4_K block size, mix q4_k)"},
+        {"256", "3", "1", "f32", "1", "heads not dividing dim", "--heads 3 does not divide --dim 256"},
+        {"256", "4", "3", "f32", "1", "kv-heads not dividing heads",
+         "--kv-heads 3 does not divide --heads 4"},
+        {"256", "4", "2", "q5_k", "1", "unknown mix", "--mix 'q5_k' is not one of"},
+        {"25x", "4", "2", "f32", "1", "non-numeric dim", "--dim: '25x' is not a whole number"},
+        {"256", "4", "2", "f32", "0", "zero threads", "--threads: 0 is out of range"},
+    };
+    char out[300];
+    path_in(e, out, sizeof out, "bad.gguf");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *argv[] = {(char *)e->exe, "--vocab", (char *)e->vocab, "--dim", (char *)cases[i].dim,
+                        "--layers", "2", "--heads", (char *)cases[i].heads, "--kv-heads",
+                        (char *)cases[i].kv, "--ff", "512", "--ctx", "256", "--mix",
+                        (char *)cases[i].mix, "--seed", "1", "--threads",
+                        (char *)cases[i].threads, "-o", out, NULL};
+        expect_usage_error(e, argv, cases[i].what, cases[i].says, 2);
+    }
+}
+
 static void test_command_line(const env *e)
 {
-    char out[300], noexist[300], text[512];
-    path_in(e, out, sizeof out, "bad.gguf");
+    char noexist[300], text[512];
     path_in(e, noexist, sizeof noexist, "no/such/dir/x.gguf");
     check_data_path(text, sizeof text, "vocab/ggml-vocab-llama-spm.gguf.inp");
-    char *X = (char *)e->exe, *V = (char *)e->vocab, *O = out;
-#define ARGS(dim, heads, kv, mix, threads, vocab, o)                                           \
-    (char *[]){X, "--vocab", vocab, "--dim", dim, "--layers", "2", "--heads", heads,           \
-               "--kv-heads", kv, "--ff", "512", "--ctx", "256", "--mix", mix, "--seed", "1",  \
-               "--threads", threads, "-o", o, NULL}
+    char *X = (char *)e->exe;
     expect_usage_error(e, (char *[]){X, NULL}, "no arguments", "missing required option", 2);
     expect_usage_error(e, (char *[]){X, "--dim", "256", "--mix", "q4_k", NULL}, "missing flags",
                        "-o --vocab --layers --heads --kv-heads --ff --ctx --seed", 2);
-    expect_usage_error(e, ARGS("300", "4", "2", "q4_k_m", "1", V, O), "dim 300 for q4_k_m",
-                       "--dim 300 is not a multiple of 256", 2);
-    expect_usage_error(e, ARGS("288", "4", "2", "q4_k", "1", V, O), "dim 288 for q4_k",
-                       "--dim 288 is not a multiple of 256 (the q4_K block size, mix q4_k)", 2);
-    expect_usage_error(e, ARGS("256", "3", "1", "f32", "1", V, O), "heads not dividing dim",
-                       "--heads 3 does not divide --dim 256", 2);
-    expect_usage_error(e, ARGS("256", "4", "3", "f32", "1", V, O), "kv-heads not dividing heads",
-                       "--kv-heads 3 does not divide --heads 4", 2);
-    expect_usage_error(e, ARGS("256", "4", "2", "q5_k", "1", V, O), "unknown mix",
-                       "--mix 'q5_k' is not one of", 2);
-    expect_usage_error(e, ARGS("25x", "4", "2", "f32", "1", V, O), "non-numeric dim",
-                       "--dim: '25x' is not a whole number", 2);
-    expect_usage_error(e, ARGS("256", "4", "2", "f32", "0", V, O), "zero threads",
-                       "--threads: 0 is out of range", 2);
     expect_usage_error(e, (char *[]){X, "--bogus", NULL}, "unknown flag",
                        "unknown option '--bogus'", 2);
-    expect_usage_error(e, ARGS("256", "4", "2", "f32", "1", text, O), "vocab that is not GGUF",
-                       "ggml-vocab-llama-spm.gguf.inp", 1);
-    expect_usage_error(e, ARGS("256", "4", "2", "f32", "1", V, noexist), "unwritable output",
-                       "cannot create", 1);
-#undef ARGS
-    char logpath[300], log[4096];
+    test_bad_values(e);
+    char out[300], log[4096], logpath[300];
+    path_in(e, out, sizeof out, "bad.gguf");
+    int rc = mkmodel(e, text, &SMALL, "f32", "1", "1", out, log, sizeof log);
+    CHECK(rc == 1 && strstr(log, "not a GGUF") && !exists(out),
+          "a vocab that is not GGUF: exit 1, the reader's error, no file (rc %d: %.200s)", rc, log);
+    rc = mkmodel(e, e->vocab, &SMALL, "f32", "1", "1", noexist, log, sizeof log);
+    CHECK(rc == 1 && strstr(log, "cannot create"), "an unwritable output: exit 1 (rc %d: %.200s)",
+          rc, log);
     path_in(e, logpath, sizeof logpath, "log.txt");
-    int rc = spawn((char *[]){X, "--help", NULL}, logpath, NULL);
+    rc = spawn((char *[]){X, "--help", NULL}, logpath, NULL);
     slurp(logpath, log, sizeof log);
     CHECK(rc == 0 && strstr(log, "usage: llmq-mkmodel --vocab VOCAB.gguf"), "--help prints usage");
 }
