@@ -66,3 +66,15 @@ tests_unit_test_jobfile_SOURCES = tests/unit/test-jobfile.c tests/unit/check.h \
 	tools/jobfile.c tools/jobfile.h
 tests_unit_test_jobfile_LDADD = proto/libllmq.la common/libllmq_common.a
 # ---- end llmq-submit input and output ----
+
+# ---- proto: wire decoding fuzz target (make fuzz) ----
+FUZZ_TARGETS += tests/fuzz/fuzz-wire
+EXTRA_DIST += tests/fuzz/fuzz-wire.c tests/fuzz/corpus-wire tests/fuzz/wire.dict \
+	tests/fuzz/gen-corpus-wire.py
+FUZZ_WIRE_SRCS = $(top_srcdir)/tests/fuzz/fuzz-wire.c $(top_srcdir)/proto/wire.c \
+	$(top_srcdir)/common/err.c $(top_srcdir)/common/utf8.c
+tests/fuzz/fuzz-wire: $(FUZZ_WIRE_SRCS)
+	@$(MKDIR_P) tests/fuzz
+	$(AM_V_GEN)$(FUZZ_CC) $(FUZZ_FLAGS) $(MSGPACK_CFLAGS) -o $@ $(FUZZ_WIRE_SRCS) $(MSGPACK_LIBS)
+CLEANFILES += tests/fuzz/fuzz-wire
+# ---- end proto: wire fuzz ----
