@@ -372,8 +372,8 @@ static void test_mixes(const env *e, const gguf_file *vocab)
         int rc = mkmodel(e, e->vocab, &SMALL, x->mix, "1", "2", out, log, sizeof log);
         llmq_err err = {{0}};
         gguf_file *f = NULL;
-        CHECK(rc == 0 && !gguf_open(&f, out, &err), "%s: written and read back (rc %d) %s", x->mix,
-              rc, err.msg);
+        int open_rc = rc == 0 ? gguf_open(&f, out, &err) : -1;
+        CHECK(rc == 0 && open_rc == 0, "%s: written and read back (rc %d) %s", x->mix, rc, err.msg);
         if (!f) {
             printf("# %s", log);
             continue;
