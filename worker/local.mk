@@ -1,9 +1,14 @@
 noinst_LIBRARIES += worker/libllmq_model.a
 worker_libllmq_model_a_SOURCES = \
-	worker/model/gguf.c worker/model/gguf.h
+	worker/model/gguf.c worker/model/gguf.h \
+	worker/model/tokenizer.c worker/model/tokenizer.h \
+	worker/model/pretok.c worker/model/pretok.h
+
+worker_libllmq_model_a_CPPFLAGS = $(AM_CPPFLAGS) $(UTF8PROC_CFLAGS)
 
 # Link order: model needs kernels needs common.
-LLMQ_MODEL_LIBS = worker/libllmq_model.a kernels/libllmq_kernels.a common/libllmq_common.a -lm
+LLMQ_MODEL_LIBS = worker/libllmq_model.a kernels/libllmq_kernels.a common/libllmq_common.a -lm \
+	$(UTF8PROC_LIBS)
 
 noinst_LIBRARIES += worker/libllmq_engine.a
 worker_libllmq_engine_a_SOURCES = \
