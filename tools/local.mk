@@ -12,3 +12,9 @@ bin_PROGRAMS += tools/llmq-submit
 tools_llmq_submit_SOURCES = tools/llmq-submit.c tools/jobfile.c tools/jobfile.h
 tools_llmq_submit_LDADD = proto/libllmq.la common/libllmq_common.a -lm
 # ---- end llmq-submit ----
+
+# ---- llmq-run (tools/llmq-run.c) ----
+bin_PROGRAMS += tools/llmq-run
+tools_llmq_run_SOURCES = tools/llmq-run.c
+tools_llmq_run_LDADD = $(LLMQ_MODEL_LIBS)
+# ---- end llmq-run ----
