@@ -855,24 +855,26 @@ static int read_obj(rd *r, const msgpack_object *o, const schema *sc, void *obj)
     return read_fields(r, o, sc, obj, false);
 }
 
+/* Exactly one of two alternative fields must be present. */
+static int one_of(rd *r, bool a, bool b, const char *na, const char *nb)
+{
+    if (!a && !b)
+        return rd_fail(r, WIRE_E_MISSING_FIELD, "one of \"%s\" or \"%s\" is required", na, nb);
+    if (a && b)
+        return rd_fail(r, WIRE_E_BAD_VALUE, "\"%s\" and \"%s\" are mutually exclusive", na, nb);
+    return 0;
+}
+
 static int check_job(const void *obj, rd *r)
 {
     const wire_job *j = obj;
-    if (!j->prompt && !j->tokens)
-        return rd_fail(r, WIRE_E_MISSING_FIELD, "one of \"prompt\" or \"tokens\" is required");
-    if (j->prompt && j->tokens)
-        return rd_fail(r, WIRE_E_BAD_VALUE, "\"prompt\" and \"tokens\" are mutually exclusive");
-    return 0;
+    return one_of(r, j->prompt != NULL, j->tokens != NULL, "prompt", "tokens");
 }
 
 static int check_select(const void *obj, rd *r)
 {
     const wire_select *s = obj;
-    if (!s->ids && !s->batch)
-        return rd_fail(r, WIRE_E_MISSING_FIELD, "one of \"ids\" or \"batch\" is required");
-    if (s->ids && s->batch)
-        return rd_fail(r, WIRE_E_BAD_VALUE, "\"ids\" and \"batch\" are mutually exclusive");
-    return 0;
+    return one_of(r, s->ids != NULL, s->batch != NULL, "ids", "batch");
 }
 
 static int check_wait(const void *obj, rd *r)

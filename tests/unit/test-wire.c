@@ -456,6 +456,24 @@ static void check_raw(const void *data, size_t len, wire_code code, const char *
         wire_msg_free(&m);
 }
 
+/* Starts a submit body carrying req 31 (or none) and n jobs; the caller packs the jobs. */
+static void begin_submit(msgpack_sbuffer *sb, msgpack_packer *pk, bool with_req, uint32_t n_jobs)
+{
+    msgpack_sbuffer_init(sb);
+    msgpack_packer_init(pk, sb, msgpack_sbuffer_write);
+    msgpack_pack_map(pk, with_req ? 4 : 3);
+    msgpack_pack_str_with_body(pk, "v", 1);
+    msgpack_pack_uint8(pk, 1);
+    msgpack_pack_str_with_body(pk, "type", 4);
+    msgpack_pack_str_with_body(pk, "submit", 6);
+    if (with_req) {
+        msgpack_pack_str_with_body(pk, "req", 3);
+        msgpack_pack_uint8(pk, 31);
+    }
+    msgpack_pack_str_with_body(pk, "jobs", 4);
+    msgpack_pack_array(pk, n_jobs);
+}
+
 /* A submit with one job whose last key is `key` and value is packed by fn. */
 typedef void (*pack_fn)(msgpack_packer *pk, const void *arg);
 
@@ -463,18 +481,8 @@ static void check_job_value(const char *key, pack_fn fn, const void *arg, wire_c
                             const char *what)
 {
     msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 4);
-    msgpack_pack_str_with_body(&pk, "v", 1);
-    msgpack_pack_uint8(&pk, 1);
-    msgpack_pack_str_with_body(&pk, "type", 4);
-    msgpack_pack_str_with_body(&pk, "submit", 6);
-    msgpack_pack_str_with_body(&pk, "req", 3);
-    msgpack_pack_uint8(&pk, 31);
-    msgpack_pack_str_with_body(&pk, "jobs", 4);
-    msgpack_pack_array(&pk, 1);
+    begin_submit(&sb, &pk, true, 1);
     bool is_prompt = strcmp(key, "prompt") == 0;
     msgpack_pack_map(&pk, is_prompt ? 1 : 2);
     if (!is_prompt) {
@@ -562,16 +570,8 @@ static void test_bad_raw(void)
     size_t max_prompt = WIRE_MAX_PROMPT_BYTES;
     wire_msg m;
     msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 3);
-    msgpack_pack_str_with_body(&pk, "v", 1);
-    msgpack_pack_uint8(&pk, 1);
-    msgpack_pack_str_with_body(&pk, "type", 4);
-    msgpack_pack_str_with_body(&pk, "submit", 6);
-    msgpack_pack_str_with_body(&pk, "jobs", 4);
-    msgpack_pack_array(&pk, 1);
+    begin_submit(&sb, &pk, false, 1);
     msgpack_pack_map(&pk, 1);
     msgpack_pack_str_with_body(&pk, "prompt", 6);
     pack_big_string(&pk, &max_prompt);
@@ -587,16 +587,8 @@ static void test_bad_raw(void)
 static void test_too_many_jobs(void)
 {
     msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
     msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 3);
-    msgpack_pack_str_with_body(&pk, "v", 1);
-    msgpack_pack_uint8(&pk, 1);
-    msgpack_pack_str_with_body(&pk, "type", 4);
-    msgpack_pack_str_with_body(&pk, "submit", 6);
-    msgpack_pack_str_with_body(&pk, "jobs", 4);
-    msgpack_pack_array(&pk, WIRE_MAX_JOBS_PER_SUBMIT + 1);
+    begin_submit(&sb, &pk, false, WIRE_MAX_JOBS_PER_SUBMIT + 1);
     for (unsigned i = 0; i <= WIRE_MAX_JOBS_PER_SUBMIT; i++) {
         msgpack_pack_map(&pk, 1);
         msgpack_pack_str_with_body(&pk, "prompt", 6);
