@@ -291,8 +291,13 @@ static int take(llmq_client *c, const target *t, int wait_ms, wire_msg *out, llm
         if (wait_ms >= 0 && left < 0)
             left = 0;
         int rc = recv_msg(c, left, out, err);
-        if (rc <= 0)
-            return rc;
+        if (rc < 0)
+            return -1;
+        if (rc == 0) {   /* timed out, or a signal cut the poll short */
+            if (wait_ms >= 0 && now_ms() >= end)
+                return 0;
+            continue;
+        }
         if (is_for(t, out))
             return 1;
         if (any_wait_owns(c, out->req)) {
