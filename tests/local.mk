@@ -67,6 +67,14 @@ tests_unit_test_jobfile_SOURCES = tests/unit/test-jobfile.c tests/unit/check.h \
 tests_unit_test_jobfile_LDADD = proto/libllmq.la common/libllmq_common.a
 # ---- end llmq-submit input and output ----
 
+# ---- tokenizer (worker/model/tokenizer.c, pretok.c; tools/llmq-run) ----
+check_PROGRAMS += tests/unit/test-tokenizer
+TESTS += tests/unit/test-tokenizer tests/unit/test-cli-tokenize.sh
+tests_unit_test_tokenizer_SOURCES = tests/unit/test-tokenizer.c tests/unit/check.h
+tests_unit_test_tokenizer_LDADD = $(LLMQ_MODEL_LIBS)
+EXTRA_DIST += tests/unit/test-cli-tokenize.sh
+# ---- end tokenizer ----
+
 # ---- proto: wire decoding fuzz target (make fuzz) ----
 FUZZ_TARGETS += tests/fuzz/fuzz-wire
 EXTRA_DIST += tests/fuzz/fuzz-wire.c tests/fuzz/corpus-wire tests/fuzz/wire.dict \
