@@ -1,10 +1,22 @@
-# broker: llmq-broker and its SQLite store.
+# broker: llmq-broker, its SQLite store, and their tests.
 noinst_LIBRARIES += broker/libllmq_broker.a
 broker_libllmq_broker_a_SOURCES = \
-	broker/store.c broker/store.h broker/schema.sql.h
-broker_libllmq_broker_a_CFLAGS = $(AM_CFLAGS) $(SQLITE_CFLAGS)
+	broker/store.c broker/store.h broker/schema.sql.h \
+	broker/log.c broker/log.h \
+	broker/net.c broker/net.h \
+	broker/pool.c broker/pool.h \
+	broker/waiters.c broker/waiters.h \
+	broker/broker.c broker/broker.h broker/broker_priv.h \
+	broker/on_client.c broker/on_worker.c
+broker_libllmq_broker_a_CFLAGS = $(AM_CFLAGS) $(SQLITE_CFLAGS) $(ZMQ_CFLAGS) $(MSGPACK_CFLAGS)
 
-LLMQ_BROKER_LIBS = broker/libllmq_broker.a common/libllmq_common.a $(SQLITE_LIBS)
+# Link order: broker needs proto needs common.
+LLMQ_BROKER_LIBS = broker/libllmq_broker.a $(LLMQ_PROTO_LIBS) $(SQLITE_LIBS) $(ZMQ_LIBS)
+
+bin_PROGRAMS += broker/llmq-broker
+broker_llmq_broker_SOURCES = broker/main.c
+broker_llmq_broker_CFLAGS = $(AM_CFLAGS) $(SQLITE_CFLAGS) $(ZMQ_CFLAGS)
+broker_llmq_broker_LDADD = $(LLMQ_BROKER_LIBS)
 
 check_PROGRAMS += tests/unit/test-store
 TESTS += tests/unit/test-store

@@ -969,11 +969,11 @@ int store_fault(store *st, int64_t job_id, int64_t worker_id, int32_t attempt,
 }
 
 int store_hand_back(store *st, int64_t job_id, int64_t worker_id,
-                    const char *reason, int64_t now_ms, store_change *out,
-                    llmq_err *err)
+                    int32_t attempt, const char *reason, int64_t now_ms,
+                    store_change *out, llmq_err *err)
 {
     job_now cur;
-    if (check_running(st, job_id, worker_id, 0, &cur, out, err))
+    if (check_running(st, job_id, worker_id, attempt, &cur, out, err))
         return -1;
     if (*out != STORE_APPLIED)
         return 0;
@@ -1045,6 +1045,23 @@ static int running_on(store *st, int64_t worker_id, int64_t **ids, size_t *n,
     free(*ids);
     *ids = NULL;
     return -1;
+}
+
+int store_hand_back_worker(store *st, int64_t worker_id, const char *reason,
+                           int64_t now_ms, llmq_err *err)
+{
+    int64_t *ids;
+    size_t n;
+    if (running_on(st, worker_id, &ids, &n, err))
+        return -1;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        store_change ch;
+        rc = store_hand_back(st, ids[i], worker_id, 0, reason, now_ms, &ch,
+                             err);
+    }
+    free(ids);
+    return rc;
 }
 
 int store_fault_worker(store *st, int64_t worker_id, const char *reason,

@@ -186,11 +186,16 @@ int store_fault(store *st, int64_t job_id, int64_t worker_id, int32_t attempt,
                 const char *reason, bool permanent, int64_t now_ms,
                 store_change *out, bool *failed, llmq_err *err);
 
-/* Puts a running job back in the queue without counting a fault (worker
- * handing jobs back on shutdown). */
+/* Puts attempt `attempt` (<= 0: the current one) of a running job back in
+ * the queue without counting a fault (a worker handing jobs back on
+ * shutdown). */
 int store_hand_back(store *st, int64_t job_id, int64_t worker_id,
-                    const char *reason, int64_t now_ms, store_change *out,
-                    llmq_err *err);
+                    int32_t attempt, const char *reason, int64_t now_ms,
+                    store_change *out, llmq_err *err);
+
+/* store_hand_back for every job running on worker_id. */
+int store_hand_back_worker(store *st, int64_t worker_id, const char *reason,
+                           int64_t now_ms, llmq_err *err);
 
 /* Cancels a queued or running job.  *was tells the state it left, and
  * *worker_id the worker running it (0 if it was queued), so the caller can

@@ -427,7 +427,7 @@ static void test_cancel_and_hand_back(void)
     store_commit(st, &err);
     claim(st, w, 1, 10, &c);
     store_begin(st, &err);
-    store_hand_back(st, h, w, "worker shutting down", 11, &ch, &err);
+    store_hand_back(st, h, w, 0, "worker shutting down", 11, &ch, &err);
     store_commit(st, &err);
     CHECK(ch == STORE_APPLIED && store_queued(st) == 1 &&
               sql_int("SELECT faults FROM jobs WHERE id = 3") == 0,

@@ -1,0 +1,399 @@
+#include "broker/broker.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "broker/broker_priv.h"
+#include "broker/log.h"
+
+/* Messages read from one socket per iteration: enough for large group
+ * commits under load, few enough that timers and the other socket are not
+ * starved. */
+#define READ_BUDGET 2048
+/* Replies waiting for a client that does not read, before it is dropped. */
+#define CLIENT_SNDHWM 200000
+/* Final replies get this long to leave after the loop ends. */
+#define LINGER_MS 1000
+
+static int64_t clock_ms(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- replies ------------------------------------------------------------------- */
+
+int broker_reply(broker *b, void *sock, const net_peer *to, const wire_msg *m,
+                 llmq_err *err)
+{
+    return net_send_later(&b->out, sock, to, m, err);
+}
+
+int broker_refuse(broker *b, void *sock, const net_peer *to, uint64_t req,
+                  wire_code code, const char *field, const char *fmt, ...)
+{
+    char text[LLMQ_ERR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    wire_error we;
+    memset(&we, 0, sizeof we);
+    wire_fail(&we, code, field, "%s", text);
+    we.req = req;
+    wire_msg m;
+    wire_error_reply(&m, &we);
+    if (b->cfg.verbose)
+        log_line("refused request %" PRIu64 ": %s: %s", req,
+                 wire_code_name(code), we.err.msg);
+    return broker_reply(b, sock, to, &m, NULL);
+}
+
+wire_state broker_wire_state(store_state s)
+{
+    static const wire_state map[5] = {
+        [STORE_QUEUED] = WIRE_STATE_QUEUED, [STORE_RUNNING] = WIRE_STATE_RUNNING,
+        [STORE_DONE] = WIRE_STATE_DONE,     [STORE_FAILED] = WIRE_STATE_FAILED,
+        [STORE_CANCELLED] = WIRE_STATE_CANCELLED,
+    };
+    return (unsigned)s < 5 ? map[s] : WIRE_STATE_NONE;
+}
+
+int broker_job_final(broker *b, int64_t job_id, llmq_err *err)
+{
+    return waiters_final(&b->waiters, job_id, on_client_waiter, b, err);
+}
+
+/* A client that is gone loses its waits; a worker that is gone is found
+ * dead by the heartbeat timer. */
+static void undelivered(void *ctx, void *sock, const net_peer *to, int errnum)
+{
+    broker *b = ctx;
+    b->undelivered++;
+    if (sock == b->clients && errnum == EHOSTUNREACH)
+        waiters_drop_peer(&b->waiters, to);
+}
+
+/* ---- opening --------------------------------------------------------------------- */
+
+static int set_int(void *sock, int opt, int value, llmq_err *err)
+{
+    if (zmq_setsockopt(sock, opt, &value, sizeof value) != 0)
+        return llmq_errf(err, "zmq_setsockopt(%d): %s", opt,
+                         zmq_strerror(errno));
+    return 0;
+}
+
+/* ROUTER_MANDATORY makes a send to a vanished peer fail instead of
+ * vanishing silently, so the broker can forget that peer's waits.  Workers
+ * get no send limit: credits already bound what they are sent. */
+static int open_router(broker *b, void **sock, const char *endpoint, int sndhwm,
+                       llmq_err *err)
+{
+    int64_t maxmsg = WIRE_MAX_BODY_BYTES;
+    *sock = zmq_socket(b->zctx, ZMQ_ROUTER);
+    if (!*sock)
+        return llmq_errf(err, "zmq_socket: %s", zmq_strerror(errno));
+    if (set_int(*sock, ZMQ_ROUTER_MANDATORY, 1, err) ||
+        set_int(*sock, ZMQ_SNDHWM, sndhwm, err) ||
+        set_int(*sock, ZMQ_RCVHWM, 0, err) ||
+        set_int(*sock, ZMQ_LINGER, LINGER_MS, err))
+        return -1;
+    if (zmq_setsockopt(*sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0)
+        return llmq_errf(err, "zmq_setsockopt(MAXMSGSIZE): %s",
+                         zmq_strerror(errno));
+    if (zmq_bind(*sock, endpoint) != 0)
+        return llmq_errf(err, "cannot bind %s: %s", endpoint,
+                         zmq_strerror(errno));
+    return 0;
+}
+
+static int open_parts(broker *b, llmq_err *err)
+{
+    store_opts so = {.max_attempts = b->cfg.max_attempts, .sync = b->cfg.sync};
+    if (store_open(&b->st, b->cfg.db_path, &so, clock_ms(CLOCK_REALTIME), err))
+        return -1;
+    b->zctx = zmq_ctx_new();
+    if (!b->zctx)
+        return llmq_errf(err, "zmq_ctx_new: %s", zmq_strerror(errno));
+    if (open_router(b, &b->clients, b->cfg.clients_endpoint, CLIENT_SNDHWM, err))
+        return llmq_err_prefix(err, "clients socket");
+    if (open_router(b, &b->workers, b->cfg.workers_endpoint, 0, err))
+        return llmq_err_prefix(err, "workers socket");
+    return 0;
+}
+
+int broker_open(broker **out, const broker_config *cfg, llmq_err *err)
+{
+    *out = NULL;
+    broker *b = calloc(1, sizeof *b);
+    if (!b)
+        return llmq_errf(err, "out of memory");
+    b->cfg = *cfg;
+    if (open_parts(b, err)) {
+        broker_close(b);
+        return -1;
+    }
+    int64_t counts[5];
+    store_counts_all(b->st, counts);
+    log_line("listening: clients %s, workers %s; database %s (synchronous=%s):"
+             " %" PRId64 " queued, %" PRId64 " done, %" PRId64 " failed",
+             cfg->clients_endpoint, cfg->workers_endpoint, cfg->db_path,
+             cfg->sync == STORE_SYNC_NORMAL ? "NORMAL" : "FULL",
+             counts[STORE_QUEUED], counts[STORE_DONE], counts[STORE_FAILED]);
+    *out = b;
+    return 0;
+}
+
+void broker_close(broker *b)
+{
+    if (!b)
+        return;
+    net_outbox_free(&b->out);
+    waiters_free(&b->waiters);
+    pool_free(&b->pool);
+    if (b->clients)
+        zmq_close(b->clients);
+    if (b->workers)
+        zmq_close(b->workers);
+    if (b->zctx)
+        zmq_ctx_term(b->zctx);
+    store_close(b->st);
+    free(b);
+}
+
+/* ---- reading ---------------------------------------------------------------------- */
+
+typedef int (*handler_fn)(broker *b, const net_peer *from, const void *body,
+                          size_t len, llmq_err *err);
+
+static int read_socket(broker *b, void *sock, handler_fn handle, llmq_err *err)
+{
+    for (int i = 0; i < READ_BUDGET; i++) {
+        net_peer from;
+        zmq_msg_t body;
+        net_status st;
+        if (net_recv(sock, &from, &body, &st, err))
+            return -1;
+        if (st == NET_NONE)
+            return 0;
+        int rc = 0;
+        if (st == NET_MALFORMED) {
+            rc = broker_refuse(b, sock, &from, 0, WIRE_E_MALFORMED, NULL,
+                               "envelope: more than %d frames before the body,"
+                               " a frame over %d bytes, or no body",
+                               NET_MAX_ENVELOPE, NET_MAX_FRAME_BYTES);
+        } else {
+            rc = handle(b, &from, zmq_msg_data(&body), zmq_msg_size(&body), err);
+            zmq_msg_close(&body);
+        }
+        net_peer_close(&from);
+        if (rc)
+            return -1;
+    }
+    return 0;
+}
+
+static void read_stops(broker *b)
+{
+    char buf[128];
+    ssize_t n = read(b->cfg.stop_fd, buf, sizeof buf);
+    if (n > 0)
+        b->stops++;
+}
+
+/* ---- timers --------------------------------------------------------------------------- */
+
+static int send_heartbeat(broker *b, pool_worker *w, llmq_err *err)
+{
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_HEARTBEAT);
+    w->last_sent = b->now;
+    return broker_reply(b, b->workers, &w->peer, &m, err);
+}
+
+static int check_workers(broker *b, llmq_err *err)
+{
+    for (size_t i = 0; i < b->pool.n;) {
+        pool_worker *w = b->pool.v[i];
+        if (b->now - w->last_heard > b->cfg.dead_after_ms) {
+            char why[96];
+            snprintf(why, sizeof why, "no message for %" PRId64 " ms",
+                     b->now - w->last_heard);
+            if (on_worker_end(b, w, SESSION_LOST, why, err))
+                return -1;
+            continue; /* w was removed; another one is at i now */
+        }
+        if (b->now - w->last_sent >= b->cfg.heartbeat_ms &&
+            send_heartbeat(b, w, err))
+            return -1;
+        i++;
+    }
+    return 0;
+}
+
+static int start_drain(broker *b, llmq_err *err)
+{
+    b->draining = true;
+    b->drain_deadline = b->now + b->cfg.grace_ms;
+    log_line("stopping: refusing new submits; %" PRId64 " jobs running on %zu"
+             " workers get %u ms to finish",
+             store_running(b->st), b->pool.n, b->cfg.grace_ms);
+    for (size_t i = 0; i < b->pool.n; i++) {
+        pool_worker *w = b->pool.v[i];
+        wire_msg m;
+        wire_msg_init(&m, WIRE_T_SHUTDOWN);
+        m.grace_ms = b->cfg.grace_ms;
+        w->draining = true;
+        w->last_sent = b->now;
+        if (broker_reply(b, b->workers, &w->peer, &m, err))
+            return -1;
+    }
+    return 0;
+}
+
+/* Whatever still runs goes back to the queue for the next broker. */
+static int finish_drain(broker *b, llmq_err *err)
+{
+    int64_t left = store_running(b->st);
+    while (b->pool.n)
+        if (on_worker_end(b, b->pool.v[0], SESSION_GONE, "broker stopped", err))
+            return -1;
+    if (waiters_end_all(&b->waiters, on_client_waiter, b, err))
+        return -1;
+    log_line("stopped: %" PRId64 " unfinished jobs back in the queue", left);
+    b->done = true;
+    return 0;
+}
+
+static int check_drain(broker *b, llmq_err *err)
+{
+    if (b->stops > 0 && !b->draining && start_drain(b, err))
+        return -1;
+    if (!b->draining)
+        return 0;
+    if (b->stops > 1 || store_running(b->st) == 0 || b->pool.n == 0 ||
+        b->now >= b->drain_deadline)
+        return finish_drain(b, err);
+    return 0;
+}
+
+static void log_undelivered(broker *b)
+{
+    if (!b->undelivered)
+        return;
+    log_line("%" PRIu64 " messages could not be delivered (peer gone or not"
+             " reading)", b->undelivered);
+    b->undelivered = 0;
+}
+
+static int timers(broker *b, llmq_err *err)
+{
+    if (check_workers(b, err) ||
+        waiters_expire(&b->waiters, b->now, on_client_waiter, b, err))
+        return -1;
+    log_undelivered(b);
+    return check_drain(b, err);
+}
+
+/* ---- dispatch ---------------------------------------------------------------------------- */
+
+/* One job at a time to the worker with the most free credits: jobs spread
+ * over workers, by priority then submission order (the store's order). */
+static int dispatch(broker *b, llmq_err *err)
+{
+    if (b->draining)
+        return 0;
+    pool_round(&b->pool);
+    while (store_queued(b->st) > 0) {
+        pool_worker *w = pool_pick(&b->pool);
+        if (!w)
+            return 0;
+        dispatch_ctx ctx = {b, w};
+        int got = 0;
+        if (store_claim(b->st, w->id, w->model, 1, b->wall, on_worker_send_job,
+                        &ctx, &got, err))
+            return -1;
+        if (got)
+            pool_sent(&b->pool, w);
+        else
+            pool_skip(&b->pool, w);
+    }
+    return 0;
+}
+
+/* ---- the loop -------------------------------------------------------------------------------- */
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
+
+/* Sleep until the next timer: a heartbeat or death due, a wait deadline,
+ * the end of the grace period; never longer than one heartbeat. */
+static long poll_timeout(const broker *b)
+{
+    int64_t next = b->now + b->cfg.heartbeat_ms;
+    for (size_t i = 0; i < b->pool.n; i++) {
+        const pool_worker *w = b->pool.v[i];
+        next = min64(next, w->last_sent + b->cfg.heartbeat_ms);
+        next = min64(next, w->last_heard + b->cfg.dead_after_ms + 1);
+    }
+    next = min64(next, waiters_next_deadline(&b->waiters));
+    if (b->draining)
+        next = min64(next, b->drain_deadline);
+    return next > b->now ? (long)(next - b->now) : 0;
+}
+
+static int wait_for_input(broker *b, llmq_err *err)
+{
+    zmq_pollitem_t items[3] = {
+        {b->clients, 0, ZMQ_POLLIN, 0},
+        {b->workers, 0, ZMQ_POLLIN, 0},
+        {NULL, b->cfg.stop_fd, ZMQ_POLLIN, 0},
+    };
+    int n_items = b->cfg.stop_fd >= 0 ? 3 : 2;
+    if (zmq_poll(items, n_items, poll_timeout(b)) < 0 && errno != EINTR)
+        return llmq_errf(err, "zmq_poll: %s", zmq_strerror(errno));
+    if (n_items == 3 && (items[2].revents & ZMQ_POLLIN))
+        read_stops(b);
+    return 0;
+}
+
+static int iterate(broker *b, llmq_err *err)
+{
+    b->now = clock_ms(CLOCK_MONOTONIC);
+    b->wall = clock_ms(CLOCK_REALTIME);
+    if (store_begin(b->st, err))
+        return -1;
+    if (read_socket(b, b->clients, on_client, err) ||
+        read_socket(b, b->workers, on_worker, err) || timers(b, err) ||
+        dispatch(b, err))
+        return -1;
+    /* Everything the iteration produced goes out only once it is durable. */
+    if (store_commit(b->st, err))
+        return -1;
+    net_flush(&b->out, undelivered, b);
+    return 0;
+}
+
+int broker_run(broker *b, llmq_err *err)
+{
+    b->now = clock_ms(CLOCK_MONOTONIC);
+    while (!b->done) {
+        if (wait_for_input(b, err) || iterate(b, err)) {
+            net_outbox_clear(&b->out);
+            if (store_in_transaction(b->st))
+                store_rollback(b->st);
+            return -1;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,53 @@
+/* broker: llmq-broker's event loop (docs/PROTOCOL.md, docs/SCHEMA.md).
+ *
+ * One thread, one zmq_poll loop over the client ROUTER, the worker ROUTER
+ * and a stop fd.  Each iteration: read everything waiting (up to a budget)
+ * inside one store transaction, run the timers (heartbeats, dead workers,
+ * wait deadlines, shutdown), hand queued jobs to workers with credits,
+ * commit (one fsync: group commit), and only then send the replies, pushed
+ * results and jobs collected during the iteration.
+ *
+ * A database error is fatal: broker_run returns -1 without sending anything
+ * of the iteration, so nothing unpersisted is ever acknowledged, and a
+ * restart resumes from what is on disk (running jobs requeued).  Bad
+ * requests never reach that point: they get a typed error and change
+ * nothing.
+ *
+ * Stopping: each read of stop_fd (e.g. a signalfd for SIGTERM/SIGINT) is one
+ * stop request.  The first drains: new submits are refused, workers get
+ * shutdown, running jobs may finish until grace_ms; whatever still runs is
+ * then put back in the queue, waiting clients get their wait_end, and
+ * broker_run returns 0.  A second request skips the grace period. */
+#ifndef LLMQ_BROKER_BROKER_H
+#define LLMQ_BROKER_BROKER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "broker/store.h"
+#include "common/err.h"
+
+typedef struct broker_config {
+    const char *db_path;
+    const char *clients_endpoint;
+    const char *workers_endpoint;
+    int64_t max_queued; /* queued jobs beyond which submits are refused; 0: no limit */
+    int max_attempts;
+    uint32_t heartbeat_ms;
+    uint32_t dead_after_ms;
+    uint32_t grace_ms;
+    store_sync sync;
+    bool verbose; /* a log line per job event too */
+    int stop_fd;  /* readable on a stop request; -1: none */
+} broker_config;
+
+typedef struct broker broker;
+
+/* Opens the store and binds both sockets. */
+int broker_open(broker **out, const broker_config *cfg, llmq_err *err);
+/* Runs until stopped (0) or a fatal error (-1). */
+int broker_run(broker *b, llmq_err *err);
+/* Closes sockets (letting final replies out) and the store.  NULL is fine. */
+void broker_close(broker *b);
+
+#endif

@@ -1,0 +1,198 @@
+/* llmq-broker: command line, signals, and the broker's loop.
+ *
+ * SIGTERM and SIGINT arrive through a signalfd in the broker's poll set, so
+ * no handler runs asynchronously and no global flag is needed. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "broker/broker.h"
+#include "broker/log.h"
+#include "proto/wire.h"
+
+static const char usage[] =
+    "Usage: llmq-broker [OPTION]...\n"
+    "Receive LLM jobs from clients, keep them in SQLite, hand them to workers.\n"
+    "\n"
+    "  --db FILE               SQLite database, created if missing (default llmq.db)\n"
+    "  --clients ENDPOINT      ZeroMQ endpoint for clients (default tcp://127.0.0.1:5555)\n"
+    "  --workers ENDPOINT      ZeroMQ endpoint for workers (default tcp://127.0.0.1:5556)\n"
+    "  --max-queued N          refuse submits while N jobs are queued (default 1000000;\n"
+    "                          0: no limit)\n"
+    "  --max-attempts N        a job fails after N attempts ended by a worker's loss or\n"
+    "                          failure (default 3)\n"
+    "  --heartbeat-ms MS       heartbeat period, both ways (default 1000)\n"
+    "  --worker-timeout-ms MS  a worker silent this long is presumed dead and its jobs\n"
+    "                          are requeued (default 5000)\n"
+    "  --grace-ms MS           on SIGTERM, how long running jobs may finish before they\n"
+    "                          are put back in the queue (default 10000)\n"
+    "  --sync full|normal      full (default): an acknowledged job survives power loss;\n"
+    "                          normal: it survives a broker crash only (faster)\n"
+    "  -v, --verbose           also log every job event\n"
+    "  -h, --help              show this help\n"
+    "\n"
+    "Endpoints bind to loopback by default; use tcp://0.0.0.0:PORT to accept remote\n"
+    "peers.  SIGTERM/SIGINT stop gracefully; a second one stops at once.\n"
+    "Exit status: 0 after a clean stop, 1 on a runtime error, 2 on bad usage.\n";
+
+enum {
+    OPT_DB = 256, OPT_CLIENTS, OPT_WORKERS, OPT_MAX_QUEUED, OPT_MAX_ATTEMPTS,
+    OPT_HEARTBEAT, OPT_TIMEOUT, OPT_GRACE, OPT_SYNC,
+};
+
+static const struct option options[] = {
+    {"db", required_argument, NULL, OPT_DB},
+    {"clients", required_argument, NULL, OPT_CLIENTS},
+    {"workers", required_argument, NULL, OPT_WORKERS},
+    {"max-queued", required_argument, NULL, OPT_MAX_QUEUED},
+    {"max-attempts", required_argument, NULL, OPT_MAX_ATTEMPTS},
+    {"heartbeat-ms", required_argument, NULL, OPT_HEARTBEAT},
+    {"worker-timeout-ms", required_argument, NULL, OPT_TIMEOUT},
+    {"grace-ms", required_argument, NULL, OPT_GRACE},
+    {"sync", required_argument, NULL, OPT_SYNC},
+    {"verbose", no_argument, NULL, 'v'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+static int parse_int(const char *flag, const char *text, int64_t lo, int64_t hi,
+                     int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi) {
+        fprintf(stderr, "llmq-broker: %s: '%s' is not an integer in %" PRId64
+                        "..%" PRId64 "\n",
+                flag, text, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_sync(const char *text, store_sync *out)
+{
+    if (strcmp(text, "full") == 0)
+        *out = STORE_SYNC_FULL;
+    else if (strcmp(text, "normal") == 0)
+        *out = STORE_SYNC_NORMAL;
+    else {
+        fprintf(stderr, "llmq-broker: --sync: '%s' is neither full nor normal\n",
+                text);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_option(int opt, const char *arg, broker_config *c)
+{
+    int64_t v = 0;
+    switch (opt) {
+    case OPT_DB: c->db_path = arg; return 0;
+    case OPT_CLIENTS: c->clients_endpoint = arg; return 0;
+    case OPT_WORKERS: c->workers_endpoint = arg; return 0;
+    case OPT_SYNC: return parse_sync(arg, &c->sync);
+    case 'v': c->verbose = true; return 0;
+    case OPT_MAX_QUEUED:
+        return parse_int("--max-queued", arg, 0, INT64_MAX, &c->max_queued);
+    case OPT_MAX_ATTEMPTS:
+        if (parse_int("--max-attempts", arg, 1, 1000, &v))
+            return -1;
+        c->max_attempts = (int)v;
+        return 0;
+    case OPT_HEARTBEAT:
+    case OPT_TIMEOUT:
+    case OPT_GRACE:
+        if (parse_int(opt == OPT_HEARTBEAT ? "--heartbeat-ms"
+                      : opt == OPT_TIMEOUT ? "--worker-timeout-ms"
+                                           : "--grace-ms",
+                      arg, opt == OPT_GRACE ? 0 : 1, 86400000, &v))
+            return -1;
+        *(opt == OPT_HEARTBEAT ? &c->heartbeat_ms
+          : opt == OPT_TIMEOUT ? &c->dead_after_ms
+                               : &c->grace_ms) = (uint32_t)v;
+        return 0;
+    default: return -1;
+    }
+}
+
+/* 0: run, 1: --help shown, -1: bad usage (message written). */
+static int parse_args(int argc, char **argv, broker_config *c)
+{
+    int opt;
+    while ((opt = getopt_long(argc, argv, "vh", options, NULL)) != -1) {
+        if (opt == 'h') {
+            fputs(usage, stdout);
+            return 1;
+        }
+        if (opt == '?' || parse_option(opt, optarg, c))
+            return -1;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "llmq-broker: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (c->heartbeat_ms >= c->dead_after_ms) {
+        fprintf(stderr, "llmq-broker: --worker-timeout-ms (%u) must exceed"
+                        " --heartbeat-ms (%u)\n",
+                c->dead_after_ms, c->heartbeat_ms);
+        return -1;
+    }
+    return 0;
+}
+
+/* Blocks the stop signals (before ZeroMQ starts its threads, which inherit
+ * the mask) and returns a signalfd that reports them. */
+static int stop_signals(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    if (sigprocmask(SIG_BLOCK, &set, NULL) != 0)
+        return -1;
+    signal(SIGPIPE, SIG_IGN);
+    return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+}
+
+int main(int argc, char **argv)
+{
+    broker_config cfg = {
+        .db_path = "llmq.db",
+        .clients_endpoint = "tcp://127.0.0.1:5555",
+        .workers_endpoint = "tcp://127.0.0.1:5556",
+        .max_queued = 1000000,
+        .max_attempts = 3,
+        .heartbeat_ms = WIRE_HEARTBEAT_MS,
+        .dead_after_ms = WIRE_DEAD_AFTER_MS,
+        .grace_ms = 10000,
+        .sync = STORE_SYNC_FULL,
+    };
+    int rc = parse_args(argc, argv, &cfg);
+    if (rc > 0)
+        return 0;
+    if (rc < 0) {
+        fputs("Try 'llmq-broker --help'.\n", stderr);
+        return 2;
+    }
+    cfg.stop_fd = stop_signals();
+    if (cfg.stop_fd < 0) {
+        perror("llmq-broker: signalfd");
+        return 1;
+    }
+    broker *b;
+    llmq_err err = {{0}};
+    rc = broker_open(&b, &cfg, &err) || broker_run(b, &err);
+    if (rc)
+        log_line("fatal: %s", err.msg);
+    broker_close(b);
+    close(cfg.stop_fd);
+    return rc ? 1 : 0;
+}

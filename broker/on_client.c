@@ -1,0 +1,662 @@
+/* on_client: the client requests of docs/PROTOCOL.md §5 (submit, status,
+ * cancel, wait, stats) and the results pushed to waiting clients. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker/broker_priv.h"
+#include "broker/log.h"
+#include "common/utf8.h"
+
+/* Job ids all waits together may hold, so that waits cannot exhaust memory. */
+#define MAX_WAITED_IDS 10000000u
+
+/* ---- submit -------------------------------------------------------------------- */
+
+static store_params params_from_wire(const wire_sampling *s)
+{
+    return (store_params){
+        .max_tokens = (int32_t)s->max_tokens,
+        .temperature = s->temperature,
+        .top_k = s->top_k,
+        .top_p = s->top_p,
+        .min_p = s->min_p,
+        .repeat_penalty = s->repeat_penalty,
+        .repeat_last_n = s->repeat_last_n,
+        .presence_penalty = s->presence_penalty,
+        .frequency_penalty = s->frequency_penalty,
+        .seed = s->seed,
+        .ignore_eos = s->ignore_eos,
+        .stop = s->stop,
+        .n_stop = s->n_stop,
+    };
+}
+
+static store_job job_from_wire(const wire_job *j, const char *batch,
+                               int64_t submit_id)
+{
+    return (store_job){
+        .client_key = j->key,
+        .batch_id = batch,
+        .model = j->model,
+        .submit_id = submit_id,
+        .priority = j->priority,
+        .prompt = j->prompt,
+        .prompt_ids = j->prompt ? NULL : j->tokens,
+        .n_prompt_ids = j->prompt ? 0 : j->n_tokens,
+        .params = params_from_wire(&j->sampling),
+    };
+}
+
+/* Stores the jobs in order; *full (and nothing more stored) at the limit. */
+static int submit_jobs(broker *b, const wire_submit *s, uint64_t *ids,
+                       bool *existing, bool *full, llmq_err *err)
+{
+    int64_t submit_id = 0;
+    if (s->meta &&
+        store_submit_meta(b->st, s->batch, s->meta, b->wall, &submit_id, err))
+        return -1;
+    for (uint32_t i = 0; i < s->n_jobs; i++) {
+        store_job j = job_from_wire(&s->jobs[i], s->batch, submit_id);
+        int64_t id = 0;
+        store_submit_outcome o;
+        if (store_submit(b->st, &j, b->cfg.max_queued, b->wall, &id, &o, err))
+            return -1;
+        if (o == STORE_FULL) {
+            *full = true;
+            return 0;
+        }
+        ids[i] = (uint64_t)id;
+        existing[i] = o == STORE_DUPLICATE;
+    }
+    return 0;
+}
+
+static int reply_submit_ok(broker *b, const net_peer *from, uint64_t req,
+                           const uint64_t *ids, const bool *existing,
+                           uint32_t n, llmq_err *err)
+{
+    wire_msg r;
+    wire_msg_init(&r, WIRE_T_SUBMIT_OK);
+    r.req = req;
+    r.submit_ok = (wire_submit_ok){.ids = ids, .existing = existing, .n = n};
+    return broker_reply(b, b->clients, from, &r, err);
+}
+
+/* All or nothing: a savepoint undoes the jobs stored before the limit hit. */
+static int on_submit(broker *b, const net_peer *from, const wire_msg *m,
+                     llmq_err *err)
+{
+    const wire_submit *s = &m->submit;
+    if (b->draining)
+        return broker_refuse(b, b->clients, from, m->req, WIRE_E_SHUTTING_DOWN,
+                             NULL, "the broker is stopping: nothing stored");
+    uint64_t *ids = malloc(s->n_jobs * sizeof *ids);
+    bool *existing = malloc(s->n_jobs * sizeof *existing);
+    bool full = false;
+    int rc = ids && existing ? store_mark(b->st, err)
+                             : llmq_errf(err, "out of memory for a submit");
+    if (rc == 0)
+        rc = submit_jobs(b, s, ids, existing, &full, err);
+    if (rc == 0 && full)
+        store_mark_undo(b->st);
+    else if (rc == 0)
+        rc = store_mark_release(b->st, err);
+    if (rc == 0 && full)
+        rc = broker_refuse(b, b->clients, from, m->req, WIRE_E_QUEUE_FULL, NULL,
+                           "queue is full (%" PRId64 " jobs queued, limit %" PRId64
+                           "): none of the %u jobs was stored; retry later",
+                           store_queued(b->st), b->cfg.max_queued, s->n_jobs);
+    else if (rc == 0)
+        rc = reply_submit_ok(b, from, m->req, ids, existing, s->n_jobs, err);
+    free(ids);
+    free(existing);
+    return rc;
+}
+
+/* ---- selections: ids or a batch ------------------------------------------------ */
+
+typedef struct idlist {
+    int64_t *v;
+    size_t n, cap;
+} idlist;
+
+static int idlist_push(idlist *l, int64_t id, llmq_err *err)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        int64_t *v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return llmq_errf(err, "out of memory selecting %zu jobs", cap);
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = id;
+    return 0;
+}
+
+static int collect_id(void *ctx, const store_brief *br, llmq_err *err)
+{
+    return idlist_push(ctx, br->id, err);
+}
+
+static int ignore_brief(void *ctx, const store_brief *br, llmq_err *err)
+{
+    (void)ctx, (void)br, (void)err;
+    return 0;
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void sort_unique(idlist *l)
+{
+    qsort(l->v, l->n, sizeof *l->v, cmp_id);
+    size_t k = 0;
+    for (size_t i = 0; i < l->n; i++)
+        if (k == 0 || l->v[k - 1] != l->v[i])
+            l->v[k++] = l->v[i];
+    l->n = k;
+}
+
+static int resolve_ids(broker *b, const net_peer *from, uint64_t req,
+                       const wire_select *sel, idlist *out, bool *refused,
+                       llmq_err *err)
+{
+    for (uint32_t i = 0; i < sel->n_ids; i++) {
+        bool found;
+        if (store_brief_get(b->st, (int64_t)sel->ids[i], ignore_brief, NULL,
+                            &found, err))
+            return -1;
+        if (!found) {
+            char field[32];
+            snprintf(field, sizeof field, "ids[%u]", i);
+            *refused = true;
+            return broker_refuse(b, b->clients, from, req, WIRE_E_UNKNOWN_JOB,
+                                 field, "no job %" PRIu64, sel->ids[i]);
+        }
+        if (idlist_push(out, (int64_t)sel->ids[i], err))
+            return -1;
+    }
+    sort_unique(out);
+    return 0;
+}
+
+/* The sorted distinct ids a selection names; unknown ids or an empty batch
+ * are refused (*refused, the error sent). */
+static int resolve(broker *b, const net_peer *from, uint64_t req,
+                   const wire_select *sel, idlist *out, bool *refused,
+                   llmq_err *err)
+{
+    *refused = false;
+    if (!sel->batch)
+        return resolve_ids(b, from, req, sel, out, refused, err);
+    int64_t n;
+    if (store_batch_briefs(b->st, sel->batch, collect_id, out, &n, err))
+        return -1;
+    if (n == 0) {
+        *refused = true;
+        return broker_refuse(b, b->clients, from, req, WIRE_E_UNKNOWN_BATCH,
+                             "batch", "no job in batch '%s'", sel->batch);
+    }
+    return 0;
+}
+
+/* Replies list at most WIRE_MAX_IDS jobs: larger selections are refused
+ * up front with a useful message rather than failing to encode. */
+static int refuse_if_large(broker *b, const net_peer *from, uint64_t req,
+                           const wire_select *sel, size_t n, size_t limit,
+                           bool *refused)
+{
+    *refused = n > limit;
+    if (!*refused)
+        return 0;
+    return broker_refuse(b, b->clients, from, req, WIRE_E_TOO_LARGE,
+                         sel->batch ? "batch" : "ids",
+                         "%zu jobs selected, at most %zu here", n, limit);
+}
+
+/* ---- status and cancel ------------------------------------------------------------ */
+
+typedef struct states {
+    wire_job_state *v;
+    size_t n, cap;
+    wire_counts counts;
+} states;
+
+static void count_state(wire_counts *c, store_state s)
+{
+    uint64_t *slot[5] = {&c->queued, &c->running, &c->done, &c->failed,
+                         &c->cancelled};
+    if ((unsigned)s < 5)
+        (*slot[s])++;
+}
+
+static int add_state(void *ctx, const store_brief *br, llmq_err *err)
+{
+    states *s = ctx;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        wire_job_state *v = realloc(s->v, cap * sizeof *v);
+        if (!v)
+            return llmq_errf(err, "out of memory listing %zu jobs", cap);
+        s->v = v;
+        s->cap = cap;
+    }
+    char *worker = br->worker ? strdup(br->worker) : NULL;
+    if (br->worker && !worker)
+        return llmq_errf(err, "out of memory listing jobs");
+    s->v[s->n++] = (wire_job_state){.id = (uint64_t)br->id,
+                                    .state = broker_wire_state(br->state),
+                                    .attempts = (uint32_t)br->attempts,
+                                    .worker = worker};
+    count_state(&s->counts, br->state);
+    return 0;
+}
+
+static void states_free(states *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free((char *)s->v[i].worker);
+    free(s->v);
+}
+
+static int reply_states(broker *b, const net_peer *from, uint64_t req,
+                        wire_type type, const idlist *ids, llmq_err *err)
+{
+    states s = {0};
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < ids->n; i++) {
+        bool found;
+        rc = store_brief_get(b->st, ids->v[i], add_state, &s, &found, err);
+    }
+    if (rc == 0) {
+        wire_msg r;
+        wire_msg_init(&r, type);
+        r.req = req;
+        r.jobs_reply = (wire_jobs_reply){.jobs = s.v, .n_jobs = (uint32_t)s.n,
+                                         .counts = s.counts};
+        rc = broker_reply(b, b->clients, from, &r, err);
+    }
+    states_free(&s);
+    return rc;
+}
+
+static int on_status(broker *b, const net_peer *from, const wire_msg *m,
+                     llmq_err *err)
+{
+    idlist ids = {0};
+    bool refused;
+    int rc = resolve(b, from, m->req, &m->select, &ids, &refused, err);
+    if (rc == 0 && !refused)
+        rc = refuse_if_large(b, from, m->req, &m->select, ids.n, WIRE_MAX_IDS,
+                             &refused);
+    if (rc == 0 && !refused)
+        rc = reply_states(b, from, m->req, WIRE_T_STATUS_OK, &ids, err);
+    free(ids.v);
+    return rc;
+}
+
+/* A running job is also stopped on its worker, whose slot comes back with
+ * the worker's next credit. */
+static int cancel_one(broker *b, int64_t id, llmq_err *err)
+{
+    store_change ch;
+    store_state was;
+    int64_t worker_id;
+    if (store_cancel(b->st, id, b->wall, &ch, &was, &worker_id, err))
+        return -1;
+    if (ch != STORE_APPLIED)
+        return 0;
+    pool_worker *w = was == STORE_RUNNING ? pool_by_id(&b->pool, worker_id)
+                                          : NULL;
+    if (w) {
+        wire_msg c;
+        wire_msg_init(&c, WIRE_T_JOB_CANCEL);
+        c.cancel_id = (uint64_t)id;
+        if (w->busy)
+            w->busy--;
+        w->last_sent = b->now;
+        if (broker_reply(b, b->workers, &w->peer, &c, err))
+            return -1;
+    }
+    if (b->cfg.verbose)
+        log_line("job %" PRId64 " cancelled (was %s)", id,
+                 store_state_name(was));
+    return broker_job_final(b, id, err);
+}
+
+static int on_cancel(broker *b, const net_peer *from, const wire_msg *m,
+                     llmq_err *err)
+{
+    idlist ids = {0};
+    bool refused;
+    int rc = resolve(b, from, m->req, &m->select, &ids, &refused, err);
+    if (rc == 0 && !refused)
+        rc = refuse_if_large(b, from, m->req, &m->select, ids.n, WIRE_MAX_IDS,
+                             &refused);
+    for (size_t i = 0; rc == 0 && !refused && i < ids.n; i++)
+        rc = cancel_one(b, ids.v[i], err);
+    if (rc == 0 && !refused)
+        rc = reply_states(b, from, m->req, WIRE_T_CANCEL_OK, &ids, err);
+    free(ids.v);
+    return rc;
+}
+
+/* ---- results and waits -------------------------------------------------------------- */
+
+/* Failure reasons of many attempts can exceed what a message carries: cut
+ * at a character boundary. */
+static const char *fit_message(const char *s, char *buf, size_t size)
+{
+    if (!s || strlen(s) < size)
+        return s;
+    size_t n = utf8_valid_prefix(s, size - 1);
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    return buf;
+}
+
+static void result_from_outcome(const store_outcome *o, wire_result *r,
+                                char *errbuf, size_t errsize)
+{
+    memset(r, 0, sizeof *r);
+    r->id = (uint64_t)o->job_id;
+    r->attempt = (uint32_t)o->attempts;
+    r->state = broker_wire_state(o->state);
+    r->key = o->client_key;
+    r->batch = o->batch_id;
+    r->worker = o->worker;
+    r->error = o->state == STORE_DONE
+                   ? NULL
+                   : fit_message(o->error ? o->error : store_state_name(o->state),
+                                 errbuf, errsize);
+    if (!o->res)
+        return;
+    r->text = o->res->text;
+    r->tokens = o->res->token_ids;
+    r->n_tokens = (uint32_t)o->res->n_token_ids;
+    r->finish = wire_finish_from_name(o->res->finish_reason);
+    r->prompt_tokens = (uint32_t)o->res->prompt_tokens;
+    r->gen_tokens = (uint32_t)o->res->generated_tokens;
+    r->timings = (wire_timings){.queue_wait_ms = o->queue_wait_ms,
+                                .prefill_ms = o->res->prefill_ms,
+                                .prefill_tok_s = o->prefill_tok_s,
+                                .decode_ms = o->res->decode_ms,
+                                .decode_tok_s = o->decode_tok_s,
+                                .total_ms = o->total_ms};
+}
+
+typedef struct push_ctx {
+    broker *b;
+    const net_peer *to;
+    uint64_t req;
+} push_ctx;
+
+static int push_outcome(void *ctx, const store_outcome *o, llmq_err *err)
+{
+    push_ctx *p = ctx;
+    char errbuf[WIRE_MAX_MESSAGE_BYTES + 1];
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_RESULT);
+    m.req = p->req;
+    result_from_outcome(o, &m.result, errbuf, sizeof errbuf);
+    return broker_reply(p->b, p->b->clients, p->to, &m, err);
+}
+
+static int push_result(broker *b, const net_peer *to, uint64_t req,
+                       int64_t job_id, llmq_err *err)
+{
+    push_ctx p = {b, to, req};
+    bool found;
+    return store_outcome_get(b->st, job_id, push_outcome, &p, &found, err);
+}
+
+/* Results gathered for a non-streaming wait_end: copies, since the store's
+ * strings live only during its callback. */
+typedef struct result_set {
+    wire_result *v;
+    size_t n;
+    bool oom;
+} result_set;
+
+static char *dup_or_null(const char *s, bool *oom)
+{
+    char *d = s ? strdup(s) : NULL;
+    if (s && !d)
+        *oom = true;
+    return d;
+}
+
+static int keep_outcome(void *ctx, const store_outcome *o, llmq_err *err)
+{
+    result_set *rs = ctx;
+    char errbuf[WIRE_MAX_MESSAGE_BYTES + 1];
+    wire_result *r = &rs->v[rs->n++];
+    result_from_outcome(o, r, errbuf, sizeof errbuf);
+    r->key = dup_or_null(r->key, &rs->oom);
+    r->batch = dup_or_null(r->batch, &rs->oom);
+    r->worker = dup_or_null(r->worker, &rs->oom);
+    r->error = dup_or_null(r->error, &rs->oom);
+    r->text = dup_or_null(r->text, &rs->oom);
+    uint32_t *tokens = r->n_tokens ? malloc(r->n_tokens * sizeof *tokens) : NULL;
+    if (r->n_tokens && tokens)
+        memcpy(tokens, r->tokens, r->n_tokens * sizeof *tokens);
+    rs->oom |= r->n_tokens && !tokens;
+    r->tokens = tokens;
+    return rs->oom ? llmq_errf(err, "out of memory collecting results") : 0;
+}
+
+static void result_set_free(result_set *rs)
+{
+    for (size_t i = 0; i < rs->n; i++) {
+        wire_result *r = &rs->v[i];
+        free((char *)r->key);
+        free((char *)r->batch);
+        free((char *)r->worker);
+        free((char *)r->error);
+        free((char *)r->text);
+        free((uint32_t *)r->tokens);
+    }
+    free(rs->v);
+}
+
+static int collect_results(broker *b, const waiter *w, result_set *rs,
+                           llmq_err *err)
+{
+    rs->v = calloc(w->n ? w->n : 1, sizeof *rs->v);
+    if (!rs->v)
+        return llmq_errf(err, "out of memory collecting %zu results", w->n);
+    for (size_t i = 0; i < w->n; i++) {
+        bool found;
+        if (w->final[i] &&
+            store_outcome_get(b->st, w->ids[i], keep_outcome, rs, &found, err))
+            return -1;
+    }
+    return 0;
+}
+
+static int send_wait_end(broker *b, const waiter *w, bool timed_out,
+                         llmq_err *err)
+{
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_WAIT_END);
+    m.req = w->req;
+    m.wait_end.done = (uint32_t)(w->n - w->pending);
+    m.wait_end.pending = (uint32_t)w->pending;
+    m.wait_end.timed_out = timed_out;
+    result_set rs = {0};
+    int rc = w->stream ? 0 : collect_results(b, w, &rs, err);
+    if (rc == 0) {
+        m.wait_end.results = rs.v;
+        m.wait_end.n_results = (uint32_t)rs.n;
+        rc = broker_reply(b, b->clients, &w->peer, &m, err);
+    }
+    result_set_free(&rs);
+    return rc;
+}
+
+int on_client_waiter(void *ctx, const waiter *w, waiter_event ev,
+                     int64_t job_id, bool timed_out, llmq_err *err)
+{
+    broker *b = ctx;
+    if (ev == WAITER_RESULT)
+        return w->stream ? push_result(b, &w->peer, w->req, job_id, err) : 0;
+    return send_wait_end(b, w, timed_out, err);
+}
+
+static bool is_final(store_state s)
+{
+    return s == STORE_DONE || s == STORE_FAILED || s == STORE_CANCELLED;
+}
+
+static int note_final(void *ctx, const store_brief *br, llmq_err *err)
+{
+    (void)err;
+    *(bool *)ctx = is_final(br->state);
+    return 0;
+}
+
+/* Marks the final ones (pushing them when streaming); returns pending. */
+static int sort_out(broker *b, const net_peer *from, const wire_msg *m,
+                    const idlist *ids, bool *final, size_t *pending,
+                    llmq_err *err)
+{
+    *pending = 0;
+    for (size_t i = 0; i < ids->n; i++) {
+        bool found;
+        if (store_brief_get(b->st, ids->v[i], note_final, &final[i], &found,
+                            err))
+            return -1;
+        if (!final[i])
+            (*pending)++;
+        else if (m->wait.stream &&
+                 push_result(b, from, m->req, ids->v[i], err))
+            return -1;
+    }
+    return 0;
+}
+
+/* The wait is answered at once when nothing is pending or it may not wait;
+ * otherwise it is registered, owning ids and final. */
+static int start_wait(broker *b, const net_peer *from, const wire_msg *m,
+                      idlist *ids, llmq_err *err)
+{
+    bool *final = calloc(ids->n ? ids->n : 1, sizeof *final);
+    size_t pending = 0;
+    if (!final)
+        return llmq_errf(err, "out of memory waiting on %zu jobs", ids->n);
+    if (sort_out(b, from, m, ids, final, &pending, err)) {
+        free(final);
+        return -1;
+    }
+    if (pending && m->wait.timeout_ms) {
+        int64_t deadline = b->now + m->wait.timeout_ms;
+        int rc = waiters_add(&b->waiters, from, m->req, m->wait.stream,
+                             deadline, ids->v, final, ids->n, pending, err);
+        ids->v = NULL; /* the waiter owns it now */
+        return rc;
+    }
+    waiter w = {.req = m->req, .stream = m->wait.stream, .ids = ids->v,
+                .final = final, .n = ids->n, .pending = pending};
+    net_peer_copy(&w.peer, from);
+    int rc = send_wait_end(b, &w, pending > 0, err);
+    net_peer_close(&w.peer);
+    free(final);
+    return rc;
+}
+
+static int on_wait(broker *b, const net_peer *from, const wire_msg *m,
+                   llmq_err *err)
+{
+    idlist ids = {0};
+    bool refused;
+    const wire_select *sel = &m->wait.sel;
+    int rc = resolve(b, from, m->req, sel, &ids, &refused, err);
+    size_t limit = m->wait.stream ? WIRE_MAX_IDS : WIRE_MAX_RESULTS;
+    if (rc == 0 && !refused)
+        rc = refuse_if_large(b, from, m->req, sel, ids.n, limit, &refused);
+    if (rc == 0 && !refused && b->waiters.total_ids + ids.n > MAX_WAITED_IDS) {
+        refused = true;
+        rc = broker_refuse(b, b->clients, from, m->req, WIRE_E_TOO_LARGE, NULL,
+                           "waits in progress already hold %zu job ids;"
+                           " wait on fewer jobs", b->waiters.total_ids);
+    }
+    if (rc == 0 && !refused)
+        rc = start_wait(b, from, m, &ids, err);
+    free(ids.v);
+    return rc;
+}
+
+/* ---- stats ------------------------------------------------------------------------------- */
+
+static int on_stats(broker *b, const net_peer *from, const wire_msg *m,
+                    llmq_err *err)
+{
+    int64_t n[5];
+    store_counts_all(b->st, n);
+    size_t nw = b->pool.n < WIRE_MAX_WORKERS ? b->pool.n : WIRE_MAX_WORKERS;
+    wire_worker_stat *ws = calloc(nw ? nw : 1, sizeof *ws);
+    if (!ws)
+        return llmq_errf(err, "out of memory for stats");
+    for (size_t i = 0; i < nw; i++) {
+        const pool_worker *w = b->pool.v[i];
+        ws[i] = (wire_worker_stat){
+            .worker = w->name, .host = w->host, .gpu_index = w->gpu_index,
+            .gpu_name = w->gpu_name, .engine = w->engine, .slots = w->slots,
+            .busy = w->busy, .jobs_done = w->jobs_done,
+            .tokens_done = w->tokens_done};
+    }
+    wire_msg r;
+    wire_msg_init(&r, WIRE_T_STATS_OK);
+    r.req = m->req;
+    r.stats_ok.counts = (wire_counts){
+        (uint64_t)n[STORE_QUEUED], (uint64_t)n[STORE_RUNNING],
+        (uint64_t)n[STORE_DONE], (uint64_t)n[STORE_FAILED],
+        (uint64_t)n[STORE_CANCELLED]};
+    r.stats_ok.workers = ws;
+    r.stats_ok.n_workers = (uint32_t)nw;
+    int rc = broker_reply(b, b->clients, from, &r, err);
+    free(ws);
+    return rc;
+}
+
+/* ---- entry ------------------------------------------------------------------------------- */
+
+static int handle(broker *b, const net_peer *from, const wire_msg *m,
+                  llmq_err *err)
+{
+    switch (m->type) {
+    case WIRE_T_SUBMIT: return on_submit(b, from, m, err);
+    case WIRE_T_STATUS: return on_status(b, from, m, err);
+    case WIRE_T_CANCEL: return on_cancel(b, from, m, err);
+    case WIRE_T_WAIT: return on_wait(b, from, m, err);
+    case WIRE_T_STATS: return on_stats(b, from, m, err);
+    default:
+        return broker_refuse(b, b->clients, from, m->req, WIRE_E_UNKNOWN_TYPE,
+                             "type", "'%s' is not a client request",
+                             wire_type_name(m->type));
+    }
+}
+
+int on_client(broker *b, const net_peer *from, const void *body, size_t len,
+              llmq_err *err)
+{
+    wire_msg m;
+    wire_error we;
+    memset(&we, 0, sizeof we);
+    if (wire_decode(body, len, WIRE_DIR_CLIENT_TO_BROKER, &m, &we) != 0) {
+        if (b->cfg.verbose)
+            log_line("bad client request: %s: %s", wire_code_name(we.code),
+                     we.err.msg);
+        wire_msg r;
+        wire_error_reply(&r, &we);
+        return broker_reply(b, b->clients, from, &r, err);
+    }
+    int rc = handle(b, from, &m, err);
+    wire_msg_free(&m);
+    return rc;
+}
