@@ -1,3 +1,6 @@
 noinst_LIBRARIES += kernels/libllmq_kernels.a
 kernels_libllmq_kernels_a_SOURCES = \
-	kernels/quant.c kernels/quant.h
+	kernels/quant.c kernels/quant.h kernels/backend.h \
+	kernels/cpu/threadpool.c kernels/cpu/threadpool.h \
+	kernels/cpu/dot.c kernels/cpu/dot.h \
+	kernels/cpu/cpu_backend.c

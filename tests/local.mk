@@ -86,3 +86,10 @@ tests/fuzz/fuzz-wire: $(FUZZ_WIRE_SRCS)
 	$(AM_V_GEN)$(FUZZ_CC) $(FUZZ_FLAGS) $(MSGPACK_CFLAGS) -o $@ $(FUZZ_WIRE_SRCS) $(MSGPACK_LIBS)
 CLEANFILES += tests/fuzz/fuzz-wire
 # ---- end proto: wire fuzz ----
+
+# ---- proto: client library, llmq-submit and the Python client against a real broker ----
+check_PROGRAMS += tests/integration/test-client
+TESTS += tests/integration/test-client
+tests_integration_test_client_SOURCES = tests/integration/test-client.c tests/unit/check.h
+tests_integration_test_client_LDADD = proto/libllmq.la -lm
+# ---- end proto: clients against a broker ----

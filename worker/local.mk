@@ -2,7 +2,8 @@ noinst_LIBRARIES += worker/libllmq_model.a
 worker_libllmq_model_a_SOURCES = \
 	worker/model/gguf.c worker/model/gguf.h \
 	worker/model/tokenizer.c worker/model/tokenizer.h \
-	worker/model/pretok.c worker/model/pretok.h
+	worker/model/pretok.c worker/model/pretok.h \
+	worker/model/model.c worker/model/model.h
 
 worker_libllmq_model_a_CPPFLAGS = $(AM_CPPFLAGS) $(UTF8PROC_CFLAGS)
 
@@ -12,4 +13,7 @@ LLMQ_MODEL_LIBS = worker/libllmq_model.a kernels/libllmq_kernels.a common/libllm
 
 noinst_LIBRARIES += worker/libllmq_engine.a
 worker_libllmq_engine_a_SOURCES = \
-	worker/engine/sampler.c worker/engine/sampler.h
+	worker/engine/sampler.c worker/engine/sampler.h \
+	worker/engine/kvpool.c worker/engine/kvpool.h \
+	worker/engine/engine.c worker/engine/engine.h \
+	worker/engine/perplexity.c worker/engine/perplexity.h

@@ -1,0 +1,549 @@
+/* The CPU backend: the numerical oracle for every other backend, and the
+ * engine on machines without a GPU.  Ops run synchronously on the caller's
+ * thread plus a persistent pool; each op splits its work into fixed tasks
+ * (rows, heads, tiles) whose results do not depend on the split. */
+#include "kernels/backend.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/dot.h"
+#include "kernels/cpu/threadpool.h"
+
+typedef struct cpu_backend {
+    backend base;
+    pool *pool;
+} cpu_backend;
+
+struct be_weight {
+    quant_type type;
+    int64_t rows, cols;
+    size_t row_bytes;
+    const uint8_t *data; /* caller's memory (the mapped GGUF): never copied */
+};
+
+struct be_kv {
+    int32_t n_layers, n_blocks, block_size, kv_dim;
+    be_kv_type type;
+    size_t elem; /* bytes per value */
+    uint8_t *k, *v;
+};
+
+/* The quantized copy of a be_act (be_act.q), in the format of the weight
+ * type that asked for it last. */
+typedef struct cpu_actq {
+    dot_act kind;
+    int8_t *q;
+    float *d;   /* a scale per 32 (q8_0) or 256 (q8_K) values */
+    int32_t *s; /* q8_K: a sum per 16 values */
+} cpu_actq;
+
+static pool *pool_of(backend *be) { return ((cpu_backend *)be)->pool; }
+
+/* ---- memory ---- */
+
+static void *cpu_alloc(backend *be, size_t bytes, llmq_err *err)
+{
+    (void)be;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
+        llmq_errf(err, "cpu backend: cannot allocate %zu bytes", bytes);
+        return NULL;
+    }
+    return p;
+}
+
+static void cpu_free(backend *be, void *p)
+{
+    (void)be;
+    free(p);
+}
+
+static int cpu_copy(backend *be, void *dst, const void *src, size_t bytes, llmq_err *err)
+{
+    (void)be;
+    (void)err;
+    memmove(dst, src, bytes);
+    return 0;
+}
+
+static int cpu_sync(backend *be, llmq_err *err)
+{
+    (void)be;
+    (void)err;
+    return 0;
+}
+
+/* ---- weights ---- */
+
+static int cpu_weight_load(backend *be, quant_type type, int64_t rows, int64_t cols,
+                           const void *data, be_weight **out, llmq_err *err)
+{
+    (void)be;
+    uint64_t row_bytes;
+    if (quant_row_bytes(type, (uint64_t)cols, &row_bytes, err) != 0)
+        return -1;
+    if (dot_act_for(type) == DOT_ACT_F32 && type != QUANT_F32 && type != QUANT_F16 &&
+        type != QUANT_BF16)
+        return llmq_errf(err, "cpu backend: no matmul for type %s", quant_type_name(type));
+    be_weight *w = calloc(1, sizeof *w);
+    if (!w)
+        return llmq_errf(err, "cpu backend: out of memory");
+    *w = (be_weight){.type = type, .rows = rows, .cols = cols, .row_bytes = row_bytes, .data = data};
+    *out = w;
+    return 0;
+}
+
+static void cpu_weight_free(backend *be, be_weight *w)
+{
+    (void)be;
+    free(w);
+}
+
+/* ---- activations ---- */
+
+static void cpu_act_destroy(backend *be, be_act *a)
+{
+    (void)be;
+    cpu_actq *aq = a->q;
+    if (aq) {
+        free(aq->q);
+        free(aq->d);
+        free(aq->s);
+        free(aq);
+    }
+    free(a->x);
+    memset(a, 0, sizeof *a);
+}
+
+static int cpu_act_create(backend *be, int32_t max_rows, int32_t max_cols, be_act *out,
+                          llmq_err *err)
+{
+    memset(out, 0, sizeof *out);
+    size_t n = (size_t)max_rows * (size_t)max_cols;
+    size_t nb = (size_t)max_rows * (size_t)((max_cols + 15) / 16);
+    cpu_actq *aq = calloc(1, sizeof *aq);
+    out->x = cpu_alloc(be, n * sizeof(float), err);
+    out->q = aq;
+    if (aq) {
+        aq->q = cpu_alloc(be, n, err);
+        aq->d = cpu_alloc(be, nb * sizeof(float), err); /* per 16: room for either */
+        aq->s = cpu_alloc(be, nb * sizeof(int32_t), err);
+    }
+    if (!out->x || !aq || !aq->q || !aq->d || !aq->s) {
+        cpu_act_destroy(be, out);
+        return llmq_errf(err, "cpu backend: cannot allocate activations %d x %d", max_rows,
+                         max_cols);
+    }
+    out->max_rows = max_rows;
+    out->max_cols = max_cols;
+    return 0;
+}
+
+/* ---- KV cache ---- */
+
+static void cpu_kv_destroy(backend *be, be_kv *kv)
+{
+    if (!kv)
+        return;
+    cpu_free(be, kv->k);
+    cpu_free(be, kv->v);
+    free(kv);
+}
+
+static int cpu_kv_create(backend *be, int32_t n_layers, int32_t n_blocks, int32_t block_size,
+                         int32_t kv_dim, be_kv_type type, be_kv **out, llmq_err *err)
+{
+    be_kv *kv = calloc(1, sizeof *kv);
+    if (!kv)
+        return llmq_errf(err, "cpu backend: out of memory");
+    *kv = (be_kv){.n_layers = n_layers, .n_blocks = n_blocks, .block_size = block_size,
+                  .kv_dim = kv_dim, .type = type,
+                  .elem = type == BE_KV_F16 ? sizeof(quant_f16) : sizeof(float)};
+    size_t bytes = (size_t)n_layers * n_blocks * block_size * kv_dim * kv->elem;
+    kv->k = cpu_alloc(be, bytes, err);
+    kv->v = cpu_alloc(be, bytes, err);
+    if (!kv->k || !kv->v) {
+        cpu_kv_destroy(be, kv);
+        return llmq_errf(err, "cpu backend: cannot allocate a KV cache of 2 x %zu bytes", bytes);
+    }
+    *out = kv;
+    return 0;
+}
+
+static size_t kv_offset(const be_kv *kv, int32_t layer, int64_t slot)
+{
+    return (((size_t)layer * kv->n_blocks * kv->block_size) + (size_t)slot) * kv->kv_dim;
+}
+
+static void kv_put(const be_kv *kv, uint8_t *base, size_t off, const float *src)
+{
+    if (kv->type == BE_KV_F16) {
+        quant_f16 *dst = (quant_f16 *)base + off;
+        for (int32_t i = 0; i < kv->kv_dim; i++)
+            dst[i] = quant_f32_to_f16(src[i]);
+    } else {
+        memcpy((float *)base + off, src, (size_t)kv->kv_dim * sizeof(float));
+    }
+}
+
+static void kv_get(const be_kv *kv, const uint8_t *base, size_t off, int32_t from, int32_t n,
+                   float *dst)
+{
+    if (kv->type == BE_KV_F16) {
+        const quant_f16 *src = (const quant_f16 *)base + off + from;
+        for (int32_t i = 0; i < n; i++)
+            dst[i] = quant_f16_to_f32(src[i]);
+    } else {
+        memcpy(dst, (const float *)base + off + from, (size_t)n * sizeof(float));
+    }
+}
+
+/* ---- embed, gather ---- */
+
+typedef struct rows_job {
+    const be_weight *w;
+    const int32_t *ids;
+    const float *x;
+    int32_t dim;
+    float *out;
+} rows_job;
+
+static void embed_task(void *ctx, int64_t r)
+{
+    const rows_job *j = ctx;
+    const be_weight *w = j->w;
+    quant_dequantize_row(w->type, w->data + (size_t)j->ids[r] * w->row_bytes,
+                         j->out + r * w->cols, w->cols);
+}
+
+static void cpu_embed(backend *be, const be_weight *table, const int32_t *ids, int32_t n,
+                      float *out)
+{
+    rows_job j = {.w = table, .ids = ids, .out = out};
+    pool_run(pool_of(be), embed_task, &j, n);
+}
+
+static void cpu_gather_rows(backend *be, const float *x, const int32_t *idx, int32_t n,
+                            int32_t dim, float *out)
+{
+    (void)be;
+    for (int32_t r = 0; r < n; r++)
+        memcpy(out + (size_t)r * dim, x + (size_t)idx[r] * dim, (size_t)dim * sizeof(float));
+}
+
+/* ---- rmsnorm: as llama.cpp, the sum of squares in double ---- */
+
+typedef struct norm_job {
+    const float *x, *w;
+    float eps;
+    int32_t dim;
+    float *out;
+} norm_job;
+
+static void rmsnorm_task(void *ctx, int64_t r)
+{
+    const norm_job *j = ctx;
+    const float *x = j->x + r * j->dim;
+    float *y = j->out + r * j->dim;
+    double sum = 0.0;
+    for (int32_t i = 0; i < j->dim; i++)
+        sum += (double)(x[i] * x[i]);
+    const float scale = 1.0f / sqrtf((float)(sum / j->dim) + j->eps);
+    for (int32_t i = 0; i < j->dim; i++)
+        y[i] = (x[i] * scale) * j->w[i];
+}
+
+static void cpu_rmsnorm(backend *be, const float *x, const float *w, float eps, int32_t rows,
+                        int32_t dim, be_act *out)
+{
+    norm_job j = {.x = x, .w = w, .eps = eps, .dim = dim, .out = out->x};
+    pool_run(pool_of(be), rmsnorm_task, &j, rows);
+    out->rows = rows;
+    out->cols = dim;
+    out->q_valid = false;
+}
+
+/* ---- matmul ---- */
+
+/* Tiles of weight rows x activation rows keep a few weight rows in L1 while
+ * the activation rows stream past; the tile shape changes which thread does a
+ * pair, never how the pair is summed. */
+#define TILE_W 16
+#define TILE_X 64
+
+typedef struct matmul_job {
+    const be_weight *w;
+    const be_act *in;
+    float *out;
+    bool accumulate;
+    int64_t tiles_w;
+} matmul_job;
+
+static void quantize_task(void *ctx, int64_t r)
+{
+    const be_act *a = ctx;
+    cpu_actq *aq = a->q;
+    if (aq->kind == DOT_ACT_Q8_0)
+        dot_quantize_q8_0(a->x + r * a->cols, a->cols, aq->q + r * a->cols,
+                          aq->d + r * (a->cols / QK8_0));
+    else
+        dot_quantize_q8_K(a->x + r * a->cols, a->cols, aq->q + r * a->cols,
+                          aq->d + r * (a->cols / QK_K), aq->s + r * (a->cols / 16));
+}
+
+static dot_q8_row act_row(const be_act *a, int64_t t)
+{
+    const cpu_actq *aq = a->q;
+    const int64_t per_d = aq->kind == DOT_ACT_Q8_0 ? QK8_0 : QK_K;
+    return (dot_q8_row){.q = aq->q + t * a->cols, .d = aq->d + t * (a->cols / per_d),
+                        .s = aq->s + t * (a->cols / 16)};
+}
+
+static void matmul_task(void *ctx, int64_t task)
+{
+    const matmul_job *j = ctx;
+    const be_weight *w = j->w;
+    const be_act *a = j->in;
+    const int64_t n0 = (task % j->tiles_w) * TILE_W, t0 = (task / j->tiles_w) * TILE_X;
+    const int64_t n1 = n0 + TILE_W < w->rows ? n0 + TILE_W : w->rows;
+    const int64_t t1 = t0 + TILE_X < a->rows ? t0 + TILE_X : a->rows;
+    const bool q8 = dot_act_for(w->type) != DOT_ACT_F32;
+    for (int64_t t = t0; t < t1; t++) {
+        float *o = j->out + t * w->rows;
+        const dot_q8_row xr = q8 ? act_row(a, t) : (dot_q8_row){0};
+        for (int64_t n = n0; n < n1; n++) {
+            const void *wr = w->data + (size_t)n * w->row_bytes;
+            float v = q8 ? dot_row_q8(w->type, wr, &xr, w->cols)
+                         : dot_row_f32(w->type, wr, a->x + t * a->cols, w->cols);
+            o[n] = j->accumulate ? o[n] + v : v;
+        }
+    }
+}
+
+static void cpu_matmul(backend *be, const be_weight *w, be_act *in, float *out, bool accumulate)
+{
+    const dot_act kind = dot_act_for(w->type);
+    cpu_actq *aq = in->q;
+    if (kind != DOT_ACT_F32 && (!in->q_valid || aq->kind != kind)) {
+        aq->kind = kind;
+        pool_run(pool_of(be), quantize_task, in, in->rows);
+        in->q_valid = true;
+    }
+    matmul_job j = {.w = w, .in = in, .out = out, .accumulate = accumulate,
+                    .tiles_w = (w->rows + TILE_W - 1) / TILE_W};
+    const int64_t tiles_x = (in->rows + TILE_X - 1) / TILE_X;
+    pool_run(pool_of(be), matmul_task, &j, j.tiles_w * tiles_x);
+}
+
+/* ---- rope: llama.cpp's NORM mode, theta advanced by repeated products ---- */
+
+typedef struct rope_job {
+    float *q, *k;
+    const int32_t *pos;
+    const be_attn_shape *shape;
+    int32_t rope_dim;
+    float theta_scale;
+} rope_job;
+
+static void rope_head(float *x, int32_t rope_dim, float pos, float theta_scale)
+{
+    float theta = pos;
+    for (int32_t i = 0; i < rope_dim; i += 2) {
+        const float c = cosf(theta), s = sinf(theta);
+        const float x0 = x[i], x1 = x[i + 1];
+        x[i] = x0 * c - x1 * s;
+        x[i + 1] = x0 * s + x1 * c;
+        theta *= theta_scale;
+    }
+}
+
+static void rope_task(void *ctx, int64_t r)
+{
+    const rope_job *j = ctx;
+    const be_attn_shape *sh = j->shape;
+    const float pos = (float)j->pos[r];
+    for (int32_t h = 0; h < sh->n_head; h++)
+        rope_head(j->q + (r * sh->n_head + h) * sh->head_dim, j->rope_dim, pos, j->theta_scale);
+    for (int32_t h = 0; h < sh->n_head_kv; h++)
+        rope_head(j->k + (r * sh->n_head_kv + h) * sh->head_dim, j->rope_dim, pos,
+                  j->theta_scale);
+}
+
+static void cpu_rope(backend *be, float *q, float *k, const int32_t *pos, int32_t rows,
+                     const be_attn_shape *shape, int32_t rope_dim, float freq_base)
+{
+    rope_job j = {.q = q, .k = k, .pos = pos, .shape = shape, .rope_dim = rope_dim,
+                  .theta_scale = powf(freq_base, -2.0f / (float)rope_dim)};
+    pool_run(pool_of(be), rope_task, &j, rows);
+}
+
+/* ---- KV write ---- */
+
+static void cpu_kv_write(backend *be, be_kv *kv, int32_t layer, const float *k, const float *v,
+                         const int32_t *slot, int32_t rows)
+{
+    (void)be;
+    for (int32_t r = 0; r < rows; r++) {
+        size_t off = kv_offset(kv, layer, slot[r]);
+        kv_put(kv, kv->k, off, k + (size_t)r * kv->kv_dim);
+        kv_put(kv, kv->v, off, v + (size_t)r * kv->kv_dim);
+    }
+}
+
+/* ---- attention: one task per (row, head), softmax sums in double ---- */
+
+typedef struct attn_job {
+    const be_kv *kv;
+    int32_t layer;
+    const float *q;
+    const be_attn_batch *b;
+    const be_attn_shape *sh;
+    float *out;
+    float *scratch; /* per task: max_seq_len scores + 2 * head_dim */
+    size_t scratch_stride;
+} attn_job;
+
+static void attn_task(void *ctx, int64_t task)
+{
+    const attn_job *j = ctx;
+    const be_attn_shape *sh = j->sh;
+    const be_kv *kv = j->kv;
+    const int64_t r = task / sh->n_head;
+    const int32_t h = (int32_t)(task % sh->n_head);
+    const int32_t hkv = h / (sh->n_head / sh->n_head_kv);
+    const int32_t hd = sh->head_dim;
+    const int32_t seq = j->b->row_seq_dev[r];
+    const int32_t n = j->b->row_pos_dev[r] + 1;
+    const int32_t *blocks = j->b->block_table_dev + (size_t)seq * j->b->max_blocks;
+    const float *q = j->q + (r * sh->n_head + h) * hd;
+    float *scores = j->scratch + task * j->scratch_stride;
+    float *kv_row = scores + j->b->max_seq_len;
+    float *acc = kv_row + hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+
+    float mx = -INFINITY;
+    for (int32_t p = 0; p < n; p++) {
+        size_t off = kv_offset(kv, j->layer, (int64_t)blocks[p / kv->block_size] * kv->block_size +
+                                                 p % kv->block_size);
+        kv_get(kv, kv->k, off, hkv * hd, hd, kv_row);
+        float s = 0.0f;
+        for (int32_t i = 0; i < hd; i++)
+            s += q[i] * kv_row[i];
+        scores[p] = s * scale;
+        mx = fmaxf(mx, scores[p]);
+    }
+    double sum = 0.0;
+    for (int32_t p = 0; p < n; p++) {
+        scores[p] = expf(scores[p] - mx);
+        sum += scores[p];
+    }
+    const float inv = (float)(1.0 / sum);
+    memset(acc, 0, (size_t)hd * sizeof(float));
+    for (int32_t p = 0; p < n; p++) {
+        size_t off = kv_offset(kv, j->layer, (int64_t)blocks[p / kv->block_size] * kv->block_size +
+                                                 p % kv->block_size);
+        kv_get(kv, kv->v, off, hkv * hd, hd, kv_row);
+        const float wgt = scores[p] * inv;
+        for (int32_t i = 0; i < hd; i++)
+            acc[i] += wgt * kv_row[i];
+    }
+    memcpy(j->out + (r * sh->n_head + h) * hd, acc, (size_t)hd * sizeof(float));
+}
+
+static void cpu_attention(backend *be, const be_kv *kv, int32_t layer, const float *q,
+                          const be_attn_batch *b, const be_attn_shape *sh, be_act *out)
+{
+    const int64_t tasks = (int64_t)b->n_rows * sh->n_head;
+    const size_t stride = (size_t)b->max_seq_len + 2 * (size_t)sh->head_dim;
+    float *scratch = malloc((size_t)tasks * stride * sizeof(float));
+    if (!scratch) {
+        /* Allocation failure of scratch this small means the process is out of
+         * memory; poison the output so the caller's NaN check reports it. */
+        for (int64_t i = 0; i < (int64_t)b->n_rows * sh->n_head * sh->head_dim; i++)
+            out->x[i] = NAN;
+    } else {
+        attn_job j = {.kv = kv, .layer = layer, .q = q, .b = b, .sh = sh, .out = out->x,
+                      .scratch = scratch, .scratch_stride = stride};
+        pool_run(pool_of(be), attn_task, &j, tasks);
+        free(scratch);
+    }
+    out->rows = b->n_rows;
+    out->cols = sh->n_head * sh->head_dim;
+    out->q_valid = false;
+}
+
+/* ---- swiglu ---- */
+
+typedef struct swiglu_job {
+    const float *g, *u;
+    int32_t n;
+    float *out;
+} swiglu_job;
+
+static void swiglu_task(void *ctx, int64_t r)
+{
+    const swiglu_job *j = ctx;
+    const float *g = j->g + r * j->n, *u = j->u + r * j->n;
+    float *o = j->out + r * j->n;
+    for (int32_t i = 0; i < j->n; i++)
+        o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static void cpu_swiglu(backend *be, const float *g, const float *u, int32_t rows, int32_t n,
+                       be_act *out)
+{
+    swiglu_job j = {.g = g, .u = u, .n = n, .out = out->x};
+    pool_run(pool_of(be), swiglu_task, &j, rows);
+    out->rows = rows;
+    out->cols = n;
+    out->q_valid = false;
+}
+
+/* ---- lifetime ---- */
+
+static void cpu_destroy(backend *be)
+{
+    cpu_backend *cb = (cpu_backend *)be;
+    pool_free(cb->pool);
+    free(cb);
+}
+
+static const backend_ops cpu_ops = {
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .sync = cpu_sync,
+    .weight_load = cpu_weight_load,
+    .weight_free = cpu_weight_free,
+    .act_create = cpu_act_create,
+    .act_destroy = cpu_act_destroy,
+    .kv_create = cpu_kv_create,
+    .kv_destroy = cpu_kv_destroy,
+    .embed = cpu_embed,
+    .gather_rows = cpu_gather_rows,
+    .rmsnorm = cpu_rmsnorm,
+    .matmul = cpu_matmul,
+    .rope = cpu_rope,
+    .kv_write = cpu_kv_write,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+};
+
+int backend_cpu_create(backend **out, int n_threads, llmq_err *err)
+{
+    *out = NULL;
+    cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb)
+        return llmq_errf(err, "cpu backend: out of memory");
+    if (pool_create(&cb->pool, n_threads, err) != 0) {
+        free(cb);
+        return -1;
+    }
+    cb->base = (backend){.ops = &cpu_ops, .name = "cpu", .impl = cb};
+    *out = &cb->base;
+    return 0;
+}

@@ -1,0 +1,458 @@
+/* Parity of the CPU engine with llama.cpp (tests/data/reference, made by
+ * llama.cpp c392e509 on the CPU), and batch invariance.
+ *
+ * Pins:
+ *  - teacher-forced logits: feeding the reference's own tokens, every step's
+ *    top-5 logits match within the bound of the model's type, error =
+ *    |ours - ref| / max(|ref|, 1): f32 and f16 weights: max 1e-3 resp. 1e-2.
+ *    Quantized weights: llama.cpp quantizes activations to 8 bits in its own
+ *    x86 paths, whose rounding we cannot reproduce exactly; its noise is
+ *    what separates us (our own f32-activation path differs from llama.cpp
+ *    by the same 2-3e-2 at worst), so the bound there is the median error
+ *    <= 1e-2 (the reference README's figure) and the worst <= 4e-2.  Our
+ *    top-1 equals llama.cpp's wherever its top-2 margin exceeds twice the
+ *    worst bound;
+ *  - free-running greedy generation (all prompts batched in one engine):
+ *    identical tokens to the reference until the first step whose top-2
+ *    margin is within the bound (on stories260K: all 32 tokens everywhere);
+ *  - perplexity on story.txt with -c 128 within 0.5% of llama.cpp's;
+ *  - batch invariance: each prompt alone vs 16 sequences in one batch gives
+ *    bit-identical logits at every step. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common/json.h"
+#include "kernels/backend.h"
+#include "worker/engine/engine.h"
+#include "worker/engine/perplexity.h"
+#include "worker/model/model.h"
+#include "worker/model/tokenizer.h"
+
+#define MAX_STEPS 32
+#define MAX_PROMPTS 32
+
+typedef struct ref_prompt {
+    int32_t prompt[256];
+    int32_t n_prompt;
+    int32_t tokens[MAX_STEPS];
+    int32_t top_id[MAX_STEPS][5];
+    float top_logit[MAX_STEPS][5];
+    int32_t n_steps;
+} ref_prompt;
+
+typedef struct fixture {
+    const char *name;
+    float bound;        /* on the worst error */
+    float median_bound; /* on the median error */
+    model *m;
+    tok_vocab *vocab;
+    ref_prompt refs[MAX_PROMPTS];
+    int32_t n_refs;
+} fixture;
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = '\0';
+        *len = (size_t)n;
+    }
+    return buf;
+}
+
+static int parse_ref_line(const json_value *v, ref_prompt *r)
+{
+    const json_value *pt = json_get(v, "prompt_tokens"), *steps = json_get(v, "steps");
+    if (!pt || pt->type != JSON_ARRAY || !steps || steps->type != JSON_ARRAY ||
+        pt->arr.n > 256 || steps->arr.n > MAX_STEPS)
+        return -1;
+    r->n_prompt = (int32_t)pt->arr.n;
+    for (size_t i = 0; i < pt->arr.n; i++)
+        r->prompt[i] = (int32_t)pt->arr.items[i].num.i;
+    r->n_steps = (int32_t)steps->arr.n;
+    for (size_t s = 0; s < steps->arr.n; s++) {
+        const json_value *st = &steps->arr.items[s];
+        const json_value *top5 = json_get(st, "top5");
+        r->tokens[s] = (int32_t)json_get(st, "token")->num.i;
+        for (int k = 0; k < 5; k++) {
+            r->top_id[s][k] = (int32_t)top5->arr.items[k].arr.items[0].num.i;
+            r->top_logit[s][k] = (float)top5->arr.items[k].arr.items[1].num.d;
+        }
+    }
+    return 0;
+}
+
+static int load_refs(fixture *fx)
+{
+    char path[512], rel[256];
+    snprintf(rel, sizeof rel, "reference/%s.greedy.jsonl", fx->name);
+    size_t len;
+    char *text = slurp(check_data_path(path, sizeof path, rel), &len);
+    if (!text)
+        return -1;
+    fx->n_refs = 0;
+    for (char *line = strtok(text, "\n"); line && fx->n_refs < MAX_PROMPTS;
+         line = strtok(NULL, "\n")) {
+        json_value *v;
+        llmq_err err;
+        if (json_parse(line, strlen(line), &v, &err) != 0) {
+            printf("# %s: %s\n", rel, err.msg);
+            free(text);
+            return -1;
+        }
+        int rc = parse_ref_line(v, &fx->refs[fx->n_refs]);
+        json_free(v);
+        if (rc != 0) {
+            free(text);
+            return -1;
+        }
+        fx->n_refs++;
+    }
+    free(text);
+    return 0;
+}
+
+static float rel_err(float ours, float ref)
+{
+    return fabsf(ours - ref) / fmaxf(fabsf(ref), 1.0f);
+}
+
+static int32_t argmax(const float *x, int32_t n)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Feeds prompt + reference tokens in one pass and compares every step. */
+static void check_teacher_forced(fixture *fx, backend *be)
+{
+    const model_config *c = model_get_config(fx->m);
+    static float errs[MAX_PROMPTS * MAX_STEPS * 5];
+    int n_errs = 0;
+    int disagree = 0, unexplained = 0, steps = 0;
+    for (int32_t p = 0; p < fx->n_refs; p++) {
+        const ref_prompt *r = &fx->refs[p];
+        int32_t n = r->n_prompt + r->n_steps - 1, toks[300], pos[300], seqs[300], rows[300];
+        int32_t table[32], n_logits = r->n_steps;
+        memcpy(toks, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
+        memcpy(toks + r->n_prompt, r->tokens, (size_t)(r->n_steps - 1) * sizeof(int32_t));
+        for (int32_t i = 0; i < n; i++)
+            pos[i] = i, seqs[i] = 0;
+        for (int32_t i = 0; i < 32; i++)
+            table[i] = i;
+        for (int32_t s = 0; s < n_logits; s++)
+            rows[s] = r->n_prompt - 1 + s;
+        be_kv *kv;
+        model_state *st;
+        llmq_err err;
+        float *logits = malloc((size_t)n_logits * c->n_vocab * sizeof(float));
+        if (be->ops->kv_create(be, c->n_layers, 32, 16, c->n_head_kv * c->head_dim, BE_KV_F16, &kv,
+                               &err) ||
+            model_state_create(&st, fx->m, n, 1, 32, n_logits, &err)) {
+            CHECK(0, "%s: scratch: %s", fx->name, err.msg);
+            free(logits);
+            return;
+        }
+        model_batch b = {.n_rows = n, .tokens = toks, .pos = pos, .slot = pos, .row_seq = seqs,
+                         .n_seqs = 1, .block_table = table, .seq_len = &n, .max_blocks = 32,
+                         .n_logits = n_logits, .logit_rows = rows};
+        int rc = model_forward(fx->m, st, kv, &b, logits, &err);
+        if (rc != 0)
+            CHECK(0, "%s: forward: %s", fx->name, err.msg);
+        for (int32_t s = 0; rc == 0 && s < n_logits; s++, steps++) {
+            const float *l = logits + (size_t)s * c->n_vocab;
+            for (int k = 0; k < 5; k++)
+                errs[n_errs++] = rel_err(l[r->top_id[s][k]], r->top_logit[s][k]);
+            if (argmax(l, c->n_vocab) != r->tokens[s]) {
+                disagree++;
+                float margin = r->top_logit[s][0] - r->top_logit[s][1];
+                bool explained =
+                    margin <= 2 * fx->bound * fmaxf(fabsf(r->top_logit[s][0]), 1.0f);
+                printf("# %s prompt %d step %d: top-1 %d vs llama.cpp %d, its top-2 margin %.5f (%s)\n",
+                       fx->name, p, s, argmax(l, c->n_vocab), r->tokens[s], margin,
+                       explained ? "within the bound" : "NOT explained");
+                unexplained += !explained;
+            }
+        }
+        model_state_free(st);
+        be->ops->kv_destroy(be, kv);
+        free(logits);
+    }
+    qsort(errs, (size_t)n_errs, sizeof errs[0], cmp_float);
+    const float median = n_errs ? errs[n_errs / 2] : 0, worst = n_errs ? errs[n_errs - 1] : 0;
+    CHECK(n_errs > 0 && median <= fx->median_bound && worst <= fx->bound,
+          "%s: teacher-forced top-5 logits of %d steps: median error %.1e (bound %g), worst %.1e "
+          "(bound %g)", fx->name, steps, median, fx->median_bound, worst, fx->bound);
+    CHECK(unexplained == 0, "%s: top-1 agrees at every step but %d, each within the top-2 margin",
+          fx->name, disagree);
+}
+
+/* ---- free-running greedy, all prompts batched ---- */
+
+typedef struct run_log {
+    int32_t n;
+    uint64_t ids[MAX_PROMPTS * 64];
+    int32_t steps[MAX_PROMPTS * 64];
+    uint64_t sums[MAX_PROMPTS * 64];
+} run_log;
+
+static uint64_t fnv(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static void log_logits(void *ctx, uint64_t id, int32_t step, const float *logits, int32_t n_vocab)
+{
+    run_log *lg = ctx;
+    if (lg->n < (int32_t)(sizeof lg->ids / sizeof lg->ids[0])) {
+        lg->ids[lg->n] = id;
+        lg->steps[lg->n] = step;
+        lg->sums[lg->n] = fnv(logits, (size_t)n_vocab * sizeof(float));
+        lg->n++;
+    }
+}
+
+static engine *new_engine(fixture *fx, int32_t max_seqs, run_log *lg)
+{
+    engine_config cfg = engine_default_config();
+    cfg.max_seqs = max_seqs;
+    cfg.n_ctx = 256;
+    cfg.max_batch_tokens = 64; /* small, so prompts are cut into several chunks */
+    engine *e;
+    llmq_err err;
+    if (engine_create(&e, fx->m, fx->vocab, &cfg, &err) != 0) {
+        CHECK(0, "%s: engine: %s", fx->name, err.msg);
+        return NULL;
+    }
+    if (lg)
+        engine_set_logits_observer(e, log_logits, lg);
+    return e;
+}
+
+static int add_greedy(engine *e, uint64_t id, const ref_prompt *r, int32_t max_tokens)
+{
+    engine_request req = {.id = id, .prompt = r->prompt, .n_prompt = r->n_prompt,
+                          .sampling = sampler_default_params(), .max_tokens = max_tokens};
+    llmq_err err;
+    if (engine_add(e, &req, &err) != 0) {
+        CHECK(0, "engine_add: %s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct gen_out {
+    int32_t tokens[MAX_PROMPTS][64];
+    int32_t n[MAX_PROMPTS];
+} gen_out;
+
+static void drain(engine *e, gen_out *out)
+{
+    llmq_err err;
+    while (engine_has_work(e)) {
+        const engine_event *ev;
+        int32_t n_ev;
+        if (engine_step(e, &ev, &n_ev, &err) != 0) {
+            CHECK(0, "engine_step: %s", err.msg);
+            return;
+        }
+        for (int32_t i = 0; i < n_ev; i++)
+            if (ev[i].finish != ENGINE_RUNNING && out) {
+                uint64_t id = ev[i].id % MAX_PROMPTS;
+                out->n[id] = ev[i].n_tokens;
+                memcpy(out->tokens[id], ev[i].tokens, (size_t)ev[i].n_tokens * sizeof(int32_t));
+            }
+    }
+}
+
+static void check_greedy(fixture *fx)
+{
+    engine *e = new_engine(fx, 16, NULL);
+    if (!e)
+        return;
+    static gen_out out;
+    memset(&out, 0, sizeof out);
+    for (int32_t p = 0; p < fx->n_refs; p++)
+        add_greedy(e, (uint64_t)p, &fx->refs[p], fx->refs[p].n_steps);
+    drain(e, &out);
+    engine_free(e);
+    int exact = 0, unexplained = 0;
+    for (int32_t p = 0; p < fx->n_refs; p++) {
+        const ref_prompt *r = &fx->refs[p];
+        int32_t s = 0;
+        while (s < r->n_steps && s < out.n[p] && out.tokens[p][s] == r->tokens[s])
+            s++;
+        /* The reference stops at EOG without listing it as output. */
+        bool same = s == r->n_steps || (s == out.n[p] && s == r->n_steps - 1);
+        if (same) {
+            exact++;
+            continue;
+        }
+        float margin = r->top_logit[s][0] - r->top_logit[s][1];
+        bool explained = margin <= 2 * fx->bound * fmaxf(fabsf(r->top_logit[s][0]), 1.0f);
+        printf("# %s prompt %d: greedy diverges at step %d, llama.cpp's top-2 margin %.5f (%s)\n",
+               fx->name, p, s, margin, explained ? "within the bound" : "NOT explained");
+        unexplained += !explained;
+    }
+    CHECK(unexplained == 0, "%s: batched greedy equals llama.cpp on %d of %d prompts, the rest "
+          "diverge only at low-margin steps", fx->name, exact, fx->n_refs);
+    if (strcmp(fx->name, "stories260K") == 0)
+        CHECK(exact == fx->n_refs, "%s: all 32 greedy tokens identical on every prompt", fx->name);
+}
+
+/* ---- perplexity ---- */
+
+static void check_perplexity(fixture *fx)
+{
+    char path[512], rel[256];
+    size_t len, ref_len;
+    snprintf(rel, sizeof rel, "reference/%s.ppl.txt", fx->name);
+    char *ref = slurp(check_data_path(path, sizeof path, rel), &ref_len);
+    char *story = slurp(check_data_path(path, sizeof path, "reference/story.txt"), &len);
+    const char *at = ref ? strstr(ref, "PPL = ") : NULL;
+    if (!story || !at) {
+        CHECK(0, "%s: reference perplexity readable", fx->name);
+    } else {
+        double want = atof(at + 6);
+        ppl_result res;
+        llmq_err err;
+        int rc = ppl_compute(fx->m, fx->vocab, story, len, 128, NULL, NULL, &res, &err);
+        if (rc != 0)
+            CHECK(0, "%s: perplexity: %s", fx->name, err.msg);
+        else
+            CHECK(fabs(res.ppl - want) / want <= 0.005,
+                  "%s: perplexity %.4f over %d chunks vs llama.cpp %.4f (%.3f%%)", fx->name,
+                  res.ppl, res.n_chunks, want, 100 * fabs(res.ppl - want) / want);
+    }
+    free(ref);
+    free(story);
+}
+
+/* ---- batch invariance ---- */
+
+static bool same_logits(const run_log *a, const run_log *b, uint64_t id)
+{
+    int32_t n = 0, matched = 0;
+    for (int32_t i = 0; i < a->n; i++) {
+        if (a->ids[i] != id)
+            continue;
+        n++;
+        for (int32_t j = 0; j < b->n; j++)
+            if (b->ids[j] == id && b->steps[j] == a->steps[i]) {
+                matched += b->sums[j] == a->sums[i];
+                break;
+            }
+    }
+    return n > 0 && matched == n;
+}
+
+static void check_batch_invariance(fixture *fx)
+{
+    static run_log alone, mixed;
+    memset(&alone, 0, sizeof alone);
+    memset(&mixed, 0, sizeof mixed);
+    const int32_t n = 16, steps = 12;
+    for (int32_t i = 0; i < n; i++) {
+        engine *e = new_engine(fx, 1, &alone);
+        if (!e)
+            return;
+        add_greedy(e, (uint64_t)i, &fx->refs[i % fx->n_refs], steps);
+        drain(e, NULL);
+        engine_free(e);
+    }
+    /* Mixed: staggered arrivals so prefill chunks and decodes share steps. */
+    engine *e = new_engine(fx, 16, &mixed);
+    if (!e)
+        return;
+    llmq_err err;
+    for (int32_t i = 0; i < n; i++) {
+        add_greedy(e, (uint64_t)i, &fx->refs[i % fx->n_refs], steps);
+        const engine_event *ev;
+        int32_t n_ev;
+        if (i % 3 == 0 && engine_step(e, &ev, &n_ev, &err) != 0)
+            CHECK(0, "engine_step: %s", err.msg);
+    }
+    drain(e, NULL);
+    engine_free(e);
+    int same = 0;
+    for (int32_t i = 0; i < n; i++)
+        same += same_logits(&alone, &mixed, (uint64_t)i);
+    CHECK(same == n, "%s: %d of %d sequences have bit-identical logits alone and in a batch of 16",
+          fx->name, same, n);
+}
+
+static int open_fixture(fixture *fx, backend *be)
+{
+    char path[512], rel[256];
+    llmq_err err;
+    snprintf(rel, sizeof rel, "models/%s.gguf", fx->name);
+    if (model_load(&fx->m, check_data_path(path, sizeof path, rel), be, &err) != 0 ||
+        tok_load(&fx->vocab, model_gguf(fx->m), &err) != 0) {
+        CHECK(0, "%s: load: %s", fx->name, err.msg);
+        return -1;
+    }
+    if (load_refs(fx) != 0) {
+        CHECK(0, "%s: reference greedy file readable", fx->name);
+        return -1;
+    }
+    return 0;
+}
+
+int main(void)
+{
+    static fixture fixtures[] = {
+        {.name = "stories260K", .bound = 1e-3f, .median_bound = 1e-3f},
+        {.name = "tinystories-656k-q8_0", .bound = 4e-2f, .median_bound = 1e-2f},
+        {.name = "TinyStories-656K.f16", .bound = 1e-2f, .median_bound = 1e-2f},
+        {.name = "synth-q4km-gqa", .bound = 4e-2f, .median_bound = 1e-2f},
+        {.name = "synth-q6k-mha", .bound = 4e-2f, .median_bound = 1e-2f},
+    };
+    backend *be;
+    llmq_err err;
+    if (backend_cpu_create(&be, 2, &err) != 0) {
+        printf("backend: %s\n", err.msg);
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) {
+        fixture *fx = &fixtures[i];
+        if (open_fixture(fx, be) == 0) {
+            check_teacher_forced(fx, be);
+            check_greedy(fx);
+            check_perplexity(fx);
+            if (i == 0 || i == 3)
+                check_batch_invariance(fx);
+        }
+        tok_free(fx->vocab);
+        model_free(fx->m);
+    }
+    backend_destroy(be);
+    return check_done();
+}

@@ -1,0 +1,659 @@
+#include "worker/engine/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "worker/engine/kvpool.h"
+
+typedef enum seq_state { SEQ_WAITING, SEQ_RUNNING, SEQ_DONE } seq_state;
+
+typedef struct seq {
+    uint64_t id;
+    seq_state state;
+    int32_t *tokens; /* prompt, then generated */
+    int32_t n_tokens, n_prompt, cap;
+    int32_t n_computed; /* tokens whose keys and values are in the cache */
+    int32_t *blocks;
+    int32_t n_blocks;
+    uint64_t admitted; /* admission order: the largest is the youngest */
+    sampler_params sp;
+    int32_t max_tokens;
+    bool ignore_eog;
+    bool cancel;
+    char **stop;
+    int32_t n_stop;
+    size_t max_stop_len;
+    tok_stream *stream;
+    char *text; /* generated text */
+    size_t text_len, text_cap, emitted;
+    engine_finish finish;
+    engine_timing timing;
+} seq;
+
+struct engine {
+    engine_config cfg;
+    model *m;
+    const tok_vocab *vocab;
+    int32_t n_vocab;
+    kvpool *pool;
+    be_kv *kv;
+    model_state *st;
+    sampler *smp;
+    seq **live; /* waiting (in queue order) and running (in admission order) */
+    int32_t n_live, max_live;
+    seq **done; /* finished last step: freed at the next */
+    int32_t n_done;
+    uint64_t next_admission;
+    engine_stats stats;
+    engine_logits_fn observer;
+    void *observer_ctx;
+    /* per-step buffers */
+    int32_t *b_tokens, *b_pos, *b_slot, *b_row_seq, *b_table, *b_seq_len, *b_logit_rows;
+    seq **b_seqs;
+    int32_t *b_chunk;
+    float *logits;
+    engine_event *events;
+    int32_t n_events;
+};
+
+double engine_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+engine_config engine_default_config(void)
+{
+    return (engine_config){.block_size = 16, .n_blocks = 0, .max_seqs = 16,
+                           .max_batch_tokens = 512, .n_ctx = 0, .kv_type = BE_KV_F16};
+}
+
+const char *engine_finish_name(engine_finish f)
+{
+    switch (f) {
+    case ENGINE_RUNNING: return "running";
+    case ENGINE_FINISH_EOG: return "eog";
+    case ENGINE_FINISH_STOP: return "stop";
+    case ENGINE_FINISH_LENGTH: return "length";
+    case ENGINE_FINISH_CONTEXT: return "context";
+    case ENGINE_FINISH_CANCELLED: return "cancelled";
+    }
+    return "unknown";
+}
+
+/* ---- sequences ---- */
+
+/* live[] keeps waiting sequences first (queue order), then running ones
+ * (admission order).  These helpers keep that invariant. */
+static int32_t n_waiting(const engine *e)
+{
+    int32_t n = 0;
+    while (n < e->n_live && e->live[n]->state == SEQ_WAITING)
+        n++;
+    return n;
+}
+
+
+static void seq_free(seq *s)
+{
+    if (!s)
+        return;
+    free(s->tokens);
+    free(s->blocks);
+    for (int32_t i = 0; i < s->n_stop; i++)
+        free(s->stop[i]);
+    free(s->stop);
+    tok_stream_free(s->stream);
+    free(s->text);
+    free(s);
+}
+
+static int seq_push_token(seq *s, int32_t tok)
+{
+    if (s->n_tokens == s->cap) {
+        int32_t cap = s->cap * 2;
+        int32_t *t = realloc(s->tokens, (size_t)cap * sizeof *t);
+        if (!t)
+            return -1;
+        s->tokens = t;
+        s->cap = cap;
+    }
+    s->tokens[s->n_tokens++] = tok;
+    return 0;
+}
+
+static int seq_append_text(seq *s, const char *p, size_t n)
+{
+    if (s->text_len + n + 1 > s->text_cap) {
+        size_t cap = (s->text_len + n + 1) * 2;
+        char *t = realloc(s->text, cap);
+        if (!t)
+            return -1;
+        s->text = t;
+        s->text_cap = cap;
+    }
+    memcpy(s->text + s->text_len, p, n);
+    s->text_len += n;
+    s->text[s->text_len] = '\0';
+    return 0;
+}
+
+static int check_request(const engine *e, const engine_request *r, llmq_err *err)
+{
+    if (r->n_prompt < 1)
+        return llmq_errf(err, "job %llu: prompt: empty (need at least one token)",
+                         (unsigned long long)r->id);
+    if (r->max_tokens < 1)
+        return llmq_errf(err, "job %llu: max_tokens: %d (need >= 1)", (unsigned long long)r->id,
+                         r->max_tokens);
+    if (r->n_prompt >= e->cfg.n_ctx)
+        return llmq_errf(err, "job %llu: prompt: %d tokens do not fit the context of %d",
+                         (unsigned long long)r->id, r->n_prompt, e->cfg.n_ctx);
+    for (int32_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= e->n_vocab)
+            return llmq_errf(err, "job %llu: prompt token %d: id %d out of range [0, %d)",
+                             (unsigned long long)r->id, i, r->prompt[i], e->n_vocab);
+    if (r->n_stop < 0 || r->n_stop > ENGINE_MAX_STOPS)
+        return llmq_errf(err, "job %llu: stop: %d strings (at most %d)", (unsigned long long)r->id,
+                         r->n_stop, ENGINE_MAX_STOPS);
+    for (int32_t i = 0; i < r->n_stop; i++)
+        if (!r->stop[i] || !r->stop[i][0])
+            return llmq_errf(err, "job %llu: stop[%d]: empty string", (unsigned long long)r->id, i);
+    for (int32_t i = 0; i < e->n_live; i++)
+        if (e->live[i]->id == r->id)
+            return llmq_errf(err, "job %llu: already in the engine", (unsigned long long)r->id);
+    if (sampler_check_params(&r->sampling, err) != 0)
+        return llmq_err_prefix(err, "job %llu", (unsigned long long)r->id);
+    return 0;
+}
+
+static seq *seq_new(const engine *e, const engine_request *r)
+{
+    seq *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->id = r->id;
+    s->state = SEQ_WAITING;
+    s->cap = r->n_prompt + 64;
+    s->tokens = malloc((size_t)s->cap * sizeof *s->tokens);
+    s->blocks = malloc((size_t)kvpool_blocks_for(e->pool, e->cfg.n_ctx) * sizeof *s->blocks);
+    s->stop = calloc((size_t)r->n_stop + 1, sizeof *s->stop);
+    if (!s->tokens || !s->blocks || !s->stop ||
+        tok_stream_new(&s->stream, e->vocab, 0, NULL) != 0) {
+        seq_free(s);
+        return NULL;
+    }
+    memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof *s->tokens);
+    s->n_tokens = s->n_prompt = r->n_prompt;
+    s->sp = r->sampling;
+    s->max_tokens = r->max_tokens;
+    s->ignore_eog = r->ignore_eog;
+    for (int32_t i = 0; i < r->n_stop; i++) {
+        if (!(s->stop[i] = strdup(r->stop[i]))) {
+            seq_free(s);
+            return NULL;
+        }
+        s->n_stop++;
+        size_t len = strlen(r->stop[i]);
+        s->max_stop_len = len > s->max_stop_len ? len : s->max_stop_len;
+    }
+    s->timing.added_ms = engine_now_ms();
+    s->timing.n_prompt = r->n_prompt;
+    return s;
+}
+
+int engine_add(engine *e, const engine_request *r, llmq_err *err)
+{
+    if (check_request(e, r, err) != 0)
+        return -1;
+    if (e->n_live >= e->max_live)
+        return llmq_errf(err, "job %llu: engine full (%d sequences live)",
+                         (unsigned long long)r->id, e->n_live);
+    seq *s = seq_new(e, r);
+    if (!s)
+        return llmq_errf(err, "job %llu: out of memory", (unsigned long long)r->id);
+    /* New sequences queue behind the waiting ones, before the running ones. */
+    int32_t at = n_waiting(e);
+    memmove(&e->live[at + 1], &e->live[at], (size_t)(e->n_live - at) * sizeof *e->live);
+    e->live[at] = s;
+    e->n_live++;
+    return 0;
+}
+
+bool engine_cancel(engine *e, uint64_t id)
+{
+    for (int32_t i = 0; i < e->n_live; i++)
+        if (e->live[i]->id == id) {
+            e->live[i]->cancel = true;
+            return true;
+        }
+    return false;
+}
+
+int32_t engine_n_live(const engine *e) { return e->n_live; }
+bool engine_has_work(const engine *e) { return e->n_live > 0; }
+int32_t engine_free_slots(const engine *e) { return e->max_live - e->n_live; }
+engine_stats engine_get_stats(const engine *e) { return e->stats; }
+const engine_config *engine_get_config(const engine *e) { return &e->cfg; }
+
+void engine_set_logits_observer(engine *e, engine_logits_fn fn, void *ctx)
+{
+    e->observer = fn;
+    e->observer_ctx = ctx;
+}
+
+/* ---- queue order ---- */
+
+
+static void remove_live(engine *e, int32_t i)
+{
+    memmove(&e->live[i], &e->live[i + 1], (size_t)(e->n_live - i - 1) * sizeof *e->live);
+    e->n_live--;
+}
+
+static void retire(engine *e, int32_t i, engine_finish why)
+{
+    seq *s = e->live[i];
+    s->finish = why;
+    s->state = SEQ_DONE;
+    s->timing.finished_ms = engine_now_ms();
+    kvpool_release(e->pool, s->blocks, &s->n_blocks);
+    remove_live(e, i);
+    e->done[e->n_done++] = s;
+}
+
+/* The youngest running sequence gives its blocks back and waits at the head
+ * of the queue; it will be recomputed from its tokens so far. */
+static void preempt_youngest(engine *e)
+{
+    int32_t i = e->n_live - 1;
+    seq *s = e->live[i];
+    kvpool_release(e->pool, s->blocks, &s->n_blocks);
+    s->n_computed = 0;
+    s->state = SEQ_WAITING;
+    s->timing.n_preempted++;
+    e->stats.preemptions++;
+    remove_live(e, i);
+    memmove(&e->live[1], &e->live[0], (size_t)e->n_live * sizeof *e->live);
+    e->live[0] = s;
+    e->n_live++;
+}
+
+/* Admits waiting sequences in queue order while sequence slots and blocks
+ * for their whole known tokens last; a sequence that does not fit blocks the
+ * ones behind it, so none starves. */
+static void admit(engine *e)
+{
+    int32_t waiting = n_waiting(e);
+    int32_t running = e->n_live - waiting;
+    while (waiting > 0 && running < e->cfg.max_seqs) {
+        seq *s = e->live[0];
+        if (!kvpool_reserve(e->pool, s->blocks, &s->n_blocks, s->n_tokens))
+            break;
+        s->state = SEQ_RUNNING;
+        s->admitted = e->next_admission++;
+        memmove(&e->live[0], &e->live[1], (size_t)(e->n_live - 1) * sizeof *e->live);
+        e->live[e->n_live - 1] = s;
+        waiting--;
+        running++;
+    }
+}
+
+static void handle_cancels(engine *e)
+{
+    for (int32_t i = 0; i < e->n_live;)
+        if (e->live[i]->cancel)
+            retire(e, i, ENGINE_FINISH_CANCELLED);
+        else
+            i++;
+}
+
+/* ---- batch assembly ---- */
+
+static void add_rows(engine *e, seq *s, int32_t n, int32_t *n_rows, int32_t *n_seqs,
+                     int32_t *n_logits)
+{
+    const int32_t bs = kvpool_block_size(e->pool);
+    const int32_t max_blocks = kvpool_blocks_for(e->pool, e->cfg.n_ctx);
+    const int32_t b = (*n_seqs)++;
+    for (int32_t k = 0; k < n; k++) {
+        const int32_t r = (*n_rows)++, pos = s->n_computed + k;
+        e->b_tokens[r] = s->tokens[pos];
+        e->b_pos[r] = pos;
+        e->b_slot[r] = s->blocks[pos / bs] * bs + pos % bs;
+        e->b_row_seq[r] = b;
+    }
+    memcpy(e->b_table + (size_t)b * max_blocks, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
+    e->b_seq_len[b] = s->n_computed + n;
+    e->b_seqs[b] = s;
+    e->b_chunk[b] = n;
+    if (s->n_computed + n == s->n_tokens)
+        e->b_logit_rows[(*n_logits)++] = *n_rows - 1;
+    if (s->timing.first_sched_ms == 0)
+        s->timing.first_sched_ms = engine_now_ms();
+}
+
+/* Every running sequence with one token left needs a cache slot for it;
+ * when the pool cannot give one, the youngest sequence is preempted and the
+ * search starts over (each round removes one sequence, so it ends). */
+static void make_room_for_decodes(engine *e)
+{
+    for (;;) {
+        bool short_of_blocks = false;
+        for (int32_t i = n_waiting(e); i < e->n_live; i++) {
+            seq *s = e->live[i];
+            if (s->n_tokens - s->n_computed == 1 &&
+                !kvpool_reserve(e->pool, s->blocks, &s->n_blocks, s->n_tokens)) {
+                short_of_blocks = true;
+                break;
+            }
+        }
+        if (!short_of_blocks)
+            return;
+        preempt_youngest(e);
+    }
+}
+
+/* Decode rows first (each running sequence with one token left), then
+ * prompt chunks in admission order until the budget is spent. */
+static void schedule(engine *e, int32_t *n_rows, int32_t *n_seqs, int32_t *n_logits)
+{
+    *n_rows = *n_seqs = *n_logits = 0;
+    make_room_for_decodes(e);
+    int32_t budget = e->cfg.max_batch_tokens;
+    const int32_t first_running = n_waiting(e);
+    for (int32_t i = first_running; i < e->n_live && budget > 0; i++) {
+        seq *s = e->live[i];
+        if (s->n_tokens - s->n_computed == 1) {
+            add_rows(e, s, 1, n_rows, n_seqs, n_logits);
+            budget--;
+        }
+    }
+    for (int32_t i = first_running; i < e->n_live && budget > 0; i++) {
+        seq *s = e->live[i];
+        int32_t left = s->n_tokens - s->n_computed;
+        if (left <= 1)
+            continue;
+        int32_t n = left < budget ? left : budget;
+        add_rows(e, s, n, n_rows, n_seqs, n_logits);
+        budget -= n;
+    }
+}
+
+/* ---- after the forward pass ---- */
+
+static size_t utf8_safe_end(const char *t, size_t end, size_t floor)
+{
+    while (end > floor && ((unsigned char)t[end] & 0xC0) == 0x80)
+        end--;
+    return end;
+}
+
+/* Looks for a stop string that ends in the text added since `from`. */
+static bool find_stop(const seq *s, size_t from, size_t *at)
+{
+    bool found = false;
+    for (int32_t i = 0; i < s->n_stop; i++) {
+        size_t len = strlen(s->stop[i]);
+        size_t start = from + 1 > len ? from + 1 - len : 0;
+        for (size_t p = start; p + len <= s->text_len; p++)
+            if (memcmp(s->text + p, s->stop[i], len) == 0) {
+                if (!found || p < *at)
+                    *at = p;
+                found = true;
+                break;
+            }
+    }
+    return found;
+}
+
+static engine_event *new_event(engine *e, seq *s)
+{
+    engine_event *ev = &e->events[e->n_events++];
+    memset(ev, 0, sizeof *ev);
+    ev->id = s->id;
+    ev->token = -1;
+    return ev;
+}
+
+/* Emits the text that can no longer become part of a stop string. */
+static void emit_text(seq *s, engine_event *ev, bool final)
+{
+    size_t end = s->text_len;
+    if (!final && s->max_stop_len > 1)
+        end = s->text_len > s->max_stop_len - 1 ? s->text_len - (s->max_stop_len - 1) : 0;
+    if (end < s->emitted)
+        end = s->emitted;
+    if (!final)
+        end = utf8_safe_end(s->text, end, s->emitted);
+    ev->text = s->text + s->emitted;
+    ev->text_len = end - s->emitted;
+    s->emitted = end;
+}
+
+static void fill_final(seq *s, engine_event *ev)
+{
+    ev->finish = s->finish;
+    ev->tokens = s->tokens + s->n_prompt;
+    ev->n_tokens = s->n_tokens - s->n_prompt;
+    ev->full_text = s->text ? s->text : "";
+    ev->full_text_len = s->text_len;
+    ev->timing = s->timing;
+    ev->timing.n_generated = ev->n_tokens;
+}
+
+/* Samples, appends and checks the stop rules of one sequence; returns the
+ * finish reason (ENGINE_RUNNING to go on) or -1 on memory exhaustion. */
+static int advance(engine *e, seq *s, float *logits, engine_event *ev, llmq_err *err)
+{
+    const int32_t step = s->n_tokens - s->n_prompt;
+    if (e->observer)
+        e->observer(e->observer_ctx, s->id, step, logits, e->n_vocab);
+    int32_t tok = sampler_sample(e->smp, &s->sp, logits, s->tokens, s->n_tokens, (uint64_t)step);
+    ev->token = tok;
+    if (step == 0)
+        s->timing.first_token_ms = engine_now_ms();
+    if (!s->ignore_eog && tok_is_eog(e->vocab, tok)) {
+        const char *rest;
+        size_t n;
+        tok_stream_flush(s->stream, &rest, &n);
+        if (seq_append_text(s, rest, n) != 0)
+            return llmq_errf(err, "job %llu: out of memory", (unsigned long long)s->id);
+        return ENGINE_FINISH_EOG;
+    }
+    const char *piece;
+    size_t n;
+    size_t before = s->text_len;
+    if (seq_push_token(s, tok) != 0 || tok_stream_push(s->stream, tok, &piece, &n, err) != 0 ||
+        seq_append_text(s, piece, n) != 0)
+        return llmq_errf(err, "job %llu: cannot append token %d", (unsigned long long)s->id, tok);
+    size_t at = 0;
+    if (s->n_stop > 0 && find_stop(s, before, &at)) {
+        s->text_len = at;
+        s->text[at] = '\0';
+        return ENGINE_FINISH_STOP;
+    }
+    if (s->n_tokens - s->n_prompt >= s->max_tokens || s->n_tokens >= e->cfg.n_ctx) {
+        const char *rest;
+        tok_stream_flush(s->stream, &rest, &n);
+        if (seq_append_text(s, rest, n) != 0)
+            return llmq_errf(err, "job %llu: out of memory", (unsigned long long)s->id);
+        return s->n_tokens - s->n_prompt >= s->max_tokens ? ENGINE_FINISH_LENGTH
+                                                          : ENGINE_FINISH_CONTEXT;
+    }
+    return ENGINE_RUNNING;
+}
+
+static int find_live(const engine *e, const seq *s)
+{
+    for (int32_t i = 0; i < e->n_live; i++)
+        if (e->live[i] == s)
+            return i;
+    return -1;
+}
+
+static int after_forward(engine *e, int32_t n_seqs, llmq_err *err)
+{
+    int32_t li = 0;
+    for (int32_t b = 0; b < n_seqs; b++) {
+        seq *s = e->b_seqs[b];
+        s->n_computed += e->b_chunk[b];
+        if (s->n_computed < s->n_tokens)
+            continue; /* a prompt chunk that is not the last */
+        engine_event *ev = new_event(e, s);
+        int fin = advance(e, s, e->logits + (size_t)li++ * e->n_vocab, ev, err);
+        if (fin < 0)
+            return -1;
+        emit_text(s, ev, fin != ENGINE_RUNNING);
+        if (fin != ENGINE_RUNNING) {
+            retire(e, find_live(e, s), (engine_finish)fin);
+            fill_final(s, ev);
+        }
+    }
+    return 0;
+}
+
+static void report_cancelled(engine *e)
+{
+    for (int32_t i = 0; i < e->n_done; i++) {
+        seq *s = e->done[i];
+        engine_event *ev = new_event(e, s);
+        emit_text(s, ev, true);
+        fill_final(s, ev);
+    }
+}
+
+int engine_step(engine *e, const engine_event **events, int32_t *n_events, llmq_err *err)
+{
+    for (int32_t i = 0; i < e->n_done; i++)
+        seq_free(e->done[i]);
+    e->n_done = 0;
+    e->n_events = 0;
+    *events = e->events;
+    *n_events = 0;
+
+    handle_cancels(e);
+    report_cancelled(e);
+    admit(e);
+    int32_t n_rows, n_seqs, n_logits;
+    schedule(e, &n_rows, &n_seqs, &n_logits);
+    if (n_rows > 0) {
+        const model_batch batch = {
+            .n_rows = n_rows, .tokens = e->b_tokens, .pos = e->b_pos, .slot = e->b_slot,
+            .row_seq = e->b_row_seq, .n_seqs = n_seqs, .block_table = e->b_table,
+            .seq_len = e->b_seq_len, .max_blocks = kvpool_blocks_for(e->pool, e->cfg.n_ctx),
+            .n_logits = n_logits, .logit_rows = e->b_logit_rows};
+        if (model_forward(e->m, e->st, e->kv, &batch, e->logits, err) != 0)
+            return -1;
+        e->stats.steps++;
+        for (int32_t b = 0; b < n_seqs; b++) {
+            if (e->b_chunk[b] == 1 && e->b_seqs[b]->n_computed + 1 == e->b_seqs[b]->n_tokens &&
+                e->b_seqs[b]->n_tokens > e->b_seqs[b]->n_prompt)
+                e->stats.decode_rows++;
+            else
+                e->stats.prefill_rows += (uint64_t)e->b_chunk[b];
+        }
+        if (after_forward(e, n_seqs, err) != 0)
+            return -1;
+    }
+    *n_events = e->n_events;
+    return 0;
+}
+
+/* ---- lifetime ---- */
+
+int engine_create(engine **out, model *m, const tok_vocab *vocab, const engine_config *cfg_in,
+                  llmq_err *err)
+{
+    *out = NULL;
+    const model_config *mc = model_get_config(m);
+    engine_config cfg = *cfg_in;
+    if (cfg.n_ctx <= 0)
+        cfg.n_ctx = mc->n_ctx_train;
+    if (cfg.block_size <= 0 || cfg.max_seqs <= 0 || cfg.max_batch_tokens <= 0 ||
+        cfg.max_seqs > cfg.max_batch_tokens)
+        return llmq_errf(err, "engine: bad configuration (block %d, sequences %d, batch %d)",
+                         cfg.block_size, cfg.max_seqs, cfg.max_batch_tokens);
+    const int32_t per_seq = (cfg.n_ctx + cfg.block_size - 1) / cfg.block_size;
+    if (cfg.n_blocks <= 0)
+        cfg.n_blocks = per_seq * cfg.max_seqs;
+    if (cfg.n_blocks < per_seq)
+        return llmq_errf(err, "engine: %d KV blocks cannot hold one sequence of %d tokens",
+                         cfg.n_blocks, cfg.n_ctx);
+    if ((uint32_t)mc->n_vocab != tok_n_vocab(vocab))
+        return llmq_errf(err, "engine: the model has %d embeddings but the vocabulary %u tokens",
+                         mc->n_vocab, tok_n_vocab(vocab));
+    engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return llmq_errf(err, "engine: out of memory");
+    e->cfg = cfg;
+    e->m = m;
+    e->vocab = vocab;
+    e->n_vocab = mc->n_vocab;
+    e->max_live = cfg.max_seqs * 2;
+    backend *be = model_backend(m);
+    const size_t rows = (size_t)cfg.max_batch_tokens, seqs = (size_t)cfg.max_seqs;
+    if (kvpool_create(&e->pool, cfg.n_blocks, cfg.block_size, err) ||
+        be->ops->kv_create(be, mc->n_layers, cfg.n_blocks, cfg.block_size,
+                           mc->n_head_kv * mc->head_dim, cfg.kv_type, &e->kv, err) ||
+        model_state_create(&e->st, m, cfg.max_batch_tokens, cfg.max_seqs, per_seq, cfg.max_seqs,
+                           err) ||
+        sampler_create(&e->smp, mc->n_vocab, err))
+        goto fail;
+    e->live = calloc((size_t)e->max_live, sizeof *e->live);
+    e->done = calloc((size_t)e->max_live, sizeof *e->done);
+    e->events = calloc((size_t)e->max_live, sizeof *e->events);
+    e->b_tokens = malloc(rows * sizeof(int32_t));
+    e->b_pos = malloc(rows * sizeof(int32_t));
+    e->b_slot = malloc(rows * sizeof(int32_t));
+    e->b_row_seq = malloc(rows * sizeof(int32_t));
+    e->b_table = calloc(seqs * (size_t)per_seq, sizeof(int32_t));
+    e->b_seq_len = malloc(seqs * sizeof(int32_t));
+    e->b_logit_rows = malloc(seqs * sizeof(int32_t));
+    e->b_seqs = malloc(seqs * sizeof *e->b_seqs);
+    e->b_chunk = malloc(seqs * sizeof(int32_t));
+    e->logits = malloc(seqs * (size_t)mc->n_vocab * sizeof(float));
+    if (!e->live || !e->done || !e->events || !e->b_tokens || !e->b_pos || !e->b_slot ||
+        !e->b_row_seq || !e->b_table || !e->b_seq_len || !e->b_logit_rows || !e->b_seqs ||
+        !e->b_chunk || !e->logits) {
+        llmq_errf(err, "engine: out of memory");
+        goto fail;
+    }
+    *out = e;
+    return 0;
+fail:
+    engine_free(e);
+    return -1;
+}
+
+void engine_free(engine *e)
+{
+    if (!e)
+        return;
+    for (int32_t i = 0; i < e->n_live; i++)
+        seq_free(e->live[i]);
+    for (int32_t i = 0; i < e->n_done; i++)
+        seq_free(e->done[i]);
+    backend *be = model_backend(e->m);
+    if (e->kv)
+        be->ops->kv_destroy(be, e->kv);
+    model_state_free(e->st);
+    sampler_free(e->smp);
+    kvpool_free(e->pool);
+    free(e->live);
+    free(e->done);
+    free(e->events);
+    free(e->b_tokens);
+    free(e->b_pos);
+    free(e->b_slot);
+    free(e->b_row_seq);
+    free(e->b_table);
+    free(e->b_seq_len);
+    free(e->b_logit_rows);
+    free(e->b_seqs);
+    free(e->b_chunk);
+    free(e->logits);
+    free(e);
+}

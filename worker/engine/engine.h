@@ -1,0 +1,139 @@
+/* engine: continuous batching over one model.
+ *
+ * Sequences (prompt tokens + sampling parameters + stop rules) are added and
+ * cancelled at any time.  Each engine_step() runs ONE forward pass over a
+ * batch that mixes single decode tokens of running sequences with chunks of
+ * prompt prefill, within a token budget, then samples the next token of every
+ * sequence that produced logits.  KV memory is a paged pool fixed at start-up
+ * (kvpool): a sequence is admitted when blocks for its whole prompt are free;
+ * when a growing sequence finds the pool empty, the youngest sequence is
+ * preempted (blocks freed, re-prefilled later from its prompt plus what it
+ * had generated) instead of anything failing.
+ *
+ * A sequence's output depends only on the sequence: rows are computed
+ * independently of their batch (backend contract) and the sampler's random
+ * stream is a function of (seed, step).
+ *
+ * Events returned by engine_step (new text, finished sequences) stay valid
+ * until the next call.  The engine owns its KV cache, scratch, sampler and
+ * sequences; the model and vocab are borrowed and must outlive it.
+ * Single-threaded: one caller drives it (the backend parallelizes inside). */
+#ifndef LLMQ_ENGINE_ENGINE_H
+#define LLMQ_ENGINE_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "kernels/backend.h"
+#include "worker/engine/sampler.h"
+#include "worker/model/model.h"
+#include "worker/model/tokenizer.h"
+
+typedef struct engine_config {
+    int32_t block_size;       /* tokens per KV block (default 16) */
+    int32_t n_blocks;         /* KV pool size; 0: max_seqs sequences of n_ctx tokens */
+    int32_t max_seqs;         /* sequences running at once (default 16) */
+    int32_t max_batch_tokens; /* rows per forward pass (default 512) */
+    int32_t n_ctx;            /* tokens per sequence (default: the model's training context) */
+    be_kv_type kv_type;       /* default BE_KV_F16 */
+} engine_config;
+
+engine_config engine_default_config(void);
+
+typedef enum engine_finish {
+    ENGINE_RUNNING = 0,
+    ENGINE_FINISH_EOG,       /* the model produced an end-of-generation token */
+    ENGINE_FINISH_STOP,      /* a stop string matched (cut from the text) */
+    ENGINE_FINISH_LENGTH,    /* max_tokens reached */
+    ENGINE_FINISH_CONTEXT,   /* the sequence filled its context */
+    ENGINE_FINISH_CANCELLED, /* engine_cancel */
+} engine_finish;
+
+const char *engine_finish_name(engine_finish f); /* "eog", "stop", "length", ... */
+
+#define ENGINE_MAX_STOPS 16
+
+typedef struct engine_request {
+    uint64_t id; /* the caller's; unique among live sequences */
+    const int32_t *prompt;
+    int32_t n_prompt;
+    sampler_params sampling;
+    int32_t max_tokens;          /* >= 1 */
+    const char *const *stop;     /* stop strings (copied) */
+    int32_t n_stop;
+    bool ignore_eog;             /* keep going past end-of-generation tokens */
+} engine_request;
+
+/* Wall-clock accounting of one sequence (milliseconds, CLOCK_MONOTONIC). */
+typedef struct engine_timing {
+    double added_ms;       /* engine_add */
+    double first_sched_ms; /* first prefill row scheduled */
+    double first_token_ms; /* first token sampled */
+    double finished_ms;
+    int32_t n_prompt;
+    int32_t n_generated;
+    int32_t n_preempted;   /* times evicted and recomputed */
+} engine_timing;
+
+typedef struct engine_event {
+    uint64_t id;
+    const char *text; /* new output text (UTF-8 complete, stop strings held back) */
+    size_t text_len;
+    int32_t token;    /* token sampled this step, or -1 */
+    engine_finish finish; /* ENGINE_RUNNING while going on */
+    /* Set when finished: */
+    const int32_t *tokens; /* all generated tokens */
+    int32_t n_tokens;
+    const char *full_text; /* all generated text, stop string cut */
+    size_t full_text_len;
+    engine_timing timing;
+} engine_event;
+
+typedef struct engine engine;
+
+int engine_create(engine **out, model *m, const tok_vocab *vocab, const engine_config *cfg,
+                  llmq_err *err);
+void engine_free(engine *e);
+
+const engine_config *engine_get_config(const engine *e);
+
+/* Queues a sequence.  Fails (naming the field) on a bad request: empty or
+ * too long prompt, token ids out of range, bad sampling parameters, an id
+ * already live, or more than max_seqs * 4 sequences waiting. */
+int engine_add(engine *e, const engine_request *req, llmq_err *err);
+
+/* Finishes a sequence with ENGINE_FINISH_CANCELLED at the next step; false
+ * if no such live sequence. */
+bool engine_cancel(engine *e, uint64_t id);
+
+/* Runs one forward pass and sampling.  *events has one entry per sequence
+ * that produced text or finished this step. */
+int engine_step(engine *e, const engine_event **events, int32_t *n_events, llmq_err *err);
+
+/* Live sequences (waiting + running), and whether any work is left. */
+int32_t engine_n_live(const engine *e);
+bool engine_has_work(const engine *e);
+
+/* How many more sequences could be added now without waiting. */
+int32_t engine_free_slots(const engine *e);
+
+/* Steps run and rows computed so far (for benchmarks). */
+typedef struct engine_stats {
+    uint64_t steps;
+    uint64_t prefill_rows;
+    uint64_t decode_rows;
+    uint64_t preemptions;
+} engine_stats;
+
+engine_stats engine_get_stats(const engine *e);
+
+/* Called with each sequence's logits (n_vocab floats) before sampling, for
+ * parity tests and tools that print top tokens; step counts generated tokens. */
+typedef void (*engine_logits_fn)(void *ctx, uint64_t id, int32_t step, const float *logits,
+                                 int32_t n_vocab);
+void engine_set_logits_observer(engine *e, engine_logits_fn fn, void *ctx);
+
+double engine_now_ms(void);
+
+#endif

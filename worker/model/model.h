@@ -1,0 +1,79 @@
+/* model: a LLaMA-family model (llama 1/2/3, Mistral, TinyLlama) read from a
+ * GGUF file, and its forward pass, written once against the backend ops.
+ *
+ * model_load validates the architecture and every option it does not
+ * implement (rope scaling, experts, ...) so a model is refused at load rather
+ * than silently mis-run; it checks each tensor's shape and type and hands
+ * the weights to the backend (which may keep pointers into the mapping, so
+ * the model keeps the GGUF file open for its whole life).
+ *
+ * model_forward runs one batch of rows that may mix prompt chunks and decode
+ * tokens of many sequences; the caller (the engine) owns the KV cache and the
+ * block tables.  Logits are produced only for the rows the batch names. */
+#ifndef LLMQ_WORKER_MODEL_H
+#define LLMQ_WORKER_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "kernels/backend.h"
+#include "worker/model/gguf.h"
+
+typedef struct model_config {
+    char name[128];
+    int32_t n_vocab;
+    int32_t dim;
+    int32_t n_layers;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim;
+    int32_t ffn_dim;
+    int32_t n_ctx_train;
+    int32_t rope_dim;
+    float rope_freq_base;
+    float norm_eps;
+    bool tied_output;
+    quant_type weight_type; /* the type of the largest share of the weights */
+    uint64_t weight_bytes;  /* bytes of all tensors */
+} model_config;
+
+typedef struct model model;
+
+int model_load(model **out, const char *path, backend *be, llmq_err *err);
+void model_free(model *m);
+
+const model_config *model_get_config(const model *m);
+const gguf_file *model_gguf(const model *m);
+backend *model_backend(const model *m);
+
+/* One step's rows, host side.  Rows of a sequence are contiguous and in
+ * position order; slot[r] is the flat KV slot (block * block_size + offset)
+ * where row r's keys and values go. */
+typedef struct model_batch {
+    int32_t n_rows;
+    const int32_t *tokens;
+    const int32_t *pos;
+    const int32_t *slot;
+    const int32_t *row_seq;
+    int32_t n_seqs;
+    const int32_t *block_table; /* n_seqs x max_blocks */
+    const int32_t *seq_len;     /* per sequence: tokens cached after this step */
+    int32_t max_blocks;
+    int32_t n_logits;
+    const int32_t *logit_rows;  /* rows whose logits are wanted, ascending */
+} model_batch;
+
+/* Scratch for forward passes of up to max_rows rows, max_seqs sequences and
+ * max_blocks blocks per sequence, with logits for up to max_logits rows. */
+typedef struct model_state model_state;
+
+int model_state_create(model_state **out, const model *m, int32_t max_rows, int32_t max_seqs,
+                       int32_t max_blocks, int32_t max_logits, llmq_err *err);
+void model_state_free(model_state *st);
+
+/* Runs the batch; writes n_logits x n_vocab floats into logits (host). */
+int model_forward(model *m, model_state *st, be_kv *kv, const model_batch *batch, float *logits,
+                  llmq_err *err);
+
+#endif
