@@ -111,44 +111,10 @@ int quant_row_bytes(quant_type t, uint64_t n, uint64_t *bytes, llmq_err *err)
 
 /* ---- scalar conversions ---- */
 
-static inline float f32_from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-/* Written as three candidate results and a mask select, with no branches, so
- * that the f16 row loop vectorizes. */
-static inline float f16_to_f32(quant_f16 h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t em = h & 0x7fffu; /* exponent and mantissa */
-    /* Subnormals (and zero) are em * 2^-24, exact in f32. */
-    uint32_t small = f32_bits((float)em * 0x1p-24f);
-    uint32_t normal = (em << 13) + ((127u - 15u) << 23);
-    uint32_t infnan = (em << 13) | 0x7f800000u;
-    uint32_t is_small = 0u - (uint32_t)(em < 0x0400u);
-    uint32_t is_infnan = 0u - (uint32_t)(em >= 0x7c00u);
-    uint32_t mag = (small & is_small) | (infnan & is_infnan) | (normal & ~(is_small | is_infnan));
-    return f32_from_bits(sign | mag);
-}
-
-float quant_f16_to_f32(quant_f16 h)
-{
-    return f16_to_f32(h);
-}
-
 quant_f16 quant_f32_to_f16(float f)
 {
-    uint32_t x = f32_bits(f);
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
     uint32_t ax = x & 0x7fffffffu;
     if (ax > 0x7f800000u) /* NaN: quiet it, keep the sign and top payload bits */
@@ -171,16 +137,6 @@ quant_f16 quant_f32_to_f16(float f)
     if (rem > half || (rem == half && (q & 1u)))
         q++;
     return sign | (uint16_t)q;
-}
-
-static inline float bf16_to_f32(quant_bf16 h)
-{
-    return f32_from_bits((uint32_t)h << 16);
-}
-
-float quant_bf16_to_f32(quant_bf16 h)
-{
-    return bf16_to_f32(h);
 }
 
 void quant_get_scale_min_k4(int j, const uint8_t *scales, uint8_t *sc, uint8_t *m)
@@ -229,7 +185,7 @@ static inline void dequant_16bit(const uint16_t *restrict x, float *restrict y, 
 static void dequant_q8_0(const block_q8_0 *restrict x, float *restrict y, int64_t n)
 {
     for (int64_t i = 0; i < n / QK8_0; i++) {
-        const float d = f16_to_f32(x[i].d);
+        const float d = quant_f16_to_f32(x[i].d);
         for (int j = 0; j < QK8_0; j++)
             y[i * QK8_0 + j] = x[i].qs[j] * d;
     }
@@ -239,8 +195,8 @@ static void dequant_q4_K(const block_q4_K *restrict x, float *restrict y, int64_
 {
     for (int64_t i = 0; i < n / QK_K; i++) {
         const uint8_t *q = x[i].qs;
-        const float d = f16_to_f32(x[i].d);
-        const float min = f16_to_f32(x[i].dmin);
+        const float d = quant_f16_to_f32(x[i].d);
+        const float min = quant_f16_to_f32(x[i].dmin);
         for (int j = 0; j < QK_K / 64; j++) {
             uint8_t sc, m;
             quant_get_scale_min_k4(2 * j, x[i].scales, &sc, &m);
@@ -262,8 +218,8 @@ static void dequant_q5_K(const block_q5_K *restrict x, float *restrict y, int64_
     for (int64_t i = 0; i < n / QK_K; i++) {
         const uint8_t *ql = x[i].qs;
         const uint8_t *qh = x[i].qh;
-        const float d = f16_to_f32(x[i].d);
-        const float min = f16_to_f32(x[i].dmin);
+        const float d = quant_f16_to_f32(x[i].d);
+        const float min = quant_f16_to_f32(x[i].dmin);
         /* Sub-block 2j takes its fifth bit from bit 2j of qh, 2j+1 from bit 2j+1. */
         for (int j = 0; j < QK_K / 64; j++) {
             uint8_t sc, m;
@@ -285,7 +241,7 @@ static void dequant_q5_K(const block_q5_K *restrict x, float *restrict y, int64_
 static void dequant_q6_K(const block_q6_K *restrict x, float *restrict y, int64_t n)
 {
     for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = f16_to_f32(x[i].d);
+        const float d = quant_f16_to_f32(x[i].d);
         const uint8_t *ql = x[i].ql;
         const uint8_t *qh = x[i].qh;
         const int8_t *sc = x[i].scales;
@@ -298,16 +254,17 @@ static void dequant_q6_K(const block_q6_K *restrict x, float *restrict y, int64_
             float ds[8];
             for (int k = 0; k < 8; k++)
                 ds[k] = d * sc[k];
-            for (int l = 0; l < 32; l++) {
-                const int is = l / 16;
-                const int q1 = ((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32;
-                const int q2 = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
-                const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-                y[l] = ds[is + 0] * q1;
-                y[l + 32] = ds[is + 2] * q2;
-                y[l + 64] = ds[is + 4] * q3;
-                y[l + 96] = ds[is + 6] * q4;
+            for (int is = 0; is < 2; is++) { /* scale index l / 16, hoisted */
+                for (int l = 16 * is; l < 16 * is + 16; l++) {
+                    const int q1 = ((ql[l] & 0x0f) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                    const int q2 = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                    const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                    const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                    y[l] = ds[is + 0] * q1;
+                    y[l + 32] = ds[is + 2] * q2;
+                    y[l + 64] = ds[is + 4] * q3;
+                    y[l + 96] = ds[is + 6] * q4;
+                }
             }
             y += 128;
             ql += 64;
@@ -321,8 +278,8 @@ void quant_dequantize_row(quant_type t, const void *src, float *dst, int64_t n)
 {
     switch (t) {
     case QUANT_F32: dequant_f32(src, dst, n); return;
-    case QUANT_F16: dequant_16bit(src, dst, n, f16_to_f32); return;
-    case QUANT_BF16: dequant_16bit(src, dst, n, bf16_to_f32); return;
+    case QUANT_F16: dequant_16bit(src, dst, n, quant_f16_to_f32); return;
+    case QUANT_BF16: dequant_16bit(src, dst, n, quant_bf16_to_f32); return;
     case QUANT_Q8_0: dequant_q8_0(src, dst, n); return;
     case QUANT_Q4_K: dequant_q4_K(src, dst, n); return;
     case QUANT_Q5_K: dequant_q5_K(src, dst, n); return;

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/err.h"
 
@@ -94,10 +95,36 @@ void quant_dequantize_row(quant_type t, const void *src, float *dst, int64_t n);
  * reference quantizer does: per block d = amax / 127, q = roundf(x / d). */
 void quant_quantize_row_q8_0(const float *x, block_q8_0 *y, int64_t n);
 
-/* Scalar conversions, exact as ggml's (round to nearest even, NaN kept). */
-float quant_f16_to_f32(quant_f16 h);
+/* Scalar conversions, exact as ggml's (round to nearest even, NaN kept).
+ * The decoders are inline and branch-free so that callers' loops over
+ * weights vectorize. */
 quant_f16 quant_f32_to_f16(float f);
-float quant_bf16_to_f32(quant_bf16 h);
+
+static inline float quant_f16_to_f32(quant_f16 h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t em = h & 0x7fffu; /* exponent and mantissa */
+    float sub = (float)(int32_t)em * 0x1p-24f; /* subnormals and zero: em * 2^-24, exact */
+    uint32_t small;
+    memcpy(&small, &sub, sizeof small);
+    uint32_t normal = (em << 13) + ((127u - 15u) << 23);
+    uint32_t infnan = (em << 13) | 0x7f800000u;
+    uint32_t is_small = 0u - (uint32_t)(em < 0x0400u);
+    uint32_t is_infnan = 0u - (uint32_t)(em >= 0x7c00u);
+    uint32_t bits = sign | (small & is_small) | (infnan & is_infnan) |
+                    (normal & ~(is_small | is_infnan));
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline float quant_bf16_to_f32(quant_bf16 h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
 
 /* Unpack the j-th (0..7) 6-bit scale and min of a q4_K/q5_K super-block. */
 void quant_get_scale_min_k4(int j, const uint8_t *scales, uint8_t *sc, uint8_t *m);
