@@ -23,3 +23,14 @@ TESTS += tests/unit/test-store
 tests_unit_test_store_SOURCES = tests/unit/test-store.c tests/unit/check.h
 tests_unit_test_store_CFLAGS = $(AM_CFLAGS) $(SQLITE_CFLAGS)
 tests_unit_test_store_LDADD = $(LLMQ_BROKER_LIBS)
+
+# Integration tests: a real llmq-broker on ipc:// endpoints in a temp dir.
+LLMQ_HARNESS = tests/integration/harness.c tests/integration/harness.h tests/unit/check.h
+LLMQ_HARNESS_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(MSGPACK_CFLAGS) $(SQLITE_CFLAGS)
+LLMQ_HARNESS_LIBS = $(LLMQ_PROTO_LIBS) $(ZMQ_LIBS) $(SQLITE_LIBS)
+
+check_PROGRAMS += tests/integration/test-broker
+TESTS += tests/integration/test-broker
+tests_integration_test_broker_SOURCES = tests/integration/test-broker.c $(LLMQ_HARNESS)
+tests_integration_test_broker_CFLAGS = $(LLMQ_HARNESS_CFLAGS)
+tests_integration_test_broker_LDADD = $(LLMQ_HARNESS_LIBS)
