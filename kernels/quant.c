@@ -191,6 +191,20 @@ static void dequant_q8_0(const block_q8_0 *restrict x, float *restrict y, int64_
     }
 }
 
+/* Scales and mins of sub-blocks 2j and 2j+1 of a q4_K/q5_K block, which
+ * share 32 bytes of quants (low and high nibbles). */
+static inline void k4_pair(const uint8_t *scales, float d, float min, int j, float *d1, float *m1,
+                           float *d2, float *m2)
+{
+    uint8_t sc, m;
+    quant_get_scale_min_k4(2 * j, scales, &sc, &m);
+    *d1 = d * sc;
+    *m1 = min * m;
+    quant_get_scale_min_k4(2 * j + 1, scales, &sc, &m);
+    *d2 = d * sc;
+    *m2 = min * m;
+}
+
 static void dequant_q4_K(const block_q4_K *restrict x, float *restrict y, int64_t n)
 {
     for (int64_t i = 0; i < n / QK_K; i++) {
@@ -198,11 +212,8 @@ static void dequant_q4_K(const block_q4_K *restrict x, float *restrict y, int64_
         const float d = quant_f16_to_f32(x[i].d);
         const float min = quant_f16_to_f32(x[i].dmin);
         for (int j = 0; j < QK_K / 64; j++) {
-            uint8_t sc, m;
-            quant_get_scale_min_k4(2 * j, x[i].scales, &sc, &m);
-            const float d1 = d * sc, m1 = min * m;
-            quant_get_scale_min_k4(2 * j + 1, x[i].scales, &sc, &m);
-            const float d2 = d * sc, m2 = min * m;
+            float d1, m1, d2, m2;
+            k4_pair(x[i].scales, d, min, j, &d1, &m1, &d2, &m2);
             for (int l = 0; l < 32; l++)
                 y[l] = d1 * (q[l] & 0x0f) - m1;
             for (int l = 0; l < 32; l++)
@@ -222,11 +233,8 @@ static void dequant_q5_K(const block_q5_K *restrict x, float *restrict y, int64_
         const float min = quant_f16_to_f32(x[i].dmin);
         /* Sub-block 2j takes its fifth bit from bit 2j of qh, 2j+1 from bit 2j+1. */
         for (int j = 0; j < QK_K / 64; j++) {
-            uint8_t sc, m;
-            quant_get_scale_min_k4(2 * j, x[i].scales, &sc, &m);
-            const float d1 = d * sc, m1 = min * m;
-            quant_get_scale_min_k4(2 * j + 1, x[i].scales, &sc, &m);
-            const float d2 = d * sc, m2 = min * m;
+            float d1, m1, d2, m2;
+            k4_pair(x[i].scales, d, min, j, &d1, &m1, &d2, &m2);
             const uint8_t u1 = (uint8_t)(1u << (2 * j)), u2 = (uint8_t)(2u << (2 * j));
             for (int l = 0; l < 32; l++)
                 y[l] = d1 * ((ql[l] & 0x0f) + (qh[l] & u1 ? 16 : 0)) - m1;
