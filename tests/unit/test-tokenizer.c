@@ -54,7 +54,8 @@ typedef struct loaded {
     tok_vocab *v;
 } loaded;
 
-static int load(loaded *l, const char *rel)
+/* Opens a fixture and its vocabulary; a failure is a failed check. */
+static bool load(loaded *l, const char *rel)
 {
     char path[1024];
     llmq_err err = {{0}};
@@ -62,12 +63,12 @@ static int load(loaded *l, const char *rel)
     l->f = NULL;
     l->v = NULL;
     if (gguf_open(&l->f, path, &err) < 0 || tok_load(&l->v, l->f, &err) < 0) {
-        printf("# %s\n", err.msg);
+        CHECK(0, "%s loads (%s)", rel, err.msg);
         gguf_close(l->f);
         l->f = NULL;
-        return -1;
+        return false;
     }
-    return 0;
+    return true;
 }
 
 static void unload(loaded *l)
@@ -139,10 +140,8 @@ static void check_vectors(const char *vocab)
     char rel[256], path_inp[1024], path_out[1024];
     loaded l;
     snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf", vocab);
-    if (load(&l, rel) < 0) {
-        CHECK(0, "%s: vocabulary loads", vocab);
+    if (!load(&l, rel))
         return;
-    }
     size_t ni, no;
     snprintf(rel, sizeof rel, "vocab/ggml-vocab-%s.gguf.inp", vocab);
     char *inp = slurp(check_data_path(path_inp, sizeof path_inp, rel), &ni);
@@ -195,10 +194,8 @@ static void check_prompts(const char *model)
     char rel[256], path[1024];
     loaded l;
     snprintf(rel, sizeof rel, "models/%s.gguf", model);
-    if (load(&l, rel) < 0) {
-        CHECK(0, "%s: vocabulary loads", model);
+    if (!load(&l, rel))
         return;
-    }
     snprintf(rel, sizeof rel, "reference/%s.greedy.jsonl", model);
     size_t len;
     char *data = slurp(check_data_path(path, sizeof path, rel), &len);
@@ -246,10 +243,8 @@ static void check_prompts(const char *model)
 static void check_specials_spm(void)
 {
     loaded l;
-    if (load(&l, "vocab/ggml-vocab-llama-spm.gguf") < 0) {
-        CHECK(0, "llama-spm loads");
+    if (!load(&l, "vocab/ggml-vocab-llama-spm.gguf"))
         return;
-    }
     const tok_vocab *v = l.v;
     const char *text = "<s>Hello</s>";
     int32_t *a, *b, *hello;
@@ -337,10 +332,8 @@ static bool stream_all(const tok_vocab *v, const int32_t *ids, size_t n, unsigne
 static void check_stream(void)
 {
     loaded l;
-    if (load(&l, "vocab/ggml-vocab-llama-spm.gguf") < 0) {
-        CHECK(0, "llama-spm loads");
+    if (!load(&l, "vocab/ggml-vocab-llama-spm.gguf"))
         return;
-    }
     const tok_vocab *v = l.v;
     const char *text = "llama \xf0\x9f\xa6\x99 and \xc3\xa9t\xc3\xa9";
     size_t tlen = strlen(text);
@@ -399,10 +392,8 @@ static void check_stream(void)
 static void check_phi3(void)
 {
     loaded l;
-    if (load(&l, "vocab/ggml-vocab-phi-3.gguf") < 0) {
-        CHECK(0, "phi-3 loads");
+    if (!load(&l, "vocab/ggml-vocab-phi-3.gguf"))
         return;
-    }
     const tok_vocab *v = l.v;
     const char *chat = "<|user|>\nHi<|end|>";
     int32_t *a, *hi;
@@ -425,10 +416,8 @@ static void check_phi3(void)
 static void check_gpt2(void)
 {
     loaded l;
-    if (load(&l, "vocab/ggml-vocab-gpt-2.gguf") < 0) {
-        CHECK(0, "gpt-2 loads");
+    if (!load(&l, "vocab/ggml-vocab-gpt-2.gguf"))
         return;
-    }
     const tok_vocab *v = l.v;
     const char *text = "a<|endoftext|>b";
     int32_t *a;
@@ -470,10 +459,8 @@ static void check_story_round_trips(void)
     char *story = slurp(check_data_path(path, sizeof path, "reference/story.txt"), &len);
     for (size_t i = 0; i < 4; i++) {
         loaded l;
-        if (load(&l, vocabs[i]) < 0) {
-            CHECK(0, "%s loads", vocabs[i]);
+        if (!load(&l, vocabs[i]))
             continue;
-        }
         bool same = story && round_trips(l.v, story, len);
         CHECK(same, "%s: story.txt detokenizes back to itself", vocabs[i]);
         unload(&l);
@@ -484,10 +471,8 @@ static void check_story_round_trips(void)
 static void check_tinystories_unknown(void)
 {
     loaded l;
-    if (load(&l, "models/tinystories-656k-q8_0.gguf") < 0) {
-        CHECK(0, "tinystories-656k loads");
+    if (!load(&l, "models/tinystories-656k-q8_0.gguf"))
         return;
-    }
     /* No byte tokens: a character outside the vocabulary is the unknown token. */
     int32_t *a;
     size_t n;

@@ -313,15 +313,22 @@ void tok_free(tok_vocab *v)
 #define K_TYPES "tokenizer.ggml.token_type"
 #define K_MERGES "tokenizer.ggml.merges"
 
+/* A string array that must be there; `why` says what its absence means. */
+static int get_required_strs(const gguf_file *f, const char *key, const char *why,
+                             const gguf_str **items, uint64_t *n, llmq_err *err)
+{
+    int rc = gguf_get_str_array(f, key, items, n, err);
+    if (rc > 0)
+        return llmq_errf(err, "%s is missing: %s", key, why);
+    return rc;
+}
+
 static int load_tokens(tok_vocab *v, const gguf_file *f, llmq_err *err)
 {
     const gguf_str *items;
     uint64_t n;
-    int rc = gguf_get_str_array(f, K_TOKENS, &items, &n, err);
-    if (rc < 0)
+    if (get_required_strs(f, K_TOKENS, "the file has no vocabulary", &items, &n, err) < 0)
         return -1;
-    if (rc > 0)
-        return llmq_errf(err, "%s is missing: the file has no vocabulary", K_TOKENS);
     if (n == 0 || n >= INT32_MAX)
         return llmq_errf(err, "%s has %" PRIu64 " tokens", K_TOKENS, n);
     v->n = (uint32_t)n;
@@ -550,11 +557,8 @@ static int load_merges(tok_vocab *v, const gguf_file *f, llmq_err *err)
 {
     const gguf_str *items;
     uint64_t n;
-    int rc = gguf_get_str_array(f, K_MERGES, &items, &n, err);
-    if (rc < 0)
+    if (get_required_strs(f, K_MERGES, "a gpt2 vocabulary needs its merges", &items, &n, err) < 0)
         return -1;
-    if (rc > 0)
-        return llmq_errf(err, "%s is missing: a gpt2 vocabulary needs its merges", K_MERGES);
     if (n >= UINT32_MAX) /* rank UINT32_MAX marks an empty slot */
         return llmq_errf(err, "%s has %" PRIu64 " merges", K_MERGES, n);
     size_t size = 1024;
