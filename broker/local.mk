@@ -34,3 +34,9 @@ TESTS += tests/integration/test-broker
 tests_integration_test_broker_SOURCES = tests/integration/test-broker.c $(LLMQ_HARNESS)
 tests_integration_test_broker_CFLAGS = $(LLMQ_HARNESS_CFLAGS)
 tests_integration_test_broker_LDADD = $(LLMQ_HARNESS_LIBS)
+
+check_PROGRAMS += tests/integration/test-broker-workers
+TESTS += tests/integration/test-broker-workers
+tests_integration_test_broker_workers_SOURCES = tests/integration/test-broker-workers.c $(LLMQ_HARNESS)
+tests_integration_test_broker_workers_CFLAGS = $(LLMQ_HARNESS_CFLAGS)
+tests_integration_test_broker_workers_LDADD = $(LLMQ_HARNESS_LIBS)

@@ -1,0 +1,592 @@
+/* test-broker-workers: llmq-broker's worker side, as a real process, with
+ * scripted workers speaking the wire protocol over ZeroMQ.
+ *
+ * The workers here are protocol peers, not engines: they make the broker
+ * face exactly the timings the tests need (a worker that goes silent, a
+ * late result, a failure, a bye with a job in hand), which a real engine
+ * would produce only by chance.  End-to-end runs with llmq-worker are
+ * elsewhere.
+ *
+ * Pins: jobs go out by priority then submission order and never beyond the
+ * credits granted (over-grants are capped at the slots); results are
+ * written then pushed to waiting clients with the broker's timings; a
+ * silent worker is presumed dead, its job runs elsewhere and its late
+ * result is ignored (one result row); a job fails after max-attempts
+ * faults with every reason, at once on a permanent failure; cancel of a
+ * running job reaches its worker; bye and a second hello under the same
+ * name put jobs back; jobs left running by a killed broker run again after
+ * the restart; SIGTERM drains (submits refused, running job may finish,
+ * unfinished job back in the queue after the grace period); heartbeats go
+ * out to idle workers; jobs for a model only go to workers serving it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/integration/harness.h"
+#include "tests/unit/check.h"
+
+#define T_REPLY 5000
+static const char *const FAST[] = {"--heartbeat-ms", "100",
+                                   "--worker-timeout-ms", "800", NULL};
+
+/* ---- scripted workers ------------------------------------------------------------ */
+
+static void *worker_connect(harness *h, const char *name, const char *model,
+                            uint32_t slots, wire_msg *welcome)
+{
+    void *w = h_peer(h, h->workers);
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_HELLO);
+    m.hello = (wire_hello){.worker = name, .host = "testhost",
+                           .pid = (uint32_t)getpid(), .gpu_index = -1,
+                           .model = model, .engine = "cpu", .slots = slots};
+    h_send(w, &m);
+    wire_msg got;
+    if (h_recv_type(w, T_REPLY, WIRE_T_WELCOME, &got) != 0) {
+        fprintf(stderr, "worker %s: no welcome\n", name);
+        return w;
+    }
+    if (welcome)
+        *welcome = got;
+    else
+        wire_msg_free(&got);
+    return w;
+}
+
+static void send_simple(void *w, wire_type t)
+{
+    wire_msg m;
+    wire_msg_init(&m, t);
+    h_send(w, &m);
+}
+
+static void credit(void *w, uint32_t n)
+{
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_CREDIT);
+    m.credit = n;
+    h_send(w, &m);
+}
+
+/* Waits for a message of type t, heartbeating meanwhile so the broker
+ * keeps this worker alive; other messages are dropped. */
+static int await(void *w, wire_type t, int timeout_ms, wire_msg *m)
+{
+    int64_t end = h_now_ms() + timeout_ms;
+    while (h_now_ms() < end) {
+        send_simple(w, WIRE_T_HEARTBEAT);
+        if (h_recv(w, 100, m) != 0)
+            continue;
+        if (m->type == t)
+            return 0;
+        wire_msg_free(m);
+    }
+    return -1;
+}
+
+typedef struct got_job {
+    uint64_t id;
+    uint32_t attempt;
+    uint32_t max_tokens;
+    char prompt[64];
+} got_job;
+
+static int await_job(void *w, int timeout_ms, got_job *j)
+{
+    wire_msg m;
+    memset(j, 0, sizeof *j);
+    if (await(w, WIRE_T_JOB, timeout_ms, &m) != 0)
+        return -1;
+    j->id = m.job.id;
+    j->attempt = m.job.attempt;
+    j->max_tokens = m.job.sampling.max_tokens;
+    snprintf(j->prompt, sizeof j->prompt, "%s", m.job.prompt ? m.job.prompt : "");
+    wire_msg_free(&m);
+    return 0;
+}
+
+/* Jobs arriving within ms (heartbeating meanwhile). */
+static int count_jobs(void *w, int ms)
+{
+    int n = 0;
+    got_job j;
+    int64_t end = h_now_ms() + ms;
+    while (h_now_ms() < end)
+        n += await_job(w, (int)(end - h_now_ms()), &j) == 0;
+    return n;
+}
+
+static void result(void *w, uint64_t id, uint32_t attempt, const char *text,
+                   uint32_t gen)
+{
+    static const uint32_t toks[4] = {11, 12, 13, 14};
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_JOB_RESULT);
+    m.result = (wire_result){.id = id, .attempt = attempt, .text = text,
+                             .tokens = toks, .n_tokens = gen < 4 ? gen : 4,
+                             .finish = WIRE_FINISH_LENGTH, .prompt_tokens = 5,
+                             .gen_tokens = gen,
+                             .timings = {.prefill_ms = 2.5, .decode_ms = 40}};
+    h_send(w, &m);
+}
+
+static void failure(void *w, uint64_t id, uint32_t attempt, const char *why,
+                    bool retryable)
+{
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_JOB_FAILURE);
+    m.failure = (wire_job_failure){.id = id, .attempt = attempt, .reason = why,
+                                   .retryable = retryable};
+    h_send(w, &m);
+}
+
+/* ---- clients -------------------------------------------------------------------------- */
+
+/* Submits n jobs with the given priorities (NULL: 0); ids out. */
+static int submit(void *c, const char *batch, int n, const int *prio,
+                  const char *model, uint64_t *ids)
+{
+    wire_job jobs[16];
+    char prompts[16][32];
+    for (int i = 0; i < n; i++) {
+        snprintf(prompts[i], sizeof prompts[i], "prompt %d", i);
+        h_job(&jobs[i], NULL, prompts[i]);
+        jobs[i].priority = prio ? prio[i] : 0;
+        jobs[i].model = model;
+        jobs[i].sampling.max_tokens = 7;
+    }
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_SUBMIT);
+    m.req = 1;
+    m.submit = (wire_submit){.batch = batch, .jobs = jobs, .n_jobs = (uint32_t)n};
+    h_send(c, &m);
+    if (h_recv(c, T_REPLY, &m) != 0)
+        return -1;
+    int rc = m.type == WIRE_T_SUBMIT_OK ? 0 : -1;
+    for (int i = 0; rc == 0 && i < n; i++)
+        ids[i] = m.submit_ok.ids[i];
+    if (rc)
+        fprintf(stderr, "submit refused: %s\n",
+                m.type == WIRE_T_ERROR ? m.error.message : "?");
+    wire_msg_free(&m);
+    return rc;
+}
+
+static void send_wait(void *c, uint64_t req, const uint64_t *ids, uint32_t n,
+                      uint32_t timeout_ms)
+{
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_WAIT);
+    m.req = req;
+    m.wait.sel.ids = ids;
+    m.wait.sel.n_ids = n;
+    m.wait.timeout_ms = timeout_ms;
+    h_send(c, &m);
+}
+
+static void setup(harness *h, const char *name, const char *const *flags,
+                  void **client)
+{
+    h_init(h, name, 120);
+    h_start(h, flags);
+    *client = h_peer(h, h->clients);
+}
+
+static void teardown(harness *h, void *client, void *const *workers, int n)
+{
+    for (int i = 0; i < n; i++)
+        h_close(workers[i]);
+    h_close(client);
+    h_done(h, check_state.failed > 0);
+}
+
+static int64_t sqlf(const harness *h, const char *fmt, uint64_t id)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql, fmt, (unsigned long long)id);
+    return h_sql(h, sql);
+}
+
+/* ---- scenarios ------------------------------------------------------------------------------ */
+
+static void test_credits_order_and_results(void)
+{
+    harness h;
+    void *c;
+    setup(&h, "tbw-credits", FAST, &c);
+    static const int prio[5] = {0, 0, 5, 0, 5};
+    uint64_t ids[5] = {0};
+    submit(c, "b", 5, prio, NULL, ids);
+    wire_msg welcome;
+    void *w = worker_connect(&h, "w-a", "m", 3, &welcome);
+    CHECK(welcome.type == WIRE_T_WELCOME && welcome.welcome.heartbeat_ms == 100 &&
+              welcome.welcome.dead_after_ms == 800,
+          "hello is answered with welcome carrying the broker's timings");
+    credit(w, 2);
+    got_job j1, j2;
+    int r1 = await_job(w, T_REPLY, &j1), r2 = await_job(w, T_REPLY, &j2);
+    CHECK(r1 == 0 && r2 == 0 && j1.id == ids[2] && j2.id == ids[4],
+          "two credits bring the two priority-5 jobs, in submission order");
+    CHECK(j1.attempt == 1 && j1.max_tokens == 7 &&
+              strcmp(j1.prompt, "prompt 2") == 0,
+          "a job carries attempt 1, its prompt and parameters");
+    int extra = count_jobs(w, 300);
+    CHECK(extra == 0, "no job beyond the credits granted (%d extra)", extra);
+    send_wait(c, 2, &ids[2], 1, 5000);
+    h_sleep_ms(50);
+    result(w, j1.id, j1.attempt, "the end", 4);
+    wire_msg m;
+    int rc = h_recv_type(c, T_REPLY, WIRE_T_RESULT, &m);
+    CHECK(rc == 0 && m.result.id == ids[2] && m.result.state == WIRE_STATE_DONE &&
+              strcmp(m.result.text, "the end") == 0 && m.result.gen_tokens == 4 &&
+              m.result.n_tokens == 4 && m.result.finish == WIRE_FINISH_LENGTH &&
+              m.result.worker && strcmp(m.result.worker, "w-a") == 0,
+          "the result is pushed to the waiting client with text, tokens, worker");
+    CHECK(rc == 0 && m.result.timings.decode_tok_s == 100.0 &&
+              m.result.timings.prefill_tok_s == 2000.0 &&
+              m.result.timings.total_ms >= m.result.timings.queue_wait_ms,
+          "with the rates computed by the broker (decode 100 tok/s)");
+    if (rc == 0)
+        wire_msg_free(&m);
+    CHECK(sqlf(&h, "SELECT count(*) FROM results WHERE job_id = %llu", ids[2]) == 1,
+          "the result row is in the database");
+    credit(w, 1);
+    got_job j3;
+    rc = await_job(w, T_REPLY, &j3);
+    CHECK(rc == 0 && j3.id == ids[0], "a new credit brings the next job in order");
+    credit(w, 100);
+    int more = count_jobs(w, 300);
+    CHECK(more == 1, "a grant of 100 with 3 slots, 2 busy, brings 1 job of the"
+                     " 2 queued (%d)", more);
+    teardown(&h, c, &w, 1);
+}
+
+static void test_dead_worker_and_late_result(void)
+{
+    harness h;
+    void *c;
+    setup(&h, "tbw-dead", FAST, &c);
+    uint64_t id;
+    submit(c, NULL, 1, NULL, NULL, &id);
+    void *b = worker_connect(&h, "w-silent", "m", 1, NULL);
+    credit(b, 1);
+    got_job jb;
+    await_job(b, T_REPLY, &jb);
+    /* b now falls silent; c's worker keeps heartbeating. */
+    void *w = worker_connect(&h, "w-alive", "m", 1, NULL);
+    credit(w, 1);
+    got_job jw;
+    int64_t t0 = h_now_ms();
+    int rc = await_job(w, 3000, &jw);
+    int64_t took = h_now_ms() - t0;
+    CHECK(rc == 0 && jw.id == id && jw.attempt == 2,
+          "a silent worker's job is dispatched again as attempt 2");
+    CHECK(took >= 600 && took < 2500,
+          "after the worker timeout (%lld ms, timeout 800)", (long long)took);
+    result(b, jb.id, jb.attempt, "late", 3);
+    wire_msg m;
+    rc = h_recv_type(b, T_REPLY, WIRE_T_ERROR, &m);
+    CHECK(rc == 0 && m.error.code == WIRE_E_UNKNOWN_WORKER,
+          "the presumed-dead worker's late result is refused: unknown_worker");
+    if (rc == 0)
+        wire_msg_free(&m);
+    result(w, jw.id, jw.attempt, "on time", 3);
+    send_wait(c, 3, &id, 1, 5000);
+    rc = h_recv_type(c, T_REPLY, WIRE_T_RESULT, &m);
+    CHECK(rc == 0 && strcmp(m.result.text, "on time") == 0,
+          "the result of the live attempt is the one recorded");
+    if (rc == 0)
+        wire_msg_free(&m);
+    CHECK(sqlf(&h, "SELECT count(*) FROM results WHERE job_id = %llu", id) == 1 &&
+              sqlf(&h, "SELECT count(*) FROM attempts WHERE job_id = %llu AND"
+                       " outcome = 'lost'", id) == 1,
+          "exactly one result row; the first attempt is recorded as lost");
+    CHECK(h_sql(&h, "SELECT count(*) FROM workers WHERE name = 'w-silent'"
+                    " AND state = 'lost'") == 1,
+          "the silent worker's session is marked lost");
+    void *ws[2] = {b, w};
+    teardown(&h, c, ws, 2);
+}
+
+static void test_failures_and_attempts(void)
+{
+    harness h;
+    void *c;
+    const char *const flags[] = {"--heartbeat-ms", "100", "--worker-timeout-ms",
+                                 "800", "--max-attempts", "2", NULL};
+    setup(&h, "tbw-fail", flags, &c);
+    uint64_t ids[2];
+    submit(c, NULL, 2, NULL, NULL, ids);
+    void *w = worker_connect(&h, "w-f", "m", 1, NULL);
+    got_job j;
+    credit(w, 1);
+    await_job(w, T_REPLY, &j);
+    failure(w, j.id, j.attempt, "out of KV blocks", true);
+    credit(w, 1);
+    got_job j2;
+    await_job(w, T_REPLY, &j2);
+    CHECK(j2.id == ids[0] && j2.attempt == 2,
+          "a retryable failure requeues the job (attempt 2 comes back)");
+    send_wait(c, 4, &ids[0], 1, 5000);
+    failure(w, j2.id, j2.attempt, "NaN in logits", true);
+    wire_msg m;
+    int rc = h_recv_type(c, T_REPLY, WIRE_T_RESULT, &m);
+    CHECK(rc == 0 && m.result.state == WIRE_STATE_FAILED && m.result.error &&
+              strstr(m.result.error, "out of KV blocks") &&
+              strstr(m.result.error, "NaN in logits"),
+          "after 2 faulted attempts the job fails with both reasons: %s",
+          rc == 0 && m.result.error ? m.result.error : "(none)");
+    if (rc == 0)
+        wire_msg_free(&m);
+    credit(w, 1);
+    got_job j3;
+    await_job(w, T_REPLY, &j3);
+    failure(w, j3.id, j3.attempt, "prompt is longer than the context", false);
+    send_wait(c, 5, &ids[1], 1, 5000);
+    rc = h_recv_type(c, T_REPLY, WIRE_T_RESULT, &m);
+    CHECK(rc == 0 && j3.id == ids[1] && m.result.state == WIRE_STATE_FAILED &&
+              m.result.attempt == 1,
+          "a permanent failure fails the job at its first attempt");
+    if (rc == 0)
+        wire_msg_free(&m);
+    teardown(&h, c, &w, 1);
+}
+
+static void test_cancel_running(void)
+{
+    harness h;
+    void *c;
+    setup(&h, "tbw-cancel", FAST, &c);
+    uint64_t ids[2];
+    submit(c, NULL, 2, NULL, NULL, ids);
+    void *w = worker_connect(&h, "w-c", "m", 1, NULL);
+    credit(w, 1);
+    got_job j;
+    await_job(w, T_REPLY, &j);
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_CANCEL);
+    m.req = 6;
+    m.select.ids = &j.id;
+    m.select.n_ids = 1;
+    h_send(c, &m);
+    int rc = h_recv_type(c, T_REPLY, WIRE_T_CANCEL_OK, &m);
+    CHECK(rc == 0 && m.jobs_reply.jobs[0].state == WIRE_STATE_CANCELLED,
+          "cancel of a running job answers cancelled");
+    if (rc == 0)
+        wire_msg_free(&m);
+    rc = await(w, WIRE_T_JOB_CANCEL, T_REPLY, &m);
+    CHECK(rc == 0 && m.cancel_id == j.id, "its worker is told to stop it");
+    if (rc == 0)
+        wire_msg_free(&m);
+    failure(w, j.id, j.attempt, "cancelled", false);
+    result(w, j.id, j.attempt, "too late", 2);
+    credit(w, 1);
+    got_job next;
+    rc = await_job(w, T_REPLY, &next);
+    CHECK(rc == 0 && next.id == ids[1],
+          "the freed slot's credit brings the next job");
+    CHECK(sqlf(&h, "SELECT count(*) FROM results WHERE job_id = %llu", j.id) == 0 &&
+              sqlf(&h, "SELECT state = 'cancelled' FROM jobs WHERE id = %llu",
+                   j.id) == 1,
+          "the cancelled job stays cancelled: its late failure and result are ignored");
+    teardown(&h, c, &w, 1);
+}
+
+static void test_bye_and_second_hello(void)
+{
+    harness h;
+    void *c;
+    setup(&h, "tbw-bye", FAST, &c);
+    uint64_t id;
+    submit(c, NULL, 1, NULL, NULL, &id);
+    void *a = worker_connect(&h, "w-bye", "m", 1, NULL);
+    credit(a, 1);
+    got_job j;
+    await_job(a, T_REPLY, &j);
+    send_simple(a, WIRE_T_BYE);
+    void *b = worker_connect(&h, "w-next", "m", 1, NULL);
+    credit(b, 1);
+    got_job j2;
+    int rc = await_job(b, T_REPLY, &j2);
+    CHECK(rc == 0 && j2.id == id && j2.attempt == 2,
+          "bye puts the worker's running job back in the queue");
+    CHECK(sqlf(&h, "SELECT faults FROM jobs WHERE id = %llu", id) == 0 &&
+              sqlf(&h, "SELECT count(*) FROM attempts WHERE job_id = %llu AND"
+                       " outcome = 'returned'", id) == 1,
+          "without counting a fault (attempt 1 'returned')");
+    void *b2 = worker_connect(&h, "w-next", "m", 1, NULL);
+    credit(b2, 1);
+    got_job j3;
+    rc = await_job(b2, T_REPLY, &j3);
+    CHECK(rc == 0 && j3.id == id && j3.attempt == 3,
+          "a second hello under the same name ends the old session; its job"
+          " runs again (attempt 3)");
+    void *ws[3] = {a, b, b2};
+    teardown(&h, c, ws, 3);
+}
+
+static void test_broker_restart(void)
+{
+    harness h;
+    void *c;
+    setup(&h, "tbw-restart", FAST, &c);
+    uint64_t id;
+    submit(c, NULL, 1, NULL, NULL, &id);
+    void *w = worker_connect(&h, "w-r", "m", 1, NULL);
+    credit(w, 1);
+    got_job j;
+    await_job(w, T_REPLY, &j);
+    h_kill9(&h);
+    h_start(&h, FAST);
+    wire_msg m;
+    int rc = await(w, WIRE_T_ERROR, T_REPLY, &m);
+    CHECK(rc == 0 && m.error.code == WIRE_E_UNKNOWN_WORKER,
+          "after a broker restart the worker hears unknown_worker");
+    if (rc == 0)
+        wire_msg_free(&m);
+    h_close(w);
+    w = worker_connect(&h, "w-r", "m", 1, NULL);
+    credit(w, 1);
+    got_job j2;
+    rc = await_job(w, T_REPLY, &j2);
+    CHECK(rc == 0 && j2.id == id && j2.attempt == 2,
+          "the job left running by the killed broker runs again (attempt 2)");
+    CHECK(sqlf(&h, "SELECT count(*) FROM attempts WHERE job_id = %llu AND"
+                   " outcome = 'interrupted'", id) == 1,
+          "its first attempt is recorded as interrupted");
+    teardown(&h, c, &w, 1);
+}
+
+static int exit_within(harness *h, int ms)
+{
+    int status;
+    int64_t end = h_now_ms() + ms;
+    while (h_now_ms() < end) {
+        if (waitpid(h->broker, &status, WNOHANG) == h->broker) {
+            h->broker = 0;
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+        }
+        h_sleep_ms(10);
+    }
+    return -1;
+}
+
+static void test_sigterm_finishes(void)
+{
+    harness h;
+    void *c;
+    setup(&h, "tbw-term", FAST, &c);
+    uint64_t id;
+    submit(c, NULL, 1, NULL, NULL, &id);
+    void *w = worker_connect(&h, "w-t", "m", 1, NULL);
+    credit(w, 1);
+    got_job j;
+    await_job(w, T_REPLY, &j);
+    kill(h.broker, SIGTERM);
+    wire_msg m;
+    int rc = await(w, WIRE_T_SHUTDOWN, T_REPLY, &m);
+    CHECK(rc == 0 && m.grace_ms == 10000, "SIGTERM sends shutdown with the grace period");
+    if (rc == 0)
+        wire_msg_free(&m);
+    uint64_t refused;
+    rc = submit(c, NULL, 1, NULL, NULL, &refused);
+    CHECK(rc != 0, "submits are refused while stopping");
+    result(w, j.id, j.attempt, "finished in time", 2);
+    int st = exit_within(&h, 5000);
+    CHECK(st == 0, "once the running job is done the broker exits 0");
+    CHECK(sqlf(&h, "SELECT state = 'done' FROM jobs WHERE id = %llu", id) == 1,
+          "the job that finished during the grace period is done");
+    teardown(&h, c, &w, 1);
+}
+
+static void test_sigterm_grace_expires(void)
+{
+    harness h;
+    void *c;
+    const char *const flags[] = {"--heartbeat-ms", "100", "--worker-timeout-ms",
+                                 "800", "--grace-ms", "300", NULL};
+    setup(&h, "tbw-grace", flags, &c);
+    uint64_t id;
+    submit(c, NULL, 1, NULL, NULL, &id);
+    void *w = worker_connect(&h, "w-g", "m", 1, NULL);
+    credit(w, 1);
+    got_job j;
+    await_job(w, T_REPLY, &j);
+    int64_t t0 = h_now_ms();
+    kill(h.broker, SIGTERM);
+    wire_msg m;
+    if (await(w, WIRE_T_SHUTDOWN, T_REPLY, &m) == 0)
+        wire_msg_free(&m);
+    int st = exit_within(&h, 5000);
+    int64_t took = h_now_ms() - t0;
+    CHECK(st == 0 && took >= 250 && took < 3000,
+          "a job still running after the grace period does not hold the"
+          " broker (%lld ms, grace 300)", (long long)took);
+    CHECK(sqlf(&h, "SELECT state = 'queued' FROM jobs WHERE id = %llu", id) == 1 &&
+              sqlf(&h, "SELECT faults FROM jobs WHERE id = %llu", id) == 0,
+          "it is back in the queue, without a fault, for the next broker");
+    teardown(&h, c, &w, 1);
+}
+
+static void test_heartbeats_and_models(void)
+{
+    harness h;
+    void *c;
+    setup(&h, "tbw-hb", FAST, &c);
+    void *w = worker_connect(&h, "w-h", "m", 4, NULL);
+    int beats = 0;
+    int64_t end = h_now_ms() + 1000;
+    wire_msg m;
+    while (h_now_ms() < end) {
+        if (h_recv(w, 50, &m) == 0) {
+            beats += m.type == WIRE_T_HEARTBEAT;
+            wire_msg_free(&m);
+        }
+        send_simple(w, WIRE_T_HEARTBEAT);
+    }
+    CHECK(beats >= 5 && beats <= 15,
+          "an idle worker gets heartbeats every ~100 ms (%d in 1 s)", beats);
+    uint64_t other, mine, any;
+    submit(c, NULL, 1, NULL, "other-model", &other);
+    submit(c, NULL, 1, NULL, "m", &mine);
+    submit(c, NULL, 1, NULL, NULL, &any);
+    credit(w, 3);
+    got_job a, b;
+    int ra = await_job(w, T_REPLY, &a), rb = await_job(w, T_REPLY, &b);
+    int extra = count_jobs(w, 300);
+    CHECK(ra == 0 && rb == 0 && a.id == mine && b.id == any && extra == 0,
+          "a worker gets jobs for its model and for any model, not for another");
+    wire_msg_init(&m, WIRE_T_STATS);
+    h_send(c, &m);
+    int rc = h_recv_type(c, T_REPLY, WIRE_T_STATS_OK, &m);
+    CHECK(rc == 0 && m.stats_ok.n_workers == 1 && m.stats_ok.workers[0].busy == 2 &&
+              m.stats_ok.counts.queued == 1 && m.stats_ok.counts.running == 2,
+          "stats lists the worker with 2 busy slots; 1 queued, 2 running");
+    if (rc == 0)
+        wire_msg_free(&m);
+    void *stranger = h_peer(&h, h.workers);
+    credit(stranger, 1);
+    rc = h_recv_type(stranger, T_REPLY, WIRE_T_ERROR, &m);
+    CHECK(rc == 0 && m.error.code == WIRE_E_UNKNOWN_WORKER,
+          "a credit before hello is refused as unknown_worker");
+    if (rc == 0)
+        wire_msg_free(&m);
+    void *ws[2] = {w, stranger};
+    teardown(&h, c, ws, 2);
+}
+
+int main(void)
+{
+    test_credits_order_and_results();
+    test_dead_worker_and_late_result();
+    test_failures_and_attempts();
+    test_cancel_running();
+    test_bye_and_second_hello();
+    test_broker_restart();
+    test_sigterm_finishes();
+    test_sigterm_grace_expires();
+    test_heartbeats_and_models();
+    return check_done();
+}
