@@ -81,7 +81,7 @@ r=$?
 [ $r -eq 2 ] && grep -q -- "--frobnicate" "$TMP/err" && [ ! -s "$TMP/out" ]
 check $? "an unknown flag exits 2 and names the flag ($r: $(head -n 1 "$TMP/err"))"
 
-"$RUN" -m "$STORIES" -p x > /dev/null 2> "$TMP/err"
+"$RUN" -m "$STORIES" > /dev/null 2> "$TMP/err"
 r=$?
 [ $r -eq 2 ] && grep -q "mode" "$TMP/err"
 check $? "no mode exits 2 and says so ($r)"
