@@ -20,7 +20,8 @@ static check_tally check_state;
 
 #define CHECK(cond, ...)                                                       \
     do {                                                                       \
-        if (cond) {                                                            \
+        const int check_ok_ = (cond) ? 1 : 0; /* evaluated once */             \
+        if (check_ok_) {                                                       \
             check_state.passed++;                                              \
             printf("ok - ");                                                   \
         } else {                                                               \
@@ -28,7 +29,7 @@ static check_tally check_state;
             printf("FAIL - ");                                                 \
         }                                                                      \
         printf(__VA_ARGS__);                                                   \
-        if (!(cond))                                                           \
+        if (!check_ok_)                                                        \
             printf("  (%s:%d)", __FILE__, __LINE__);                           \
         printf("\n");                                                          \
         fflush(stdout);                                                        \
