@@ -222,7 +222,7 @@ static void cpu_embed(backend *be, const be_weight *table, const int32_t *ids, i
                       float *out)
 {
     rows_job j = {.w = table, .ids = ids, .out = out};
-    pool_run(pool_of(be), embed_task, &j, n);
+    pool_run(pool_of(be), embed_task, &j, n, (int64_t)n * table->cols);
 }
 
 static void cpu_gather_rows(backend *be, const float *x, const int32_t *idx, int32_t n,
@@ -259,7 +259,7 @@ static void cpu_rmsnorm(backend *be, const float *x, const float *w, float eps, 
                         int32_t dim, be_act *out)
 {
     norm_job j = {.x = x, .w = w, .eps = eps, .dim = dim, .out = out->x};
-    pool_run(pool_of(be), rmsnorm_task, &j, rows);
+    pool_run(pool_of(be), rmsnorm_task, &j, rows, (int64_t)rows * dim * 4);
     out->rows = rows;
     out->cols = dim;
     out->q_valid = false;
@@ -328,13 +328,13 @@ static void cpu_matmul(backend *be, const be_weight *w, be_act *in, float *out, 
     cpu_actq *aq = in->q;
     if (kind != DOT_ACT_F32 && (!in->q_valid || aq->kind != kind)) {
         aq->kind = kind;
-        pool_run(pool_of(be), quantize_task, in, in->rows);
+        pool_run(pool_of(be), quantize_task, in, in->rows, (int64_t)in->rows * in->cols * 4);
         in->q_valid = true;
     }
     matmul_job j = {.w = w, .in = in, .out = out, .accumulate = accumulate,
                     .tiles_w = (w->rows + TILE_W - 1) / TILE_W};
     const int64_t tiles_x = (in->rows + TILE_X - 1) / TILE_X;
-    pool_run(pool_of(be), matmul_task, &j, j.tiles_w * tiles_x);
+    pool_run(pool_of(be), matmul_task, &j, j.tiles_w * tiles_x, in->rows * w->rows * w->cols);
 }
 
 /* ---- rope: llama.cpp's NORM mode, theta advanced by repeated products ---- */
@@ -376,7 +376,8 @@ static void cpu_rope(backend *be, float *q, float *k, const int32_t *pos, int32_
 {
     rope_job j = {.q = q, .k = k, .pos = pos, .shape = shape, .rope_dim = rope_dim,
                   .theta_scale = powf(freq_base, -2.0f / (float)rope_dim)};
-    pool_run(pool_of(be), rope_task, &j, rows);
+    pool_run(pool_of(be), rope_task, &j, rows,
+             (int64_t)rows * (shape->n_head + shape->n_head_kv) * rope_dim * 20);
 }
 
 /* ---- KV write ---- */
@@ -466,7 +467,8 @@ static void cpu_attention(backend *be, const be_kv *kv, int32_t layer, const flo
     } else {
         attn_job j = {.kv = kv, .layer = layer, .q = q, .b = b, .sh = sh, .out = out->x,
                       .scratch = scratch, .scratch_stride = stride};
-        pool_run(pool_of(be), attn_task, &j, tasks);
+        pool_run(pool_of(be), attn_task, &j, tasks,
+                 tasks * (int64_t)b->max_seq_len * sh->head_dim * 4);
         free(scratch);
     }
     out->rows = b->n_rows;
@@ -495,7 +497,7 @@ static void cpu_swiglu(backend *be, const float *g, const float *u, int32_t rows
                        be_act *out)
 {
     swiglu_job j = {.g = g, .u = u, .n = n, .out = out->x};
-    pool_run(pool_of(be), swiglu_task, &j, rows);
+    pool_run(pool_of(be), swiglu_task, &j, rows, (int64_t)rows * n * 20);
     out->rows = rows;
     out->cols = n;
     out->q_valid = false;

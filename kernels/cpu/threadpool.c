@@ -1,6 +1,7 @@
 #include "kernels/cpu/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +24,11 @@ struct pool {
 /* A decode step of a small model is hundreds of short parallel loops, each a
  * few microseconds: waking threads through a condition variable every time
  * would cost more than the work.  Workers spin for a while after a run (about
- * a millisecond) and only then sleep. */
+ * a millisecond) and only then sleep.  On a busy machine a spinning thread
+ * may hold the core that the thread it waits for needs, so every wait loop
+ * yields the processor after a short spin. */
 #define POOL_SPINS 200000
+#define POOL_SPINS_BEFORE_YIELD 2000
 
 static inline void cpu_relax(void)
 {
@@ -55,7 +59,10 @@ static uint64_t await_run(pool *p, uint64_t seen)
         if (atomic_load(&p->stopping))
             return 0;
         if (spins < POOL_SPINS) {
-            cpu_relax();
+            if (spins % POOL_SPINS_BEFORE_YIELD == POOL_SPINS_BEFORE_YIELD - 1)
+                sched_yield();
+            else
+                cpu_relax();
             continue;
         }
         pthread_mutex_lock(&p->mu);
@@ -125,11 +132,14 @@ void pool_free(pool *p)
 
 int pool_threads(const pool *p) { return p->n_threads; }
 
-void pool_run(pool *p, pool_fn fn, void *ctx, int64_t n_tasks)
+/* Below this many scalar operations a job runs on the caller alone. */
+#define POOL_MIN_WORK 65536
+
+void pool_run(pool *p, pool_fn fn, void *ctx, int64_t n_tasks, int64_t work)
 {
     if (n_tasks <= 0)
         return;
-    if (p->n_threads == 1 || n_tasks == 1) {
+    if (p->n_threads == 1 || n_tasks == 1 || work < POOL_MIN_WORK) {
         for (int64_t i = 0; i < n_tasks; i++)
             fn(ctx, i);
         return;
@@ -145,6 +155,10 @@ void pool_run(pool *p, pool_fn fn, void *ctx, int64_t n_tasks)
         pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     drain(p);
-    while (atomic_load_explicit(&p->busy, memory_order_acquire) > 0)
-        cpu_relax();
+    for (int spins = 1; atomic_load_explicit(&p->busy, memory_order_acquire) > 0; spins++) {
+        if (spins % POOL_SPINS_BEFORE_YIELD == 0)
+            sched_yield();
+        else
+            cpu_relax();
+    }
 }

@@ -1,7 +1,9 @@
 /* threadpool: a persistent pool of worker threads for data-parallel loops.
  *
- * pool_run(p, fn, ctx, n) calls fn(ctx, i) for every i in [0, n) spread over
- * the pool's threads plus the caller, and returns when all are done.  Work is
+ * pool_run(p, fn, ctx, n, work) calls fn(ctx, i) for every i in [0, n)
+ * spread over the pool's threads plus the caller, and returns when all are
+ * done.  `work` estimates the whole job's scalar operations: jobs too small
+ * to repay waking other threads (a few microseconds) run on the caller.  Work is
  * handed out in a fixed partition (task i always runs as one call), so the
  * results of an op never depend on timing.  Threads sleep between runs; the
  * pool is owned by one backend and used by one caller thread at a time. */
@@ -18,6 +20,6 @@ typedef void (*pool_fn)(void *ctx, int64_t task);
 int pool_create(pool **out, int n_threads, llmq_err *err);
 void pool_free(pool *p);
 int pool_threads(const pool *p);
-void pool_run(pool *p, pool_fn fn, void *ctx, int64_t n_tasks);
+void pool_run(pool *p, pool_fn fn, void *ctx, int64_t n_tasks, int64_t work);
 
 #endif

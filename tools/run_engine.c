@@ -1,0 +1,359 @@
+#include "tools/run_engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/file.h"
+#include "worker/engine/perplexity.h"
+
+static int fail(const char *what, const llmq_err *err)
+{
+    fprintf(stderr, "llmq-run: %s: %s\n", what, err->msg);
+    return 1;
+}
+
+static engine_request make_request(const run_gen_opts *o, uint64_t id, const int32_t *ids,
+                                   size_t n)
+{
+    return (engine_request){.id = id, .prompt = ids, .n_prompt = (int32_t)n,
+                            .sampling = o->sampling, .max_tokens = o->n_predict,
+                            .stop = o->stop, .n_stop = o->n_stop, .ignore_eog = o->ignore_eos};
+}
+
+static void print_timing(const char *label, const engine_timing *t)
+{
+    const double prefill = t->first_token_ms - t->first_sched_ms;
+    const double decode = t->finished_ms - t->first_token_ms;
+    fprintf(stderr,
+            "%s%d prompt tokens in %.1f ms (%.1f tok/s), %d generated in %.1f ms (%.1f tok/s)\n",
+            label, t->n_prompt, prefill, prefill > 0 ? t->n_prompt * 1e3 / prefill : 0.0,
+            t->n_generated, decode, decode > 0 ? (t->n_generated - 1) * 1e3 / decode : 0.0);
+}
+
+/* ---- generate: one prompt, streamed ---- */
+
+int run_generate(const run_gen_opts *o, model *m, const tok_vocab *v)
+{
+    llmq_err err;
+    int32_t *ids;
+    size_t n;
+    if (tok_encode(v, o->prompt, strlen(o->prompt), tok_add_bos(v), true, &ids, &n, &err) != 0)
+        return fail("tokenizing the prompt", &err);
+    engine_config cfg = o->engine;
+    cfg.max_seqs = 1;
+    engine *e;
+    if (engine_create(&e, m, v, &cfg, &err) != 0) {
+        free(ids);
+        return fail("engine", &err);
+    }
+    engine_request req = make_request(o, 1, ids, n);
+    int rc = engine_add(e, &req, &err) != 0 ? fail("prompt", &err) : 0;
+    free(ids);
+    while (rc == 0 && engine_has_work(e)) {
+        const engine_event *ev;
+        int32_t n_ev;
+        if (engine_step(e, &ev, &n_ev, &err) != 0) {
+            rc = fail("generation", &err);
+            break;
+        }
+        for (int32_t i = 0; i < n_ev; i++) {
+            fwrite(ev[i].text, 1, ev[i].text_len, stdout);
+            fflush(stdout);
+            if (ev[i].finish != ENGINE_RUNNING) {
+                printf("\n");
+                fprintf(stderr, "llmq-run: finished (%s): ", engine_finish_name(ev[i].finish));
+                print_timing("", &ev[i].timing);
+            }
+        }
+    }
+    engine_free(e);
+    return rc;
+}
+
+/* ---- --parallel: many prompts through the batched engine ---- */
+
+typedef struct prompt_list {
+    char *text;
+    char **lines;
+    size_t n;
+} prompt_list;
+
+static int read_prompts(const char *path, prompt_list *pl, llmq_err *err)
+{
+    size_t len;
+    memset(pl, 0, sizeof *pl);
+    if (file_read_all(path, &pl->text, &len, err) != 0)
+        return -1;
+    size_t cap = 16;
+    pl->lines = malloc(cap * sizeof *pl->lines);
+    for (char *line = strtok(pl->text, "\n"); pl->lines && line; line = strtok(NULL, "\n")) {
+        if (!line[0])
+            continue;
+        if (pl->n == cap) {
+            char **grown = realloc(pl->lines, (cap *= 2) * sizeof *grown);
+            if (!grown)
+                break;
+            pl->lines = grown;
+        }
+        pl->lines[pl->n++] = line;
+    }
+    if (!pl->lines)
+        return llmq_errf(err, "%s: out of memory", path);
+    if (pl->n == 0)
+        return llmq_errf(err, "%s: no prompts (one per line)", path);
+    return 0;
+}
+
+static int add_prompt(engine *e, const run_gen_opts *o, const tok_vocab *v, size_t i,
+                      const char *text, llmq_err *err)
+{
+    int32_t *ids;
+    size_t n;
+    if (tok_encode(v, text, strlen(text), tok_add_bos(v), true, &ids, &n, err) != 0)
+        return llmq_err_prefix(err, "prompt %zu", i + 1);
+    engine_request req = make_request(o, i, ids, n);
+    int rc = engine_add(e, &req, err);
+    free(ids);
+    return rc != 0 ? llmq_err_prefix(err, "prompt %zu", i + 1) : 0;
+}
+
+int run_parallel(const run_gen_opts *o, model *m, const tok_vocab *v)
+{
+    llmq_err err;
+    prompt_list pl;
+    if (read_prompts(o->prompt_file, &pl, &err) != 0) {
+        free(pl.text);
+        free(pl.lines);
+        return fail("prompts", &err);
+    }
+    engine_config cfg = o->engine;
+    cfg.max_seqs = o->parallel;
+    engine *e;
+    if (engine_create(&e, m, v, &cfg, &err) != 0) {
+        free(pl.text);
+        free(pl.lines);
+        return fail("engine", &err);
+    }
+    size_t next = 0, done = 0;
+    uint64_t generated = 0;
+    int rc = 0;
+    const double t0 = engine_now_ms();
+    while (rc == 0 && done < pl.n) {
+        /* Keep the engine fed: more sequences wait than run, so a finished
+         * one is replaced in the very next step. */
+        while (next < pl.n && engine_free_slots(e) > 0)
+            if (add_prompt(e, o, v, next, pl.lines[next], &err) != 0)
+                rc = fail("prompts", &err), next = pl.n;
+            else
+                next++;
+        const engine_event *ev;
+        int32_t n_ev;
+        if (rc == 0 && engine_step(e, &ev, &n_ev, &err) != 0)
+            rc = fail("generation", &err);
+        for (int32_t i = 0; rc == 0 && i < n_ev; i++) {
+            if (ev[i].finish == ENGINE_RUNNING)
+                continue;
+            done++;
+            generated += (uint64_t)ev[i].n_tokens;
+            printf("--- prompt %llu (%s, %d tokens)\n%s%.*s\n", (unsigned long long)ev[i].id + 1,
+                   engine_finish_name(ev[i].finish), ev[i].n_tokens, pl.lines[ev[i].id],
+                   (int)ev[i].full_text_len, ev[i].full_text);
+            char label[48];
+            snprintf(label, sizeof label, "llmq-run: prompt %llu: ",
+                     (unsigned long long)ev[i].id + 1);
+            print_timing(label, &ev[i].timing);
+        }
+        if (rc != 0)
+            break;
+    }
+    const double secs = (engine_now_ms() - t0) / 1e3;
+    if (rc == 0)
+        fprintf(stderr, "llmq-run: %zu prompts, %llu tokens generated in %.2f s: %.1f tok/s\n",
+                pl.n, (unsigned long long)generated, secs, secs > 0 ? generated / secs : 0.0);
+    engine_free(e);
+    free(pl.text);
+    free(pl.lines);
+    return rc;
+}
+
+/* ---- --perplexity ---- */
+
+static void ppl_progress(void *ctx, int32_t chunk, int32_t n_chunks, double ppl)
+{
+    (void)ctx;
+    printf("[%d]%.4f,", chunk, ppl);
+    if (chunk == n_chunks)
+        printf("\n");
+    fflush(stdout);
+}
+
+int run_perplexity(const run_gen_opts *o, model *m, const tok_vocab *v)
+{
+    llmq_err err;
+    char *text;
+    size_t len;
+    if (file_read_all(o->ppl_file, &text, &len, &err) != 0)
+        return fail("perplexity", &err);
+    ppl_result r;
+    const double t0 = engine_now_ms();
+    int rc = ppl_compute(m, v, text, len, o->ppl_ctx, ppl_progress, NULL, &r, &err);
+    free(text);
+    if (rc != 0)
+        return fail("perplexity", &err);
+    printf("PPL = %.4f\n", r.ppl);
+    fprintf(stderr, "llmq-run: %d chunks of %d tokens (%lld scored) in %.2f s\n", r.n_chunks,
+            o->ppl_ctx, (long long)r.n_scored, (engine_now_ms() - t0) / 1e3);
+    return 0;
+}
+
+/* ---- --bench: llama-bench's pp512 and tg128, and batched decode ---- */
+
+enum { BENCH_PP = 512, BENCH_TG = 128, BENCH_BATCH_PROMPT = 128 };
+
+/* Random prompt tokens (BOS first), as llama-bench uses: a fixed LCG so
+ * every run measures the same work. */
+static void random_prompt(const tok_vocab *v, int32_t *ids, int32_t n, uint32_t seed)
+{
+    uint32_t x = seed * 2654435761u + 1;
+    for (int32_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        ids[i] = (int32_t)((x >> 8) % tok_n_vocab(v));
+    }
+    if (tok_bos(v) != TOK_NONE)
+        ids[0] = tok_bos(v);
+}
+
+typedef struct bench_run {
+    double prefill_ms;  /* until every sequence has its first token */
+    double decode_ms;   /* the rest */
+    uint64_t decode_rows;
+} bench_run;
+
+/* B sequences of n_prompt tokens each generating n_gen tokens. */
+static int bench_once(model *m, const tok_vocab *v, const engine_config *base, int32_t b,
+                      int32_t n_prompt, int32_t n_gen, bench_run *out, llmq_err *err)
+{
+    engine_config cfg = *base;
+    cfg.max_seqs = b;
+    cfg.n_ctx = n_prompt + n_gen + 1;
+    cfg.max_batch_tokens = cfg.max_batch_tokens > b ? cfg.max_batch_tokens : b;
+    cfg.n_blocks = 0;
+    engine *e;
+    if (engine_create(&e, m, v, &cfg, err) != 0)
+        return -1;
+    int32_t *ids = malloc((size_t)n_prompt * sizeof *ids);
+    int rc = ids ? 0 : llmq_errf(err, "out of memory");
+    for (int32_t s = 0; rc == 0 && s < b; s++) {
+        random_prompt(v, ids, n_prompt, (uint32_t)s + 1);
+        engine_request req = {.id = (uint64_t)s, .prompt = ids, .n_prompt = n_prompt,
+                              .sampling = sampler_default_params(), .max_tokens = n_gen,
+                              .ignore_eog = true};
+        rc = engine_add(e, &req, err);
+    }
+    free(ids);
+    const double t0 = engine_now_ms();
+    double t_first = 0;
+    uint64_t rows_at_first = 0;
+    while (rc == 0 && engine_has_work(e)) {
+        const engine_event *ev;
+        int32_t n_ev;
+        rc = engine_step(e, &ev, &n_ev, err);
+        /* Prefill ends with the step that computes the last prompt row. */
+        if (rc == 0 && t_first == 0 &&
+            engine_get_stats(e).prefill_rows >= (uint64_t)b * (uint64_t)n_prompt) {
+            t_first = engine_now_ms();
+            rows_at_first = engine_get_stats(e).decode_rows;
+        }
+    }
+    const double t1 = engine_now_ms();
+    if (rc == 0) {
+        if (t_first == 0)
+            t_first = t1; /* n_gen == 1: no decode phase */
+        *out = (bench_run){.prefill_ms = t_first - t0, .decode_ms = t1 - t_first,
+                           .decode_rows = engine_get_stats(e).decode_rows - rows_at_first};
+    }
+    engine_free(e);
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct bench_case {
+    const char *name;
+    int32_t batch, n_prompt, n_gen;
+    bool prefill; /* report prefill tok/s (pp), else decode tok/s */
+    double median, samples[32];
+} bench_case;
+
+static int bench_case_run(model *m, const tok_vocab *v, const run_gen_opts *o, bench_case *c,
+                          llmq_err *err)
+{
+    const int reps = o->bench_reps < 1 ? 1 : (o->bench_reps > 32 ? 32 : o->bench_reps);
+    for (int r = 0; r < reps; r++) {
+        bench_run br;
+        if (bench_once(m, v, &o->engine, c->batch, c->n_prompt, c->n_gen, &br, err) != 0)
+            return llmq_err_prefix(err, "%s", c->name);
+        if (c->prefill)
+            c->samples[r] = (double)c->batch * c->n_prompt * 1e3 / br.prefill_ms;
+        else if (c->batch == 1 && c->n_prompt == 1) /* tg: every step is one decode */
+            c->samples[r] = (double)c->n_gen * 1e3 / (br.prefill_ms + br.decode_ms);
+        else
+            c->samples[r] = br.decode_ms > 0 ? (double)br.decode_rows * 1e3 / br.decode_ms : 0;
+        fprintf(stderr, "llmq-run: bench %s run %d: %.1f tok/s\n", c->name, r + 1, c->samples[r]);
+    }
+    double sorted[32];
+    memcpy(sorted, c->samples, (size_t)reps * sizeof *sorted);
+    qsort(sorted, (size_t)reps, sizeof *sorted, cmp_double);
+    c->median = reps % 2 ? sorted[reps / 2] : (sorted[reps / 2 - 1] + sorted[reps / 2]) / 2;
+    return 0;
+}
+
+static void bench_report(FILE *f, const model *m, const run_gen_opts *o, const bench_case *cases,
+                         int n, int threads)
+{
+    const model_config *c = model_get_config(m);
+    fprintf(f, "{\"model\": \"%s\", \"weights\": \"%s\", \"bytes\": %llu, \"backend\": \"%s\", "
+               "\"threads\": %d, \"reps\": %d, \"results\": {",
+            c->name, quant_type_name(c->weight_type), (unsigned long long)c->weight_bytes,
+            model_backend(m)->name, threads, o->bench_reps);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%s\"%s\": %.1f", i ? ", " : "", cases[i].name, cases[i].median);
+    fprintf(f, "}}\n");
+}
+
+int run_bench(const run_gen_opts *o, model *m, const tok_vocab *v)
+{
+    bench_case cases[] = {
+        {.name = "pp512", .batch = 1, .n_prompt = BENCH_PP, .n_gen = 1, .prefill = true},
+        {.name = "tg128", .batch = 1, .n_prompt = 1, .n_gen = BENCH_TG},
+        {.name = "decode_b1", .batch = 1, .n_prompt = BENCH_BATCH_PROMPT, .n_gen = BENCH_TG},
+        {.name = "decode_b8", .batch = 8, .n_prompt = BENCH_BATCH_PROMPT, .n_gen = BENCH_TG},
+        {.name = "decode_b64", .batch = 64, .n_prompt = BENCH_BATCH_PROMPT, .n_gen = BENCH_TG},
+    };
+    const int n = (int)(sizeof cases / sizeof cases[0]);
+    llmq_err err;
+    for (int i = 0; i < n; i++)
+        if (bench_case_run(m, v, o, &cases[i], &err) != 0)
+            return fail("bench", &err);
+    const model_config *c = model_get_config(m);
+    printf("| model | weights | test | tok/s (median of %d) |\n| --- | --- | --- | --- |\n",
+           o->bench_reps);
+    for (int i = 0; i < n; i++)
+        printf("| %s | %s | %s | %.1f |\n", c->name, quant_type_name(c->weight_type),
+               cases[i].name, cases[i].median);
+    FILE *jf = stdout;
+    if (o->bench_json && !(jf = fopen(o->bench_json, "w"))) {
+        fprintf(stderr, "llmq-run: cannot write %s\n", o->bench_json);
+        return 1;
+    }
+    bench_report(jf, m, o, cases, n, o->threads);
+    if (jf != stdout)
+        fclose(jf);
+    return 0;
+}

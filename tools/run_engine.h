@@ -1,0 +1,40 @@
+/* run_engine: llmq-run's modes that drive the engine (generate, --parallel,
+ * --perplexity, --bench), kept apart from its option parsing.
+ *
+ * Each mode takes a loaded model and vocabulary, writes its product to
+ * stdout (generated text, perplexity, the benchmark table) and its logs and
+ * timings to stderr, and returns an exit status: 0 done, 1 failed. */
+#ifndef LLMQ_TOOLS_RUN_ENGINE_H
+#define LLMQ_TOOLS_RUN_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "worker/engine/engine.h"
+#include "worker/engine/sampler.h"
+#include "worker/model/model.h"
+#include "worker/model/tokenizer.h"
+
+typedef struct run_gen_opts {
+    const char *prompt;       /* generate */
+    const char *prompt_file;  /* --parallel: one prompt per line */
+    int32_t n_predict;        /* -n */
+    int32_t parallel;         /* --parallel */
+    sampler_params sampling;
+    const char *stop[ENGINE_MAX_STOPS];
+    int32_t n_stop;
+    bool ignore_eos;
+    engine_config engine;
+    int32_t threads;          /* -t, for reports */
+    const char *ppl_file;     /* --perplexity */
+    int32_t ppl_ctx;          /* -c */
+    int32_t bench_reps;       /* --reps */
+    const char *bench_json;   /* --json FILE (default: stdout after the table) */
+} run_gen_opts;
+
+int run_generate(const run_gen_opts *o, model *m, const tok_vocab *v);
+int run_parallel(const run_gen_opts *o, model *m, const tok_vocab *v);
+int run_perplexity(const run_gen_opts *o, model *m, const tok_vocab *v);
+int run_bench(const run_gen_opts *o, model *m, const tok_vocab *v);
+
+#endif
