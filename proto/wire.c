@@ -519,6 +519,13 @@ static const char *obj_type_name(const msgpack_object *o)
     }
 }
 
+/* msgpack-c leaves the pointer of an empty str NULL, which the mem*
+ * functions may not be given even with a zero length. */
+static const char *str_ptr(const msgpack_object *o)
+{
+    return o->via.str.size ? o->via.str.ptr : "";
+}
+
 static int bad_type(rd *r, const msgpack_object *o, const char *want)
 {
     return rd_fail(r, WIRE_E_BAD_TYPE, "expected %s, got %s", want, obj_type_name(o));
@@ -586,7 +593,7 @@ static int read_str(rd *r, const msgpack_object *o, double lo, double hi, const 
     if (o->type != MSGPACK_OBJECT_STR)
         return bad_type(r, o, "str");
     size_t n = o->via.str.size;
-    const char *s = o->via.str.ptr;
+    const char *s = str_ptr(o);
     if ((double)n > hi)
         return rd_fail(r, WIRE_E_TOO_LARGE, "%zu bytes, at most %.0f allowed", n, hi);
     if ((double)n < lo)
@@ -594,7 +601,7 @@ static int read_str(rd *r, const msgpack_object *o, double lo, double hi, const 
     size_t ok = utf8_valid_prefix(s, n);
     if (ok != n)
         return rd_fail(r, WIRE_E_BAD_VALUE, "invalid UTF-8 at byte %zu", ok);
-    if (n && memchr(s, '\0', n))
+    if (memchr(s, '\0', n))
         return rd_fail(r, WIRE_E_BAD_VALUE, "NUL byte at offset %zu",
                        (size_t)((const char *)memchr(s, '\0', n) - s));
     char *copy = msgpack_zone_malloc(r->zone, n + 1);
@@ -790,10 +797,9 @@ static int key_name(rd *r, const msgpack_object *k, char *buf, size_t size)
     if (k->type != MSGPACK_OBJECT_STR)
         return rd_fail(r, WIRE_E_BAD_TYPE, "map key is %s, expected str", obj_type_name(k));
     size_t n = k->via.str.size;
-    if (n >= size || utf8_valid_prefix(k->via.str.ptr, n) != n ||
-        memchr(k->via.str.ptr, '\0', n))
+    if (n >= size || utf8_valid_prefix(str_ptr(k), n) != n || memchr(str_ptr(k), '\0', n))
         return rd_fail(r, WIRE_E_UNKNOWN_FIELD, "unknown key (%zu bytes)", n);
-    memcpy(buf, k->via.str.ptr, n);
+    memcpy(buf, str_ptr(k), n);
     buf[n] = '\0';
     return 0;
 }
@@ -993,7 +999,7 @@ static const msgpack_object *map_get(const msgpack_object *o, const char *key)
     for (uint32_t i = 0; i < o->via.map.size; i++) {
         const msgpack_object *k = &o->via.map.ptr[i].key;
         if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen &&
-            memcmp(k->via.str.ptr, key, klen) == 0)
+            memcmp(str_ptr(k), key, klen) == 0)
             return &o->via.map.ptr[i].val;
     }
     return NULL;
@@ -1018,9 +1024,9 @@ static int read_header(rd *r, const msgpack_object *o, unsigned dirs, wire_msg *
         return bad_type(r, t, "str");
     char name[32];
     size_t n = t->via.str.size;
-    if (n >= sizeof name || memchr(t->via.str.ptr, '\0', n))
+    if (n >= sizeof name || memchr(str_ptr(t), '\0', n))
         return rd_fail(r, WIRE_E_UNKNOWN_TYPE, "unknown message type");
-    memcpy(name, t->via.str.ptr, n);
+    memcpy(name, str_ptr(t), n);
     name[n] = '\0';
     m->type = wire_type_from_name(name);
     if (m->type == WIRE_T_NONE || utf8_valid_prefix(name, n) != n)
@@ -1050,7 +1056,7 @@ static int check_common_dups(rd *r, const msgpack_object *o)
         for (uint32_t i = 0; i < o->via.map.size; i++) {
             const msgpack_object *k = &o->via.map.ptr[i].key;
             count += k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen &&
-                     memcmp(k->via.str.ptr, COMMON[c], klen) == 0;
+                     memcmp(str_ptr(k), COMMON[c], klen) == 0;
         }
         if (count > 1) {
             size_t saved;

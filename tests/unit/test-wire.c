@@ -524,6 +524,8 @@ static void pack_big_string(msgpack_packer *pk, const void *arg)
 
 static const char DUP_V[] = "\x83\xa1v\x01\xa1v\x01\xa4type\xa5stats";
 static const char INT_KEY[] = "\x83\xa1v\x01\xa4type\xa5stats\x01\x02";
+static const char EMPTY_KEY[] = "\x83\xa1v\x01\xa4type\xa5stats\xa0\x01";
+static const char EMPTY_TYPE[] = "\x82\xa1v\x01\xa4type\xa0";
 static const char DUP_N[] = "\x84\xa1v\x01\xa4type\xa6" "credit\xa1n\x01\xa1n\x02";
 
 static void test_bad_raw(void)
@@ -546,6 +548,8 @@ static void test_bad_raw(void)
               "\"v\" given twice");
     check_raw(INT_KEY, sizeof INT_KEY - 1, WIRE_E_BAD_TYPE, "",
               "an integer map key");
+    check_raw(EMPTY_KEY, sizeof EMPTY_KEY - 1, WIRE_E_UNKNOWN_FIELD, "", "an empty key");
+    check_raw(EMPTY_TYPE, sizeof EMPTY_TYPE - 1, WIRE_E_UNKNOWN_TYPE, "type", "an empty type");
     check_raw(DUP_N, sizeof DUP_N - 1, WIRE_E_BAD_VALUE, "n",
               "\"n\" given twice");
 
