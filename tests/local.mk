@@ -73,6 +73,17 @@ TESTS += tests/unit/test-tokenizer tests/unit/test-cli-tokenize.sh
 tests_unit_test_tokenizer_SOURCES = tests/unit/test-tokenizer.c tests/unit/check.h
 tests_unit_test_tokenizer_LDADD = $(LLMQ_MODEL_LIBS)
 EXTRA_DIST += tests/unit/test-cli-tokenize.sh
+
+FUZZ_TARGETS += tests/fuzz/fuzz-tokenizer
+EXTRA_DIST += tests/fuzz/fuzz-tokenizer.c
+FUZZ_TOKENIZER_SRCS = $(top_srcdir)/tests/fuzz/fuzz-tokenizer.c \
+	$(top_srcdir)/worker/model/tokenizer.c $(top_srcdir)/worker/model/pretok.c \
+	$(top_srcdir)/worker/model/gguf.c $(top_srcdir)/kernels/quant.c \
+	$(top_srcdir)/common/err.c $(top_srcdir)/common/utf8.c
+tests/fuzz/fuzz-tokenizer: $(FUZZ_TOKENIZER_SRCS)
+	@$(MKDIR_P) tests/fuzz
+	$(AM_V_GEN)$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(FUZZ_TOKENIZER_SRCS) $(UTF8PROC_LIBS) -lm
+CLEANFILES += tests/fuzz/fuzz-tokenizer
 # ---- end tokenizer ----
 
 # ---- proto: wire decoding fuzz target (make fuzz) ----

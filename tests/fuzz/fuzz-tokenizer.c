@@ -1,0 +1,100 @@
+/* fuzz-tokenizer: libFuzzer target for tokenization and detokenization.
+ *
+ * The first input byte picks a vocabulary (SentencePiece with byte fallback,
+ * byte-level BPE, SentencePiece without byte tokens) and the flags (BOS,
+ * special parsing); the rest is the text.  Besides running under ASan and
+ * UBSan, each input checks three properties: every id is in the vocabulary;
+ * streaming the ids gives the same bytes as detokenizing them at once; and
+ * where the vocabulary can represent the text (valid UTF-8, no literal U+2581,
+ * no special parsing), detokenize(tokenize(text)) == text.
+ * The vocabularies come from $LLMQ_TEST_DATA (default tests/data). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/utf8.h"
+#include "worker/model/gguf.h"
+#include "worker/model/tokenizer.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define N_VOCABS 3
+
+static const char *const k_files[N_VOCABS] = {
+    "vocab/ggml-vocab-llama-spm.gguf",
+    "vocab/ggml-vocab-gpt-2.gguf",
+    "models/tinystories-656k-q8_0.gguf",
+};
+
+/* Loaded once for the process: libFuzzer calls the target many times. */
+static const tok_vocab *vocab(size_t i)
+{
+    static tok_vocab *v[N_VOCABS];
+    if (!v[i]) {
+        const char *dir = getenv("LLMQ_TEST_DATA");
+        char path[1024];
+        llmq_err err;
+        gguf_file *f = NULL;
+        snprintf(path, sizeof path, "%s/%s", dir ? dir : "tests/data", k_files[i]);
+        if (gguf_open(&f, path, &err) < 0 || tok_load(&v[i], f, &err) < 0) {
+            fprintf(stderr, "fuzz-tokenizer: %s\n", err.msg);
+            abort();
+        }
+        gguf_close(f);
+    }
+    return v[i];
+}
+
+/* The stream's output for ids equals the one-shot detokenization. */
+static void check_stream(const tok_vocab *v, const int32_t *ids, size_t n, const char *whole,
+                         size_t whole_len)
+{
+    tok_stream *s;
+    llmq_err err;
+    if (tok_stream_new(&s, v, TOK_STRIP_SPACE, &err) < 0)
+        abort();
+    size_t at = 0;
+    const char *t;
+    size_t tl;
+    for (size_t i = 0; i < n; i++) {
+        if (tok_stream_push(s, ids[i], &t, &tl, &err) < 0 || at + tl > whole_len ||
+            memcmp(whole + at, t, tl) != 0)
+            abort();
+        at += tl;
+    }
+    tok_stream_flush(s, &t, &tl);
+    if (at + tl != whole_len || memcmp(whole + at, t, tl) != 0)
+        abort();
+    tok_stream_free(s);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size == 0)
+        return 0;
+    size_t which = data[0] % N_VOCABS;
+    bool bos = data[0] & 0x10, special = data[0] & 0x20;
+    const char *text = (const char *)data + 1;
+    size_t len = size - 1;
+    const tok_vocab *v = vocab(which);
+    int32_t *ids;
+    size_t n, out_len;
+    char *out;
+    llmq_err err;
+    if (tok_encode(v, text, len, bos, special, &ids, &n, &err) < 0)
+        return 0; /* e.g. a character the byte-less vocabulary cannot write */
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (uint32_t)ids[i] >= tok_n_vocab(v))
+            abort();
+    if (tok_detokenize(v, ids, n, TOK_STRIP_SPACE, &out, &out_len, &err) < 0)
+        abort();
+    check_stream(v, ids, n, out, out_len);
+    bool representable = which != 2 && !bos && !special && utf8_valid_prefix(text, len) == len &&
+                         !memmem(text, len, "\xe2\x96\x81", 3);
+    if (representable && (out_len != len || memcmp(out, text, len) != 0))
+        abort();
+    free(out);
+    free(ids);
+    return 0;
+}
