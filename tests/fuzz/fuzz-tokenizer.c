@@ -7,7 +7,9 @@
  * streaming the ids gives the same bytes as detokenizing them at once; and
  * where the vocabulary can represent the text (valid UTF-8, no literal U+2581,
  * no special parsing), detokenize(tokenize(text)) == text.
- * The vocabularies come from $LLMQ_TEST_DATA (default tests/data). */
+ * The vocabularies come from $LLMQ_TEST_DATA (default tests/data).
+ * A first byte of 0xFF instead makes the rest a GGUF file: its vocabulary,
+ * however malformed, is loaded and, when accepted, used on a fixed text. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,12 +49,12 @@ static const tok_vocab *vocab(size_t i)
 }
 
 /* The stream's output for ids equals the one-shot detokenization. */
-static void check_stream(const tok_vocab *v, const int32_t *ids, size_t n, const char *whole,
-                         size_t whole_len)
+static void check_stream(const tok_vocab *v, const int32_t *ids, size_t n, unsigned flags,
+                         const char *whole, size_t whole_len)
 {
     tok_stream *s;
     llmq_err err;
-    if (tok_stream_new(&s, v, TOK_STRIP_SPACE, &err) < 0)
+    if (tok_stream_new(&s, v, flags, &err) < 0)
         abort();
     size_t at = 0;
     const char *t;
@@ -69,10 +71,41 @@ static void check_stream(const tok_vocab *v, const int32_t *ids, size_t n, const
     tok_stream_free(s);
 }
 
+static void fuzz_metadata(const uint8_t *data, size_t size)
+{
+    static const char text[] = "Hello <s> w\xc3\xb6rld \xf0\x9f\xa6\x99\n\t 123 it's";
+    uint8_t *copy = malloc(size ? size : 1); /* exact size, so ASan sees overreads */
+    gguf_file *f = NULL;
+    tok_vocab *v = NULL;
+    llmq_err err;
+    memcpy(copy, data, size);
+    if (gguf_open_buffer(&f, copy, size, "fuzz.gguf", &err) == 0 && tok_load(&v, f, &err) == 0) {
+        gguf_close(f);
+        f = NULL;
+        int32_t *ids;
+        size_t n, len;
+        char *out;
+        if (tok_encode(v, text, sizeof text - 1, tok_bos(v) != TOK_NONE, true, &ids, &n, &err) == 0) {
+            if (tok_detokenize(v, ids, n, TOK_SPECIAL, &out, &len, &err) < 0)
+                abort();
+            check_stream(v, ids, n, TOK_SPECIAL, out, len);
+            free(out);
+            free(ids);
+        }
+        tok_free(v);
+    }
+    gguf_close(f);
+    free(copy);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
+    if (data[0] == 0xFF) {
+        fuzz_metadata(data + 1, size - 1);
+        return 0;
+    }
     size_t which = data[0] % N_VOCABS;
     bool bos = data[0] & 0x10, special = data[0] & 0x20;
     const char *text = (const char *)data + 1;
@@ -89,7 +122,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
     if (tok_detokenize(v, ids, n, TOK_STRIP_SPACE, &out, &out_len, &err) < 0)
         abort();
-    check_stream(v, ids, n, out, out_len);
+    check_stream(v, ids, n, TOK_STRIP_SPACE, out, out_len);
     bool representable = which != 2 && !bos && !special && utf8_valid_prefix(text, len) == len &&
                          !memmem(text, len, "\xe2\x96\x81", 3);
     if (representable && (out_len != len || memcmp(out, text, len) != 0))
