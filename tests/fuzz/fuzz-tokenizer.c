@@ -85,7 +85,8 @@ static void fuzz_metadata(const uint8_t *data, size_t size)
         int32_t *ids;
         size_t n, len;
         char *out;
-        if (tok_encode(v, text, sizeof text - 1, tok_bos(v) != TOK_NONE, true, &ids, &n, &err) == 0) {
+        bool bos = tok_bos(v) != TOK_NONE;
+        if (tok_encode(v, text, sizeof text - 1, bos, true, &ids, &n, &err) == 0) {
             if (tok_detokenize(v, ids, n, TOK_SPECIAL, &out, &len, &err) < 0)
                 abort();
             check_stream(v, ids, n, TOK_SPECIAL, out, len);

@@ -178,7 +178,8 @@ static void check_vectors(const char *vocab)
         p = sep ? sep + strlen(SEP) : end;
         line = lend + 1;
     }
-    CHECK(total == 46 && matched == total, "%s: %zu of %zu llama.cpp test vectors give the same ids",
+    CHECK(total == 46 && matched == total,
+          "%s: %zu of %zu llama.cpp test vectors give the same ids",
           vocab, matched, total);
     CHECK(trips == total, "%s: %zu of %zu test inputs detokenize back to themselves", vocab,
           trips, total);
@@ -217,7 +218,8 @@ static void check_prompts(const char *model)
             for (size_t i = 0; i < toks->arr.n && nw < 1024; i++)
                 want[nw++] = (int32_t)toks->arr.items[i].num.i;
             total++;
-            if (encode(l.v, prompt->str.s, prompt->str.len, tok_add_bos(l.v), true, &got, &ng) == 0) {
+            bool bos = tok_add_bos(l.v);
+            if (encode(l.v, prompt->str.s, prompt->str.len, bos, true, &got, &ng) == 0) {
                 bool same = ids_equal(got, ng, want, nw);
                 matched += same;
                 if (!same) {
@@ -284,14 +286,16 @@ static void check_specials_spm(void)
     size_t hn;
     if (encode(v, "Hello", 5, false, false, &h, &hn) == 0 && hn == 1) {
         p = tok_piece(v, h[0], false, &pl);
-        CHECK(pl == 6 && memcmp(p, " Hello", 6) == 0, "llama-spm: U+2581 becomes a space in pieces");
+        CHECK(pl == 6 && memcmp(p, " Hello", 6) == 0,
+              "llama-spm: U+2581 becomes a space in pieces");
     } else {
         CHECK(0, "llama-spm: 'Hello' is one token");
     }
     free(h);
     CHECK(tok_is_eog(v, tok_eos(v)) && !tok_is_eog(v, tok_bos(v)) && tok_add_bos(v),
           "llama-spm: EOS ends generation, BOS does not; the model asks for BOS");
-    CHECK(tok_piece(v, (int32_t)tok_n_vocab(v), false, &pl) == NULL && tok_piece(v, -1, false, &pl) == NULL,
+    CHECK(tok_piece(v, (int32_t)tok_n_vocab(v), false, &pl) == NULL &&
+              tok_piece(v, -1, false, &pl) == NULL,
           "llama-spm: ids out of range have no piece");
     unload(&l);
 }
@@ -779,7 +783,8 @@ static void check_pretok(void)
     static const char *const d[] = {"Price", ":", " ", "$", "123", "456", "7", ".", "89", " ",
                                     "<=>", " x", "+", "y", ";", " it", "'", "s", " ", "3", "rd",
                                     "!"};
-    check_split("default", "punctuation, math symbols, digit triples", "Price: $1234567.89 <=> x+y; it's 3rd!", d, 22);
+    check_split("default", "punctuation, math symbols, digit triples",
+                "Price: $1234567.89 <=> x+y; it's 3rd!", d, 22);
     static const char *const g[] = {"I", "'ve", " ", " 2", " apples", "\t\n"};
     check_split("gpt-2", "contractions and trailing whitespace", "I've  2 apples\t\n", g, 6);
     CHECK(pretok_find(NULL, 0) == pretok_find("default", 7) && pretok_find("nope", 4) == NULL,

@@ -284,7 +284,10 @@ struct pretok {
 /* Names and chains follow llama.cpp's llama-vocab.cpp (the pre-tokenizer
  * types GPT2, LLAMA3, DBRX/SMAUG and DEFAULT). */
 static const pretok k_pretoks[] = {
-    {"default", {split_punct_runs, split_gpt2, split_number_runs, split_digit_triples}, false, false},
+    {"default",
+     {split_punct_runs, split_gpt2, split_number_runs, split_digit_triples},
+     false,
+     false},
     {"gpt-2", {split_gpt2}, false, false},
     {"phi-2", {split_gpt2}, false, false},
     {"jina-es", {split_gpt2}, false, false},

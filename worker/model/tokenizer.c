@@ -23,7 +23,14 @@ enum {
 };
 
 /* GGUF token types (tokenizer.ggml.token_type). */
-enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UNUSED = 5, TT_BYTE = 6 };
+enum {
+    TT_NORMAL = 1,
+    TT_UNKNOWN = 2,
+    TT_CONTROL = 3,
+    TT_USER_DEFINED = 4,
+    TT_UNUSED = 5,
+    TT_BYTE = 6,
+};
 
 typedef enum { KIND_SPM, KIND_BPE } tok_kind;
 
@@ -648,8 +655,9 @@ static const struct {
     {"<|eot_id|>", R_EOG | R_EOT},    {"<|im_end|>", R_EOG | R_EOT},
     {"<|end|>", R_EOG | R_EOT},       {"<end_of_turn>", R_EOG | R_EOT},
     {"<|endoftext|>", R_EOG | R_EOT}, {"<EOT>", R_EOG | R_EOT},
-    {"_<EOT>", R_EOG | R_EOT},        {"<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", R_EOT},
-    {"<|eom_id|>", R_EOG | R_EOM},    {"<|fim_pad|>", R_EOG},
+    {"_<EOT>", R_EOG | R_EOT},        {"<|eom_id|>", R_EOG | R_EOM},
+    {"<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", R_EOT}, /* DeepSeek */
+    {"<|fim_pad|>", R_EOG},
     {"<|fim_repo|>", R_EOG},          {"<|repo_name|>", R_EOG},
     {"<|file_sep|>", R_EOG},          {"<|fim_prefix|>", 0},
     {"<|fim_suffix|>", 0},            {"<|fim_middle|>", 0},
@@ -661,7 +669,7 @@ static const struct {
     {"\xe2\x96\x81<SUF>", 0},         {"\xe2\x96\x81<MID>", 0},
 };
 
-static void mark_named_tokens(tok_vocab *v, bool eot_given, bool eom_given)
+static void mark_named_tokens(tok_vocab *v)
 {
     for (size_t i = 0; i < sizeof k_named / sizeof k_named[0]; i++) {
         int32_t id = find_token(v, k_named[i].text, strlen(k_named[i].text));
@@ -669,9 +677,9 @@ static void mark_named_tokens(tok_vocab *v, bool eot_given, bool eom_given)
             continue;
         unsigned r = k_named[i].roles;
         /* The first listed name present plays the role when no key gives it. */
-        if ((r & R_EOT) && !eot_given && v->eot == TOK_NONE)
+        if ((r & R_EOT) && v->eot == TOK_NONE)
             v->eot = id;
-        if ((r & R_EOM) && !eom_given && v->eom == TOK_NONE)
+        if ((r & R_EOM) && v->eom == TOK_NONE)
             v->eom = id;
         v->attr[id] |= A_CONTROL;
         if (r & R_EOG)
@@ -906,8 +914,7 @@ int tok_load(tok_vocab **out, const gguf_file *f, llmq_err *err)
     if (rc == 0)
         rc = load_specials(v, f, err);
     if (rc == 0) {
-        mark_named_tokens(v, gguf_find_key(f, "tokenizer.ggml.eot_token_id") >= 0,
-                          gguf_find_key(f, "tokenizer.ggml.eom_token_id") >= 0);
+        mark_named_tokens(v);
         rc = collect_specials(v, err);
     }
     if (rc == 0) {
@@ -1004,7 +1011,8 @@ static int partition(const tok_vocab *v, const char *text, size_t len, bool pars
         int32_t id = v->specials[k];
         size_t slen;
         const char *s = strset_str(&v->strs, (size_t)id, &slen);
-        if ((!parse_special && (v->attr[id] & (A_CONTROL | A_UNKNOWN))) || !memmem(text, len, s, slen))
+        bool skipped = !parse_special && (v->attr[id] & (A_CONTROL | A_UNKNOWN));
+        if (skipped || !memmem(text, len, s, slen))
             continue;
         next.n = 0;
         for (size_t i = 0; i < frags->n; i++) {
@@ -1171,7 +1179,7 @@ static int spm_fallback(session *s, const sym *y, llmq_err *err)
         return 0;
     }
     if (v->unk == TOK_NONE)
-        return llmq_errf(err, "no token for the character '%.*s' (no byte tokens, no unknown token)",
+        return llmq_errf(err, "no token for the character '%.*s' (no byte token, no unknown token)",
                          (int)y->n, (const char *)p);
     return ids_push(s->out, v->unk) < 0 ? llmq_errf(err, "out of memory") : 0;
 }
@@ -1260,7 +1268,8 @@ static int spm_fragment(session *s, const char *text, size_t len, bool prefix, l
     s->buf.n = 0;
     int rc = prefix ? buf_put(&s->buf, SPACE_ESC, SPACE_ESC_LEN) : 0;
     for (size_t i = 0; i < len && rc == 0; i++)
-        rc = text[i] == ' ' ? buf_put(&s->buf, SPACE_ESC, SPACE_ESC_LEN) : buf_put(&s->buf, text + i, 1);
+        rc = text[i] == ' ' ? buf_put(&s->buf, SPACE_ESC, SPACE_ESC_LEN)
+                            : buf_put(&s->buf, text + i, 1);
     if (rc < 0 || s->buf.n > UINT32_MAX / 2)
         return llmq_errf(err, "out of memory (or fragment too long) tokenizing %zu bytes", len);
     for (size_t start = 0; start < s->buf.n;) {
@@ -1409,7 +1418,8 @@ static const char *emitted_piece(const tok_vocab *v, int32_t id, unsigned flags,
 {
     const char *p = tok_piece(v, id, flags & TOK_SPECIAL, len);
     if (!p) {
-        llmq_errf(err, "token id %" PRId32 " is out of range (vocabulary of %" PRIu32 ")", id, v->n);
+        llmq_errf(err, "token id %" PRId32 " is out of range (vocabulary of %" PRIu32 ")", id,
+                  v->n);
         return NULL;
     }
     if (first && (flags & TOK_STRIP_SPACE) && v->add_space_prefix && *len > 0 && p[0] == ' ') {
@@ -1467,7 +1477,10 @@ void tok_stream_free(tok_stream *s)
 
 static bool utf8_lead(unsigned char c, size_t *need)
 {
-    *need = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xC2 && c <= 0xDF ? 2 : 0;
+    *need = c >= 0xF0 && c <= 0xF4   ? 4
+            : c >= 0xE0 && c <= 0xEF ? 3
+            : c >= 0xC2 && c <= 0xDF ? 2
+                                     : 0;
     return *need > 0;
 }
 

@@ -58,7 +58,9 @@ bool tok_add_bos(const tok_vocab *v);
 bool tok_add_eos(const tok_vocab *v);
 
 /* Tokenizes len bytes of text (any bytes; NULs included) into a malloc'd
- * array *ids of *n ids, which the caller frees.  add_bos prepends BOS (an
+ * array *ids of *n ids, which the caller frees (NULL when *n is 0).  Bytes
+ * that are not UTF-8 become U+FFFD for byte-level BPE, as in llama.cpp;
+ * SentencePiece passes them through byte tokens.  add_bos prepends BOS (an
  * error if the vocabulary has none); pass tok_add_bos(v) for the model's
  * wish.  parse_special: control tokens written in the text (e.g. "<s>") are
  * taken as those tokens.  Fails only on memory exhaustion or a character no
