@@ -17,3 +17,17 @@ worker_libllmq_engine_a_SOURCES = \
 	worker/engine/kvpool.c worker/engine/kvpool.h \
 	worker/engine/engine.c worker/engine/engine.h \
 	worker/engine/perplexity.c worker/engine/perplexity.h
+
+# ---- llmq-worker (worker/main.c, link, session, jobs, jobconv, identity, text) ----
+bin_PROGRAMS += worker/llmq-worker
+worker_llmq_worker_SOURCES = worker/main.c \
+	worker/link.c worker/link.h \
+	worker/session.c worker/session.h \
+	worker/jobs.c worker/jobs.h \
+	worker/jobconv.c worker/jobconv.h \
+	worker/identity.c worker/identity.h \
+	worker/text.c worker/text.h
+worker_llmq_worker_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(MSGPACK_CFLAGS)
+worker_llmq_worker_LDADD = worker/libllmq_engine.a $(LLMQ_MODEL_LIBS) $(LLMQ_PROTO_LIBS) \
+	$(ZMQ_LIBS)
+# ---- end llmq-worker ----

@@ -1,0 +1,120 @@
+#include "worker/jobconv.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/text.h"
+
+static sampler_params sampling(const wire_sampling *w)
+{
+    sampler_params p = sampler_default_params();
+    p.temperature = w->temperature;
+    p.top_k = w->top_k;
+    p.top_p = w->top_p;
+    p.min_p = w->min_p;
+    p.repeat_penalty = w->repeat_penalty;
+    p.presence_penalty = w->presence_penalty;
+    p.frequency_penalty = w->frequency_penalty;
+    p.penalty_last_n = w->repeat_last_n;
+    p.seed = w->seed;
+    return p;
+}
+
+static int prompt_ids(jobconv_request *r, const wire_job *j, const tok_vocab *v, size_t *n,
+                      llmq_err *err)
+{
+    if (j->prompt) {
+        if (tok_encode(v, j->prompt, strlen(j->prompt), tok_add_bos(v), true, &r->ids, n,
+                       err) != 0)
+            return llmq_err_prefix(err, "job %llu: prompt", (unsigned long long)j->id);
+        return 0;
+    }
+    /* The wire bounds ids to 0..2^31-1 and their count to 262144, so they
+     * fit the engine's int32. */
+    r->ids = malloc((j->n_tokens ? j->n_tokens : 1) * sizeof *r->ids);
+    if (!r->ids)
+        return llmq_errf(err, "job %llu: tokens: out of memory", (unsigned long long)j->id);
+    for (uint32_t i = 0; i < j->n_tokens; i++)
+        r->ids[i] = (int32_t)j->tokens[i];
+    *n = j->n_tokens;
+    return 0;
+}
+
+int jobconv_request_make(jobconv_request *r, const wire_job *j, const tok_vocab *v,
+                         llmq_err *err)
+{
+    memset(r, 0, sizeof *r);
+    size_t n = 0;
+    if (prompt_ids(r, j, v, &n, err) != 0)
+        return -1;
+    const wire_sampling *s = &j->sampling;
+    r->req = (engine_request){.id = j->id, .prompt = r->ids, .n_prompt = (int32_t)n,
+                              .sampling = sampling(s), .max_tokens = (int32_t)s->max_tokens,
+                              .stop = s->stop, .n_stop = (int32_t)s->n_stop,
+                              .ignore_eog = s->ignore_eos};
+    return 0;
+}
+
+void jobconv_request_free(jobconv_request *r)
+{
+    free(r->ids);
+    memset(r, 0, sizeof *r);
+}
+
+static wire_finish finish(engine_finish f)
+{
+    switch (f) {
+    case ENGINE_FINISH_EOG:
+    case ENGINE_FINISH_STOP: return WIRE_FINISH_STOP;
+    case ENGINE_FINISH_LENGTH: return WIRE_FINISH_LENGTH;
+    case ENGINE_FINISH_CONTEXT: return WIRE_FINISH_CONTEXT;
+    default: return WIRE_FINISH_NONE;
+    }
+}
+
+static double span_ms(double from, double to)
+{
+    return to > from ? to - from : 0.0;
+}
+
+int jobconv_result_make(jobconv_result *r, uint32_t attempt, const engine_event *ev,
+                        llmq_err *err)
+{
+    memset(r, 0, sizeof *r);
+    const unsigned long long id = (unsigned long long)ev->id;
+    r->text = text_clean(ev->full_text, ev->full_text_len, SIZE_MAX - 1);
+    r->tokens = malloc((ev->n_tokens ? (size_t)ev->n_tokens : 1) * sizeof *r->tokens);
+    if (!r->text || !r->tokens) {
+        jobconv_result_free(r);
+        return llmq_errf(err, "job %llu: out of memory for the result", id);
+    }
+    size_t len = strlen(r->text);
+    if (len > WIRE_MAX_TEXT_BYTES) {
+        jobconv_result_free(r);
+        return llmq_errf(err, "job %llu: text: %zu bytes generated, a result carries at most %u",
+                         id, len, WIRE_MAX_TEXT_BYTES);
+    }
+    for (int32_t i = 0; i < ev->n_tokens; i++)
+        r->tokens[i] = (uint32_t)ev->tokens[i];
+    const engine_timing *t = &ev->timing;
+    wire_msg_init(&r->msg, WIRE_T_JOB_RESULT);
+    wire_result *w = &r->msg.result;
+    w->id = ev->id;
+    w->attempt = attempt;
+    w->text = r->text;
+    w->tokens = r->tokens;
+    w->n_tokens = (uint32_t)ev->n_tokens;
+    w->finish = finish(ev->finish);
+    w->prompt_tokens = (uint32_t)t->n_prompt;
+    w->gen_tokens = (uint32_t)t->n_generated;
+    w->timings.prefill_ms = span_ms(t->first_sched_ms, t->first_token_ms);
+    w->timings.decode_ms = span_ms(t->first_token_ms, t->finished_ms);
+    return 0;
+}
+
+void jobconv_result_free(jobconv_result *r)
+{
+    free(r->text);
+    free(r->tokens);
+    memset(r, 0, sizeof *r);
+}

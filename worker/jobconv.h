@@ -1,0 +1,46 @@
+/* jobconv: between the broker's messages and the engine.
+ *
+ * A `job` becomes an engine_request: a text prompt is tokenized exactly as
+ * llmq-run does (BOS when the model asks for it, special tokens written in
+ * the text recognised), so the same prompt gives the same tokens, hence the
+ * same output, through the queue and on the command line; token ids are
+ * used as given.  A finished sequence becomes a `job_result`: its text
+ * repaired into wire-clean UTF-8 (worker/text.h), its timings measured by
+ * the engine for this job alone.
+ *
+ * Both own their buffers until the matching _free. */
+#ifndef LLMQ_WORKER_JOBCONV_H
+#define LLMQ_WORKER_JOBCONV_H
+
+#include <stdint.h>
+
+#include "common/err.h"
+#include "proto/wire.h"
+#include "worker/engine/engine.h"
+#include "worker/model/tokenizer.h"
+
+typedef struct jobconv_request {
+    engine_request req; /* id = the job id; prompt points into ids */
+    int32_t *ids;
+} jobconv_request;
+
+/* Fails, naming the job and the field, when the prompt cannot be tokenized.
+ * What the engine checks itself (length against the context, id range) is
+ * left to engine_add. */
+int jobconv_request_make(jobconv_request *r, const wire_job *j, const tok_vocab *v,
+                         llmq_err *err);
+void jobconv_request_free(jobconv_request *r);
+
+typedef struct jobconv_result {
+    wire_msg msg; /* WIRE_T_JOB_RESULT, pointing into the buffers below */
+    char *text;
+    uint32_t *tokens;
+} jobconv_result;
+
+/* ev is a finished event (not ENGINE_RUNNING, not cancelled).  Fails when
+ * the text is over WIRE_MAX_TEXT_BYTES or memory runs out. */
+int jobconv_result_make(jobconv_result *r, uint32_t attempt, const engine_event *ev,
+                        llmq_err *err);
+void jobconv_result_free(jobconv_result *r);
+
+#endif

@@ -1,0 +1,378 @@
+/* llmq-worker: one model on one GPU (or the CPU), serving a broker.
+ *
+ * main.c holds the command line, the set-up (backend, model, vocabulary,
+ * engine, identity, link) and the loop; the protocol is worker/session.c,
+ * the wire and the heartbeat thread worker/link.c.
+ *
+ * The loop: wait for a message or a signal (not at all while the engine has
+ * work), hand every message to the session, run the session's timers, then
+ * one engine_step whose events the session turns into results.  A step may
+ * be long; heartbeats do not wait for it (they leave from the link thread).
+ * SIGTERM and SIGINT arrive through a signalfd in the poll set, so no
+ * handler runs asynchronously. */
+#include "config.h" /* LLMQ_HAVE_CUDA */
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "kernels/backend.h"
+#include "worker/engine/engine.h"
+#include "worker/identity.h"
+#include "worker/link.h"
+#include "worker/model/model.h"
+#include "worker/model/tokenizer.h"
+#include "worker/session.h"
+
+#define EXIT_FAILED 1
+#define EXIT_USAGE 2
+/* How long an idle worker sleeps between looks at its timers. */
+#define IDLE_POLL_MS 100
+
+static const char usage[] =
+    "Usage: llmq-worker --broker ENDPOINT -m MODEL [OPTION]...\n"
+    "Serve one model to an llmq-broker: take jobs, run them with continuous batching,\n"
+    "send each result back with its timings.  One process per GPU.\n"
+    "\n"
+    "  -b, --broker ENDPOINT   the broker's worker endpoint (default tcp://127.0.0.1:5556)\n"
+    "  -m, --model FILE        GGUF model file (required)\n"
+    "      --cpu               run the CPU engine (the default when built without CUDA)\n"
+    "      --gpu N             run on GPU N with the CUDA engine (default 0 when built with\n"
+    "                          CUDA)\n"
+    "  -s, --slots N           jobs run at once, 1..4096 (default 16)\n"
+    "  -t, --threads N         CPU engine threads (default: all cores)\n"
+    "  -c, --ctx N             context per job in tokens (default: the model's)\n"
+    "      --batch N           tokens per forward pass (default 512)\n"
+    "      --kv-blocks N       KV cache blocks of 16 tokens (default: a full context per slot)\n"
+    "      --id NAME           worker id, unique per broker (default HOST:gpuN, HOST:cpu-PID)\n"
+    "      --model-name NAME   model name announced for routing (default: the file name\n"
+    "                          without .gguf)\n"
+    "      --heartbeat-ms N    heartbeat period until the broker says its own (default 1000)\n"
+    "      --grace-ms N        on SIGTERM, how long running jobs may finish before the rest\n"
+    "                          is left to the broker to requeue (default 10000)\n"
+    "  -v, --verbose           a log line per job\n"
+    "  -h, --help              show this help\n"
+    "\n"
+    "SIGTERM/SIGINT stop gracefully; a second one stops at once.  A lost broker is\n"
+    "reconnected to; its jobs are requeued by the broker.\n"
+    "Exit status: 0 after a clean stop, 1 when the model cannot be loaded or the\n"
+    "engine or the link fails, 2 on bad usage.\n";
+
+typedef struct options {
+    const char *broker, *model, *id, *model_name;
+    bool cpu, verbose;
+    int32_t gpu; /* -1: not given */
+    int32_t slots, threads, ctx, batch, kv_blocks, heartbeat_ms, grace_ms;
+} options;
+
+enum {
+    OPT_CPU = 256, OPT_GPU, OPT_BATCH, OPT_KV_BLOCKS, OPT_ID, OPT_MODEL_NAME, OPT_HEARTBEAT,
+    OPT_GRACE,
+};
+
+static const struct option LONG_OPTS[] = {
+    {"broker", required_argument, NULL, 'b'},
+    {"model", required_argument, NULL, 'm'},
+    {"cpu", no_argument, NULL, OPT_CPU},
+    {"gpu", required_argument, NULL, OPT_GPU},
+    {"slots", required_argument, NULL, 's'},
+    {"threads", required_argument, NULL, 't'},
+    {"ctx", required_argument, NULL, 'c'},
+    {"batch", required_argument, NULL, OPT_BATCH},
+    {"kv-blocks", required_argument, NULL, OPT_KV_BLOCKS},
+    {"id", required_argument, NULL, OPT_ID},
+    {"model-name", required_argument, NULL, OPT_MODEL_NAME},
+    {"heartbeat-ms", required_argument, NULL, OPT_HEARTBEAT},
+    {"grace-ms", required_argument, NULL, OPT_GRACE},
+    {"verbose", no_argument, NULL, 'v'},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0},
+};
+
+/* ---- the command line ---------------------------------------------------------- */
+
+typedef struct number_flag {
+    int opt;
+    const char *name;
+    long lo, hi;
+    size_t field; /* offsetof(options, ...) */
+} number_flag;
+
+static const number_flag NUMBER_FLAGS[] = {
+    {OPT_GPU, "--gpu", 0, 1023, offsetof(options, gpu)},
+    {'s', "--slots", 1, WIRE_MAX_SLOTS, offsetof(options, slots)},
+    {'t', "--threads", 1, 1024, offsetof(options, threads)},
+    {'c', "--ctx", 4, 1 << 24, offsetof(options, ctx)},
+    {OPT_BATCH, "--batch", 1, 1 << 16, offsetof(options, batch)},
+    {OPT_KV_BLOCKS, "--kv-blocks", 1, INT32_MAX, offsetof(options, kv_blocks)},
+    {OPT_HEARTBEAT, "--heartbeat-ms", 10, 3600000, offsetof(options, heartbeat_ms)},
+    {OPT_GRACE, "--grace-ms", 0, 86400000, offsetof(options, grace_ms)},
+};
+
+static int set_number(const number_flag *f, const char *text, options *o)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < f->lo || v > f->hi) {
+        fprintf(stderr, "llmq-worker: %s: '%s' is not a whole number in %ld..%ld\n", f->name,
+                text, f->lo, f->hi);
+        return -1;
+    }
+    *(int32_t *)(void *)((char *)o + f->field) = (int32_t)v;
+    return 0;
+}
+
+static int set_name(const char *flag, const char *text, const char **out)
+{
+    if (!text[0] || strlen(text) > WIRE_MAX_NAME_BYTES) {
+        fprintf(stderr, "llmq-worker: %s: must be 1..%u bytes\n", flag, WIRE_MAX_NAME_BYTES);
+        return -1;
+    }
+    *out = text;
+    return 0;
+}
+
+static int take_option(int opt, const char *arg, options *o)
+{
+    for (size_t i = 0; i < sizeof NUMBER_FLAGS / sizeof NUMBER_FLAGS[0]; i++)
+        if (NUMBER_FLAGS[i].opt == opt)
+            return set_number(&NUMBER_FLAGS[i], arg, o);
+    switch (opt) {
+    case 'b': o->broker = arg; return 0;
+    case 'm': o->model = arg; return 0;
+    case OPT_CPU: o->cpu = true; return 0;
+    case 'v': o->verbose = true; return 0;
+    case OPT_ID: return set_name("--id", arg, &o->id);
+    case OPT_MODEL_NAME: return set_name("--model-name", arg, &o->model_name);
+    default: return -1; /* getopt already said what is wrong */
+    }
+}
+
+/* 0: run; 1: help shown; -1: bad usage (message written). */
+static int parse_args(int argc, char **argv, options *o)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    *o = (options){.broker = "tcp://127.0.0.1:5556", .gpu = -1, .slots = 16,
+                   .threads = cores > 0 ? (int32_t)cores : 1, .batch = 512,
+                   .heartbeat_ms = WIRE_HEARTBEAT_MS, .grace_ms = 10000};
+    int opt;
+    while ((opt = getopt_long(argc, argv, "b:m:s:t:c:vh", LONG_OPTS, NULL)) != -1) {
+        if (opt == 'h') {
+            fputs(usage, stdout);
+            return 1;
+        }
+        if (opt == '?' || take_option(opt, optarg, o) != 0)
+            return -1;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "llmq-worker: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (!o->model) {
+        fprintf(stderr, "llmq-worker: no model given (-m FILE)\n");
+        return -1;
+    }
+    if (o->cpu && o->gpu >= 0) {
+        fprintf(stderr, "llmq-worker: --cpu and --gpu exclude each other\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- set-up ------------------------------------------------------------------------- */
+
+/* The parts of a running worker, each released by parts_free. */
+typedef struct parts {
+    backend *be;
+    model *m;
+    tok_vocab *vocab;
+    engine *eng;
+    identity id;
+    link_conn *link;
+    session *sess;
+    int32_t gpu_index;
+} parts;
+
+static int open_backend(const options *o, parts *p, llmq_err *err)
+{
+#ifdef LLMQ_HAVE_CUDA
+    if (!o->cpu) {
+        p->gpu_index = o->gpu < 0 ? 0 : o->gpu;
+        return backend_cuda_create(&p->be, p->gpu_index, err);
+    }
+#else
+    if (o->gpu >= 0)
+        fprintf(stderr, "llmq-worker: built without CUDA: --gpu %d ignored, running the CPU"
+                        " engine\n", o->gpu);
+#endif
+    p->gpu_index = -1;
+    return backend_cpu_create(&p->be, o->threads, err);
+}
+
+static int open_engine(const options *o, parts *p, llmq_err *err)
+{
+    engine_config cfg = engine_default_config();
+    cfg.max_seqs = o->slots;
+    cfg.max_batch_tokens = o->batch > o->slots ? o->batch : o->slots;
+    cfg.n_ctx = o->ctx;
+    cfg.n_blocks = o->kv_blocks;
+    return engine_create(&p->eng, p->m, p->vocab, &cfg, err);
+}
+
+static int open_session(const options *o, parts *p, llmq_err *err)
+{
+    session_config sc = {.grace_ms = (uint32_t)o->grace_ms, .verbose = o->verbose};
+    identity_hello(&p->id, &sc.hello);
+    sc.hello.engine = p->be->name;
+    /* Never more than the engine can hold at once. */
+    int32_t free_slots = engine_free_slots(p->eng);
+    sc.hello.slots = (uint32_t)(o->slots < free_slots ? o->slots : free_slots);
+    sc.hello.n_ctx = (uint32_t)engine_get_config(p->eng)->n_ctx;
+    return session_create(&p->sess, &sc, p->link, p->eng, p->vocab, err);
+}
+
+static int open_parts(const options *o, parts *p, llmq_err *err)
+{
+    identity_opts io = {.worker = o->id, .model_name = o->model_name};
+    if (open_backend(o, p, err) != 0)
+        return -1;
+    io.gpu_index = p->gpu_index;
+    if (model_load(&p->m, o->model, p->be, err) != 0)
+        return llmq_err_prefix(err, "cannot load the model");
+    if (tok_load(&p->vocab, model_gguf(p->m), err) != 0)
+        return llmq_err_prefix(err, "cannot load the model's vocabulary");
+    return open_engine(o, p, err) || identity_make(&p->id, &io, model_gguf(p->m), err) ||
+           link_open(&p->link, o->broker, (uint32_t)o->heartbeat_ms, err) ||
+           open_session(o, p, err);
+}
+
+static void parts_free(parts *p)
+{
+    session_free(p->sess);
+    link_close(p->link); /* lets the last results and the bye leave */
+    identity_free(&p->id);
+    engine_free(p->eng);
+    tok_free(p->vocab);
+    model_free(p->m);
+    backend_destroy(p->be);
+}
+
+static void say_ready(const options *o, const parts *p)
+{
+    const model_config *c = model_get_config(p->m);
+    char where[64];
+    if (p->gpu_index >= 0)
+        snprintf(where, sizeof where, "GPU %d", p->gpu_index);
+    else
+        snprintf(where, sizeof where, "the CPU, %d threads", o->threads);
+    fprintf(stderr,
+            "llmq-worker %s: %s (%s, %d layers, %.1f MB %s, %s) on %s, %u slots of %d tokens;"
+            " broker %s\n",
+            p->id.worker, o->model, c->name, c->n_layers, c->weight_bytes / 1e6,
+            quant_type_name(c->weight_type), p->id.model_hash, where,
+            session_slots(p->sess), engine_get_config(p->eng)->n_ctx, o->broker);
+}
+
+/* ---- the loop ------------------------------------------------------------------------ */
+
+static int read_messages(parts *p, llmq_err *err)
+{
+    for (;;) {
+        wire_msg m;
+        llmq_err bad = {{0}};
+        int got = link_recv(p->link, &m, &bad);
+        if (got < 0)
+            return llmq_errf(err, "%s", bad.msg);
+        if (got == 0)
+            return 0;
+        if (m.type == WIRE_T_NONE)
+            fprintf(stderr, "llmq-worker %s: %s\n", p->id.worker, bad.msg);
+        int rc = m.type == WIRE_T_NONE ? 0 : session_on_message(p->sess, &m, err);
+        wire_msg_free(&m);
+        if (rc != 0)
+            return -1;
+    }
+}
+
+/* An engine failure ends the worker: its jobs go back to the broker first. */
+static int step(parts *p, llmq_err *err)
+{
+    const engine_event *ev;
+    int32_t n;
+    if (engine_step(p->eng, &ev, &n, err) != 0) {
+        llmq_err lost;
+        session_abort(p->sess, err->msg, &lost);
+        return llmq_err_prefix(err, "engine");
+    }
+    return session_on_events(p->sess, ev, n, err);
+}
+
+static int serve(parts *p, int sigfd, llmq_err *err)
+{
+    while (!session_done(p->sess)) {
+        zmq_pollitem_t items[2] = {{link_socket(p->link), 0, ZMQ_POLLIN, 0},
+                                   {NULL, sigfd, ZMQ_POLLIN, 0}};
+        long timeout = engine_has_work(p->eng) ? 0 : IDLE_POLL_MS;
+        if (zmq_poll(items, 2, timeout) < 0 && errno != EINTR)
+            return llmq_errf(err, "zmq_poll: %s", zmq_strerror(errno));
+        struct signalfd_siginfo si;
+        if ((items[1].revents & ZMQ_POLLIN) && read(sigfd, &si, sizeof si) == sizeof si)
+            session_stop(p->sess);
+        if (read_messages(p, err) != 0 || session_tick(p->sess, err) != 0)
+            return -1;
+        if (!session_done(p->sess) && engine_has_work(p->eng) &&
+            step(p, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Blocks the stop signals before any thread starts (backend pool, ZeroMQ,
+ * link), so that all of them inherit the mask, and reads them from an fd. */
+static int stop_signals(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    if (sigprocmask(SIG_BLOCK, &set, NULL) != 0)
+        return -1;
+    signal(SIGPIPE, SIG_IGN);
+    return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc != 0) {
+        if (rc < 0)
+            fputs("Try 'llmq-worker --help'.\n", stderr);
+        return rc > 0 ? 0 : EXIT_USAGE;
+    }
+    int sigfd = stop_signals();
+    if (sigfd < 0) {
+        perror("llmq-worker: signalfd");
+        return EXIT_FAILED;
+    }
+    parts p = {0};
+    llmq_err err = {{0}};
+    rc = open_parts(&o, &p, &err);
+    if (rc == 0) {
+        say_ready(&o, &p);
+        rc = serve(&p, sigfd, &err);
+    }
+    if (rc != 0)
+        fprintf(stderr, "llmq-worker: %s\n", err.msg);
+    parts_free(&p);
+    close(sigfd);
+    return rc != 0 ? EXIT_FAILED : 0;
+}
