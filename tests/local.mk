@@ -104,3 +104,19 @@ TESTS += tests/integration/test-client
 tests_integration_test_client_SOURCES = tests/integration/test-client.c tests/unit/check.h
 tests_integration_test_client_LDADD = proto/libllmq.la -lm
 # ---- end proto: clients against a broker ----
+
+# ---- worker: end to end with real brokers, llmq-worker processes and SQLite ----
+LLMQ_FLEET = tests/integration/fleet.c tests/integration/fleet.h $(LLMQ_HARNESS)
+check_PROGRAMS += tests/integration/test-e2e
+TESTS += tests/integration/test-e2e
+tests_integration_test_e2e_SOURCES = tests/integration/test-e2e.c $(LLMQ_FLEET)
+tests_integration_test_e2e_CFLAGS = $(LLMQ_HARNESS_CFLAGS)
+tests_integration_test_e2e_LDADD = proto/libllmq.la $(LLMQ_HARNESS_LIBS)
+# ---- end worker: end to end ----
+
+# ---- engine scheduling rules (worker/engine/engine.c) ----
+check_PROGRAMS += tests/unit/test-engine
+TESTS += tests/unit/test-engine
+tests_unit_test_engine_SOURCES = tests/unit/test-engine.c tests/unit/check.h
+tests_unit_test_engine_LDADD = worker/libllmq_engine.a $(LLMQ_MODEL_LIBS)
+# ---- end engine scheduling rules ----

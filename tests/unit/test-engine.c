@@ -1,0 +1,305 @@
+/* The engine's scheduling rules, on stories260K (real weights, CPU backend).
+ *
+ * Pins:
+ *  - preemption: with a KV pool too small for all sequences at once, the
+ *    engine preempts and recomputes instead of failing, and every sequence's
+ *    output (greedy and seeded sampling) equals its output alone;
+ *  - stop strings are matched across token boundaries and cut from the text;
+ *    the streamed text pieces add up to the final text;
+ *  - max_tokens, context length and cancel finish a sequence with the right
+ *    reason; a cancelled sequence frees its slot;
+ *  - bad requests are refused with an error naming the field, and the
+ *    engine keeps serving the others. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernels/backend.h"
+#include "worker/engine/engine.h"
+#include "worker/model/model.h"
+#include "worker/model/tokenizer.h"
+
+#define N_SEQ 8
+#define MAX_OUT 4096
+
+typedef struct outcome {
+    char text[MAX_OUT];     /* final full_text */
+    char streamed[MAX_OUT]; /* concatenated text events */
+    size_t streamed_len;
+    int32_t tokens[256];
+    int32_t n_tokens;
+    engine_finish finish;
+    bool done;
+} outcome;
+
+typedef struct fixture {
+    model *m;
+    tok_vocab *vocab;
+} fixture;
+
+static const char *prompts[N_SEQ] = {
+    "Once upon a time", "The little dog", "Lily and Ben went to the park",
+    "One day, a big bear", "Tom had a red ball", "The sun was hot and",
+    "Mom said", "There was a tiny bird",
+};
+
+static int request(const fixture *fx, uint64_t id, const char *prompt, int32_t max_tokens,
+                   float temp, const char *stop, engine_request *req, int32_t **ids)
+{
+    size_t n;
+    llmq_err err;
+    if (tok_encode(fx->vocab, prompt, strlen(prompt), true, true, ids, &n, &err) != 0)
+        return -1;
+    *req = (engine_request){.id = id, .prompt = *ids, .n_prompt = (int32_t)n,
+                            .sampling = sampler_default_params(), .max_tokens = max_tokens};
+    req->sampling.temperature = temp;
+    req->sampling.top_k = 40;
+    req->sampling.seed = 1000 + id;
+    static const char *stops[1];
+    if (stop) {
+        stops[0] = stop;
+        req->stop = stops;
+        req->n_stop = 1;
+    }
+    return 0;
+}
+
+static void record(outcome *out, const engine_event *ev)
+{
+    outcome *o = &out[ev->id];
+    if (o->streamed_len + ev->text_len < MAX_OUT) {
+        memcpy(o->streamed + o->streamed_len, ev->text, ev->text_len);
+        o->streamed_len += ev->text_len;
+    }
+    if (ev->finish == ENGINE_RUNNING)
+        return;
+    o->done = true;
+    o->finish = ev->finish;
+    snprintf(o->text, sizeof o->text, "%.*s", (int)ev->full_text_len, ev->full_text);
+    o->n_tokens = ev->n_tokens < 256 ? ev->n_tokens : 256;
+    memcpy(o->tokens, ev->tokens, (size_t)o->n_tokens * sizeof(int32_t));
+}
+
+static int drain(engine *e, outcome *out)
+{
+    llmq_err err;
+    while (engine_has_work(e)) {
+        const engine_event *ev;
+        int32_t n;
+        if (engine_step(e, &ev, &n, &err) != 0) {
+            printf("# engine_step: %s\n", err.msg);
+            return -1;
+        }
+        for (int32_t i = 0; i < n; i++)
+            record(out, &ev[i]);
+    }
+    return 0;
+}
+
+static engine *make_engine(const fixture *fx, int32_t max_seqs, int32_t n_blocks, int32_t n_ctx)
+{
+    engine_config cfg = engine_default_config();
+    cfg.max_seqs = max_seqs;
+    cfg.n_blocks = n_blocks;
+    cfg.n_ctx = n_ctx;
+    cfg.max_batch_tokens = 32;
+    engine *e;
+    llmq_err err;
+    if (engine_create(&e, fx->m, fx->vocab, &cfg, &err) != 0) {
+        printf("# engine_create: %s\n", err.msg);
+        return NULL;
+    }
+    return e;
+}
+
+static void run_all(const fixture *fx, engine *e, outcome *out, float temp, int32_t max_tokens)
+{
+    for (int i = 0; i < N_SEQ; i++) {
+        engine_request req;
+        int32_t *ids;
+        llmq_err err;
+        if (request(fx, (uint64_t)i, prompts[i], max_tokens, temp, NULL, &req, &ids) != 0 ||
+            engine_add(e, &req, &err) != 0)
+            printf("# add %d failed\n", i);
+        free(ids);
+    }
+    drain(e, out);
+}
+
+static void check_preemption(const fixture *fx, float temp)
+{
+    static outcome alone[N_SEQ], crowded[N_SEQ];
+    memset(alone, 0, sizeof alone);
+    memset(crowded, 0, sizeof crowded);
+    for (int i = 0; i < N_SEQ; i++) {
+        engine *e = make_engine(fx, 1, 0, 256);
+        engine_request req;
+        int32_t *ids;
+        llmq_err err;
+        request(fx, (uint64_t)i, prompts[i], 100, temp, NULL, &req, &ids);
+        engine_add(e, &req, &err);
+        free(ids);
+        drain(e, alone);
+        engine_free(e);
+    }
+    /* 16 blocks of 16 tokens: one sequence's full context, far less than
+     * 8 sequences of ~110 tokens need at once. */
+    engine *e = make_engine(fx, N_SEQ, 16, 256);
+    run_all(fx, e, crowded, temp, 100);
+    engine_stats st = engine_get_stats(e);
+    engine_free(e);
+    int same = 0;
+    for (int i = 0; i < N_SEQ; i++)
+        same += crowded[i].done && crowded[i].n_tokens == alone[i].n_tokens &&
+                memcmp(crowded[i].tokens, alone[i].tokens,
+                       (size_t)alone[i].n_tokens * sizeof(int32_t)) == 0;
+    CHECK(st.preemptions > 0, "temp %.1f: a pool of 16 blocks for 8 sequences preempts (%llu times)",
+          temp, (unsigned long long)st.preemptions);
+    CHECK(same == N_SEQ, "temp %.1f: %d of %d preempted sequences generate exactly what they do alone",
+          temp, same, N_SEQ);
+    int streamed_ok = 0;
+    for (int i = 0; i < N_SEQ; i++)
+        streamed_ok += crowded[i].streamed_len == strlen(crowded[i].text) &&
+                       memcmp(crowded[i].streamed, crowded[i].text, crowded[i].streamed_len) == 0;
+    CHECK(streamed_ok == N_SEQ, "streamed text pieces add up to the final text (%d of %d)",
+          streamed_ok, N_SEQ);
+}
+
+static outcome *run_one(const fixture *fx, int32_t n_ctx, int32_t max_tokens, const char *stop,
+                        outcome *out)
+{
+    memset(out, 0, sizeof *out);
+    engine *e = make_engine(fx, 1, 0, n_ctx);
+    engine_request req;
+    int32_t *ids;
+    llmq_err err;
+    request(fx, 0, "Once upon a time", max_tokens, 0.0f, stop, &req, &ids);
+    if (engine_add(e, &req, &err) != 0)
+        printf("# add: %s\n", err.msg);
+    free(ids);
+    drain(e, out);
+    engine_free(e);
+    return out;
+}
+
+static void check_stops(const fixture *fx)
+{
+    static outcome o;
+    /* Greedy from "Once upon a time": ", there was a little girl named Lily. ..." */
+    run_one(fx, 256, 64, "little g", &o);
+    CHECK(o.finish == ENGINE_FINISH_STOP && strcmp(o.text, ", there was a ") == 0,
+          "a stop string spanning tokens ends the text before it (finish %s, text '%s')",
+          engine_finish_name(o.finish), o.text);
+    CHECK(o.streamed_len == strlen(o.text) && memcmp(o.streamed, o.text, o.streamed_len) == 0,
+          "no part of the stop string was streamed ('%.*s')", (int)o.streamed_len, o.streamed);
+    run_one(fx, 256, 5, NULL, &o);
+    CHECK(o.finish == ENGINE_FINISH_LENGTH && o.n_tokens == 5, "max_tokens 5 gives 5 tokens (%s, %d)",
+          engine_finish_name(o.finish), o.n_tokens);
+    run_one(fx, 16, 100, NULL, &o);
+    CHECK(o.finish == ENGINE_FINISH_CONTEXT && o.n_tokens == 16 - 5,
+          "a context of 16 ends a 5-token prompt after 11 tokens (%s, %d)",
+          engine_finish_name(o.finish), o.n_tokens);
+}
+
+static void check_cancel(const fixture *fx)
+{
+    engine *e = make_engine(fx, 2, 0, 256);
+    static outcome out[N_SEQ];
+    memset(out, 0, sizeof out);
+    llmq_err err;
+    for (int i = 0; i < 2; i++) {
+        engine_request req;
+        int32_t *ids;
+        request(fx, (uint64_t)i, prompts[i], 200, 0.0f, NULL, &req, &ids);
+        engine_add(e, &req, &err);
+        free(ids);
+    }
+    for (int s = 0; s < 5; s++) {
+        const engine_event *ev;
+        int32_t n;
+        engine_step(e, &ev, &n, &err);
+        for (int32_t i = 0; i < n; i++)
+            record(out, &ev[i]);
+    }
+    int32_t live = engine_n_live(e);
+    CHECK(engine_cancel(e, 1), "cancel finds a running sequence");
+    CHECK(!engine_cancel(e, 77), "cancel of an unknown id is refused");
+    drain(e, out);
+    CHECK(out[1].finish == ENGINE_FINISH_CANCELLED && out[0].finish == ENGINE_FINISH_LENGTH,
+          "the cancelled one ends 'cancelled', the other runs to its length (%s, %s)",
+          engine_finish_name(out[1].finish), engine_finish_name(out[0].finish));
+    CHECK(live == 2 && engine_n_live(e) == 0, "its slot is free again");
+    engine_free(e);
+}
+
+static void check_bad_requests(const fixture *fx)
+{
+    engine *e = make_engine(fx, 2, 0, 64);
+    llmq_err err;
+    int32_t ok_ids[] = {1, 403, 407}, bad_ids[] = {1, 99999};
+    engine_request req = {.id = 1, .prompt = ok_ids, .n_prompt = 3,
+                          .sampling = sampler_default_params(), .max_tokens = 4};
+    CHECK(engine_add(e, &req, &err) == 0, "a good request is taken");
+    engine_request dup = req;
+    CHECK(engine_add(e, &dup, &err) != 0 && strstr(err.msg, "already"),
+          "a live id is refused: %s", err.msg);
+    engine_request bad = req;
+    bad.id = 2;
+    bad.prompt = bad_ids;
+    bad.n_prompt = 2;
+    CHECK(engine_add(e, &bad, &err) != 0 && strstr(err.msg, "out of range"),
+          "a token id past the vocabulary is refused: %s", err.msg);
+    bad = req;
+    bad.id = 3;
+    bad.n_prompt = 0;
+    CHECK(engine_add(e, &bad, &err) != 0 && strstr(err.msg, "prompt"),
+          "an empty prompt is refused: %s", err.msg);
+    bad = req;
+    bad.id = 4;
+    bad.max_tokens = 0;
+    CHECK(engine_add(e, &bad, &err) != 0 && strstr(err.msg, "max_tokens"),
+          "max_tokens 0 is refused: %s", err.msg);
+    bad = req;
+    bad.id = 5;
+    bad.sampling.top_p = 0.0f;
+    CHECK(engine_add(e, &bad, &err) != 0 && strstr(err.msg, "top_p"),
+          "top_p 0 is refused: %s", err.msg);
+    int32_t long_prompt[64] = {1};
+    bad = req;
+    bad.id = 6;
+    bad.prompt = long_prompt;
+    bad.n_prompt = 64;
+    CHECK(engine_add(e, &bad, &err) != 0 && strstr(err.msg, "context"),
+          "a prompt as long as the context is refused: %s", err.msg);
+    static outcome out[N_SEQ];
+    memset(out, 0, sizeof out);
+    drain(e, out);
+    CHECK(out[1].done && out[1].n_tokens == 4, "the good request still completes (%d tokens)",
+          out[1].n_tokens);
+    engine_free(e);
+}
+
+int main(void)
+{
+    char path[512];
+    backend *be;
+    fixture fx = {0};
+    llmq_err err;
+    if (backend_cpu_create(&be, 2, &err) != 0 ||
+        model_load(&fx.m, check_data_path(path, sizeof path, "models/stories260K.gguf"), be,
+                   &err) != 0 ||
+        tok_load(&fx.vocab, model_gguf(fx.m), &err) != 0) {
+        printf("setup: %s\n", err.msg);
+        return 1;
+    }
+    check_preemption(&fx, 0.0f);
+    check_preemption(&fx, 0.9f);
+    check_stops(&fx);
+    check_cancel(&fx);
+    check_bad_requests(&fx);
+    tok_free(fx.vocab);
+    model_free(fx.m);
+    backend_destroy(be);
+    return check_done();
+}
