@@ -101,8 +101,9 @@ CLEANFILES += tests/fuzz/fuzz-wire
 # ---- proto: client library, llmq-submit and the Python client against a real broker ----
 check_PROGRAMS += tests/integration/test-client
 TESTS += tests/integration/test-client
-tests_integration_test_client_SOURCES = tests/integration/test-client.c tests/unit/check.h
-tests_integration_test_client_LDADD = proto/libllmq.la -lm
+tests_integration_test_client_SOURCES = tests/integration/test-client.c $(LLMQ_HARNESS)
+tests_integration_test_client_CFLAGS = $(LLMQ_HARNESS_CFLAGS)
+tests_integration_test_client_LDADD = proto/libllmq.la $(LLMQ_HARNESS_LIBS) -lm
 # ---- end proto: clients against a broker ----
 
 # ---- worker: end to end with real brokers, llmq-worker processes and SQLite ----

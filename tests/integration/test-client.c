@@ -1,0 +1,252 @@
+/* test-client: the C client library, llmq-submit and the Python client
+ * against a real llmq-broker (no worker: these checks are about the client
+ * side of the wire; results produced by workers are covered end to end
+ * elsewhere).
+ *
+ * Pins: submit acks ids in order and is idempotent by key; a bad job is
+ * refused with its typed error naming jobs[i].field and nothing is stored;
+ * batches over one message's limit are split transparently; status, cancel,
+ * wait (pushed result for a cancelled job, timeout with pending count) and
+ * stats; an unknown id is refused by name; an absent broker is a timeout,
+ * not a hang; llmq-submit refuses a bad file before submitting and
+ * resubmits idempotently; a job submitted from Python is seen from C. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "proto/llmq.h"
+#include "tests/integration/harness.h"
+#include "tests/unit/check.h"
+
+/* Runs a shell command line, returns its exit status. */
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static uint64_t queued(llmq_client *c)
+{
+    llmq_stats *s;
+    llmq_error err;
+    if (llmq_get_stats(c, &s, &err) < 0)
+        return UINT64_MAX;
+    uint64_t n = s->counts.queued;
+    llmq_stats_free(s);
+    return n;
+}
+
+static void test_submit(llmq_client *c, uint64_t ids[3])
+{
+    static const char *const stops[] = {"\n"};
+    llmq_job jobs[3];
+    const char *keys[3] = {"t:a", "t:b", "t:c"};
+    for (int i = 0; i < 3; i++) {
+        llmq_job_init(&jobs[i]);
+        jobs[i].key = keys[i];
+        jobs[i].prompt = "Once upon a time";
+        jobs[i].max_tokens = 8;
+    }
+    jobs[1].stop = stops;
+    jobs[1].n_stop = 1;
+    jobs[2].priority = 7;
+    bool existing[3] = {true, true, true};
+    llmq_error err;
+    int rc = llmq_submit(c, "batch-t", "{\"test\":1}", jobs, 3, ids, existing, &err);
+    CHECK(rc == 0 && ids[0] && ids[1] > ids[0] && ids[2] > ids[1] && !existing[0] &&
+              !existing[1] && !existing[2],
+          "submit acks 3 new jobs with ids in submit order%s%s", rc ? ": " : "",
+          rc ? err.message : "");
+    uint64_t again[3];
+    rc = llmq_submit(c, "batch-t", NULL, jobs, 3, again, existing, &err);
+    CHECK(rc == 0 && memcmp(again, ids, sizeof again) == 0 && existing[0] && existing[2],
+          "resubmitting the same keys returns the same ids, marked existing");
+
+    llmq_job bad[2];
+    llmq_job_init(&bad[0]);
+    llmq_job_init(&bad[1]);
+    bad[0].prompt = bad[1].prompt = "x";
+    bad[1].temperature = NAN;
+    uint64_t before = queued(c), bad_ids[2];
+    rc = llmq_submit(c, NULL, NULL, bad, 2, bad_ids, NULL, &err);
+    CHECK(rc < 0 && err.code == LLMQ_E_BAD_VALUE && strcmp(err.field, "jobs[1].temperature") == 0,
+          "a NaN temperature is refused as bad_value at jobs[1].temperature (%s)", err.message);
+    CHECK(queued(c) == before, "nothing of the refused submit was stored");
+    CHECK(llmq_job_check(&bad[1], &err) < 0 && strcmp(err.field, "temperature") == 0,
+          "llmq_job_check finds the same fault locally (%s)", err.message);
+}
+
+static void test_big_batch(llmq_client *c)
+{
+    enum { N = 10001 };   /* one over the jobs one submit message may carry */
+    llmq_job *jobs = calloc(N, sizeof *jobs);
+    uint64_t *ids = calloc(N, sizeof *ids);
+    for (int i = 0; i < N; i++) {
+        llmq_job_init(&jobs[i]);
+        jobs[i].prompt = "p";
+        jobs[i].max_tokens = 1;
+        jobs[i].priority = -1000;
+    }
+    llmq_error err;
+    int rc = llmq_submit(c, "big", NULL, jobs, N, ids, NULL, &err);
+    int ascending = rc == 0;
+    for (int i = 1; i < N && ascending; i++)
+        ascending = ids[i] > ids[i - 1];
+    CHECK(ascending, "a batch of %d jobs is split into messages and acked in order%s%s", N,
+          rc ? ": " : "", rc ? err.message : "");
+    llmq_select sel = {.batch = "big"};
+    llmq_status *st;
+    rc = llmq_cancel(c, &sel, &st, &err);
+    CHECK(rc == 0 && st->counts.cancelled == N && st->n_jobs == N,
+          "cancel by batch id reaches all %d jobs", N);
+    if (rc == 0)
+        llmq_status_free(st);
+    free(jobs);
+    free(ids);
+}
+
+static void test_status_cancel_wait(llmq_client *c, const uint64_t ids[3])
+{
+    llmq_error err;
+    llmq_status *st;
+    llmq_select all = {.ids = ids, .n_ids = 3};
+    int rc = llmq_get_status(c, &all, &st, &err);
+    CHECK(rc == 0 && st->n_jobs == 3 && st->jobs[0].id == ids[0] &&
+              st->jobs[0].state == LLMQ_STATE_QUEUED && st->counts.queued == 3,
+          "status lists the 3 queued jobs");
+    if (rc == 0)
+        llmq_status_free(st);
+
+    llmq_select first = {.ids = ids, .n_ids = 1};
+    rc = llmq_cancel(c, &first, &st, &err);
+    CHECK(rc == 0 && st->n_jobs == 1 && st->jobs[0].state == LLMQ_STATE_CANCELLED,
+          "cancel of a queued job leaves it cancelled");
+    if (rc == 0)
+        llmq_status_free(st);
+
+    llmq_wait *w;
+    llmq_select two = {.ids = ids, .n_ids = 2};
+    rc = llmq_wait_begin(c, &two, 300, &w, &err);
+    int results = 0, cancelled = 0, events = 0;
+    llmq_result r;
+    while (rc == 0 && (events = llmq_wait_next(w, 100, &r, &err)) != LLMQ_WAIT_END && events >= 0)
+        if (events == LLMQ_WAIT_RESULT) {
+            results++;
+            cancelled += r.id == ids[0] && r.state == LLMQ_STATE_CANCELLED && r.error &&
+                         strcmp(r.key, "t:a") == 0;
+        }
+    size_t done = 0, pending = 0;
+    bool timed_out = false;
+    if (rc == 0)
+        llmq_wait_summary(w, &done, &pending, &timed_out);
+    CHECK(events == LLMQ_WAIT_END && results == 1 && cancelled == 1 && done == 1 &&
+              pending == 1 && timed_out,
+          "wait pushes the cancelled job's result, then ends on its timeout with 1 pending");
+    llmq_wait_free(w);
+
+    uint64_t nope[] = {ids[0], 999999999};
+    llmq_select unknown = {.ids = nope, .n_ids = 2};
+    rc = llmq_get_status(c, &unknown, &st, &err);
+    CHECK(rc < 0 && err.code == LLMQ_E_UNKNOWN_JOB && strcmp(err.field, "ids[1]") == 0,
+          "status of an unknown id is refused as unknown_job at ids[1] (%s)", err.message);
+}
+
+static void test_no_broker(const harness *h)
+{
+    llmq_client *c;
+    llmq_error err;
+    char ep[320];
+    snprintf(ep, sizeof ep, "ipc://%s/nobody", h->dir);
+    int rc = llmq_connect(&c, ep, &err);
+    llmq_set_timeout(c, 300);
+    llmq_stats *s;
+    rc = rc == 0 ? llmq_get_stats(c, &s, &err) : -1;
+    CHECK(rc < 0 && err.code == LLMQ_E_TIMEOUT, "no broker: a request times out (%s)",
+          err.message);
+    llmq_close(c);
+    CHECK(llmq_connect(&c, "nonsense://x", &err) < 0 && err.code == LLMQ_E_TRANSPORT,
+          "a bad endpoint is a transport error (%s)", err.message);
+}
+
+static void test_tools(const harness *e, const char *srcdir, llmq_client *c)
+{
+    char jobs[320];
+    snprintf(jobs, sizeof jobs, "%s/jobs.jsonl", e->dir);
+    FILE *f = fopen(jobs, "w");
+    fputs("{\"id\": 1, \"prompt\": \"a\", \"max_tokens\": 2}\n"
+          "{\"custom_id\": \"r2\", \"body\": {\"prompt\": \"b\", \"max_tokens\": 2}}\n", f);
+    fclose(f);
+    uint64_t before = queued(c);
+    const char *bin = getenv("LLMQ_BUILDDIR");
+    int rc = sh("%s/tools/llmq-submit --broker %s -i %s -o %s/ack1 --batch S --no-wait 2>%s/err1",
+                bin, e->clients, jobs, e->dir, e->dir);
+    int rc2 = sh("%s/tools/llmq-submit --broker %s -i %s -o %s/ack2 --batch S --no-wait 2>/dev/null",
+                 bin, e->clients, jobs, e->dir);
+    CHECK(rc == 0 && rc2 == 0 && queued(c) == before + 2 &&
+              sh("grep -c '\"existing\":true' %s/ack2 | grep -qx 2", e->dir) == 0 &&
+              sh("grep -c '\"existing\":false' %s/ack1 | grep -qx 2", e->dir) == 0,
+          "llmq-submit --no-wait twice with one batch id submits the jobs once");
+
+    f = fopen(jobs, "a");
+    fputs("{\"id\": 3, \"prompt\": \"c\", \"top_p\": 2}\n", f);
+    fclose(f);
+    rc = sh("%s/tools/llmq-submit --broker %s -i %s --batch S2 --no-wait >/dev/null 2>%s/err3",
+            bin, e->clients, jobs, e->dir);
+    CHECK(rc == 2 && queued(c) == before + 2 &&
+              sh("grep -q 'jobs.jsonl:3: top_p: 2 is out of range' %s/err3", e->dir) == 0,
+          "a bad line: exit 2, the line and field named, nothing submitted");
+
+    rc = sh("/usr/bin/python3 %s/proto/python/llmq_client.py --broker %s submit --prompt hi "
+            "--max-tokens 3 --key py:1 --batch py > %s/py.json", srcdir, e->clients, e->dir);
+    llmq_select sel = {.batch = "py"};
+    llmq_status *st = NULL;
+    llmq_error err;
+    int src = llmq_get_status(c, &sel, &st, &err);
+    CHECK(rc == 0 && src == 0 && st->n_jobs == 1 && st->jobs[0].state == LLMQ_STATE_QUEUED,
+          "a job submitted by the Python client is seen by the C client");
+    if (src == 0)
+        llmq_status_free(st);
+    rc = sh("/usr/bin/python3 %s/proto/python/llmq_client.py --broker %s raw "
+            "'{\"v\":1,\"type\":\"submit\",\"req\":8,\"jobs\":[{\"prompt\":\"a\",\"top_k\":-3}]}' "
+            "| grep -q '\"field\": \"jobs\\[0\\].top_k\"'", srcdir, e->clients);
+    CHECK(rc == 0, "a bad body from Python gets its typed error naming the field");
+}
+
+int main(void)
+{
+    const char *srcdir = getenv("LLMQ_SRCDIR");
+    harness h;
+    h_init(&h, "test-client", 120);
+    if (!srcdir) {
+        fprintf(stderr, "LLMQ_SRCDIR is not set: run through `make check`\n");
+        return 77;
+    }
+    h_start(&h, NULL);
+    llmq_client *c;
+    llmq_error err;
+    if (llmq_connect(&c, h.clients, &err) < 0) {
+        printf("FAIL - connect: %s\n", err.message);
+        h_stop(&h, 5000);
+        return 1;
+    }
+    uint64_t ids[3] = {0};
+    test_submit(c, ids);
+    test_status_cancel_wait(c, ids);
+    test_big_batch(c);
+    test_tools(&h, srcdir, c);
+    test_no_broker(&h);
+    llmq_close(c);
+    int st = h_stop(&h, 5000);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the broker stops cleanly on SIGTERM");
+    h_done(&h, check_state.failed != 0);
+    return check_done();
+}
