@@ -113,6 +113,11 @@ TESTS += tests/integration/test-e2e
 tests_integration_test_e2e_SOURCES = tests/integration/test-e2e.c $(LLMQ_FLEET)
 tests_integration_test_e2e_CFLAGS = $(LLMQ_HARNESS_CFLAGS)
 tests_integration_test_e2e_LDADD = proto/libllmq.la $(LLMQ_HARNESS_LIBS)
+check_PROGRAMS += tests/integration/test-worker
+TESTS += tests/integration/test-worker
+tests_integration_test_worker_SOURCES = tests/integration/test-worker.c $(LLMQ_FLEET)
+tests_integration_test_worker_CFLAGS = $(LLMQ_HARNESS_CFLAGS)
+tests_integration_test_worker_LDADD = proto/libllmq.la $(LLMQ_HARNESS_LIBS)
 # ---- end worker: end to end ----
 
 # ---- engine scheduling rules (worker/engine/engine.c) ----

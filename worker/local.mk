@@ -28,6 +28,7 @@ worker_llmq_worker_SOURCES = worker/main.c \
 	worker/identity.c worker/identity.h \
 	worker/text.c worker/text.h
 worker_llmq_worker_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(MSGPACK_CFLAGS)
-worker_llmq_worker_LDADD = worker/libllmq_engine.a $(LLMQ_MODEL_LIBS) $(LLMQ_PROTO_LIBS) \
-	$(ZMQ_LIBS)
+# LLMQ_CUDA_LIBS (kernels/local.mk) is empty in a build without CUDA.
+worker_llmq_worker_LDADD = worker/libllmq_engine.a $(LLMQ_CUDA_LIBS) $(LLMQ_MODEL_LIBS) \
+	$(LLMQ_PROTO_LIBS) $(ZMQ_LIBS)
 # ---- end llmq-worker ----

@@ -245,6 +245,18 @@ size_t fleet_wait(llmq_client *c, const uint64_t *ids, size_t n, int timeout_ms,
     return final;
 }
 
+int fleet_sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    fflush(NULL);
+    int status = system(cmd);
+    return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 int64_t fleet_sqlf(const harness *h, const char *fmt, ...)
 {
     char sql[4096];

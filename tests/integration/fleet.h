@@ -49,6 +49,10 @@ llmq_client *fleet_client(harness *h, int timeout_ms);
 size_t fleet_wait(llmq_client *c, const uint64_t *ids, size_t n, int timeout_ms,
                   llmq_state *state, char **texts);
 
+/* Runs a shell command (printf format): its exit status, -1 when it did
+ * not exit normally. */
+int fleet_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* h_sql with a printf format. */
 int64_t fleet_sqlf(const harness *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

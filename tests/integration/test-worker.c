@@ -1,0 +1,293 @@
+/* test-worker: llmq-worker's own behaviours, as a real process against a
+ * real broker (CPU engine, stories260K, one thread).
+ *
+ * Pins: the command line (--help, bad flags exit 2, a bad model exits 1
+ * naming the problem); a job the model cannot take (a token id outside the
+ * vocabulary, a prompt longer than the context) fails for good with a
+ * reason naming the job and field while the other jobs of the batch
+ * complete; cancel of a running job frees its slot at once; heartbeats keep
+ * going through an engine step longer than the broker's worker timeout;
+ * SIGTERM lets a running job finish within the grace period, or past it
+ * hands the job back to the broker without counting a fault, and exits 0;
+ * the Python client (another language, no shared code) gets from a real
+ * worker exactly llmq-run's text. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/file.h"
+#include "common/json.h"
+#include "tests/integration/fleet.h"
+#include "tests/unit/check.h"
+
+#define TIMEOUT_MS 1000
+static const char *const BROKER_FLAGS[] = {"--heartbeat-ms", "200", "--worker-timeout-ms",
+                                           "1000", NULL};
+
+typedef struct env {
+    harness h;
+    const char *build, *src, *data;
+    llmq_client *c;
+} env;
+
+static bool exited(int status, int code)
+{
+    return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == code;
+}
+
+/* ---- the command line ---------------------------------------------------------------- */
+
+static void test_cli(const env *e)
+{
+    const char *d = e->h.dir, *b = e->build;
+    CHECK(fleet_sh("%s/worker/llmq-worker --help > %s/help 2>&1", b, d) == 0 &&
+              fleet_sh("grep -q -- '--broker ENDPOINT' %s/help", d) == 0,
+          "--help shows the usage and exits 0");
+    CHECK(fleet_sh("%s/worker/llmq-worker --frobnicate > /dev/null 2>&1", b) == 2 &&
+              fleet_sh("%s/worker/llmq-worker --slots 0 -m x > /dev/null 2>&1", b) == 2 &&
+              fleet_sh("%s/worker/llmq-worker --cpu --gpu 0 -m x > /dev/null 2>&1", b) == 2 &&
+              fleet_sh("%s/worker/llmq-worker --broker x > /dev/null 2>&1", b) == 2,
+          "an unknown flag, a bad value, --cpu with --gpu, no -m: exit 2");
+    CHECK(fleet_sh("%s/worker/llmq-worker -m %s/reference/story.txt 2> %s/bad", b, e->data, d) ==
+                  1 &&
+              fleet_sh("grep -q 'cannot load the model: .*story.txt.*not a GGUF' %s/bad", d) == 0,
+          "a file that is not a model: exit 1, saying so");
+}
+
+/* ---- jobs the model cannot take --------------------------------------------------------- */
+
+static char *long_prompt(const env *e)
+{
+    char path[512], *text;
+    size_t len;
+    llmq_err err;
+    snprintf(path, sizeof path, "%s/reference/story.txt", e->data);
+    if (file_read_all(path, &text, &len, &err) != 0)
+        return strdup("");
+    return text;
+}
+
+static void test_bad_jobs(env *e)
+{
+    fleet_worker w;
+    const char *flags[] = {"--slots", "2", "--ctx", "64", NULL};
+    fleet_start(&e->h, &w, "w-bad", flags);
+    char *story = long_prompt(e);
+    static const uint32_t bad_ids[] = {1, 99999};
+    llmq_job jobs[4];
+    for (int i = 0; i < 4; i++) {
+        llmq_job_init(&jobs[i]);
+        jobs[i].max_tokens = 8;
+        jobs[i].prompt = "Once upon a time";
+    }
+    jobs[1].prompt = NULL;
+    jobs[1].tokens = bad_ids;
+    jobs[1].n_tokens = 2;
+    jobs[2].prompt = story;
+    uint64_t ids[4];
+    llmq_error err;
+    int rc = llmq_submit(e->c, "bad", NULL, jobs, 4, ids, NULL, &err);
+    llmq_state st[4] = {0};
+    size_t final = rc == 0 ? fleet_wait(e->c, ids, 4, 20000, st, NULL) : 0;
+    CHECK(final == 4 && st[0] == LLMQ_STATE_DONE && st[3] == LLMQ_STATE_DONE,
+          "the good jobs of a batch complete next to bad ones");
+    char want[160];
+    snprintf(want, sizeof want, "%%job %llu: prompt token 1: id 99999 out of range%%",
+             (unsigned long long)ids[1]);
+    CHECK(st[1] == LLMQ_STATE_FAILED &&
+              fleet_sqlf(&e->h, "SELECT attempts = 1 AND error LIKE '%s' FROM jobs WHERE id = %llu",
+                         want, (unsigned long long)ids[1]) == 1,
+          "a token id outside the vocabulary fails at once, naming the job and the token");
+    snprintf(want, sizeof want, "%%job %llu: prompt: %% tokens do not fit the context of 64%%",
+             (unsigned long long)ids[2]);
+    CHECK(st[2] == LLMQ_STATE_FAILED &&
+              fleet_sqlf(&e->h, "SELECT attempts = 1 AND error LIKE '%s' FROM jobs WHERE id = %llu",
+                         want, (unsigned long long)ids[2]) == 1,
+          "a prompt longer than the context fails at once, naming the job and the prompt");
+    int64_t t0 = h_now_ms();
+    int status = fleet_stop(&w, 10000);
+    CHECK(exited(status, 0) && h_now_ms() - t0 < 3000,
+          "an idle worker stops on SIGTERM at once, exit 0");
+    free(story);
+}
+
+/* ---- cancel, and SIGTERM with a job running ------------------------------------------------- */
+
+static uint64_t submit_one(env *e, const char *prompt, uint32_t max_tokens)
+{
+    llmq_job j;
+    llmq_job_init(&j);
+    j.prompt = prompt;
+    j.max_tokens = max_tokens;
+    j.ignore_eos = true;
+    uint64_t id = 0;
+    llmq_error err;
+    if (llmq_submit(e->c, NULL, NULL, &j, 1, &id, NULL, &err) != 0)
+        fprintf(stderr, "submit: %s\n", err.message);
+    return id;
+}
+
+static bool wait_running(env *e, uint64_t id)
+{
+    int64_t end = h_now_ms() + 20000;
+    while (h_now_ms() < end) {
+        if (fleet_sqlf(&e->h, "SELECT state = 'running' FROM jobs WHERE id = %llu",
+                       (unsigned long long)id) == 1)
+            return true;
+        h_sleep_ms(20);
+    }
+    return false;
+}
+
+static void test_cancel(env *e, fleet_worker *w)
+{
+    uint64_t big = submit_one(e, "Once upon a time", 2000);
+    uint64_t small = submit_one(e, "The cat", 8);
+    bool running = wait_running(e, big);
+    h_sleep_ms(300);
+    llmq_select sel = {.ids = &big, .n_ids = 1};
+    llmq_status *st = NULL;
+    llmq_error err;
+    int rc = llmq_cancel(e->c, &sel, &st, &err);
+    int64_t t0 = h_now_ms();
+    CHECK(running && rc == 0 && st->jobs[0].state == LLMQ_STATE_CANCELLED,
+          "a running job of 2000 tokens is cancelled");
+    if (rc == 0)
+        llmq_status_free(st);
+    llmq_state s = 0;
+    size_t final = fleet_wait(e->c, &small, 1, 20000, &s, NULL);
+    int64_t took = h_now_ms() - t0;
+    CHECK(final == 1 && s == LLMQ_STATE_DONE && took < 5000,
+          "the job queued behind it on the one slot is done %lld ms later", (long long)took);
+    CHECK(fleet_sqlf(&e->h, "SELECT count(*) FROM results WHERE job_id = %llu",
+                     (unsigned long long)big) == 0 &&
+              fleet_log_has(w, "cancelled by the broker"),
+          "the worker stopped it in the engine; no result row");
+}
+
+static void test_sigterm_finishes(env *e, fleet_worker *w)
+{
+    uint64_t id = submit_one(e, "Once upon a time", 300);
+    bool running = wait_running(e, id);
+    int status = fleet_stop(w, 20000);
+    CHECK(running && exited(status, 0) &&
+              fleet_sqlf(&e->h, "SELECT count(*) FROM results r JOIN workers w ON"
+                                " w.id = r.worker_id WHERE r.job_id = %llu AND w.name = 'w-slot'"
+                                " AND r.generated_tokens = 300", (unsigned long long)id) == 1,
+          "SIGTERM: the running job finishes within the grace period, then exit 0");
+}
+
+static void test_sigterm_returns(env *e)
+{
+    fleet_worker w;
+    const char *flags[] = {"--slots", "1", "--grace-ms", "300", NULL};
+    fleet_start(&e->h, &w, "w-grace", flags);
+    uint64_t id = submit_one(e, "Once upon a time", 2000);
+    bool running = wait_running(e, id);
+    int64_t t0 = h_now_ms();
+    int status = fleet_stop(&w, 10000);
+    int64_t took = h_now_ms() - t0;
+    CHECK(running && exited(status, 0) && took < 3000,
+          "SIGTERM past a grace period of 300 ms: exit 0 after %lld ms", (long long)took);
+    h_sleep_ms(300);
+    CHECK(fleet_sqlf(&e->h, "SELECT state = 'queued' AND faults = 0 FROM jobs WHERE id = %llu",
+                     (unsigned long long)id) == 1 &&
+              fleet_sqlf(&e->h, "SELECT outcome = 'returned' FROM attempts WHERE job_id = %llu"
+                                " AND attempt = 1", (unsigned long long)id) == 1,
+          "its unfinished job is back in the queue, no fault counted");
+    llmq_select sel = {.ids = &id, .n_ids = 1};
+    llmq_status *st;
+    llmq_error err;
+    if (llmq_cancel(e->c, &sel, &st, &err) == 0)
+        llmq_status_free(st);
+}
+
+/* ---- a step longer than the broker's patience ---------------------------------------------- */
+
+static void test_long_step(env *e)
+{
+    fleet_worker w;
+    const char *flags[] = {"--slots", "1", "--batch", "2048", NULL};
+    fleet_start(&e->h, &w, "w-long", flags);
+    char *story = long_prompt(e);
+    story[3600] = '\0'; /* about 1000 tokens: one prefill step of seconds */
+    uint64_t id = submit_one(e, story, 4);
+    llmq_state s = 0;
+    size_t final = fleet_wait(e->c, &id, 1, 60000, &s, NULL);
+    int64_t prefill = fleet_sqlf(&e->h, "SELECT CAST(prefill_ms AS INTEGER) FROM results"
+                                        " WHERE job_id = %llu", (unsigned long long)id);
+    CHECK(final == 1 && s == LLMQ_STATE_DONE && prefill > TIMEOUT_MS,
+          "a prompt of 1000 tokens is prefilled in one step of %lld ms (worker timeout %d ms)",
+          (long long)prefill, TIMEOUT_MS);
+    CHECK(fleet_sqlf(&e->h, "SELECT attempts FROM jobs WHERE id = %llu",
+                     (unsigned long long)id) == 1 &&
+              fleet_sqlf(&e->h, "SELECT count(*) FROM workers WHERE name = 'w-long'") == 1 &&
+              fleet_sqlf(&e->h, "SELECT count(*) FROM workers WHERE name = 'w-long' AND"
+                                " state = 'lost'") == 0,
+          "heartbeats kept the worker alive through it: one attempt, one session");
+    fleet_stop(&w, 10000);
+    free(story);
+}
+
+/* ---- the Python client ------------------------------------------------------------------ */
+
+static void test_python(env *e)
+{
+    fleet_worker w;
+    const char *flags[] = {"--slots", "4", NULL};
+    fleet_start(&e->h, &w, "w-py", flags);
+    char *prompt[1] = {"Once upon a time"}, *ref[1] = {NULL};
+    int rr = fleet_reference(&e->h, prompt, 1, 16, ref);
+    int rc = fleet_sh("/usr/bin/python3 %s/proto/python/llmq_client.py --broker %s submit"
+                      " --prompt 'Once upon a time' --max-tokens 16 --wait > %s/py.json"
+                      " 2> %s/py.err", e->src, e->h.clients, e->h.dir, e->h.dir);
+    char path[300], *text = NULL;
+    size_t len;
+    llmq_err err;
+    json_value *v = NULL;
+    snprintf(path, sizeof path, "%s/py.json", e->h.dir);
+    if (rc == 0 && file_read_all(path, &text, &len, &err) == 0)
+        json_parse(text, len, &v, &err);
+    const json_value *t = v ? json_get(v, "text") : NULL, *s = v ? json_get(v, "state") : NULL,
+                     *who = v ? json_get(v, "worker") : NULL;
+    CHECK(rc == 0 && s && s->type == JSON_STRING && strcmp(s->str.s, "done") == 0 && who &&
+              who->type == JSON_STRING && strcmp(who->str.s, "w-py") == 0,
+          "the Python client submits and receives a result from a real worker");
+    CHECK(rr == 0 && t && t->type == JSON_STRING && strcmp(t->str.s, ref[0]) == 0,
+          "its text is llmq-run's: '%s'", t && t->type == JSON_STRING ? t->str.s : "?");
+    json_free(v);
+    free(text);
+    free(ref[0]);
+    fleet_stop(&w, 10000);
+}
+
+int main(void)
+{
+    env e;
+    h_init(&e.h, "llmq-worker", 150);
+    e.build = getenv("LLMQ_BUILDDIR");
+    e.src = getenv("LLMQ_SRCDIR");
+    e.data = getenv("LLMQ_TEST_DATA");
+    if (!e.src || !e.data)
+        return 77;
+    test_cli(&e);
+    h_start(&e.h, BROKER_FLAGS);
+    e.c = fleet_client(&e.h, 10000);
+    test_bad_jobs(&e);
+    fleet_worker w;
+    const char *flags[] = {"--slots", "1", "-v", NULL};
+    fleet_start(&e.h, &w, "w-slot", flags);
+    test_cancel(&e, &w);
+    test_sigterm_finishes(&e, &w);
+    test_sigterm_returns(&e);
+    test_long_step(&e);
+    test_python(&e);
+    llmq_close(e.c);
+    int st = h_stop(&e.h, 15000);
+    CHECK(exited(st, 0), "the broker stops cleanly");
+    h_done(&e.h, check_state.failed > 0);
+    return check_done();
+}
