@@ -18,3 +18,7 @@ bin_PROGRAMS += tools/llmq-run
 tools_llmq_run_SOURCES = tools/llmq-run.c tools/run_engine.c tools/run_engine.h
 tools_llmq_run_LDADD = worker/libllmq_engine.a $(LLMQ_MODEL_LIBS)
 # ---- end llmq-run ----
+
+# ---- demo (tools/demo.sh, run by tools/dev.sh demo) ----
+EXTRA_DIST += tools/demo.sh
+# ---- end demo ----
