@@ -126,3 +126,11 @@ TESTS += tests/unit/test-engine
 tests_unit_test_engine_SOURCES = tests/unit/test-engine.c tests/unit/check.h
 tests_unit_test_engine_LDADD = worker/libllmq_engine.a $(LLMQ_MODEL_LIBS)
 # ---- end engine scheduling rules ----
+
+# ---- llmq-stats: reports on a store-written database, CLI, plot (tools/stats/) ----
+check_PROGRAMS += tests/unit/test-stats
+TESTS += tests/unit/test-stats
+tests_unit_test_stats_SOURCES = tests/unit/test-stats.c tests/unit/check.h
+tests_unit_test_stats_CFLAGS = $(AM_CFLAGS) $(SQLITE_CFLAGS)
+tests_unit_test_stats_LDADD = tools/libllmq_stats.a $(LLMQ_BROKER_LIBS) -lm
+# ---- end llmq-stats ----

@@ -19,6 +19,22 @@ tools_llmq_run_SOURCES = tools/llmq-run.c tools/run_engine.c tools/run_engine.h
 tools_llmq_run_LDADD = worker/libllmq_engine.a $(LLMQ_MODEL_LIBS)
 # ---- end llmq-run ----
 
+# ---- llmq-stats (tools/llmq-stats.c, tools/stats/) ----
+bin_PROGRAMS += tools/llmq-stats
+noinst_LIBRARIES += tools/libllmq_stats.a
+tools_libllmq_stats_a_SOURCES = \
+	tools/stats/table.c tools/stats/table.h \
+	tools/stats/when.c tools/stats/when.h \
+	tools/stats/scale.c tools/stats/scale.h \
+	tools/stats/report.c tools/stats/report.h \
+	tools/stats/svg.c tools/stats/svg.h \
+	tools/stats/plot.c tools/stats/plot.h
+tools_libllmq_stats_a_CFLAGS = $(AM_CFLAGS) $(SQLITE_CFLAGS)
+LLMQ_STATS_LIBS = tools/libllmq_stats.a common/libllmq_common.a $(SQLITE_LIBS) -lm
+tools_llmq_stats_SOURCES = tools/llmq-stats.c
+tools_llmq_stats_LDADD = $(LLMQ_STATS_LIBS)
+# ---- end llmq-stats ----
+
 # ---- demo (tools/demo.sh, run by tools/dev.sh demo) ----
 EXTRA_DIST += tools/demo.sh
 # ---- end demo ----
