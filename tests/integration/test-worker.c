@@ -70,6 +70,15 @@ static char *long_prompt(const env *e)
     return text;
 }
 
+/* The job failed on its first attempt with "job ID: " + reason (a LIKE
+ * pattern) in its error. */
+static bool failed_at_once(const env *e, uint64_t id, const char *reason)
+{
+    return fleet_sqlf(&e->h, "SELECT attempts = 1 AND error LIKE '%%job %llu: %s%%' FROM jobs"
+                             " WHERE id = %llu", (unsigned long long)id, reason,
+                      (unsigned long long)id) == 1;
+}
+
 static void test_bad_jobs(env *e)
 {
     fleet_worker w;
@@ -94,18 +103,11 @@ static void test_bad_jobs(env *e)
     size_t final = rc == 0 ? fleet_wait(e->c, ids, 4, 20000, st, NULL) : 0;
     CHECK(final == 4 && st[0] == LLMQ_STATE_DONE && st[3] == LLMQ_STATE_DONE,
           "the good jobs of a batch complete next to bad ones");
-    char want[160];
-    snprintf(want, sizeof want, "%%job %llu: prompt token 1: id 99999 out of range%%",
-             (unsigned long long)ids[1]);
     CHECK(st[1] == LLMQ_STATE_FAILED &&
-              fleet_sqlf(&e->h, "SELECT attempts = 1 AND error LIKE '%s' FROM jobs WHERE id = %llu",
-                         want, (unsigned long long)ids[1]) == 1,
+              failed_at_once(e, ids[1], "prompt token 1: id 99999 out of range"),
           "a token id outside the vocabulary fails at once, naming the job and the token");
-    snprintf(want, sizeof want, "%%job %llu: prompt: %% tokens do not fit the context of 64%%",
-             (unsigned long long)ids[2]);
     CHECK(st[2] == LLMQ_STATE_FAILED &&
-              fleet_sqlf(&e->h, "SELECT attempts = 1 AND error LIKE '%s' FROM jobs WHERE id = %llu",
-                         want, (unsigned long long)ids[2]) == 1,
+              failed_at_once(e, ids[2], "prompt: % tokens do not fit the context of 64"),
           "a prompt longer than the context fails at once, naming the job and the prompt");
     int64_t t0 = h_now_ms();
     int status = fleet_stop(&w, 10000);
