@@ -106,7 +106,7 @@ tests_integration_test_client_CFLAGS = $(LLMQ_HARNESS_CFLAGS)
 tests_integration_test_client_LDADD = proto/libllmq.la $(LLMQ_HARNESS_LIBS) -lm
 # ---- end proto: clients against a broker ----
 
-# ---- worker: end to end with real brokers, llmq-worker processes and SQLite ----
+# ---- worker: its parts, and end to end with real brokers, llmq-worker processes and SQLite ----
 LLMQ_FLEET = tests/integration/fleet.c tests/integration/fleet.h $(LLMQ_HARNESS)
 check_PROGRAMS += tests/integration/test-e2e
 TESTS += tests/integration/test-e2e
@@ -118,7 +118,12 @@ TESTS += tests/integration/test-worker
 tests_integration_test_worker_SOURCES = tests/integration/test-worker.c $(LLMQ_FLEET)
 tests_integration_test_worker_CFLAGS = $(LLMQ_HARNESS_CFLAGS)
 tests_integration_test_worker_LDADD = proto/libllmq.la $(LLMQ_HARNESS_LIBS)
-# ---- end worker: end to end ----
+check_PROGRAMS += tests/unit/test-worker-parts
+TESTS += tests/unit/test-worker-parts
+tests_unit_test_worker_parts_SOURCES = tests/unit/test-worker-parts.c tests/unit/check.h
+tests_unit_test_worker_parts_CFLAGS = $(AM_CFLAGS) $(MSGPACK_CFLAGS)
+tests_unit_test_worker_parts_LDADD = $(LLMQ_WORKER_LIBS)
+# ---- end worker ----
 
 # ---- engine scheduling rules (worker/engine/engine.c) ----
 check_PROGRAMS += tests/unit/test-engine

@@ -18,17 +18,24 @@ worker_libllmq_engine_a_SOURCES = \
 	worker/engine/engine.c worker/engine/engine.h \
 	worker/engine/perplexity.c worker/engine/perplexity.h
 
-# ---- llmq-worker (worker/main.c, link, session, jobs, jobconv, identity, text) ----
-bin_PROGRAMS += worker/llmq-worker
-worker_llmq_worker_SOURCES = worker/main.c \
+# ---- llmq-worker (worker/main.c over libllmq_worker: link, session, jobs, jobconv, ...) ----
+noinst_LIBRARIES += worker/libllmq_worker.a
+worker_libllmq_worker_a_SOURCES = \
 	worker/link.c worker/link.h \
 	worker/session.c worker/session.h \
 	worker/jobs.c worker/jobs.h \
 	worker/jobconv.c worker/jobconv.h \
 	worker/identity.c worker/identity.h \
 	worker/text.c worker/text.h
-worker_llmq_worker_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(MSGPACK_CFLAGS)
-# LLMQ_CUDA_LIBS (kernels/local.mk) is empty in a build without CUDA.
-worker_llmq_worker_LDADD = worker/libllmq_engine.a $(LLMQ_CUDA_LIBS) $(LLMQ_MODEL_LIBS) \
-	$(LLMQ_PROTO_LIBS) $(ZMQ_LIBS)
+worker_libllmq_worker_a_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(MSGPACK_CFLAGS)
+
+# Link order: worker needs engine needs model needs kernels needs common; proto
+# for the wire.  LLMQ_CUDA_LIBS (kernels/local.mk) is empty without CUDA.
+LLMQ_WORKER_LIBS = worker/libllmq_worker.a worker/libllmq_engine.a $(LLMQ_CUDA_LIBS) \
+	$(LLMQ_MODEL_LIBS) $(LLMQ_PROTO_LIBS) $(ZMQ_LIBS)
+
+bin_PROGRAMS += worker/llmq-worker
+worker_llmq_worker_SOURCES = worker/main.c
+worker_llmq_worker_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS)
+worker_llmq_worker_LDADD = $(LLMQ_WORKER_LIBS)
 # ---- end llmq-worker ----

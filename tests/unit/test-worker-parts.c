@@ -1,0 +1,148 @@
+/* test-worker-parts: the pieces of llmq-worker that need no broker.
+ *
+ * Pins: text_clean turns any bytes into a string the wire accepts (bad
+ * UTF-8 and NUL become U+FFFD, cuts fall on character boundaries) and a
+ * job_result carrying it decodes at the broker's end; the job table never
+ * lets held jobs plus granted credits exceed the slots, and a new session
+ * starts from the jobs still held; a job's text prompt becomes the tokens
+ * llmq-run would use (BOS first), its token ids stay as given, its
+ * sampling fields reach the engine; a finished sequence becomes a result
+ * with the engine's finish reason and per-job timings. */
+#include <string.h>
+
+#include "tests/unit/check.h"
+#include "worker/jobconv.h"
+#include "worker/jobs.h"
+#include "worker/text.h"
+
+static const char FFFD[] = "\xEF\xBF\xBD";
+
+static void test_text(void)
+{
+    char *t = text_clean("caf\xC3\xA9 ok", 8, 100);
+    CHECK(t && strcmp(t, "caf\xC3\xA9 ok") == 0, "valid UTF-8 is kept as it is");
+    free(t);
+    static const char bad[] = {'a', (char)0x80, 'b', 0, 'c', (char)0xE2, (char)0x82};
+    t = text_clean(bad, sizeof bad, 100);
+    char want[64];
+    snprintf(want, sizeof want, "a%sb%sc%s%s", FFFD, FFFD, FFFD, FFFD);
+    CHECK(t && strcmp(t, want) == 0,
+          "a stray continuation byte, a NUL and a cut character each become U+FFFD");
+    free(t);
+    t = text_clean("h\xC3\xA9llo", 6, 2);
+    CHECK(t && strcmp(t, "h") == 0, "a cut to 2 bytes does not split the 2-byte character");
+    free(t);
+
+    char *text = text_clean(bad, sizeof bad, WIRE_MAX_TEXT_BYTES);
+    wire_msg m, back;
+    wire_msg_init(&m, WIRE_T_JOB_RESULT);
+    m.result = (wire_result){.id = 1, .attempt = 1, .text = text, .finish = WIRE_FINISH_LENGTH};
+    char *body = NULL;
+    size_t len;
+    wire_error we;
+    int rc = wire_encode(&m, &body, &len, &we) ||
+             wire_decode(body, len, WIRE_DIR_WORKER_TO_BROKER, &back, &we);
+    CHECK(rc == 0 && strcmp(back.result.text, text) == 0,
+          "a result with the repaired text decodes at the broker (%s)", rc ? we.err.msg : "ok");
+    if (rc == 0)
+        wire_msg_free(&back);
+    free(body);
+    free(text);
+}
+
+static void test_jobs(void)
+{
+    jobs t;
+    jobs_init(&t, 3, NULL);
+    CHECK(jobs_grantable(&t) == 3, "a new table grants all 3 slots");
+    jobs_granted(&t, 3);
+    jobs_arrived(&t);
+    jobs_entry *e = jobs_add(&t, 7, 1);
+    CHECK(e && jobs_grantable(&t) == 0 && t.credits == 2,
+          "a job arriving uses a credit: 1 held + 2 credits, nothing more to grant");
+    jobs_arrived(&t);
+    jobs_add(&t, 8, 1);
+    jobs_arrived(&t);
+    jobs_add(&t, 9, 2);
+    CHECK(jobs_add(&t, 10, 1) == NULL && t.n == 3, "a fourth job finds no slot");
+    jobs_remove(&t, jobs_find(&t, 8));
+    CHECK(jobs_grantable(&t) == 1 && jobs_find(&t, 9) && jobs_find(&t, 9)->attempt == 2 &&
+              !jobs_find(&t, 8),
+          "a job leaving frees one slot to grant; the others keep their attempt");
+    CHECK(jobs_mark_stale(&t) == 2 && jobs_n_stale(&t) == 2, "a lost session makes both stale");
+    jobs_remove(&t, jobs_find(&t, 7));
+    jobs_new_session(&t);
+    CHECK(jobs_grantable(&t) == 2 && jobs_n_stale(&t) == 1,
+          "a new session grants the slots not held");
+    jobs_free(&t);
+}
+
+static void test_jobconv(const tok_vocab *v)
+{
+    wire_job j = {.id = 42, .attempt = 1, .prompt = "Once upon a time",
+                  .sampling = wire_sampling_default()};
+    j.sampling.temperature = 0.5f;
+    j.sampling.seed = 9;
+    j.sampling.repeat_last_n = -1;
+    jobconv_request r;
+    llmq_err err;
+    int32_t *ids;
+    size_t n;
+    tok_encode(v, j.prompt, strlen(j.prompt), true, true, &ids, &n, &err);
+    int rc = jobconv_request_make(&r, &j, v, &err);
+    CHECK(rc == 0 && r.req.id == 42 && (size_t)r.req.n_prompt == n && r.req.prompt[0] == tok_bos(v) &&
+              memcmp(r.req.prompt, ids, n * sizeof *ids) == 0,
+          "a text prompt gets llmq-run's tokens, BOS first (%zu tokens)", n);
+    CHECK(rc == 0 && r.req.sampling.temperature == 0.5f && r.req.sampling.seed == 9 &&
+              r.req.sampling.penalty_last_n == -1 && r.req.max_tokens == 256,
+          "sampling fields and the max_tokens default reach the engine");
+    jobconv_request_free(&r);
+    free(ids);
+    static const uint32_t toks[] = {1, 403, 407};
+    j.prompt = NULL;
+    j.tokens = toks;
+    j.n_tokens = 3;
+    rc = jobconv_request_make(&r, &j, v, &err);
+    CHECK(rc == 0 && r.req.n_prompt == 3 && r.req.prompt[0] == 1 && r.req.prompt[2] == 407,
+          "token ids are used as given, no BOS added");
+    jobconv_request_free(&r);
+
+    static const int32_t out[] = {432, 383};
+    engine_event ev = {.id = 42, .finish = ENGINE_FINISH_EOG, .tokens = out, .n_tokens = 2,
+                       .full_text = ", there", .full_text_len = 7,
+                       .timing = {.added_ms = 100, .first_sched_ms = 110, .first_token_ms = 125,
+                                  .finished_ms = 140, .n_prompt = 5, .n_generated = 2}};
+    jobconv_result res;
+    rc = jobconv_result_make(&res, 3, &ev, &err);
+    const wire_result *w = &res.msg.result;
+    CHECK(rc == 0 && w->id == 42 && w->attempt == 3 && w->finish == WIRE_FINISH_STOP &&
+              strcmp(w->text, ", there") == 0 && w->n_tokens == 2 && w->tokens[1] == 383 &&
+              w->prompt_tokens == 5 && w->gen_tokens == 2,
+          "an end-of-generation token is finish 'stop', with the text and tokens");
+    CHECK(rc == 0 && w->timings.prefill_ms == 15 && w->timings.decode_ms == 15,
+          "prefill is first scheduled -> first token, decode first token -> last (15, 15 ms)");
+    jobconv_result_free(&res);
+}
+
+int main(void)
+{
+    test_text();
+    test_jobs();
+    const char *data = getenv("LLMQ_TEST_DATA");
+    if (!data)
+        return 77;
+    char path[512];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", data);
+    gguf_file *f = NULL;
+    tok_vocab *v = NULL;
+    llmq_err err;
+    if (gguf_open(&f, path, &err) != 0 || tok_load(&v, f, &err) != 0) {
+        printf("FAIL - %s\n", err.msg);
+        gguf_close(f);
+        return 1;
+    }
+    test_jobconv(v);
+    tok_free(v);
+    gguf_close(f);
+    return check_done();
+}
