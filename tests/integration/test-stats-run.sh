@@ -1,0 +1,168 @@
+#!/bin/sh
+# test-stats-run: llmq-stats on the database of a real run: llmq-broker, two
+# llmq-worker processes (CPU engine, stories260K) and batches submitted with
+# llmq-submit.
+#
+# Pins: llmq-stats reads the database while the broker runs, also with a
+# batch in flight (states add up to the batch); per batch, per worker, over
+# time, per worker over time, the histogram and the job list agree with sums
+# computed independently in SQL by Python's sqlite3 on the same file; CSV
+# has a header and a row per batch; the SVG is well-formed XML with one line
+# per worker and bars holding every done job; after a clean shutdown the
+# workers' online time stops at their goodbye.
+
+. "$LLMQ_SRCDIR/tests/integration/env.sh"
+STATS=$LLMQ_BUILDDIR/tools/llmq-stats
+SUBMIT=$LLMQ_BUILDDIR/tools/llmq-submit
+
+it_init stats-run
+it_broker
+it_worker w1 --slots 8
+w1=$worker_pid
+it_worker w2 --slots 8
+w2=$worker_pid
+it_wait_workers 2
+check $? "a broker and two workers are up"
+
+# n jobs of batch $1 into $2: varied prompts and lengths, greedy and sampled.
+jobs() {
+    i=1
+    while [ "$i" -le "$3" ]; do
+        printf '{"id": "%s-%d", "prompt": "Once upon a time, a %s named %d", "max_tokens": %d, "temperature": %s, "seed": %d}\n' \
+            "$1" "$i" "$(echo cat dog bird fish | cut -d' ' -f$((i % 4 + 1)))" "$i" \
+            $((8 + i % 5 * 8)) "$((i % 2))" "$i"
+        i=$((i + 1))
+    done >"$2"
+}
+
+jobs run1 "$dir/run1.jsonl" 30
+timeout 120 "$SUBMIT" --broker "$clients" -i "$dir/run1.jsonl" -o "$dir/run1.out" --batch run1 \
+    2>>"$dir/submit.log"
+check $? "llmq-submit runs batch run1 (30 jobs) to completion"
+
+jobs run2 "$dir/run2.jsonl" 12
+timeout 30 "$SUBMIT" --broker "$clients" -i "$dir/run2.jsonl" -o /dev/null --batch run2 --no-wait \
+    2>>"$dir/submit.log"
+"$STATS" --db "$db" --format json -t batches >"$dir/inflight.json" 2>>"$dir/stats.log"
+check $? "llmq-stats reads the database while the broker runs a batch"
+"$PY" - "$dir/inflight.json" <<'EOF'
+import json, sys
+row = [r for r in json.load(open(sys.argv[1]))["batches"] if r["batch"] == "run2"][0]
+states = sum(row[k] for k in ("done", "failed", "cancelled", "queued", "running"))
+sys.exit(0 if row["jobs"] == 12 and states == 12 else 1)
+EOF
+check $? "in flight, batch run2's jobs per state add up to its 12 jobs"
+# The same file and batch again: the keys name the jobs submitted above, so
+# this only waits for them.
+timeout 120 "$SUBMIT" --broker "$clients" -i "$dir/run2.jsonl" -o "$dir/run2.out" --batch run2 \
+    2>>"$dir/submit.log"
+check $? "batch run2 completes"
+
+"$STATS" --db "$db" --format json -t batches -t workers -t time -t worker-time -t histogram \
+    -t jobs --bucket 1s >"$dir/all.json" 2>>"$dir/stats.log"
+check $? "llmq-stats --format json with every table"
+
+# The independent figures: plain SQL over the raw tables, by another reader.
+"$PY" - "$dir/all.json" "$db" >"$dir/compare.out" <<'EOF'
+import json, sqlite3, sys
+s = json.load(open(sys.argv[1]))
+db = sqlite3.connect(f"file:{sys.argv[2]}?mode=ro", uri=True)
+q = lambda sql, *a: db.execute(sql, a).fetchone()[0]
+out = []
+def check(ok, what):
+    out.append(("ok - " if ok else "FAIL - ") + what)
+def near(a, b):
+    return a is not None and b is not None and abs(a - b) <= 1e-6 * max(1, abs(b))
+
+for b in ("run1", "run2"):
+    row = [r for r in s["batches"] if r["batch"] == b][0]
+    res = "FROM results r JOIN jobs j ON j.id = r.job_id WHERE j.batch_id = ?"
+    gen = q(f"SELECT sum(r.generated_tokens) {res}", b)
+    wall = q("SELECT (max(finished_at) - min(submitted_at)) / 1000.0 FROM jobs WHERE batch_id = ?", b)
+    check(row["jobs"] == q("SELECT count(*) FROM jobs WHERE batch_id = ?", b)
+          and row["done"] == q("SELECT count(*) FROM jobs WHERE batch_id = ? AND state = 'done'", b)
+          and row["prompt_tokens"] == q(f"SELECT sum(r.prompt_tokens) {res}", b)
+          and row["gen_tokens"] == gen,
+          f"batch {b}: jobs, done, prompt and generated tokens equal SQL sums ({gen} tokens)")
+    check(near(row["wall_s"], wall) and near(row["tok_s"], gen / wall),
+          f"batch {b}: wall time {wall:.2f} s and tok/s as computed from the jobs")
+    waits = sorted(r[0] for r in db.execute(f"SELECT r.queue_wait_ms {res}", (b,)))
+    n = len(waits)
+    check(row["wait_p50_ms"] == waits[(50 * n + 99) // 100 - 1]
+          and row["wait_p95_ms"] == waits[(95 * n + 99) // 100 - 1],
+          f"batch {b}: queue wait p50/p95 are the nearest ranks of {n} waits")
+    check(near(row["decode_tok_s"], q(f"SELECT 1000.0 * sum(r.generated_tokens) / sum(r.decode_ms) {res}", b)),
+          f"batch {b}: decode tok/s is generated tokens over decode time")
+
+names = sorted(r["worker"] for r in s["workers"])
+check(names == ["w1", "w2"], f"workers: w1 and w2 ({names})")
+for w in s["workers"]:
+    by = "FROM results r JOIN workers w ON w.id = r.worker_id WHERE w.name = ?"
+    check(w["jobs"] == q(f"SELECT count(*) {by}", w["worker"])
+          and w["gen_tokens"] == q(f"SELECT sum(r.generated_tokens) {by}", w["worker"])
+          and w["jobs"] > 0,
+          f"worker {w['worker']}: {w['jobs']} jobs and {w['gen_tokens']} tokens as in SQL")
+    check(0 < w["busy_s"] <= w["online_s"] and 0 < w["util_pct"] <= 100
+          and near(w["tok_s"], w["gen_tokens"] / w["busy_s"]),
+          f"worker {w['worker']}: busy {w['busy_s']:.2f} s of {w['online_s']:.2f} s online, "
+          f"tok/s over busy time")
+
+total = q("SELECT sum(generated_tokens) FROM results")
+done = q("SELECT count(*) FROM jobs WHERE state = 'done'")
+check(sum(r["gen_tokens"] for r in s["time"]) == total and sum(r["done"] for r in s["time"]) == done,
+      f"time: 1 s buckets hold all {done} done jobs and {total} tokens")
+span = q("SELECT max(finished_at) / 1000 - min(finished_at) / 1000 + 1 FROM jobs")
+check(len(s["time"]) == span, f"time: one row per second from the first finish to the last ({span})")
+for w in ("w1", "w2"):
+    got = sum(r["gen_tokens"] for r in s["worker-time"] if r["worker"] == w)
+    check(got == q("SELECT sum(generated_tokens) FROM results r JOIN workers w ON w.id = r.worker_id"
+                   " WHERE w.name = ?", w),
+          f"worker-time: {w}'s buckets add up to its tokens ({got})")
+check(sum(r["jobs"] for r in s["histogram"]) == q("SELECT count(*) FROM results WHERE decode_tok_s IS NOT NULL"),
+      "histogram: every done job with a decode time in one bin")
+check(len(s["jobs"]) == q("SELECT count(*) FROM jobs"), f"jobs: one row per job ({len(s['jobs'])})")
+print("\n".join(out))
+EOF
+cat "$dir/compare.out"
+passed=$((passed + $(grep -c '^ok - ' "$dir/compare.out")))
+failed=$((failed + $(grep -c '^FAIL - ' "$dir/compare.out")))
+grep -q '^ok - ' "$dir/compare.out"
+check $? "the SQL comparison ran"
+
+"$STATS" --db "$db" --format csv -t batches >"$dir/batches.csv" 2>>"$dir/stats.log"
+"$PY" -c 'import csv, sys
+rows = list(csv.reader(open(sys.argv[1], newline="")))
+sys.exit(0 if rows[0][:3] == ["batch", "jobs", "done"] and sorted(r[0] for r in rows[1:]) == ["run1", "run2"] else 1)' \
+    "$dir/batches.csv"
+check $? "CSV: a header and one row per batch"
+
+"$STATS" --db "$db" --quiet --plot "$dir/plot.svg" 2>>"$dir/stats.log"
+check $? "llmq-stats --plot writes the SVG"
+"$PY" - "$dir/plot.svg" "$db" <<'EOF'
+import sqlite3, sys, xml.dom.minidom
+d = xml.dom.minidom.parse(sys.argv[1])
+g = {e.getAttribute("id"): e for e in d.getElementsByTagName("g")}
+series = sorted({p.getAttribute("data-series") for p in g["throughput"].getElementsByTagName("polyline")})
+bars = g["histogram"].getElementsByTagName("rect")
+jobs = sum(int(b.getElementsByTagName("title")[0].firstChild.data.split(": ")[1].split()[0]) for b in bars)
+db = sqlite3.connect(f"file:{sys.argv[2]}?mode=ro", uri=True)
+done = db.execute("SELECT count(*) FROM results WHERE decode_tok_s IS NOT NULL").fetchone()[0]
+sys.exit(0 if series == ["w1", "w2"] and jobs == done else 1)
+EOF
+check $? "the SVG is well-formed XML with a line per worker and bars holding every done job"
+
+it_stop "$w1" && it_stop "$w2" && it_stop "$broker_pid"
+check $? "workers and broker stop cleanly"
+"$STATS" --db "$db" --format json -t workers >"$dir/after.json" 2>>"$dir/stats.log"
+"$PY" - "$dir/after.json" "$db" <<'EOF'
+import json, sqlite3, sys
+db = sqlite3.connect(f"file:{sys.argv[2]}?mode=ro", uri=True)
+ok = True
+for w in json.load(open(sys.argv[1]))["workers"]:
+    seen = db.execute("SELECT (last_seen - first_seen) / 1000.0, state FROM workers WHERE name = ?",
+                      (w["worker"],)).fetchone()
+    ok = ok and seen[1] == "gone" and abs(w["online_s"] - seen[0]) < 1e-6
+sys.exit(0 if ok else 1)
+EOF
+check $? "after shutdown, online time runs from hello to goodbye"
+it_done
