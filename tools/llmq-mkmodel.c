@@ -70,6 +70,7 @@ static void usage(FILE *to)
             "\n"
             "Writes a LLaMA GGUF with random, well-scaled weights (row std ~ 1/sqrt(fan_in))\n"
             "and the tokenizer of VOCAB.gguf, as llama.cpp names and lays it out.\n"
+            "  --vocab VOCAB.gguf  the GGUF whose tokenizer (and only that) is copied\n"
             "  --dim D        embedding width (a multiple of 256 for k-quant mixes, 32 for q8_0)\n"
             "  --layers L     transformer blocks\n"
             "  --heads H      attention heads (divide D, with an even head size)\n"
@@ -79,8 +80,9 @@ static void usage(FILE *to)
             "  --mix MIX      q4_k_m (llama.cpp's Q4_K_M), or one type for every matrix:\n"
             "                 q4_k, q6_k, q8_0, f16 or f32 (norms are always f32)\n"
             "  --seed S       random seed: same seed, same bytes (whatever the thread count)\n"
-            "  -o OUT.gguf    output, written as OUT.gguf.tmp and renamed when complete\n"
+            "  -o, --output OUT.gguf  output, written as OUT.gguf.tmp and renamed when complete\n"
             "  --threads N    worker threads (default: all cores)\n"
+            "  -h, --help     this text\n"
             "Exit status: 0 written, 1 failure, 2 bad command line.\n");
 }
 
