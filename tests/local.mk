@@ -148,4 +148,8 @@ check_PROGRAMS += docs/examples/client
 docs_examples_client_SOURCES = docs/examples/client.c
 docs_examples_client_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/proto
 docs_examples_client_LDADD = proto/libllmq.la
+
+# Every program's --help and man page (man/) name every flag it accepts.
+TESTS += tests/unit/test-help.sh
+EXTRA_DIST += tests/unit/test-help.sh
 # ---- end llmq-stats ----

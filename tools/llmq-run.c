@@ -57,8 +57,10 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: llmq-run -m MODEL [MODE] [options]\n"
             "\n"
+            "  -m, --model FILE      the GGUF model file (required)\n"
+            "\n"
             "modes:\n"
-            "  -p TEXT               generate a continuation of TEXT, streamed to stdout (default mode)\n"
+            "  -p, --prompt TEXT     generate a continuation of TEXT, streamed to stdout (default mode)\n"
             "  --parallel N -f FILE  run the prompts of FILE (one per line) N at a time in one batch\n"
             "  --perplexity FILE     perplexity of FILE's text as llama-perplexity computes it (-c CTX)\n"
             "  --bench               pp512, tg128 and decode tok/s at 1, 8, 64 sequences (table + JSON)\n"

@@ -1,0 +1,10 @@
+# man: the manual pages, and the documents they refer to, installed by
+# `make install` (man pages under $(mandir), documents under $(docdir)).
+dist_man_MANS = \
+	man/llmq.7 \
+	man/llmq-broker.1 \
+	man/llmq-worker.1 \
+	man/llmq-submit.1 \
+	man/llmq-stats.1 \
+	man/llmq-run.1 \
+	man/llmq-mkmodel.1

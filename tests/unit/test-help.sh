@@ -1,0 +1,82 @@
+#!/bin/sh
+# test-help: every program's --help and man page name every flag it accepts.
+#
+# Pins: for each installed program, each long option of its getopt table
+# (read from its source) and each short option of its getopt string appears
+# in its --help text and in its man page; --help exits 0; the man pages and
+# llmq(7) render without groff warnings.  A flag added to a program without
+# documentation fails here.
+
+if [ -z "$LLMQ_BUILDDIR" ] || [ -z "$LLMQ_SRCDIR" ]; then
+    echo "LLMQ_BUILDDIR and LLMQ_SRCDIR must be set: run through 'make check'" >&2
+    exit 77
+fi
+TMP=$(mktemp -d) || exit 99
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+
+check() {
+    if [ "$1" -eq 0 ]; then
+        echo "ok - $2"
+        passed=$((passed + 1))
+    else
+        echo "FAIL - $2"
+        failed=$((failed + 1))
+    fi
+}
+
+# Long option names of the struct option tables in a source file.
+long_options() {
+    grep -o '{"[a-z0-9-]*", *[a-z]*_argument' "$1" | sed 's/{"\([a-z0-9-]*\)".*/\1/' | sort -u
+}
+
+# Letters of the getopt_long option string ("b:m:vh" -> b m v h).
+short_options() {
+    grep -o 'getopt_long([^"]*"[^"]*"' "$1" | sed 's/.*"\(.*\)"/\1/' | tr -d ':' | fold -w1
+}
+
+# documents PROGRAM SOURCE MAN: each flag in --help and in the man page.
+documents() {
+    prog=$1 src=$LLMQ_SRCDIR/$2 page=$LLMQ_SRCDIR/man/$3
+    name=$(basename "$prog")
+    "$LLMQ_BUILDDIR/$prog" --help >"$TMP/help" 2>&1
+    check $? "$name --help exits 0"
+    # In roff a hyphen is written \- : read the page as plain text.
+    sed 's/\\-/-/g; s/\\f[BIRP]//g' "$page" >"$TMP/man"
+    missing_help="" missing_man="" n=0
+    for opt in $(long_options "$src"); do
+        n=$((n + 1))
+        grep -q -- "--$opt\\b" "$TMP/help" || missing_help="$missing_help --$opt"
+        grep -q -- "--$opt\\b" "$TMP/man" || missing_man="$missing_man --$opt"
+    done
+    for opt in $(short_options "$src"); do
+        n=$((n + 1))
+        grep -q -- "-$opt\\b" "$TMP/help" || missing_help="$missing_help -$opt"
+        grep -q -- "-$opt\\b" "$TMP/man" || missing_man="$missing_man -$opt"
+    done
+    [ "$n" -gt 2 ] && [ -z "$missing_help" ]
+    check $? "$name --help names its $n flags${missing_help:+ (missing:$missing_help)}"
+    [ "$n" -gt 2 ] && [ -z "$missing_man" ]
+    check $? "man/$3 names its $n flags${missing_man:+ (missing:$missing_man)}"
+}
+
+documents broker/llmq-broker broker/main.c llmq-broker.1
+documents worker/llmq-worker worker/main.c llmq-worker.1
+documents tools/llmq-submit tools/llmq-submit.c llmq-submit.1
+documents tools/llmq-stats tools/llmq-stats.c llmq-stats.1
+documents tools/llmq-run tools/llmq-run.c llmq-run.1
+documents tools/llmq-mkmodel tools/llmq-mkmodel.c llmq-mkmodel.1
+
+if command -v groff >/dev/null; then
+    for page in "$LLMQ_SRCDIR"/man/*.[17]; do
+        warnings=$(groff -man -Tutf8 -ww -z "$page" 2>&1)
+        [ -z "$warnings" ]
+        check $? "$(basename "$page") renders without warnings${warnings:+: $warnings}"
+    done
+else
+    echo "skip - groff is not installed: man pages not rendered"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
