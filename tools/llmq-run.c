@@ -80,6 +80,7 @@ static void usage(FILE *out)
             "      --ignore-eos      keep generating past end-of-generation tokens\n"
             "\n"
             "engine:\n"
+            "      --cpu             run on the CPU even when a GPU is there\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
             "  -c, --ctx N           context per sequence (default: the model's; perplexity: 512);\n"
             "                        --ctx-size N is the same (llama.cpp's name)\n"
