@@ -153,3 +153,10 @@ docs_examples_client_LDADD = proto/libllmq.la
 TESTS += tests/unit/test-help.sh
 EXTRA_DIST += tests/unit/test-help.sh
 # ---- end llmq-stats ----
+
+# ---- CPU dot kernels: SIMD bit-identical to the reference (kernels/cpu/dot*.c) ----
+check_PROGRAMS += tests/unit/test-dot
+TESTS += tests/unit/test-dot
+tests_unit_test_dot_SOURCES = tests/unit/test-dot.c tests/unit/check.h
+tests_unit_test_dot_LDADD = kernels/libllmq_kernels.a common/libllmq_common.a -lm
+# ---- end CPU dot kernels ----

@@ -14,13 +14,16 @@
 typedef struct cpu_backend {
     backend base;
     pool *pool;
+    const dot_kernels *k; /* picked once for this CPU */
 } cpu_backend;
 
 struct be_weight {
     quant_type type;
     int64_t rows, cols;
     size_t row_bytes;
-    const uint8_t *data; /* caller's memory (the mapped GGUF): never copied */
+    const uint8_t *data; /* caller's memory (the mapped GGUF): never written */
+    uint8_t *pack;       /* owned: dot_pack's layout, when the kernels have one */
+    size_t group_bytes;  /* of one packed group of DOT_GROUP rows */
 };
 
 struct be_kv {
@@ -34,10 +37,13 @@ struct be_kv {
  * type that asked for it last. */
 typedef struct cpu_actq {
     dot_act kind;
-    int8_t *q;
-    float *d;   /* a scale per 32 (q8_0) or 256 (q8_K) values */
-    int32_t *s; /* q8_K: a sum per 16 values */
+    dot_q8_act act;
 } cpu_actq;
+
+typedef struct quantize_job {
+    const cpu_backend *cb;
+    const be_act *a;
+} quantize_job;
 
 static pool *pool_of(backend *be) { return ((cpu_backend *)be)->pool; }
 
@@ -80,7 +86,7 @@ static int cpu_sync(backend *be, llmq_err *err)
 static int cpu_weight_load(backend *be, quant_type type, int64_t rows, int64_t cols,
                            const void *data, be_weight **out, llmq_err *err)
 {
-    (void)be;
+    const cpu_backend *cb = (const cpu_backend *)be;
     uint64_t row_bytes;
     if (quant_row_bytes(type, (uint64_t)cols, &row_bytes, err) != 0)
         return -1;
@@ -91,13 +97,24 @@ static int cpu_weight_load(backend *be, quant_type type, int64_t rows, int64_t c
     if (!w)
         return llmq_errf(err, "cpu backend: out of memory");
     *w = (be_weight){.type = type, .rows = rows, .cols = cols, .row_bytes = row_bytes, .data = data};
+    if (dot_kernels_q8_tile(cb->k, type)) {
+        w->pack = cpu_alloc(be, dot_pack_bytes(type, rows, cols), err);
+        if (!w->pack) {
+            free(w);
+            return llmq_err_prefix(err, "packing a %s matrix of %lld x %lld", quant_type_name(type),
+                                   (long long)rows, (long long)cols);
+        }
+        dot_pack(type, data, row_bytes, rows, cols, w->pack);
+        w->group_bytes = dot_pack_group_bytes(type, cols);
+    }
     *out = w;
     return 0;
 }
 
 static void cpu_weight_free(backend *be, be_weight *w)
 {
-    (void)be;
+    if (w)
+        cpu_free(be, w->pack);
     free(w);
 }
 
@@ -108,9 +125,10 @@ static void cpu_act_destroy(backend *be, be_act *a)
     (void)be;
     cpu_actq *aq = a->q;
     if (aq) {
-        free(aq->q);
-        free(aq->d);
-        free(aq->s);
+        free(aq->act.q);
+        free(aq->act.d);
+        free(aq->act.s16);
+        free(aq->act.s32);
         free(aq);
     }
     free(a->x);
@@ -127,11 +145,12 @@ static int cpu_act_create(backend *be, int32_t max_rows, int32_t max_cols, be_ac
     out->x = cpu_alloc(be, n * sizeof(float), err);
     out->q = aq;
     if (aq) {
-        aq->q = cpu_alloc(be, n, err);
-        aq->d = cpu_alloc(be, nb * sizeof(float), err); /* per 16: room for either */
-        aq->s = cpu_alloc(be, nb * sizeof(int32_t), err);
+        aq->act.q = cpu_alloc(be, n, err);
+        aq->act.d = cpu_alloc(be, nb * sizeof(float), err); /* per 16: room for either */
+        aq->act.s16 = cpu_alloc(be, nb * sizeof(int16_t), err);
+        aq->act.s32 = cpu_alloc(be, nb * sizeof(int16_t), err);
     }
-    if (!out->x || !aq || !aq->q || !aq->d || !aq->s) {
+    if (!out->x || !aq || !aq->act.q || !aq->act.d || !aq->act.s16 || !aq->act.s32) {
         cpu_act_destroy(be, out);
         return llmq_errf(err, "cpu backend: cannot allocate activations %d x %d", max_rows,
                          max_cols);
@@ -267,38 +286,72 @@ static void cpu_rmsnorm(backend *be, const float *x, const float *w, float eps, 
 
 /* ---- matmul ---- */
 
-/* Tiles of weight rows x activation rows keep a few weight rows in L1 while
- * the activation rows stream past; the tile shape changes which thread does a
- * pair, never how the pair is summed. */
-#define TILE_W 16
+/* A task is a block of weight units (packed groups of DOT_GROUP rows, or
+ * F_ROWS float rows) x a block of up to TILE_X activation rows; the tiling
+ * changes which thread computes a pair, never how the pair is summed. */
 #define TILE_X 64
+#define F_ROWS 4
+#define TASKS_PER_THREAD 4
 
 typedef struct matmul_job {
+    const dot_kernels *k;
     const be_weight *w;
     const be_act *in;
     float *out;
     bool accumulate;
-    int64_t tiles_w;
+    int64_t unit_rows;      /* weight rows per unit */
+    int64_t units_per_task; /* weight units per task */
+    int64_t tasks_w;
 } matmul_job;
 
 static void quantize_task(void *ctx, int64_t r)
 {
-    const be_act *a = ctx;
+    const cpu_backend *cb = ((const quantize_job *)ctx)->cb;
+    const be_act *a = ((const quantize_job *)ctx)->a;
     cpu_actq *aq = a->q;
+    dot_q8_act *q = &aq->act;
     if (aq->kind == DOT_ACT_Q8_0)
-        dot_quantize_q8_0(a->x + r * a->cols, a->cols, aq->q + r * a->cols,
-                          aq->d + r * (a->cols / QK8_0));
+        dot_quantize_q8_0(a->x + r * a->cols, a->cols, q->q + r * a->cols,
+                          q->d + r * (a->cols / QK8_0), q->s32 + r * (a->cols / 32));
     else
-        dot_quantize_q8_K(a->x + r * a->cols, a->cols, aq->q + r * a->cols,
-                          aq->d + r * (a->cols / QK_K), aq->s + r * (a->cols / 16));
+        cb->k->quantize_q8_K(a->x + r * a->cols, a->cols, q->q + r * a->cols,
+                             q->d + r * (a->cols / QK_K), q->s16 + r * (a->cols / 16),
+                             q->s32 + r * (a->cols / 32));
 }
 
-static dot_q8_row act_row(const be_act *a, int64_t t)
+/* out[t][n0 + r] (+)= tile[t - t0][r] for the rows of the tile that exist. */
+static void store_tile(const matmul_job *j, const float *tile, int64_t stride, int64_t n0,
+                       int64_t nn, int64_t t0, int64_t nt)
 {
-    const cpu_actq *aq = a->q;
-    const int64_t per_d = aq->kind == DOT_ACT_Q8_0 ? QK8_0 : QK_K;
-    return (dot_q8_row){.q = aq->q + t * a->cols, .d = aq->d + t * (a->cols / per_d),
-                        .s = aq->s + t * (a->cols / 16)};
+    for (int64_t t = 0; t < nt; t++) {
+        float *o = j->out + (t0 + t) * j->w->rows + n0;
+        const float *v = tile + t * stride;
+        if (j->accumulate)
+            for (int64_t r = 0; r < nn; r++)
+                o[r] += v[r];
+        else
+            memcpy(o, v, (size_t)nn * sizeof *o);
+    }
+}
+
+/* The reference, pair by pair, for types without a kernel. */
+static void matmul_reference(const matmul_job *j, int64_t n0, int64_t nn, int64_t t0,
+                             int64_t nt, float *tile)
+{
+    const be_weight *w = j->w;
+    const be_act *a = j->in;
+    const dot_act kind = dot_act_for(w->type);
+    for (int64_t t = 0; t < nt; t++) {
+        const dot_q8_row xr = kind != DOT_ACT_F32
+                                  ? dot_act_row(&((const cpu_actq *)a->q)->act, kind, t0 + t)
+                                  : (dot_q8_row){0};
+        for (int64_t r = 0; r < nn; r++) {
+            const void *wr = w->data + (size_t)(n0 + r) * w->row_bytes;
+            tile[t * TILE_X + r] = kind != DOT_ACT_F32
+                                       ? dot_row_q8(w->type, wr, &xr, w->cols)
+                                       : dot_row_f32(w->type, wr, a->x + (t0 + t) * a->cols, w->cols);
+        }
+    }
 }
 
 static void matmul_task(void *ctx, int64_t task)
@@ -306,35 +359,63 @@ static void matmul_task(void *ctx, int64_t task)
     const matmul_job *j = ctx;
     const be_weight *w = j->w;
     const be_act *a = j->in;
-    const int64_t n0 = (task % j->tiles_w) * TILE_W, t0 = (task / j->tiles_w) * TILE_X;
-    const int64_t n1 = n0 + TILE_W < w->rows ? n0 + TILE_W : w->rows;
-    const int64_t t1 = t0 + TILE_X < a->rows ? t0 + TILE_X : a->rows;
-    const bool q8 = dot_act_for(w->type) != DOT_ACT_F32;
-    for (int64_t t = t0; t < t1; t++) {
-        float *o = j->out + t * w->rows;
-        const dot_q8_row xr = q8 ? act_row(a, t) : (dot_q8_row){0};
-        for (int64_t n = n0; n < n1; n++) {
-            const void *wr = w->data + (size_t)n * w->row_bytes;
-            float v = q8 ? dot_row_q8(w->type, wr, &xr, w->cols)
-                         : dot_row_f32(w->type, wr, a->x + t * a->cols, w->cols);
-            o[n] = j->accumulate ? o[n] + v : v;
+    const int64_t t0 = (task / j->tasks_w) * TILE_X;
+    const int64_t nt = a->rows - t0 < TILE_X ? a->rows - t0 : TILE_X;
+    const int64_t u0 = (task % j->tasks_w) * j->units_per_task;
+    float tile[TILE_X * TILE_X];
+    for (int64_t u = u0; u < u0 + j->units_per_task; u++) {
+        const int64_t n0 = u * j->unit_rows;
+        if (n0 >= w->rows)
+            break;
+        const int64_t nn = w->rows - n0 < j->unit_rows ? w->rows - n0 : j->unit_rows;
+        if (w->pack) {
+            dot_kernels_q8_tile(j->k, w->type)(w->pack + (size_t)u * w->group_bytes,
+                                               &((const cpu_actq *)a->q)->act, t0, (int)nt,
+                                               tile, DOT_GROUP);
+            store_tile(j, tile, DOT_GROUP, n0, nn, t0, nt);
+        } else if (dot_kernels_f_tile(j->k, w->type)) {
+            dot_kernels_f_tile(j->k, w->type)(w->data + (size_t)n0 * w->row_bytes, w->row_bytes,
+                                              (int)nn, a->x + t0 * a->cols, a->cols, (int)nt,
+                                              w->cols, tile, F_ROWS);
+            store_tile(j, tile, F_ROWS, n0, nn, t0, nt);
+        } else {
+            matmul_reference(j, n0, nn, t0, nt, tile);
+            store_tile(j, tile, TILE_X, n0, nn, t0, nt);
         }
     }
 }
 
+/* Rough single-thread nanoseconds of a matmul, for the pool's inline cutoff. */
+static int64_t matmul_cost(const be_weight *w, int64_t rows, bool fast)
+{
+    const int64_t macs = rows * w->rows * w->cols;
+    return fast ? macs / 16 : macs;
+}
+
 static void cpu_matmul(backend *be, const be_weight *w, be_act *in, float *out, bool accumulate)
 {
+    cpu_backend *cb = (cpu_backend *)be;
     const dot_act kind = dot_act_for(w->type);
     cpu_actq *aq = in->q;
     if (kind != DOT_ACT_F32 && (!in->q_valid || aq->kind != kind)) {
         aq->kind = kind;
-        pool_run(pool_of(be), quantize_task, in, in->rows, (int64_t)in->rows * in->cols * 4);
+        aq->act.cols = in->cols;
+        quantize_job qj = {.cb = cb, .a = in};
+        pool_run(cb->pool, quantize_task, &qj, in->rows, (int64_t)in->rows * in->cols * 2);
         in->q_valid = true;
     }
-    matmul_job j = {.w = w, .in = in, .out = out, .accumulate = accumulate,
-                    .tiles_w = (w->rows + TILE_W - 1) / TILE_W};
+    const bool fast = w->pack || dot_kernels_f_tile(cb->k, w->type);
+    const int64_t unit_rows = w->pack ? DOT_GROUP : (fast ? F_ROWS : TILE_X);
+    const int64_t units = (w->rows + unit_rows - 1) / unit_rows;
     const int64_t tiles_x = (in->rows + TILE_X - 1) / TILE_X;
-    pool_run(pool_of(be), matmul_task, &j, j.tiles_w * tiles_x, in->rows * w->rows * w->cols);
+    /* Enough tasks to balance the threads, each as large as that allows. */
+    const int64_t want = (int64_t)pool_threads(cb->pool) * TASKS_PER_THREAD;
+    const int64_t split_w = tiles_x >= want ? 1 : (want + tiles_x - 1) / tiles_x;
+    const int64_t per_task = (units + split_w - 1) / split_w;
+    matmul_job j = {.k = cb->k, .w = w, .in = in, .out = out, .accumulate = accumulate,
+                    .unit_rows = unit_rows, .units_per_task = per_task,
+                    .tasks_w = (units + per_task - 1) / per_task};
+    pool_run(cb->pool, matmul_task, &j, j.tasks_w * tiles_x, matmul_cost(w, in->rows, fast));
 }
 
 /* ---- rope: llama.cpp's NORM mode, theta advanced by repeated products ---- */
@@ -545,6 +626,7 @@ int backend_cpu_create(backend **out, int n_threads, llmq_err *err)
         free(cb);
         return -1;
     }
+    cb->k = dot_kernels_best();
     cb->base = (backend){.ops = &cpu_ops, .name = "cpu", .impl = cb};
     *out = &cb->base;
     return 0;

@@ -1,6 +1,7 @@
 #include "kernels/cpu/dot.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 /* The hot loops are compiled for several x86-64 levels and picked at load
@@ -26,7 +27,7 @@ dot_act dot_act_for(quant_type t)
 }
 
 DOT_CLONES
-void dot_quantize_q8_0(const float *x, int64_t n, int8_t *q, float *d)
+void dot_quantize_q8_0(const float *x, int64_t n, int8_t *q, float *d, int16_t *s32)
 {
     for (int64_t b = 0; b < n / QK8_0; b++) {
         const float *xb = x + b * QK8_0;
@@ -35,8 +36,12 @@ void dot_quantize_q8_0(const float *x, int64_t n, int8_t *q, float *d)
             amax = fmaxf(amax, fabsf(xb[l]));
         const float db = amax / 127.0f;
         const float id = db != 0.0f ? 1.0f / db : 0.0f;
-        for (int l = 0; l < QK8_0; l++)
+        int32_t sum = 0;
+        for (int l = 0; l < QK8_0; l++) {
             q[b * QK8_0 + l] = (int8_t)roundf(xb[l] * id);
+            sum += q[b * QK8_0 + l];
+        }
+        s32[b] = (int16_t)sum;
         /* llama.cpp stores this scale as f16 */
         d[b] = quant_f16_to_f32(quant_f32_to_f16(db));
     }
@@ -51,7 +56,8 @@ static inline int nearest_int(float f)
     return (i & 0x007fffff) - 0x00400000;
 }
 
-void dot_quantize_q8_K(const float *x, int64_t n, int8_t *q, float *d, int32_t *s)
+void dot_quantize_q8_K(const float *x, int64_t n, int8_t *q, float *d, int16_t *s16,
+                       int16_t *s32)
 {
     for (int64_t b = 0; b < n / QK_K; b++) {
         const float *xb = x + b * QK_K;
@@ -67,7 +73,8 @@ void dot_quantize_q8_K(const float *x, int64_t n, int8_t *q, float *d, int32_t *
         if (amax == 0.0f) {
             d[b] = 0.0f;
             memset(qb, 0, QK_K);
-            memset(s + b * (QK_K / 16), 0, (QK_K / 16) * sizeof *s);
+            memset(s16 + b * (QK_K / 16), 0, (QK_K / 16) * sizeof *s16);
+            memset(s32 + b * (QK_K / 32), 0, (QK_K / 32) * sizeof *s32);
             continue;
         }
         /* The largest magnitude maps to -127 exactly (ggml's choice). */
@@ -80,8 +87,11 @@ void dot_quantize_q8_K(const float *x, int64_t n, int8_t *q, float *d, int32_t *
             int32_t sum = 0;
             for (int l = 0; l < 16; l++)
                 sum += qb[g * 16 + l];
-            s[b * (QK_K / 16) + g] = sum;
+            s16[b * (QK_K / 16) + g] = (int16_t)sum;
         }
+        for (int g = 0; g < QK_K / 32; g++)
+            s32[b * (QK_K / 32) + g] =
+                (int16_t)(s16[b * (QK_K / 16) + 2 * g] + s16[b * (QK_K / 16) + 2 * g + 1]);
         d[b] = 1.0f / iscale;
     }
 }
@@ -173,7 +183,7 @@ static float dot_q4_K(const block_q4_K *w, const dot_q8_row *x, int64_t n)
     for (int64_t i = 0; i < n / QK_K; i++) {
         const uint8_t *q = w[i].qs;
         const int8_t *xq = x->q + i * QK_K;
-        const int32_t *bs = x->s + i * (QK_K / 16);
+        const int16_t *bs = x->s16 + i * (QK_K / 16);
         int32_t isum = 0, msum = 0;
         for (int j = 0; j < QK_K / 64; j++) {
             const int8_t *x0 = xq + 64 * j, *x1 = x0 + 32;
@@ -204,7 +214,7 @@ static float dot_q5_K(const block_q5_K *w, const dot_q8_row *x, int64_t n)
         const uint8_t *ql = w[i].qs;
         const uint8_t *qh = w[i].qh;
         const int8_t *xq = x->q + i * QK_K;
-        const int32_t *bs = x->s + i * (QK_K / 16);
+        const int16_t *bs = x->s16 + i * (QK_K / 16);
         int32_t isum = 0, msum = 0;
         for (int j = 0; j < QK_K / 64; j++) {
             const int8_t *x0 = xq + 64 * j, *x1 = x0 + 32;
@@ -270,5 +280,169 @@ float dot_row_q8(quant_type t, const void *w, const dot_q8_row *x, int64_t n)
     case QUANT_Q5_K: return dot_q5_K(w, x, n);
     case QUANT_Q6_K: return dot_q6_K(w, x, n);
     default: return NAN;
+    }
+}
+
+dot_q8_row dot_act_row(const dot_q8_act *a, dot_act kind, int64_t row)
+{
+    const int64_t per_d = kind == DOT_ACT_Q8_0 ? QK8_0 : QK_K;
+    return (dot_q8_row){.q = a->q + row * a->cols, .d = a->d + row * (a->cols / per_d),
+                        .s16 = a->s16 + row * (a->cols / 16)};
+}
+
+/* ---- packing ---- */
+
+static size_t pack_block_bytes(quant_type t)
+{
+    switch (t) {
+    case QUANT_Q4_K: return sizeof(dot_pack_q4_K);
+    case QUANT_Q6_K: return sizeof(dot_pack_q6_K);
+    case QUANT_Q8_0: return sizeof(dot_pack_q8_0);
+    default: return 0;
+    }
+}
+
+size_t dot_pack_group_bytes(quant_type t, int64_t cols)
+{
+    return pack_block_bytes(t) * (size_t)(cols / (int64_t)quant_block_elems(t));
+}
+
+size_t dot_pack_bytes(quant_type t, int64_t rows, int64_t cols)
+{
+    const size_t groups = (size_t)((rows + DOT_GROUP - 1) / DOT_GROUP);
+    return groups * dot_pack_group_bytes(t, cols);
+}
+
+/* Row r's values 0..31 of sub-block j of a q4_K super-block. */
+static void q4_K_sub_block(const block_q4_K *b, int j, uint8_t v[32])
+{
+    const uint8_t *q = b->qs + 32 * (j / 2);
+    for (int l = 0; l < 32; l++)
+        v[l] = j % 2 ? q[l] >> 4 : q[l] & 0xF;
+}
+
+static void pack_q4_K(const block_q4_K *b, int r, dot_pack_q4_K *p)
+{
+    p->d[r] = quant_f16_to_f32(b->d);
+    p->dmin[r] = quant_f16_to_f32(b->dmin);
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m, v[32];
+        quant_get_scale_min_k4(j, b->scales, &sc, &m);
+        p->sc[j][r] = sc;
+        p->m[j / 2][r][j % 2] = m;
+        q4_K_sub_block(b, j, v);
+        for (int l = 0; l < 4; l++)
+            for (int i = 0; i < 4; i++)
+                p->qs[j][l][4 * r + i] = (uint8_t)(v[8 * l + i] | v[8 * l + 4 + i] << 4);
+    }
+}
+
+static void pack_q6_K(const block_q6_K *b, int r, dot_pack_q6_K *p)
+{
+    p->d[r] = quant_f16_to_f32(b->d);
+    for (int g = 0; g < 16; g++) {
+        p->sc[g][r] = b->scales[g];
+        p->scp[g / 2][r][g % 2] = b->scales[g];
+    }
+    /* value 128h + 32p + l: nibble p/2 of ql[64h + 32(p%2) + l], bits 2p of qh[32h + l] */
+    for (int v = 0; v < QK_K; v++) {
+        const int h = v / 128, part = v % 128 / 32, l = v % 32;
+        const int lo = (b->ql[64 * h + 32 * (part % 2) + l] >> (4 * (part / 2))) & 0xF;
+        const int hi = (b->qh[32 * h + l] >> (2 * part)) & 3;
+        p->q[v / 4][4 * r + v % 4] = (uint8_t)(lo | hi << 4);
+    }
+}
+
+static void pack_q8_0(const block_q8_0 *b, int r, dot_pack_q8_0 *p)
+{
+    p->d[r] = quant_f16_to_f32(b->d);
+    for (int v = 0; v < QK8_0; v++)
+        p->q[v / 4][4 * r + v % 4] = (uint8_t)(b->qs[v] + 128);
+}
+
+void dot_pack(quant_type t, const uint8_t *w, size_t row_bytes, int64_t rows, int64_t cols,
+              void *dst)
+{
+    const size_t bb = pack_block_bytes(t), src_bb = quant_block_bytes(t);
+    const int64_t nb = cols / (int64_t)quant_block_elems(t);
+    uint8_t *out = dst;
+    memset(dst, 0, dot_pack_bytes(t, rows, cols));
+    for (int64_t n = 0; n < rows; n++) {
+        const int r = (int)(n % DOT_GROUP);
+        uint8_t *group = out + (size_t)(n / DOT_GROUP) * nb * bb;
+        for (int64_t i = 0; i < nb; i++) {
+            const void *src = w + n * row_bytes + i * src_bb;
+            void *p = group + i * bb;
+            if (t == QUANT_Q4_K)
+                pack_q4_K(src, r, p);
+            else if (t == QUANT_Q6_K)
+                pack_q6_K(src, r, p);
+            else
+                pack_q8_0(src, r, p);
+        }
+    }
+}
+
+/* ---- kernel sets ---- */
+
+const dot_kernels dot_kernels_generic = {.name = "generic", .quantize_q8_K = dot_quantize_q8_K};
+
+#if defined(__x86_64__) && defined(__GNUC__)
+static bool runs_avx512(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vnni");
+}
+
+static bool runs_avx2(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+}
+#endif
+
+const dot_kernels *dot_kernels_by_name(const char *name)
+{
+    if (strcmp(name, "generic") == 0)
+        return &dot_kernels_generic;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (strcmp(name, "avx2") == 0 && runs_avx2())
+        return &dot_kernels_avx2;
+    if (strcmp(name, "avx512") == 0 && runs_avx512())
+        return &dot_kernels_avx512;
+#endif
+    return NULL;
+}
+
+const dot_kernels *dot_kernels_best(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (runs_avx512())
+        return &dot_kernels_avx512;
+    if (runs_avx2())
+        return &dot_kernels_avx2;
+#endif
+    return &dot_kernels_generic;
+}
+
+dot_q8_tile_fn dot_kernels_q8_tile(const dot_kernels *k, quant_type t)
+{
+    switch (t) {
+    case QUANT_Q4_K: return k->q4_K;
+    case QUANT_Q6_K: return k->q6_K;
+    case QUANT_Q8_0: return k->q8_0;
+    default: return NULL;
+    }
+}
+
+dot_f_tile_fn dot_kernels_f_tile(const dot_kernels *k, quant_type t)
+{
+    switch (t) {
+    case QUANT_F32: return k->f32;
+    case QUANT_F16: return k->f16;
+    default: return NULL;
     }
 }

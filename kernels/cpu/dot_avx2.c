@@ -1,0 +1,359 @@
+/* dot's kernels for AVX2 + FMA + F16C (see dot.h for the contract).
+ *
+ * The packed groups of 16 weight rows are handled as two halves of 8 rows,
+ * one 256-bit lane per row.  AVX2 has no vpdpbusd: vpmaddubsw multiplies
+ * unsigned weight bytes by signed activation bytes into 16-bit pair sums
+ * (which cannot saturate: |q4| <= 15, |q6| <= 63, |q8| <= 127 with the
+ * sign trick for q8_0, and activations lie in [-127, 127]) and vpmaddwd
+ * widens them to 32 bits.  The integer sums are exact and each lane then
+ * runs the reference's float operations in its order, so the results are
+ * bit-identical to dot_row_q8 / dot_row_f32.  Only this file is compiled for
+ * AVX2; dot_kernels_best picks it at run time. */
+#include "kernels/cpu/dot.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#define TGT __attribute__((target("avx2,fma,f16c")))
+#define INL static inline __attribute__((always_inline)) TGT
+
+#define NX_Q 3
+
+INL __m256i bcast4(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+/* acc += 32-bit sums of 4 products of each lane's bytes. */
+INL __m256i dot4(__m256i acc, __m256i w, __m256i x)
+{
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
+}
+
+/* The same for two chunks, summed in 16 bits first (no overflow: see top). */
+INL __m256i dot4x2(__m256i acc, __m256i w0, __m256i x0, __m256i w1, __m256i x1)
+{
+    const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(w0, x0), _mm256_maddubs_epi16(w1, x1));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(t, _mm256_set1_epi16(1)));
+}
+
+INL __m256 lane_fold(__m256 acc, __m256 d, __m256 yd, __m256i isum)
+{
+    return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(d, yd), _mm256_cvtepi32_ps(isum)));
+}
+
+INL __m256i load8(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* ---- q4_K (rows 8h .. 8h+7 of the group) ---- */
+
+INL void q4_K_half(const dot_pack_q4_K *w, const dot_q8_act *a, int64_t x0, const int nx,
+                   const int h, float *out, int64_t ostride)
+{
+    const int64_t nsb = a->cols / QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const int8_t *xq = a->q + x0 * a->cols;
+    const float *xd = a->d + x0 * nsb;
+    const int16_t *xs = a->s32 + x0 * (a->cols / 32);
+    __m256 acc[NX_Q];
+#pragma GCC unroll 8
+    for (int x = 0; x < nx; x++)
+        acc[x] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++) {
+        const dot_pack_q4_K *p = w + i;
+        __m256i isum[NX_Q];
+#pragma GCC unroll 8
+        for (int x = 0; x < nx; x++)
+            isum[x] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            __m256i s[NX_Q];
+#pragma GCC unroll 8
+            for (int x = 0; x < nx; x++)
+                s[x] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int l = 0; l < 4; l++) {
+                const __m256i v = load8(p->qs[j][l] + 32 * h);
+                const __m256i lo = _mm256_and_si256(v, m4);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+#pragma GCC unroll 8
+                for (int x = 0; x < nx; x++) {
+                    const int8_t *q = xq + x * a->cols + i * QK_K + j * 32 + l * 8;
+                    s[x] = dot4x2(s[x], lo, bcast4(q), hi, bcast4(q + 4));
+                }
+            }
+            const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p->sc[j] + 8 * h)));
+#pragma GCC unroll 8
+            for (int x = 0; x < nx; x++)
+                isum[x] = _mm256_add_epi32(isum[x], _mm256_mullo_epi32(s[x], sc));
+        }
+        const __m256 d = _mm256_loadu_ps(p->d + 8 * h), dmin = _mm256_loadu_ps(p->dmin + 8 * h);
+#pragma GCC unroll 8
+        for (int x = 0; x < nx; x++) {
+            __m256i msum = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m256i m = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p->m[k][8 * h]));
+                msum = _mm256_add_epi32(
+                    msum, _mm256_madd_epi16(m, bcast4(xs + x * (a->cols / 32) + i * 8 + 2 * k)));
+            }
+            const __m256 yd = _mm256_set1_ps(xd[x * nsb + i]);
+            acc[x] = lane_fold(acc[x], d, yd, isum[x]);
+            acc[x] = _mm256_sub_ps(acc[x],
+                                   _mm256_mul_ps(_mm256_mul_ps(dmin, yd), _mm256_cvtepi32_ps(msum)));
+        }
+    }
+#pragma GCC unroll 8
+    for (int x = 0; x < nx; x++)
+        _mm256_storeu_ps(out + x * ostride + 8 * h, acc[x]);
+}
+
+/* ---- q6_K ---- */
+
+INL void q6_K_half(const dot_pack_q6_K *w, const dot_q8_act *a, int64_t x0, const int nx,
+                   const int h, float *out, int64_t ostride)
+{
+    const int64_t nsb = a->cols / QK_K;
+    const int8_t *xq = a->q + x0 * a->cols;
+    const float *xd = a->d + x0 * nsb;
+    const int16_t *xs = a->s16 + x0 * (a->cols / 16);
+    __m256 acc[NX_Q];
+#pragma GCC unroll 8
+    for (int x = 0; x < nx; x++)
+        acc[x] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++) {
+        const dot_pack_q6_K *p = w + i;
+        __m256i isum[NX_Q];
+#pragma GCC unroll 8
+        for (int x = 0; x < nx; x++)
+            isum[x] = _mm256_setzero_si256();
+        for (int g = 0; g < 16; g++) {
+            __m256i s[NX_Q];
+#pragma GCC unroll 8
+            for (int x = 0; x < nx; x++)
+                s[x] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+            for (int c = 0; c < 4; c += 2) {
+                const __m256i v0 = load8(p->q[4 * g + c] + 32 * h);
+                const __m256i v1 = load8(p->q[4 * g + c + 1] + 32 * h);
+#pragma GCC unroll 8
+                for (int x = 0; x < nx; x++) {
+                    const int8_t *q = xq + x * a->cols + i * QK_K + 16 * g + 4 * c;
+                    s[x] = dot4x2(s[x], v0, bcast4(q), v1, bcast4(q + 4));
+                }
+            }
+            const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p->sc[g] + 8 * h)));
+#pragma GCC unroll 8
+            for (int x = 0; x < nx; x++)
+                isum[x] = _mm256_add_epi32(isum[x], _mm256_mullo_epi32(s[x], sc));
+        }
+        const __m256 d = _mm256_loadu_ps(p->d + 8 * h);
+#pragma GCC unroll 8
+        for (int x = 0; x < nx; x++) {
+            __m256i corr = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m256i sc2 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p->scp[k][8 * h]));
+                corr = _mm256_add_epi32(
+                    corr, _mm256_madd_epi16(sc2, bcast4(xs + x * (a->cols / 16) + i * 16 + 2 * k)));
+            }
+            isum[x] = _mm256_sub_epi32(isum[x], _mm256_slli_epi32(corr, 5));
+            acc[x] = lane_fold(acc[x], d, _mm256_set1_ps(xd[x * nsb + i]), isum[x]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int x = 0; x < nx; x++)
+        _mm256_storeu_ps(out + x * ostride + 8 * h, acc[x]);
+}
+
+/* ---- q8_0: |w| x sign(x, w), so the unsigned operand is at most 128 ---- */
+
+INL void q8_0_half(const dot_pack_q8_0 *w, const dot_q8_act *a, int64_t x0, const int nx,
+                   const int h, float *out, int64_t ostride)
+{
+    const int64_t nb = a->cols / QK8_0;
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
+    const int8_t *xq = a->q + x0 * a->cols;
+    const float *xd = a->d + x0 * nb;
+    __m256 acc[NX_Q];
+#pragma GCC unroll 8
+    for (int x = 0; x < nx; x++)
+        acc[x] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const dot_pack_q8_0 *p = w + b;
+        __m256i s[NX_Q];
+#pragma GCC unroll 8
+        for (int x = 0; x < nx; x++)
+            s[x] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+            const __m256i ws = _mm256_xor_si256(load8(p->q[c] + 32 * h), bias);
+            const __m256i wa = _mm256_abs_epi8(ws);
+#pragma GCC unroll 8
+            for (int x = 0; x < nx; x++)
+                s[x] = dot4(s[x], wa, _mm256_sign_epi8(bcast4(xq + x * a->cols + b * QK8_0 + 4 * c), ws));
+        }
+        const __m256 d = _mm256_loadu_ps(p->d + 8 * h);
+#pragma GCC unroll 8
+        for (int x = 0; x < nx; x++) {
+            const __m256 t = _mm256_mul_ps(d, _mm256_set1_ps(xd[x * nb + b]));
+            acc[x] = _mm256_add_ps(acc[x], _mm256_mul_ps(_mm256_cvtepi32_ps(s[x]), t));
+        }
+    }
+#pragma GCC unroll 8
+    for (int x = 0; x < nx; x++)
+        _mm256_storeu_ps(out + x * ostride + 8 * h, acc[x]);
+}
+
+#define Q8_TILE(name, half, pack_t)                                                        \
+    TGT static void name(const void *group, const dot_q8_act *a, int64_t x0, int nx,       \
+                         float *out, int64_t ostride)                                      \
+    {                                                                                      \
+        const pack_t *w = group;                                                           \
+        for (; nx >= NX_Q; nx -= NX_Q, x0 += NX_Q, out += NX_Q * ostride) {                \
+            half(w, a, x0, NX_Q, 0, out, ostride);                                         \
+            half(w, a, x0, NX_Q, 1, out, ostride);                                         \
+        }                                                                                  \
+        for (; nx > 0; nx--, x0++, out += ostride) {                                       \
+            half(w, a, x0, 1, 0, out, ostride);                                            \
+            half(w, a, x0, 1, 1, out, ostride);                                            \
+        }                                                                                  \
+    }
+
+Q8_TILE(q4_K_tile, q4_K_half, dot_pack_q4_K)
+Q8_TILE(q6_K_tile, q6_K_half, dot_pack_q6_K)
+Q8_TILE(q8_0_tile, q8_0_half, dot_pack_q8_0)
+
+/* ---- float weights: 16 lanes per pair as two vectors, the reference's tree ---- */
+
+INL float tree16(__m256 lo, __m256 hi)
+{
+    const __m256 t8 = _mm256_add_ps(lo, hi);
+    const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
+    const __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+}
+
+INL __m256 load_w(const void *row, int64_t i, const int half)
+{
+    if (half)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i)));
+    return _mm256_loadu_ps((const float *)row + i);
+}
+
+/* The last n % 16 elements, zero-padded to 16. */
+INL void tail_w(const void *row, int64_t i, int64_t n, const int half, __m256 *lo, __m256 *hi)
+{
+    uint16_t h[16] = {0};
+    float f[16] = {0};
+    if (half) {
+        memcpy(h, (const uint16_t *)row + i, (size_t)(n - i) * sizeof *h);
+        *lo = load_w(h, 0, 1);
+        *hi = load_w(h, 8, 1);
+    } else {
+        memcpy(f, (const float *)row + i, (size_t)(n - i) * sizeof *f);
+        *lo = _mm256_loadu_ps(f);
+        *hi = _mm256_loadu_ps(f + 8);
+    }
+}
+
+INL void f_rows(const uint8_t *w, size_t row_bytes, const int nw, const float *x,
+                int64_t x_stride, const int nx, int64_t n, float *out, int64_t ostride,
+                const int half)
+{
+    __m256 acc[2][2][2];
+#pragma GCC unroll 2
+    for (int c = 0; c < nx; c++)
+#pragma GCC unroll 2
+        for (int r = 0; r < nw; r++)
+            acc[c][r][0] = acc[c][r][1] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 wv[2][2];
+#pragma GCC unroll 2
+        for (int r = 0; r < nw; r++) {
+            wv[r][0] = load_w(w + r * row_bytes, i, half);
+            wv[r][1] = load_w(w + r * row_bytes, i + 8, half);
+        }
+#pragma GCC unroll 2
+        for (int c = 0; c < nx; c++) {
+            const __m256 x0 = _mm256_loadu_ps(x + c * x_stride + i);
+            const __m256 x1 = _mm256_loadu_ps(x + c * x_stride + i + 8);
+#pragma GCC unroll 2
+            for (int r = 0; r < nw; r++) {
+                acc[c][r][0] = _mm256_fmadd_ps(wv[r][0], x0, acc[c][r][0]);
+                acc[c][r][1] = _mm256_fmadd_ps(wv[r][1], x1, acc[c][r][1]);
+            }
+        }
+    }
+    if (i < n) {
+        /* Lanes past the end keep their sums exactly (a blend, not a +0 fma). */
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256 k0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), lane));
+        const __m256 k1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i - 8)), lane));
+        __m256 wv[2][2];
+#pragma GCC unroll 2
+        for (int r = 0; r < nw; r++)
+            tail_w(w + r * row_bytes, i, n, half, &wv[r][0], &wv[r][1]);
+#pragma GCC unroll 2
+        for (int c = 0; c < nx; c++) {
+            __m256 x0, x1;
+            tail_w(x + c * x_stride, i, n, 0, &x0, &x1);
+#pragma GCC unroll 2
+            for (int r = 0; r < nw; r++) {
+                acc[c][r][0] = _mm256_blendv_ps(acc[c][r][0], _mm256_fmadd_ps(wv[r][0], x0, acc[c][r][0]), k0);
+                acc[c][r][1] = _mm256_blendv_ps(acc[c][r][1], _mm256_fmadd_ps(wv[r][1], x1, acc[c][r][1]), k1);
+            }
+        }
+    }
+#pragma GCC unroll 2
+    for (int c = 0; c < nx; c++)
+#pragma GCC unroll 2
+        for (int r = 0; r < nw; r++)
+            out[c * ostride + r] = tree16(acc[c][r][0], acc[c][r][1]);
+}
+
+/* Pairs of weight rows x pairs of activation rows. */
+#define F_TILE(name, half)                                                                   \
+    TGT static void name(const void *wv, size_t row_bytes, int nw, const float *x,          \
+                         int64_t x_stride, int nx, int64_t cols, float *out, int64_t ostride) \
+    {                                                                                        \
+        const uint8_t *w = wv;                                                               \
+        for (int r = 0; r < nw; r += 2) {                                                    \
+            const int two_w = r + 1 < nw;                                                    \
+            int c = 0;                                                                       \
+            for (; c + 2 <= nx; c += 2) {                                                    \
+                if (two_w)                                                                   \
+                    f_rows(w + r * row_bytes, row_bytes, 2, x + c * x_stride, x_stride, 2,   \
+                           cols, out + c * ostride + r, ostride, half);                      \
+                else                                                                         \
+                    f_rows(w + r * row_bytes, row_bytes, 1, x + c * x_stride, x_stride, 2,   \
+                           cols, out + c * ostride + r, ostride, half);                      \
+            }                                                                                \
+            if (c < nx) {                                                                    \
+                if (two_w)                                                                   \
+                    f_rows(w + r * row_bytes, row_bytes, 2, x + c * x_stride, x_stride, 1,   \
+                           cols, out + c * ostride + r, ostride, half);                      \
+                else                                                                         \
+                    f_rows(w + r * row_bytes, row_bytes, 1, x + c * x_stride, x_stride, 1,   \
+                           cols, out + c * ostride + r, ostride, half);                      \
+            }                                                                                \
+        }                                                                                    \
+    }
+
+F_TILE(f32_tile, 0)
+F_TILE(f16_tile, 1)
+
+const dot_kernels dot_kernels_avx2 = {
+    .name = "avx2",
+    .q4_K = q4_K_tile,
+    .q6_K = q6_K_tile,
+    .q8_0 = q8_0_tile,
+    .f32 = f32_tile,
+    .f16 = f16_tile,
+    .quantize_q8_K = dot_quantize_q8_K,
+};
+
+#endif

@@ -1,0 +1,316 @@
+/* dot's kernels for AVX-512 with VNNI (see dot.h for the contract).
+ *
+ * Quantized weights come packed (dot_pack): a 512-bit vector holds 4 values
+ * of each of 16 weight rows, so vpdpbusd (unsigned weight bytes x signed
+ * activation bytes) adds 4 products into each row's own lane and one
+ * broadcast activation word feeds all 16 rows.  Every integer sum is exact
+ * and each lane then runs the reference's float operations for its row, in
+ * the reference's order (mul, mul, add: never fused), so the results are
+ * bit-identical to dot_row_q8.  Only this file is compiled for AVX-512; the
+ * build stays portable and dot_kernels_best picks it at run time. */
+#include "kernels/cpu/dot.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+#define INL static inline __attribute__((always_inline)) TGT
+
+/* Activation rows per pass: each needs three accumulators in registers. */
+#define NX_Q 4
+
+INL __m512i bcast4(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm512_set1_epi32(v);
+}
+
+INL __m512 lane_fold(__m512 acc, __m512 d, __m512 yd, __m512i isum)
+{
+    return _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(isum)));
+}
+
+/* ---- q4_K: per sub-block j, sum 32 nibble x q8 products per row, times the
+ * row's scale; the mins meet the sums of 32 activations (vpdpwssd) ---- */
+
+INL void q4_K_rows(const dot_pack_q4_K *w, const dot_q8_act *a, int64_t x0, const int nx,
+                   float *out, int64_t ostride)
+{
+    const int64_t nsb = a->cols / QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const int8_t *xq = a->q + x0 * a->cols;
+    const float *xd = a->d + x0 * nsb;
+    const int16_t *xs = a->s32 + x0 * (a->cols / 32);
+    __m512 acc[NX_Q];
+#pragma GCC unroll 8
+    for (int x = 0; x < nx; x++)
+        acc[x] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++) {
+        const dot_pack_q4_K *p = w + i;
+        __m512i isum[NX_Q];
+#pragma GCC unroll 8
+        for (int x = 0; x < nx; x++)
+            isum[x] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++) {
+            __m512i s[NX_Q];
+#pragma GCC unroll 8
+            for (int x = 0; x < nx; x++)
+                s[x] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int l = 0; l < 4; l++) {
+                const __m512i v = _mm512_loadu_si512(p->qs[j][l]);
+                const __m512i lo = _mm512_and_si512(v, m4);
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+#pragma GCC unroll 8
+                for (int x = 0; x < nx; x++) {
+                    const int8_t *q = xq + x * a->cols + i * QK_K + j * 32 + l * 8;
+                    s[x] = _mm512_dpbusd_epi32(s[x], lo, bcast4(q));
+                    s[x] = _mm512_dpbusd_epi32(s[x], hi, bcast4(q + 4));
+                }
+            }
+            const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p->sc[j]));
+#pragma GCC unroll 8
+            for (int x = 0; x < nx; x++)
+                isum[x] = _mm512_add_epi32(isum[x], _mm512_mullo_epi32(s[x], sc));
+        }
+        __m512i m16[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            m16[k] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)p->m[k]));
+        const __m512 d = _mm512_loadu_ps(p->d), dmin = _mm512_loadu_ps(p->dmin);
+#pragma GCC unroll 8
+        for (int x = 0; x < nx; x++) {
+            __m512i msum = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+                msum = _mm512_dpwssd_epi32(msum, m16[k],
+                                           bcast4(xs + x * (a->cols / 32) + i * 8 + 2 * k));
+            const __m512 yd = _mm512_set1_ps(xd[x * nsb + i]);
+            acc[x] = lane_fold(acc[x], d, yd, isum[x]);
+            acc[x] = _mm512_sub_ps(acc[x],
+                                   _mm512_mul_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(msum)));
+        }
+    }
+#pragma GCC unroll 8
+    for (int x = 0; x < nx; x++)
+        _mm512_storeu_ps(out + x * ostride, acc[x]);
+}
+
+/* ---- q6_K: values stored +32; the -32 is folded as 32 * sum(scale * bsum16) ---- */
+
+INL void q6_K_rows(const dot_pack_q6_K *w, const dot_q8_act *a, int64_t x0, const int nx,
+                   float *out, int64_t ostride)
+{
+    const int64_t nsb = a->cols / QK_K;
+    const int8_t *xq = a->q + x0 * a->cols;
+    const float *xd = a->d + x0 * nsb;
+    const int16_t *xs = a->s16 + x0 * (a->cols / 16);
+    __m512 acc[NX_Q];
+#pragma GCC unroll 8
+    for (int x = 0; x < nx; x++)
+        acc[x] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++) {
+        const dot_pack_q6_K *p = w + i;
+        __m512i isum[NX_Q];
+#pragma GCC unroll 8
+        for (int x = 0; x < nx; x++)
+            isum[x] = _mm512_setzero_si512();
+        for (int g = 0; g < 16; g++) {
+            __m512i s[NX_Q];
+#pragma GCC unroll 8
+            for (int x = 0; x < nx; x++)
+                s[x] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                const __m512i v = _mm512_loadu_si512(p->q[4 * g + c]);
+#pragma GCC unroll 8
+                for (int x = 0; x < nx; x++)
+                    s[x] = _mm512_dpbusd_epi32(s[x], v,
+                                               bcast4(xq + x * a->cols + i * QK_K + 16 * g + 4 * c));
+            }
+            const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p->sc[g]));
+#pragma GCC unroll 8
+            for (int x = 0; x < nx; x++)
+                isum[x] = _mm512_add_epi32(isum[x], _mm512_mullo_epi32(s[x], sc));
+        }
+        const __m512 d = _mm512_loadu_ps(p->d);
+#pragma GCC unroll 8
+        for (int x = 0; x < nx; x++) {
+            __m512i corr = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++)
+                corr = _mm512_dpwssd_epi32(
+                    corr, _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p->scp[k])),
+                    bcast4(xs + x * (a->cols / 16) + i * 16 + 2 * k));
+            isum[x] = _mm512_sub_epi32(isum[x], _mm512_slli_epi32(corr, 5));
+            acc[x] = lane_fold(acc[x], d, _mm512_set1_ps(xd[x * nsb + i]), isum[x]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int x = 0; x < nx; x++)
+        _mm512_storeu_ps(out + x * ostride, acc[x]);
+}
+
+/* ---- q8_0: weights stored +128; the +128 comes back out as 128 * bsum32 ---- */
+
+INL void q8_0_rows(const dot_pack_q8_0 *w, const dot_q8_act *a, int64_t x0, const int nx,
+                   float *out, int64_t ostride)
+{
+    const int64_t nb = a->cols / QK8_0;
+    const int8_t *xq = a->q + x0 * a->cols;
+    const float *xd = a->d + x0 * nb;
+    const int16_t *xs = a->s32 + x0 * nb;
+    __m512 acc[NX_Q];
+#pragma GCC unroll 8
+    for (int x = 0; x < nx; x++)
+        acc[x] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const dot_pack_q8_0 *p = w + b;
+        __m512i s[NX_Q];
+#pragma GCC unroll 8
+        for (int x = 0; x < nx; x++)
+            s[x] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+            const __m512i v = _mm512_loadu_si512(p->q[c]);
+#pragma GCC unroll 8
+            for (int x = 0; x < nx; x++)
+                s[x] = _mm512_dpbusd_epi32(s[x], v, bcast4(xq + x * a->cols + b * QK8_0 + 4 * c));
+        }
+        const __m512 d = _mm512_loadu_ps(p->d);
+#pragma GCC unroll 8
+        for (int x = 0; x < nx; x++) {
+            const __m512i si = _mm512_sub_epi32(s[x], _mm512_set1_epi32(128 * xs[x * nb + b]));
+            const __m512 t = _mm512_mul_ps(d, _mm512_set1_ps(xd[x * nb + b]));
+            acc[x] = _mm512_add_ps(acc[x], _mm512_mul_ps(_mm512_cvtepi32_ps(si), t));
+        }
+    }
+#pragma GCC unroll 8
+    for (int x = 0; x < nx; x++)
+        _mm512_storeu_ps(out + x * ostride, acc[x]);
+}
+
+#define Q8_TILE(name, rows, pack_t)                                                        \
+    TGT static void name(const void *group, const dot_q8_act *a, int64_t x0, int nx,       \
+                         float *out, int64_t ostride)                                      \
+    {                                                                                      \
+        const pack_t *w = group;                                                           \
+        for (; nx >= NX_Q; nx -= NX_Q, x0 += NX_Q, out += NX_Q * ostride)                  \
+            rows(w, a, x0, NX_Q, out, ostride);                                            \
+        switch (nx) {                                                                      \
+        case 3: rows(w, a, x0, 3, out, ostride); break;                                    \
+        case 2: rows(w, a, x0, 2, out, ostride); break;                                    \
+        case 1: rows(w, a, x0, 1, out, ostride); break;                                    \
+        default: break;                                                                    \
+        }                                                                                  \
+    }
+
+Q8_TILE(q4_K_tile, q4_K_rows, dot_pack_q4_K)
+Q8_TILE(q6_K_tile, q6_K_rows, dot_pack_q6_K)
+Q8_TILE(q8_0_tile, q8_0_rows, dot_pack_q8_0)
+
+/* ---- float weights: 16 lanes per pair, the reference's fixed tree ---- */
+
+/* Lanes i and i+8, then i+4, i+2, i+1: reduce_lanes in dot.c. */
+INL float tree16(__m512 v)
+{
+    const __m256 t8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
+    const __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
+}
+
+INL __m512 load_w(const void *row, int64_t i, const int half, __mmask16 k)
+{
+    if (half)
+        return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, (const uint16_t *)row + i));
+    return _mm512_maskz_loadu_ps(k, (const float *)row + i);
+}
+
+INL void f_rows(const uint8_t *w, size_t row_bytes, const int nw, const float *x,
+                int64_t x_stride, const int nx, int64_t n, float *out, int64_t ostride,
+                const int half)
+{
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int c = 0; c < nx; c++)
+#pragma GCC unroll 4
+        for (int r = 0; r < nw; r++)
+            acc[c][r] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 wv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < nw; r++)
+            wv[r] = load_w(w + r * row_bytes, i, half, 0xFFFF);
+#pragma GCC unroll 4
+        for (int c = 0; c < nx; c++) {
+            const __m512 xv = _mm512_loadu_ps(x + c * x_stride + i);
+#pragma GCC unroll 4
+            for (int r = 0; r < nw; r++)
+                acc[c][r] = _mm512_fmadd_ps(wv[r], xv, acc[c][r]);
+        }
+    }
+    if (i < n) {
+        const __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+        __m512 wv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < nw; r++)
+            wv[r] = load_w(w + r * row_bytes, i, half, k);
+#pragma GCC unroll 4
+        for (int c = 0; c < nx; c++) {
+            const __m512 xv = _mm512_maskz_loadu_ps(k, x + c * x_stride + i);
+#pragma GCC unroll 4
+            for (int r = 0; r < nw; r++)
+                acc[c][r] = _mm512_mask3_fmadd_ps(wv[r], xv, acc[c][r], k);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < nx; c++)
+#pragma GCC unroll 4
+        for (int r = 0; r < nw; r++)
+            out[c * ostride + r] = tree16(acc[c][r]);
+}
+
+#define F_NX(nw, half)                                                                       \
+    do {                                                                                     \
+        for (; nx >= 4; nx -= 4, x += 4 * x_stride, out += 4 * ostride)                      \
+            f_rows(w, row_bytes, nw, x, x_stride, 4, cols, out, ostride, half);              \
+        if (nx == 3)                                                                         \
+            f_rows(w, row_bytes, nw, x, x_stride, 3, cols, out, ostride, half);              \
+        else if (nx == 2)                                                                    \
+            f_rows(w, row_bytes, nw, x, x_stride, 2, cols, out, ostride, half);              \
+        else if (nx == 1)                                                                    \
+            f_rows(w, row_bytes, nw, x, x_stride, 1, cols, out, ostride, half);              \
+    } while (0)
+
+#define F_TILE(name, half)                                                                   \
+    TGT static void name(const void *wv, size_t row_bytes, int nw, const float *x,          \
+                         int64_t x_stride, int nx, int64_t cols, float *out, int64_t ostride) \
+    {                                                                                        \
+        const uint8_t *w = wv;                                                               \
+        switch (nw) {                                                                        \
+        case 4: F_NX(4, half); break;                                                        \
+        case 3: F_NX(3, half); break;                                                        \
+        case 2: F_NX(2, half); break;                                                        \
+        default: F_NX(1, half); break;                                                       \
+        }                                                                                    \
+    }
+
+F_TILE(f32_tile, 0)
+F_TILE(f16_tile, 1)
+
+const dot_kernels dot_kernels_avx512 = {
+    .name = "avx512",
+    .q4_K = q4_K_tile,
+    .q6_K = q6_K_tile,
+    .q8_0 = q8_0_tile,
+    .f32 = f32_tile,
+    .f16 = f16_tile,
+    .quantize_q8_K = dot_quantize_q8_K,
+};
+
+#endif

@@ -1,0 +1,236 @@
+/* test-dot: every SIMD kernel set this CPU runs gives results bit-identical
+ * to the reference dot products (kernels/cpu/dot.h), for every type it
+ * covers, on random rows and on the extreme values that would overflow a
+ * 16-bit intermediate; and a pair's result does not depend on how many
+ * activation rows share the kernel call or where the pair sits in it. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/dot.h"
+#include "tests/unit/check.h"
+
+#define ROWS 37 /* two full groups of 16 and a padded one */
+#define XROWS 11
+
+/* A small deterministic generator (xorshift64*). */
+static uint64_t next_u64(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ull;
+}
+
+static float next_f(uint64_t *s) /* [-1, 1) */
+{
+    return (float)((next_u64(s) >> 40) * 0x1p-24 * 2.0 - 1.0);
+}
+
+static quant_f16 f16_of(float f) { return quant_f32_to_f16(f); }
+
+typedef enum { FILL_RANDOM, FILL_EXTREME } fill_mode;
+
+/* One block of type t: random bytes where every bit pattern is valid, real
+ * scales where the float ones would make NaN; FILL_EXTREME takes the
+ * largest magnitudes (the 16-bit pair sums' worst case). */
+static void fill_block(quant_type t, uint8_t *b, uint64_t *s, fill_mode mode)
+{
+    const size_t bytes = quant_block_bytes(t);
+    for (size_t i = 0; i < bytes; i++)
+        b[i] = mode == FILL_EXTREME ? 0xFF : (uint8_t)next_u64(s);
+    if (t == QUANT_Q4_K) {
+        block_q4_K *q = (block_q4_K *)b;
+        q->d = f16_of(0.01f + 0.001f * next_f(s));
+        q->dmin = f16_of(0.02f + 0.001f * next_f(s));
+    } else if (t == QUANT_Q6_K) {
+        block_q6_K *q = (block_q6_K *)b;
+        q->d = f16_of(0.01f + 0.001f * next_f(s));
+        if (mode == FILL_EXTREME) /* all values 63 (+31 after the -32): the scales at -128 */
+            memset(q->scales, 0x80, sizeof q->scales);
+    } else if (t == QUANT_Q8_0) {
+        block_q8_0 *q = (block_q8_0 *)b;
+        q->d = f16_of(0.01f + 0.001f * next_f(s));
+        if (mode == FILL_EXTREME) /* -128 everywhere */
+            memset(q->qs, 0x80, sizeof q->qs);
+    } else if (t == QUANT_F32) {
+        float f = mode == FILL_EXTREME ? 1e30f : next_f(s);
+        memcpy(b, &f, sizeof f);
+    } else if (t == QUANT_F16) {
+        quant_f16 h = f16_of(mode == FILL_EXTREME ? 65504.0f : next_f(s));
+        memcpy(b, &h, sizeof h);
+    }
+}
+
+static uint8_t *make_weights(quant_type t, int64_t cols, size_t *row_bytes, uint64_t *s,
+                             fill_mode mode)
+{
+    const size_t nb = (size_t)cols / quant_block_elems(t);
+    *row_bytes = nb * quant_block_bytes(t);
+    uint8_t *w = malloc(*row_bytes * ROWS);
+    for (size_t i = 0; i < nb * ROWS; i++)
+        fill_block(t, w + i * quant_block_bytes(t), s, mode);
+    return w;
+}
+
+/* Activations: random, or the same sign everywhere (all quantize to -127). */
+static float *make_x(int64_t cols, uint64_t *s, fill_mode mode)
+{
+    float *x = malloc((size_t)cols * XROWS * sizeof *x);
+    for (int64_t i = 0; i < cols * XROWS; i++)
+        x[i] = mode == FILL_EXTREME ? 3.0f : next_f(s) * (1.0f + (float)(i % 7));
+    return x;
+}
+
+static dot_q8_act quantize(dot_act kind, const float *x, int64_t cols)
+{
+    dot_q8_act a = {.q = malloc((size_t)cols * XROWS), .cols = cols,
+                    .d = malloc((size_t)cols / 32 * XROWS * sizeof(float)),
+                    .s16 = malloc((size_t)cols / 16 * XROWS * sizeof(int16_t)),
+                    .s32 = malloc((size_t)cols / 32 * XROWS * sizeof(int16_t))};
+    for (int r = 0; r < XROWS; r++) {
+        if (kind == DOT_ACT_Q8_0)
+            dot_quantize_q8_0(x + r * cols, cols, a.q + r * cols, a.d + r * (cols / 32),
+                              a.s32 + r * (cols / 32));
+        else
+            dot_quantize_q8_K(x + r * cols, cols, a.q + r * cols, a.d + r * (cols / 256),
+                              a.s16 + r * (cols / 16), a.s32 + r * (cols / 32));
+    }
+    return a;
+}
+
+static void free_act(dot_q8_act *a)
+{
+    free(a->q);
+    free(a->d);
+    free(a->s16);
+    free(a->s32);
+}
+
+/* Reference results ref[x][n]. */
+static void reference(quant_type t, const uint8_t *w, size_t row_bytes, const float *x,
+                      const dot_q8_act *a, int64_t cols, float *ref)
+{
+    const dot_act kind = dot_act_for(t);
+    for (int x_row = 0; x_row < XROWS; x_row++) {
+        const dot_q8_row xr = kind != DOT_ACT_F32 ? dot_act_row(a, kind, x_row) : (dot_q8_row){0};
+        for (int n = 0; n < ROWS; n++)
+            ref[x_row * ROWS + n] = kind != DOT_ACT_F32
+                                        ? dot_row_q8(t, w + n * row_bytes, &xr, cols)
+                                        : dot_row_f32(t, w + n * row_bytes, x + x_row * cols, cols);
+    }
+}
+
+/* The kernels' results for the pairs, x rows split into calls of `chunk`. */
+static void run_kernel(const dot_kernels *k, quant_type t, const uint8_t *w, size_t row_bytes,
+                       const float *x, const dot_q8_act *a, int64_t cols, int chunk, float *got)
+{
+    float tile[XROWS * DOT_GROUP];
+    if (dot_kernels_q8_tile(k, t)) {
+        uint8_t *pack = aligned_alloc(64, (dot_pack_bytes(t, ROWS, cols) + 63) / 64 * 64);
+        dot_pack(t, w, row_bytes, ROWS, cols, pack);
+        for (int g = 0; g * DOT_GROUP < ROWS; g++)
+            for (int x0 = 0; x0 < XROWS; x0 += chunk) {
+                const int nx = XROWS - x0 < chunk ? XROWS - x0 : chunk;
+                dot_kernels_q8_tile(k, t)(pack + g * dot_pack_group_bytes(t, cols), a, x0, nx, tile,
+                                          DOT_GROUP);
+                for (int xr = 0; xr < nx; xr++)
+                    for (int r = 0; r < DOT_GROUP && g * DOT_GROUP + r < ROWS; r++)
+                        got[(x0 + xr) * ROWS + g * DOT_GROUP + r] = tile[xr * DOT_GROUP + r];
+            }
+        free(pack);
+        return;
+    }
+    for (int n0 = 0; n0 < ROWS; n0 += 4) {
+        const int nw = ROWS - n0 < 4 ? ROWS - n0 : 4;
+        for (int x0 = 0; x0 < XROWS; x0 += chunk) {
+            const int nx = XROWS - x0 < chunk ? XROWS - x0 : chunk;
+            dot_kernels_f_tile(k, t)(w + n0 * row_bytes, row_bytes, nw, x + x0 * cols, cols, nx,
+                                     cols, tile, 4);
+            for (int xr = 0; xr < nx; xr++)
+                for (int r = 0; r < nw; r++)
+                    got[(x0 + xr) * ROWS + n0 + r] = tile[xr * 4 + r];
+        }
+    }
+}
+
+/* Pairs whose bits differ, and the first of them. */
+static int count_diff(const float *ref, const float *got, int *first)
+{
+    int bad = 0;
+    *first = -1;
+    for (int i = 0; i < XROWS * ROWS; i++)
+        if (memcmp(&ref[i], &got[i], sizeof *ref) != 0) {
+            if (bad++ == 0)
+                *first = i;
+        }
+    return bad;
+}
+
+static void check_type(const dot_kernels *k, quant_type t, int64_t cols, fill_mode mode,
+                       uint64_t *seed)
+{
+    if (!dot_kernels_q8_tile(k, t) && !dot_kernels_f_tile(k, t))
+        return;
+    size_t row_bytes;
+    uint8_t *w = make_weights(t, cols, &row_bytes, seed, mode);
+    float *x = make_x(cols, seed, mode);
+    const dot_act kind = dot_act_for(t);
+    dot_q8_act a = {0};
+    if (kind != DOT_ACT_F32)
+        a = quantize(kind, x, cols);
+    float ref[XROWS * ROWS], got[XROWS * ROWS];
+    reference(t, w, row_bytes, x, &a, cols, ref);
+    int finite = 1;
+    for (int i = 0; i < XROWS * ROWS; i++)
+        finite &= isfinite(ref[i]) != 0;
+    const int chunks[] = {XROWS, 1, 4};
+    for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++) {
+        run_kernel(k, t, w, row_bytes, x, &a, cols, chunks[c], got);
+        int first;
+        const int bad = count_diff(ref, got, &first);
+        CHECK(bad == 0 && finite,
+              "%s %s, %d x %d pairs of %lld columns (%s values), %d activation rows per call: "
+              "bit-identical to the reference",
+              k->name, quant_type_name(t), ROWS, XROWS, (long long)cols,
+              mode == FILL_EXTREME ? "extreme" : "random", chunks[c]);
+        if (bad)
+            printf("# %d pairs differ, the first %.9g where the reference has %.9g\n", bad,
+                   (double)got[first], (double)ref[first]);
+    }
+    free_act(&a);
+    free(x);
+    free(w);
+}
+
+int main(void)
+{
+    static const char *const sets[] = {"avx2", "avx512"};
+    static const quant_type types[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q8_0, QUANT_F32, QUANT_F16};
+    int ran = 0;
+    for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) {
+        const dot_kernels *k = dot_kernels_by_name(sets[i]);
+        if (!k) {
+            printf("# %s: this CPU does not run it\n", sets[i]);
+            continue;
+        }
+        ran++;
+        uint64_t seed = 0x9E3779B97F4A7C15ull;
+        for (size_t j = 0; j < sizeof types / sizeof *types; j++) {
+            const quant_type t = types[j];
+            const int64_t blk = (int64_t)quant_block_elems(t);
+            /* float rows: a multiple of 16 and two ragged tails */
+            const int64_t cols[] = {blk == 1 ? 64 : 2 * QK_K, blk == 1 ? 172 : 3 * QK_K,
+                                    blk == 1 ? 13 : QK_K};
+            for (size_t c = 0; c < sizeof cols / sizeof *cols; c++)
+                check_type(k, t, cols[c], FILL_RANDOM, &seed);
+            check_type(k, t, blk == 1 ? 48 : QK_K, FILL_EXTREME, &seed);
+        }
+    }
+    if (ran == 0) {
+        printf("# no SIMD kernel set runs here: nothing to compare\n");
+        return 77;
+    }
+    return check_done();
+}
