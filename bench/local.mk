@@ -5,3 +5,19 @@ noinst_PROGRAMS += bench/bench-tokenizer
 bench_bench_tokenizer_SOURCES = bench/bench-tokenizer.c
 bench_bench_tokenizer_LDADD = $(LLMQ_MODEL_LIBS)
 # ---- end tokenizer throughput ----
+
+# ---- broker throughput (bench/bench-broker.c) ----
+noinst_PROGRAMS += bench/bench-broker
+bench_bench_broker_SOURCES = bench/bench-broker.c
+bench_bench_broker_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(MSGPACK_CFLAGS)
+bench_bench_broker_LDADD = $(LLMQ_PROTO_LIBS) $(ZMQ_LIBS)
+# ---- end broker throughput ----
+
+# ---- CUDA ops against the roofline (bench/bench-cuda-ops.c; bench/cuda.sh) ----
+if HAVE_CUDA
+noinst_PROGRAMS += bench/bench-cuda-ops
+bench_bench_cuda_ops_SOURCES = bench/bench-cuda-ops.c
+bench_bench_cuda_ops_LDADD = $(LLMQ_CUDA_LIBS) $(LLMQ_MODEL_LIBS)
+endif
+EXTRA_DIST += bench/cuda.sh
+# ---- end CUDA ops ----

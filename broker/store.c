@@ -9,6 +9,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include "broker/checkpointer.h"
 #include "broker/schema.sql.h"
 
 #define N_MIGRATIONS (sizeof store_migrations / sizeof store_migrations[0])
@@ -120,8 +121,12 @@ typedef struct strbuf {
     size_t len, cap;
 } strbuf;
 
+/* WAL pages after which a checkpoint is asked for (SQLite's default). */
+#define CHECKPOINT_PAGES 1000
+
 struct store {
     sqlite3 *db;
+    ckpt *ckpt;
     int lock_fd;
     store_opts opts;
     bool in_tx;
@@ -498,17 +503,35 @@ static int lock_file(store *st, const char *path, llmq_err *err)
     return 0;
 }
 
+static int wal_grew(void *ctx, sqlite3 *db, const char *name, int pages)
+{
+    (void)db, (void)name;
+    store *st = ctx;
+    if (pages >= CHECKPOINT_PAGES)
+        ckpt_poke(st->ckpt);
+    return SQLITE_OK;
+}
+
 static int open_steps(store *st, const char *path, int64_t now, llmq_err *err)
 {
     if (lock_file(st, path, err))
         return -1;
-    if (sqlite3_open_v2(path, &st->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+    /* Memory statistics cost a global mutex on every SQLite allocation; the
+     * call is refused (harmlessly) once SQLite is initialized.  The
+     * connection is the loop thread's alone: no mutex on it either. */
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+    if (sqlite3_open_v2(path, &st->db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                            SQLITE_OPEN_NOMUTEX,
                         NULL) != SQLITE_OK)
         return llmq_errf(err, "%s: %s", path,
                          st->db ? sqlite3_errmsg(st->db) : "out of memory");
     if (configure(st, err) || migrate(st, err) || prepare_all(st, err) ||
-        recover(st, now, err) || load_counts(st, err))
+        recover(st, now, err) || load_counts(st, err) ||
+        ckpt_start(&st->ckpt, path, err))
         return llmq_err_prefix(err, "%s", path);
+    /* Replaces SQLite's automatic checkpoint, which would run in commits. */
+    sqlite3_wal_hook(st->db, wal_grew, st);
     return 0;
 }
 
@@ -540,6 +563,9 @@ void store_close(store *st)
         store_rollback(st);
     for (int i = 0; i < S_COUNT; i++)
         sqlite3_finalize(st->stmt[i]);
+    /* Stopped first, so that the broker's connection is the last one and its
+     * close checkpoints everything and removes the WAL. */
+    ckpt_stop(st->ckpt);
     sqlite3_close(st->db);
     if (st->lock_fd >= 0)
         close(st->lock_fd);

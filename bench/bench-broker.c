@@ -1,0 +1,414 @@
+/* bench-broker: durable submits per second and ack latency through a real
+ * llmq-broker, and end-to-end jobs per second with instant workers.
+ *
+ * Starts llmq-broker on a fresh database in a temp dir (ipc:// endpoints),
+ * then drives it from K DEALER clients with W submits in flight each, every
+ * submit carrying B jobs with distinct client keys (as llmq-submit sends
+ * them).  Latency is per submit: send to submit_ok, which the broker sends
+ * only after the fsync of the transaction holding the jobs.
+ *
+ * With --workers N, N scripted workers (S slots each) answer every job at
+ * once with a one-token result, and a client waits on the batch: that is
+ * the broker's own cost per job (claim, dispatch, result row, push), with
+ * the engine taken out.  Not a test: prints figures, exits 0. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "proto/wire.h"
+
+#define MAX_CLIENTS 64
+#define MAX_WORKERS 64
+
+typedef struct opts {
+    const char *broker;
+    long jobs, clients, inflight, batch, workers, slots;
+    const char *sync;
+} opts;
+
+typedef struct bench {
+    opts o;
+    char dir[128], clients_ep[192], workers_ep[192], db[192];
+    pid_t pid;
+    void *zctx;
+    void *c[MAX_CLIENTS], *w[MAX_WORKERS];
+    double *lat_ms;  /* per submit */
+    double *sent_at; /* per submit, by req - 1 */
+    long n_submits, next_submit, acked_jobs, n_lat;
+    long results;    /* results pushed to the waiting client */
+    bool wait_over;
+} bench;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench-broker: %s\n", what);
+    exit(1);
+}
+
+/* ---- the broker process ----------------------------------------------------- */
+
+static void start_broker(bench *b)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(b->dir, sizeof b->dir, "%s/bench-broker-XXXXXX", tmp ? tmp : "/tmp");
+    if (!mkdtemp(b->dir))
+        die("mkdtemp failed");
+    snprintf(b->db, sizeof b->db, "%s/bench.db", b->dir);
+    snprintf(b->clients_ep, sizeof b->clients_ep, "ipc://%s/c", b->dir);
+    snprintf(b->workers_ep, sizeof b->workers_ep, "ipc://%s/w", b->dir);
+    b->pid = fork();
+    if (b->pid == 0) {
+        execl(b->o.broker, b->o.broker, "--db", b->db, "--clients", b->clients_ep,
+              "--workers", b->workers_ep, "--sync", b->o.sync, "--max-queued",
+              "0", (char *)NULL);
+        _exit(127);
+    }
+}
+
+/* CPU seconds (user + system) the broker used so far, from /proc. */
+static double broker_cpu_s(pid_t pid)
+{
+    char path[64], line[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char *ok = fgets(line, sizeof line, f);
+    fclose(f);
+    char *p = ok ? strrchr(line, ')') : NULL;
+    unsigned long ut, st;
+    /* After "pid (comm)": state and 10 more fields, then utime and stime. */
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+                     &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static void stop_broker(bench *b)
+{
+    kill(b->pid, SIGTERM);
+    waitpid(b->pid, NULL, 0);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", b->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench-broker: could not remove %s\n", b->dir);
+}
+
+/* ---- sending -------------------------------------------------------------------- */
+
+static void send_msg(void *sock, const wire_msg *m)
+{
+    char *body;
+    size_t len;
+    wire_error we;
+    if (wire_encode(m, &body, &len, &we) != 0)
+        die(we.err.msg);
+    if (zmq_send(sock, body, len, 0) < 0)
+        die(zmq_strerror(errno));
+    free(body);
+}
+
+static void *dealer(bench *b, const char *ep)
+{
+    void *s = zmq_socket(b->zctx, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof zero);
+    if (zmq_connect(s, ep) != 0)
+        die(zmq_strerror(errno));
+    return s;
+}
+
+/* Submit number k (0-based) carries jobs k*B .. k*B+B-1, keys "j<n>". */
+static void send_submit(bench *b, void *sock, long k)
+{
+    wire_job jobs[1000];
+    char keys[1000][24];
+    for (long i = 0; i < b->o.batch; i++) {
+        snprintf(keys[i], sizeof keys[i], "j%ld", k * b->o.batch + i);
+        memset(&jobs[i], 0, sizeof jobs[i]);
+        jobs[i].key = keys[i];
+        jobs[i].prompt = "Once upon a time";
+        jobs[i].sampling = wire_sampling_default();
+        jobs[i].sampling.max_tokens = 1;
+    }
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_SUBMIT);
+    m.req = (uint64_t)k + 1;
+    m.submit = (wire_submit){.batch = "bench", .jobs = jobs,
+                             .n_jobs = (uint32_t)b->o.batch};
+    b->sent_at[k] = now_ms();
+    send_msg(sock, &m);
+}
+
+static void send_next(bench *b, void *sock)
+{
+    if (b->next_submit < b->n_submits)
+        send_submit(b, sock, b->next_submit++);
+}
+
+static void send_wait(bench *b)
+{
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_WAIT);
+    m.req = UINT64_MAX;
+    m.wait.sel.batch = "bench";
+    m.wait.timeout_ms = 600000;
+    send_msg(b->c[0], &m);
+}
+
+/* ---- instant workers ------------------------------------------------------------------ */
+
+static void worker_hello(bench *b, int i)
+{
+    char name[32];
+    snprintf(name, sizeof name, "bench-w%d", i);
+    b->w[i] = dealer(b, b->workers_ep);
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_HELLO);
+    m.hello = (wire_hello){.worker = name, .host = "bench", .pid = (uint32_t)getpid(),
+                           .gpu_index = -1, .model = "bench", .engine = "cpu",
+                           .slots = (uint32_t)b->o.slots};
+    send_msg(b->w[i], &m);
+    wire_msg_init(&m, WIRE_T_CREDIT);
+    m.credit = (uint32_t)b->o.slots;
+    send_msg(b->w[i], &m);
+}
+
+static void answer_job(void *sock, const wire_msg *job)
+{
+    static const uint32_t tok[1] = {42};
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_JOB_RESULT);
+    m.result = (wire_result){.id = job->job.id, .attempt = job->job.attempt,
+                             .text = "x", .tokens = tok, .n_tokens = 1,
+                             .finish = WIRE_FINISH_LENGTH, .prompt_tokens = 5,
+                             .gen_tokens = 1, .timings = {.prefill_ms = 0.1,
+                                                          .decode_ms = 0.1}};
+    send_msg(sock, &m);
+    wire_msg_init(&m, WIRE_T_CREDIT);
+    m.credit = 1;
+    send_msg(sock, &m);
+}
+
+static void heartbeat_all(bench *b)
+{
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_HEARTBEAT);
+    for (long i = 0; i < b->o.workers; i++)
+        send_msg(b->w[i], &m);
+}
+
+/* ---- receiving ------------------------------------------------------------------------ */
+
+static int recv_msg(void *sock, wire_msg *m)
+{
+    zmq_msg_t f;
+    zmq_msg_init(&f);
+    if (zmq_msg_recv(&f, sock, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&f);
+        return -1;
+    }
+    wire_error we;
+    int rc = wire_decode(zmq_msg_data(&f), zmq_msg_size(&f), WIRE_DIR_ANY, m, &we);
+    zmq_msg_close(&f);
+    if (rc != 0)
+        die(we.err.msg);
+    return 0;
+}
+
+static void on_client_msg(bench *b, void *sock, const wire_msg *m)
+{
+    if (m->type == WIRE_T_SUBMIT_OK) {
+        long k = (long)m->req - 1;
+        b->lat_ms[b->n_lat++] = now_ms() - b->sent_at[k];
+        b->acked_jobs += m->submit_ok.n;
+        send_next(b, sock);
+        /* A wait on a batch covers the jobs it has when the wait arrives. */
+        if (b->o.workers && b->acked_jobs == b->o.jobs)
+            send_wait(b);
+    } else if (m->type == WIRE_T_RESULT) {
+        b->results++;
+    } else if (m->type == WIRE_T_WAIT_END) {
+        b->wait_over = true;
+    } else if (m->type == WIRE_T_ERROR) {
+        die(m->error.message);
+    }
+}
+
+static void drain(bench *b, zmq_pollitem_t *items, int n_items)
+{
+    for (int i = 0; i < n_items; i++) {
+        wire_msg m;
+        while (recv_msg(items[i].socket, &m) == 0) {
+            if (i < b->o.clients)
+                on_client_msg(b, items[i].socket, &m);
+            else if (m.type == WIRE_T_JOB)
+                answer_job(items[i].socket, &m);
+            wire_msg_free(&m);
+        }
+    }
+}
+
+static bool finished(const bench *b)
+{
+    if (b->acked_jobs < b->o.jobs)
+        return false;
+    return b->o.workers == 0 || b->wait_over;
+}
+
+static void run_loop(bench *b)
+{
+    zmq_pollitem_t items[MAX_CLIENTS + MAX_WORKERS];
+    int n = 0;
+    for (long i = 0; i < b->o.clients; i++)
+        items[n++] = (zmq_pollitem_t){b->c[i], 0, ZMQ_POLLIN, 0};
+    for (long i = 0; i < b->o.workers; i++)
+        items[n++] = (zmq_pollitem_t){b->w[i], 0, ZMQ_POLLIN, 0};
+    double last_beat = now_ms(), give_up = now_ms() + 600000;
+    while (!finished(b)) {
+        if (zmq_poll(items, n, 100) < 0 && errno != EINTR)
+            die(zmq_strerror(errno));
+        drain(b, items, n);
+        if (now_ms() - last_beat > 300) {
+            heartbeat_all(b);
+            last_beat = now_ms();
+        }
+        if (now_ms() > give_up)
+            die("no progress for 10 minutes");
+    }
+}
+
+/* ---- figures ---------------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double pct(const double *sorted, long n, double p)
+{
+    long i = (long)(p * (n - 1) + 0.5);
+    return sorted[i];
+}
+
+static void report_submits(bench *b, double ms)
+{
+    qsort(b->lat_ms, (size_t)b->n_lat, sizeof *b->lat_ms, cmp_double);
+    printf("submit: %ld jobs in %ld submits, %.2f s: %.0f durable jobs/s, %.0f"
+           " submits/s; ack latency p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
+           b->acked_jobs, b->n_lat, ms / 1e3, b->acked_jobs / (ms / 1e3),
+           b->n_lat / (ms / 1e3), pct(b->lat_ms, b->n_lat, 0.50),
+           pct(b->lat_ms, b->n_lat, 0.99), b->lat_ms[b->n_lat - 1]);
+}
+
+static void usage(void)
+{
+    fputs("Usage: bench-broker [--broker PATH] [--jobs N] [--clients K]\n"
+          "       [--inflight W] [--batch B] [--sync full|normal]\n"
+          "       [--workers N --slots S]\n", stderr);
+    exit(2);
+}
+
+static long arg_long(const char *s, long lo, long hi)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < lo || v > hi)
+        usage();
+    return v;
+}
+
+static void parse(int argc, char **argv, opts *o)
+{
+    static const struct option lo[] = {
+        {"broker", 1, NULL, 'B'}, {"jobs", 1, NULL, 'n'}, {"clients", 1, NULL, 'k'},
+        {"inflight", 1, NULL, 'i'}, {"batch", 1, NULL, 'b'}, {"sync", 1, NULL, 's'},
+        {"workers", 1, NULL, 'w'}, {"slots", 1, NULL, 'S'}, {NULL, 0, NULL, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case 'B': o->broker = optarg; break;
+        case 'n': o->jobs = arg_long(optarg, 1, 100000000); break;
+        case 'k': o->clients = arg_long(optarg, 1, MAX_CLIENTS); break;
+        case 'i': o->inflight = arg_long(optarg, 1, 100000); break;
+        case 'b': o->batch = arg_long(optarg, 1, 1000); break;
+        case 's': o->sync = optarg; break;
+        case 'w': o->workers = arg_long(optarg, 0, MAX_WORKERS); break;
+        case 'S': o->slots = arg_long(optarg, 1, WIRE_MAX_SLOTS); break;
+        default: usage();
+        }
+    }
+    if (o->jobs % o->batch)
+        o->jobs += o->batch - o->jobs % o->batch;
+}
+
+static const char *default_broker(char *buf, size_t size)
+{
+    const char *build = getenv("LLMQ_BUILDDIR");
+    snprintf(buf, size, "%s/broker/llmq-broker", build ? build : ".");
+    return buf;
+}
+
+int main(int argc, char **argv)
+{
+    char exe[512];
+    bench b = {.o = {.broker = default_broker(exe, sizeof exe), .jobs = 100000,
+                     .clients = 4, .inflight = 64, .batch = 1, .sync = "full",
+                     .workers = 0, .slots = 64}};
+    parse(argc, argv, &b.o);
+    b.n_submits = b.o.jobs / b.o.batch;
+    b.lat_ms = calloc((size_t)b.n_submits, sizeof *b.lat_ms);
+    b.sent_at = calloc((size_t)b.n_submits, sizeof *b.sent_at);
+    b.zctx = zmq_ctx_new();
+    if (!b.lat_ms || !b.sent_at || !b.zctx)
+        die("out of memory");
+    start_broker(&b);
+    printf("bench-broker: %ld jobs, %ld per submit, %ld clients x %ld in flight,"
+           " synchronous=%s, %ld instant workers x %ld slots\n",
+           b.o.jobs, b.o.batch, b.o.clients, b.o.inflight, b.o.sync, b.o.workers,
+           b.o.slots);
+    for (long i = 0; i < b.o.clients; i++)
+        b.c[i] = dealer(&b, b.clients_ep);
+    for (long i = 0; i < b.o.workers; i++)
+        worker_hello(&b, (int)i);
+    double t0 = now_ms(), t_submits = 0;
+    for (long i = 0; i < b.o.clients; i++)
+        for (long k = 0; k < b.o.inflight; k++)
+            send_next(&b, b.c[i]);
+    run_loop(&b);
+    t_submits = now_ms() - t0;
+    report_submits(&b, t_submits);
+    double cpu = broker_cpu_s(b.pid);
+    printf("broker CPU: %.2f s, %.1f us per job\n", cpu, cpu * 1e6 / b.o.jobs);
+    if (b.o.workers)
+        printf("end-to-end: %ld jobs done and pushed in %.2f s: %.0f jobs/s\n",
+               b.results, t_submits / 1e3, b.results / (t_submits / 1e3));
+    for (long i = 0; i < b.o.clients; i++)
+        zmq_close(b.c[i]);
+    for (long i = 0; i < b.o.workers; i++)
+        zmq_close(b.w[i]);
+    stop_broker(&b);
+    zmq_ctx_term(b.zctx);
+    free(b.lat_ms);
+    free(b.sent_at);
+    return 0;
+}
