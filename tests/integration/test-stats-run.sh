@@ -8,7 +8,8 @@
 # time, per worker over time, the histogram and the job list agree with sums
 # computed independently in SQL by Python's sqlite3 on the same file; CSV
 # has a header and a row per batch; the SVG is well-formed XML with one line
-# per worker and bars holding every done job; after a clean shutdown the
+# per worker and bars holding every done job; backups taken while the broker
+# runs (.backup, VACUUM INTO) report the same; after a clean shutdown the
 # workers' online time stops at their goodbye.
 
 . "$LLMQ_SRCDIR/tests/integration/env.sh"
@@ -150,6 +151,19 @@ done = db.execute("SELECT count(*) FROM results WHERE decode_tok_s IS NOT NULL")
 sys.exit(0 if series == ["w1", "w2"] and jobs == done else 1)
 EOF
 check $? "the SVG is well-formed XML with a line per worker and bars holding every done job"
+
+# docs/OPERATIONS.md's backups, taken while the broker runs, read as the live file does.
+if command -v sqlite3 >/dev/null; then
+    now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+    report() { "$STATS" --db "$1" --now "$now" --format csv -t batches -t workers -t time; }
+    sqlite3 "$db" ".backup '$dir/backup.db'" && sqlite3 "$db" "VACUUM INTO '$dir/vacuum.db'" &&
+        report "$db" >"$dir/live.csv" && report "$dir/backup.db" >"$dir/backup.csv" &&
+        report "$dir/vacuum.db" >"$dir/vacuum.csv" &&
+        cmp -s "$dir/live.csv" "$dir/backup.csv" && cmp -s "$dir/live.csv" "$dir/vacuum.csv"
+    check $? "a .backup and a VACUUM INTO copy taken while the broker runs give the same report"
+else
+    echo "skip - the sqlite3 command is not installed: backups not tried"
+fi
 
 it_stop "$w1" && it_stop "$w2" && it_stop "$broker_pid"
 check $? "workers and broker stop cleanly"

@@ -131,7 +131,7 @@ static const table_col COLS_WORKERS[] = {
     {"worker", TABLE_TEXT, 0, false},        {"host", TABLE_TEXT, 0, false},
     {"device", TABLE_TEXT, 0, false},        {"engine", TABLE_TEXT, 0, false},
     {"sessions", TABLE_INT, 0, false},       {"slots", TABLE_INT, 0, false},
-    {"online_s", TABLE_REAL, 1, false},      {"busy_s", TABLE_REAL, 1, false},
+    {"online_s", TABLE_REAL, 2, false},      {"busy_s", TABLE_REAL, 2, false},
     {"util_pct", TABLE_REAL, 1, false},      {"concurrency", TABLE_REAL, 2, false},
     {"jobs", TABLE_INT, 0, false},           {"faults", TABLE_INT, 0, false},
     {"prompt_tokens", TABLE_INT, 0, false},  {"gen_tokens", TABLE_INT, 0, false},
