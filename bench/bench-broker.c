@@ -14,17 +14,16 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
 #include "proto/wire.h"
+#include "tests/integration/harness.h"
 
 #define MAX_CLIENTS 64
 #define MAX_WORKERS 64
@@ -37,9 +36,7 @@ typedef struct opts {
 
 typedef struct bench {
     opts o;
-    char dir[128], clients_ep[192], workers_ep[192], db[192];
-    pid_t pid;
-    void *zctx;
+    harness h; /* the broker process, its files and the ZeroMQ context */
     void *c[MAX_CLIENTS], *w[MAX_WORKERS];
     double *lat_ms;  /* per submit */
     double *sent_at; /* per submit, by req - 1 */
@@ -48,6 +45,7 @@ typedef struct bench {
     bool wait_over;
 } bench;
 
+/* Sub-millisecond, unlike the harness's clock: ack latencies are ~1 ms. */
 static double now_ms(void)
 {
     struct timespec ts;
@@ -62,24 +60,6 @@ static void die(const char *what)
 }
 
 /* ---- the broker process ----------------------------------------------------- */
-
-static void start_broker(bench *b)
-{
-    const char *tmp = getenv("TMPDIR");
-    snprintf(b->dir, sizeof b->dir, "%s/bench-broker-XXXXXX", tmp ? tmp : "/tmp");
-    if (!mkdtemp(b->dir))
-        die("mkdtemp failed");
-    snprintf(b->db, sizeof b->db, "%s/bench.db", b->dir);
-    snprintf(b->clients_ep, sizeof b->clients_ep, "ipc://%s/c", b->dir);
-    snprintf(b->workers_ep, sizeof b->workers_ep, "ipc://%s/w", b->dir);
-    b->pid = fork();
-    if (b->pid == 0) {
-        execl(b->o.broker, b->o.broker, "--db", b->db, "--clients", b->clients_ep,
-              "--workers", b->workers_ep, "--sync", b->o.sync, "--max-queued",
-              "0", (char *)NULL);
-        _exit(127);
-    }
-}
 
 /* CPU seconds (user + system) the broker used so far, from /proc. */
 static double broker_cpu_s(pid_t pid)
@@ -100,40 +80,23 @@ static double broker_cpu_s(pid_t pid)
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
-static void stop_broker(bench *b)
+static void start_broker(bench *b)
 {
-    kill(b->pid, SIGTERM);
-    waitpid(b->pid, NULL, 0);
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", b->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "bench-broker: could not remove %s\n", b->dir);
+    if (!getenv("LLMQ_BUILDDIR"))
+        setenv("LLMQ_BUILDDIR", ".", 0);
+    h_init(&b->h, "bench-broker", 0);
+    if (b->o.broker)
+        snprintf(b->h.exe, sizeof b->h.exe, "%s", b->o.broker);
+    const char *const flags[] = {"--sync", b->o.sync, "--max-queued", "0", NULL};
+    h_start(&b->h, flags);
 }
 
 /* ---- sending -------------------------------------------------------------------- */
 
 static void send_msg(void *sock, const wire_msg *m)
 {
-    char *body;
-    size_t len;
-    wire_error we;
-    if (wire_encode(m, &body, &len, &we) != 0)
-        die(we.err.msg);
-    if (zmq_send(sock, body, len, 0) < 0)
-        die(zmq_strerror(errno));
-    free(body);
-}
-
-static void *dealer(bench *b, const char *ep)
-{
-    void *s = zmq_socket(b->zctx, ZMQ_DEALER);
-    int zero = 0;
-    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);
-    zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof zero);
-    if (zmq_connect(s, ep) != 0)
-        die(zmq_strerror(errno));
-    return s;
+    if (h_send(sock, m) != 0)
+        die("cannot send");
 }
 
 /* Submit number k (0-based) carries jobs k*B .. k*B+B-1, keys "j<n>". */
@@ -180,7 +143,7 @@ static void worker_hello(bench *b, int i)
 {
     char name[32];
     snprintf(name, sizeof name, "bench-w%d", i);
-    b->w[i] = dealer(b, b->workers_ep);
+    b->w[i] = h_peer(&b->h, b->h.workers);
     wire_msg m;
     wire_msg_init(&m, WIRE_T_HELLO);
     m.hello = (wire_hello){.worker = name, .host = "bench", .pid = (uint32_t)getpid(),
@@ -218,22 +181,6 @@ static void heartbeat_all(bench *b)
 
 /* ---- receiving ------------------------------------------------------------------------ */
 
-static int recv_msg(void *sock, wire_msg *m)
-{
-    zmq_msg_t f;
-    zmq_msg_init(&f);
-    if (zmq_msg_recv(&f, sock, ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&f);
-        return -1;
-    }
-    wire_error we;
-    int rc = wire_decode(zmq_msg_data(&f), zmq_msg_size(&f), WIRE_DIR_ANY, m, &we);
-    zmq_msg_close(&f);
-    if (rc != 0)
-        die(we.err.msg);
-    return 0;
-}
-
 static void on_client_msg(bench *b, void *sock, const wire_msg *m)
 {
     if (m->type == WIRE_T_SUBMIT_OK) {
@@ -257,7 +204,7 @@ static void drain(bench *b, zmq_pollitem_t *items, int n_items)
 {
     for (int i = 0; i < n_items; i++) {
         wire_msg m;
-        while (recv_msg(items[i].socket, &m) == 0) {
+        while (h_recv(items[i].socket, 0, &m) == 0) {
             if (i < b->o.clients)
                 on_client_msg(b, items[i].socket, &m);
             else if (m.type == WIRE_T_JOB)
@@ -361,25 +308,16 @@ static void parse(int argc, char **argv, opts *o)
         o->jobs += o->batch - o->jobs % o->batch;
 }
 
-static const char *default_broker(char *buf, size_t size)
-{
-    const char *build = getenv("LLMQ_BUILDDIR");
-    snprintf(buf, size, "%s/broker/llmq-broker", build ? build : ".");
-    return buf;
-}
-
 int main(int argc, char **argv)
 {
-    char exe[512];
-    bench b = {.o = {.broker = default_broker(exe, sizeof exe), .jobs = 100000,
+    bench b = {.o = {.broker = NULL, .jobs = 100000,
                      .clients = 4, .inflight = 64, .batch = 1, .sync = "full",
                      .workers = 0, .slots = 64}};
     parse(argc, argv, &b.o);
     b.n_submits = b.o.jobs / b.o.batch;
     b.lat_ms = calloc((size_t)b.n_submits, sizeof *b.lat_ms);
     b.sent_at = calloc((size_t)b.n_submits, sizeof *b.sent_at);
-    b.zctx = zmq_ctx_new();
-    if (!b.lat_ms || !b.sent_at || !b.zctx)
+    if (!b.lat_ms || !b.sent_at)
         die("out of memory");
     start_broker(&b);
     printf("bench-broker: %ld jobs, %ld per submit, %ld clients x %ld in flight,"
@@ -387,7 +325,7 @@ int main(int argc, char **argv)
            b.o.jobs, b.o.batch, b.o.clients, b.o.inflight, b.o.sync, b.o.workers,
            b.o.slots);
     for (long i = 0; i < b.o.clients; i++)
-        b.c[i] = dealer(&b, b.clients_ep);
+        b.c[i] = h_peer(&b.h, b.h.clients);
     for (long i = 0; i < b.o.workers; i++)
         worker_hello(&b, (int)i);
     double t0 = now_ms(), t_submits = 0;
@@ -397,7 +335,7 @@ int main(int argc, char **argv)
     run_loop(&b);
     t_submits = now_ms() - t0;
     report_submits(&b, t_submits);
-    double cpu = broker_cpu_s(b.pid);
+    double cpu = broker_cpu_s(b.h.broker);
     printf("broker CPU: %.2f s, %.1f us per job\n", cpu, cpu * 1e6 / b.o.jobs);
     if (b.o.workers)
         printf("end-to-end: %ld jobs done and pushed in %.2f s: %.0f jobs/s\n",
@@ -406,8 +344,7 @@ int main(int argc, char **argv)
         zmq_close(b.c[i]);
     for (long i = 0; i < b.o.workers; i++)
         zmq_close(b.w[i]);
-    stop_broker(&b);
-    zmq_ctx_term(b.zctx);
+    h_done(&b.h, false);
     free(b.lat_ms);
     free(b.sent_at);
     return 0;

@@ -8,9 +8,9 @@ bench_bench_tokenizer_LDADD = $(LLMQ_MODEL_LIBS)
 
 # ---- broker throughput (bench/bench-broker.c) ----
 noinst_PROGRAMS += bench/bench-broker
-bench_bench_broker_SOURCES = bench/bench-broker.c
-bench_bench_broker_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(MSGPACK_CFLAGS)
-bench_bench_broker_LDADD = $(LLMQ_PROTO_LIBS) $(ZMQ_LIBS)
+bench_bench_broker_SOURCES = bench/bench-broker.c $(LLMQ_HARNESS)
+bench_bench_broker_CFLAGS = $(LLMQ_HARNESS_CFLAGS)
+bench_bench_broker_LDADD = $(LLMQ_HARNESS_LIBS)
 # ---- end broker throughput ----
 
 # ---- CUDA ops against the roofline (bench/bench-cuda-ops.c; bench/cuda.sh) ----

@@ -205,18 +205,22 @@ static int resolve(broker *b, const net_peer *from, uint64_t req,
     return 0;
 }
 
-/* Replies list at most WIRE_MAX_IDS jobs: larger selections are refused
- * up front with a useful message rather than failing to encode. */
-static int refuse_if_large(broker *b, const net_peer *from, uint64_t req,
-                           const wire_select *sel, size_t n, size_t limit,
-                           bool *refused)
+/* resolve, and refuse selections over `limit` jobs up front (replies list
+ * at most WIRE_MAX_IDS jobs) with a useful message rather than a reply that
+ * fails to encode. */
+static int select_jobs(broker *b, const net_peer *from, uint64_t req,
+                       const wire_select *sel, size_t limit, idlist *out,
+                       bool *refused, llmq_err *err)
 {
-    *refused = n > limit;
+    int rc = resolve(b, from, req, sel, out, refused, err);
+    if (rc || *refused)
+        return rc;
+    *refused = out->n > limit;
     if (!*refused)
         return 0;
     return broker_refuse(b, b->clients, from, req, WIRE_E_TOO_LARGE,
                          sel->batch ? "batch" : "ids",
-                         "%zu jobs selected, at most %zu here", n, limit);
+                         "%zu jobs selected, at most %zu here", out->n, limit);
 }
 
 /* ---- status and cancel ------------------------------------------------------------ */
@@ -290,10 +294,8 @@ static int on_status(broker *b, const net_peer *from, const wire_msg *m,
 {
     idlist ids = {0};
     bool refused;
-    int rc = resolve(b, from, m->req, &m->select, &ids, &refused, err);
-    if (rc == 0 && !refused)
-        rc = refuse_if_large(b, from, m->req, &m->select, ids.n, WIRE_MAX_IDS,
-                             &refused);
+    int rc = select_jobs(b, from, m->req, &m->select, WIRE_MAX_IDS, &ids,
+                         &refused, err);
     if (rc == 0 && !refused)
         rc = reply_states(b, from, m->req, WIRE_T_STATUS_OK, &ids, err);
     free(ids.v);
@@ -334,10 +336,8 @@ static int on_cancel(broker *b, const net_peer *from, const wire_msg *m,
 {
     idlist ids = {0};
     bool refused;
-    int rc = resolve(b, from, m->req, &m->select, &ids, &refused, err);
-    if (rc == 0 && !refused)
-        rc = refuse_if_large(b, from, m->req, &m->select, ids.n, WIRE_MAX_IDS,
-                             &refused);
+    int rc = select_jobs(b, from, m->req, &m->select, WIRE_MAX_IDS, &ids,
+                         &refused, err);
     for (size_t i = 0; rc == 0 && !refused && i < ids.n; i++)
         rc = cancel_one(b, ids.v[i], err);
     if (rc == 0 && !refused)
@@ -574,11 +574,9 @@ static int on_wait(broker *b, const net_peer *from, const wire_msg *m,
 {
     idlist ids = {0};
     bool refused;
-    const wire_select *sel = &m->wait.sel;
-    int rc = resolve(b, from, m->req, sel, &ids, &refused, err);
     size_t limit = m->wait.stream ? WIRE_MAX_IDS : WIRE_MAX_RESULTS;
-    if (rc == 0 && !refused)
-        rc = refuse_if_large(b, from, m->req, sel, ids.n, limit, &refused);
+    int rc = select_jobs(b, from, m->req, &m->wait.sel, limit, &ids, &refused,
+                         err);
     if (rc == 0 && !refused && b->waiters.total_ids + ids.n > MAX_WAITED_IDS) {
         refused = true;
         rc = broker_refuse(b, b->clients, from, m->req, WIRE_E_TOO_LARGE, NULL,
@@ -646,17 +644,11 @@ int on_client(broker *b, const net_peer *from, const void *body, size_t len,
               llmq_err *err)
 {
     wire_msg m;
-    wire_error we;
-    memset(&we, 0, sizeof we);
-    if (wire_decode(body, len, WIRE_DIR_CLIENT_TO_BROKER, &m, &we) != 0) {
-        if (b->cfg.verbose)
-            log_line("bad client request: %s: %s", wire_code_name(we.code),
-                     we.err.msg);
-        wire_msg r;
-        wire_error_reply(&r, &we);
-        return broker_reply(b, b->clients, from, &r, err);
-    }
-    int rc = handle(b, from, &m, err);
+    bool ok;
+    int rc = broker_decode(b, b->clients, from, body, len, &m, &ok, err);
+    if (rc || !ok)
+        return rc;
+    rc = handle(b, from, &m, err);
     wire_msg_free(&m);
     return rc;
 }

@@ -227,20 +227,15 @@ static int handle(broker *b, const net_peer *from, pool_worker *w,
 int on_worker(broker *b, const net_peer *from, const void *body, size_t len,
               llmq_err *err)
 {
-    wire_msg m;
-    wire_error we;
-    memset(&we, 0, sizeof we);
     pool_worker *w = pool_by_peer(&b->pool, from);
     if (w)
         w->last_heard = b->now; /* any message, even a bad one, is a sign of life */
-    if (wire_decode(body, len, WIRE_DIR_WORKER_TO_BROKER, &m, &we) != 0) {
-        log_line("bad message from worker %s: %s", w ? w->name : "(no hello)",
-                 we.err.msg);
-        wire_msg r;
-        wire_error_reply(&r, &we);
-        return broker_reply(b, b->workers, from, &r, err);
-    }
-    int rc = !w && m.type != WIRE_T_HELLO
+    wire_msg m;
+    bool ok;
+    int rc = broker_decode(b, b->workers, from, body, len, &m, &ok, err);
+    if (rc || !ok)
+        return rc;
+    rc = !w && m.type != WIRE_T_HELLO
                  ? broker_refuse(b, b->workers, from, 0, WIRE_E_UNKNOWN_WORKER,
                                  NULL, "this connection has no session (no hello,"
                                  " or presumed dead): send hello again")

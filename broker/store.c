@@ -754,7 +754,6 @@ int store_submit(store *st, const store_job *job, int64_t max_queued,
 
 /* ---- claim ----------------------------------------------------------------- */
 
-/* Fills job from a S_JOB_READ row; *ids and *stop own the arrays. */
 static void params_from_row(sqlite3_stmt *s, store_params *p)
 {
     p->max_tokens = sqlite3_column_int(s, 8);
@@ -770,6 +769,7 @@ static void params_from_row(sqlite3_stmt *s, store_params *p)
     p->ignore_eos = sqlite3_column_int(s, 18) != 0;
 }
 
+/* Fills job from a S_JOB_READ row; *ids and *stop own the arrays. */
 static int job_from_row(store *st, sqlite3_stmt *s, store_job *job,
                         uint32_t **ids, strlist *stop, llmq_err *err)
 {
@@ -947,25 +947,17 @@ static int attempt_end(store *st, int64_t id, int32_t attempt, int64_t now,
     return stmt_run(st, s, err);
 }
 
-static int requeue(store *st, int64_t id, int faults, llmq_err *err)
+/* A running job leaves for `to` through statement `which` (?1 the job,
+ * ?2 its argument: the faults to add for S_REQUEUE, the time for S_FAIL). */
+static int leave_running(store *st, int which, int64_t id, int64_t arg,
+                         store_state to, llmq_err *err)
 {
-    sqlite3_stmt *s = stmt_get(st, S_REQUEUE);
+    sqlite3_stmt *s = stmt_get(st, which);
     sqlite3_bind_int64(s, 1, id);
-    sqlite3_bind_int(s, 2, faults);
+    sqlite3_bind_int64(s, 2, arg);
     if (stmt_run(st, s, err))
         return -1;
-    count_move(st, STORE_RUNNING, STORE_QUEUED);
-    return 0;
-}
-
-static int fail_job(store *st, int64_t id, int64_t now, llmq_err *err)
-{
-    sqlite3_stmt *s = stmt_get(st, S_FAIL);
-    sqlite3_bind_int64(s, 1, id);
-    sqlite3_bind_int64(s, 2, now);
-    if (stmt_run(st, s, err))
-        return -1;
-    count_move(st, STORE_RUNNING, STORE_FAILED);
+    count_move(st, STORE_RUNNING, to);
     return 0;
 }
 
@@ -983,7 +975,8 @@ static int fault_job(store *st, int64_t id, int64_t worker_id, int32_t attempt,
     if (attempt_end(st, id, cur.attempt, now, outcome, reason, err))
         return -1;
     *failed = permanent || cur.faults + 1 >= st->opts.max_attempts;
-    return *failed ? fail_job(st, id, now, err) : requeue(st, id, 1, err);
+    return *failed ? leave_running(st, S_FAIL, id, now, STORE_FAILED, err)
+                   : leave_running(st, S_REQUEUE, id, 1, STORE_QUEUED, err);
 }
 
 int store_fault(store *st, int64_t job_id, int64_t worker_id, int32_t attempt,
@@ -1005,7 +998,7 @@ int store_hand_back(store *st, int64_t job_id, int64_t worker_id,
         return 0;
     if (attempt_end(st, job_id, cur.attempt, now_ms, "returned", reason, err))
         return -1;
-    return requeue(st, job_id, 0, err);
+    return leave_running(st, S_REQUEUE, job_id, 0, STORE_QUEUED, err);
 }
 
 int store_cancel(store *st, int64_t job_id, int64_t now_ms, store_change *out,

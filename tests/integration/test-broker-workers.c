@@ -202,6 +202,25 @@ static void teardown(harness *h, void *client, void *const *workers, int n)
     h_done(h, check_state.failed > 0);
 }
 
+/* A fresh broker with n jobs queued (ids) and the first running on one
+ * worker (w, j). */
+typedef struct running {
+    harness h;
+    void *c, *w;
+    uint64_t ids[2];
+    got_job j;
+} running;
+
+static void start_running(running *r, const char *name,
+                          const char *const *flags, const char *worker, int n)
+{
+    setup(&r->h, name, flags, &r->c);
+    submit(r->c, NULL, n, NULL, NULL, r->ids);
+    r->w = worker_connect(&r->h, worker, "m", 1, NULL);
+    credit(r->w, 1);
+    await_job(r->w, T_REPLY, &r->j);
+}
+
 static int64_t sqlf(const harness *h, const char *fmt, uint64_t id)
 {
     char sql[512];
@@ -265,17 +284,14 @@ static void test_credits_order_and_results(void)
 
 static void test_dead_worker_and_late_result(void)
 {
-    harness h;
-    void *c;
-    setup(&h, "tbw-dead", FAST, &c);
-    uint64_t id;
-    submit(c, NULL, 1, NULL, NULL, &id);
-    void *b = worker_connect(&h, "w-silent", "m", 1, NULL);
-    credit(b, 1);
-    got_job jb;
-    await_job(b, T_REPLY, &jb);
-    /* b now falls silent; c's worker keeps heartbeating. */
-    void *w = worker_connect(&h, "w-alive", "m", 1, NULL);
+    running r;
+    start_running(&r, "tbw-dead", FAST, "w-silent", 1);
+    harness *h = &r.h;
+    void *c = r.c, *b = r.w;
+    uint64_t id = r.ids[0];
+    got_job jb = r.j;
+    /* b now falls silent; another worker keeps heartbeating. */
+    void *w = worker_connect(h, "w-alive", "m", 1, NULL);
     credit(w, 1);
     got_job jw;
     int64_t t0 = h_now_ms();
@@ -299,30 +315,27 @@ static void test_dead_worker_and_late_result(void)
           "the result of the live attempt is the one recorded");
     if (rc == 0)
         wire_msg_free(&m);
-    CHECK(sqlf(&h, "SELECT count(*) FROM results WHERE job_id = %llu", id) == 1 &&
-              sqlf(&h, "SELECT count(*) FROM attempts WHERE job_id = %llu AND"
+    CHECK(sqlf(h, "SELECT count(*) FROM results WHERE job_id = %llu", id) == 1 &&
+              sqlf(h, "SELECT count(*) FROM attempts WHERE job_id = %llu AND"
                        " outcome = 'lost'", id) == 1,
           "exactly one result row; the first attempt is recorded as lost");
-    CHECK(h_sql(&h, "SELECT count(*) FROM workers WHERE name = 'w-silent'"
+    CHECK(h_sql(h, "SELECT count(*) FROM workers WHERE name = 'w-silent'"
                     " AND state = 'lost'") == 1,
           "the silent worker's session is marked lost");
     void *ws[2] = {b, w};
-    teardown(&h, c, ws, 2);
+    teardown(h, c, ws, 2);
 }
 
 static void test_failures_and_attempts(void)
 {
-    harness h;
-    void *c;
     const char *const flags[] = {"--heartbeat-ms", "100", "--worker-timeout-ms",
                                  "800", "--max-attempts", "2", NULL};
-    setup(&h, "tbw-fail", flags, &c);
-    uint64_t ids[2];
-    submit(c, NULL, 2, NULL, NULL, ids);
-    void *w = worker_connect(&h, "w-f", "m", 1, NULL);
-    got_job j;
-    credit(w, 1);
-    await_job(w, T_REPLY, &j);
+    running r;
+    start_running(&r, "tbw-fail", flags, "w-f", 2);
+    harness *h = &r.h;
+    void *c = r.c, *w = r.w;
+    const uint64_t *ids = r.ids;
+    got_job j = r.j;
     failure(w, j.id, j.attempt, "out of KV blocks", true);
     credit(w, 1);
     got_job j2;
@@ -351,20 +364,17 @@ static void test_failures_and_attempts(void)
           "a permanent failure fails the job at its first attempt");
     if (rc == 0)
         wire_msg_free(&m);
-    teardown(&h, c, &w, 1);
+    teardown(h, c, &w, 1);
 }
 
 static void test_cancel_running(void)
 {
-    harness h;
-    void *c;
-    setup(&h, "tbw-cancel", FAST, &c);
-    uint64_t ids[2];
-    submit(c, NULL, 2, NULL, NULL, ids);
-    void *w = worker_connect(&h, "w-c", "m", 1, NULL);
-    credit(w, 1);
-    got_job j;
-    await_job(w, T_REPLY, &j);
+    running r;
+    start_running(&r, "tbw-cancel", FAST, "w-c", 2);
+    harness *h = &r.h;
+    void *c = r.c, *w = r.w;
+    const uint64_t *ids = r.ids;
+    got_job j = r.j;
     wire_msg m;
     wire_msg_init(&m, WIRE_T_CANCEL);
     m.req = 6;
@@ -387,36 +397,32 @@ static void test_cancel_running(void)
     rc = await_job(w, T_REPLY, &next);
     CHECK(rc == 0 && next.id == ids[1],
           "the freed slot's credit brings the next job");
-    CHECK(sqlf(&h, "SELECT count(*) FROM results WHERE job_id = %llu", j.id) == 0 &&
-              sqlf(&h, "SELECT state = 'cancelled' FROM jobs WHERE id = %llu",
+    CHECK(sqlf(h, "SELECT count(*) FROM results WHERE job_id = %llu", j.id) == 0 &&
+              sqlf(h, "SELECT state = 'cancelled' FROM jobs WHERE id = %llu",
                    j.id) == 1,
           "the cancelled job stays cancelled: its late failure and result are ignored");
-    teardown(&h, c, &w, 1);
+    teardown(h, c, &w, 1);
 }
 
 static void test_bye_and_second_hello(void)
 {
-    harness h;
-    void *c;
-    setup(&h, "tbw-bye", FAST, &c);
-    uint64_t id;
-    submit(c, NULL, 1, NULL, NULL, &id);
-    void *a = worker_connect(&h, "w-bye", "m", 1, NULL);
-    credit(a, 1);
-    got_job j;
-    await_job(a, T_REPLY, &j);
+    running r;
+    start_running(&r, "tbw-bye", FAST, "w-bye", 1);
+    harness *h = &r.h;
+    void *c = r.c, *a = r.w;
+    uint64_t id = r.ids[0];
     send_simple(a, WIRE_T_BYE);
-    void *b = worker_connect(&h, "w-next", "m", 1, NULL);
+    void *b = worker_connect(h, "w-next", "m", 1, NULL);
     credit(b, 1);
     got_job j2;
     int rc = await_job(b, T_REPLY, &j2);
     CHECK(rc == 0 && j2.id == id && j2.attempt == 2,
           "bye puts the worker's running job back in the queue");
-    CHECK(sqlf(&h, "SELECT faults FROM jobs WHERE id = %llu", id) == 0 &&
-              sqlf(&h, "SELECT count(*) FROM attempts WHERE job_id = %llu AND"
+    CHECK(sqlf(h, "SELECT faults FROM jobs WHERE id = %llu", id) == 0 &&
+              sqlf(h, "SELECT count(*) FROM attempts WHERE job_id = %llu AND"
                        " outcome = 'returned'", id) == 1,
           "without counting a fault (attempt 1 'returned')");
-    void *b2 = worker_connect(&h, "w-next", "m", 1, NULL);
+    void *b2 = worker_connect(h, "w-next", "m", 1, NULL);
     credit(b2, 1);
     got_job j3;
     rc = await_job(b2, T_REPLY, &j3);
@@ -424,22 +430,18 @@ static void test_bye_and_second_hello(void)
           "a second hello under the same name ends the old session; its job"
           " runs again (attempt 3)");
     void *ws[3] = {a, b, b2};
-    teardown(&h, c, ws, 3);
+    teardown(h, c, ws, 3);
 }
 
 static void test_broker_restart(void)
 {
-    harness h;
-    void *c;
-    setup(&h, "tbw-restart", FAST, &c);
-    uint64_t id;
-    submit(c, NULL, 1, NULL, NULL, &id);
-    void *w = worker_connect(&h, "w-r", "m", 1, NULL);
-    credit(w, 1);
-    got_job j;
-    await_job(w, T_REPLY, &j);
-    h_kill9(&h);
-    h_start(&h, FAST);
+    running r;
+    start_running(&r, "tbw-restart", FAST, "w-r", 1);
+    harness *h = &r.h;
+    void *c = r.c, *w = r.w;
+    uint64_t id = r.ids[0];
+    h_kill9(h);
+    h_start(h, FAST);
     wire_msg m;
     int rc = await(w, WIRE_T_ERROR, T_REPLY, &m);
     CHECK(rc == 0 && m.error.code == WIRE_E_UNKNOWN_WORKER,
@@ -447,16 +449,16 @@ static void test_broker_restart(void)
     if (rc == 0)
         wire_msg_free(&m);
     h_close(w);
-    w = worker_connect(&h, "w-r", "m", 1, NULL);
+    w = worker_connect(h, "w-r", "m", 1, NULL);
     credit(w, 1);
     got_job j2;
     rc = await_job(w, T_REPLY, &j2);
     CHECK(rc == 0 && j2.id == id && j2.attempt == 2,
           "the job left running by the killed broker runs again (attempt 2)");
-    CHECK(sqlf(&h, "SELECT count(*) FROM attempts WHERE job_id = %llu AND"
+    CHECK(sqlf(h, "SELECT count(*) FROM attempts WHERE job_id = %llu AND"
                    " outcome = 'interrupted'", id) == 1,
           "its first attempt is recorded as interrupted");
-    teardown(&h, c, &w, 1);
+    teardown(h, c, &w, 1);
 }
 
 static int exit_within(harness *h, int ms)
@@ -475,16 +477,13 @@ static int exit_within(harness *h, int ms)
 
 static void test_sigterm_finishes(void)
 {
-    harness h;
-    void *c;
-    setup(&h, "tbw-term", FAST, &c);
-    uint64_t id;
-    submit(c, NULL, 1, NULL, NULL, &id);
-    void *w = worker_connect(&h, "w-t", "m", 1, NULL);
-    credit(w, 1);
-    got_job j;
-    await_job(w, T_REPLY, &j);
-    kill(h.broker, SIGTERM);
+    running r;
+    start_running(&r, "tbw-term", FAST, "w-t", 1);
+    harness *h = &r.h;
+    void *c = r.c, *w = r.w;
+    uint64_t id = r.ids[0];
+    got_job j = r.j;
+    kill(h->broker, SIGTERM);
     wire_msg m;
     int rc = await(w, WIRE_T_SHUTDOWN, T_REPLY, &m);
     CHECK(rc == 0 && m.grace_ms == 10000, "SIGTERM sends shutdown with the grace period");
@@ -494,40 +493,36 @@ static void test_sigterm_finishes(void)
     rc = submit(c, NULL, 1, NULL, NULL, &refused);
     CHECK(rc != 0, "submits are refused while stopping");
     result(w, j.id, j.attempt, "finished in time", 2);
-    int st = exit_within(&h, 5000);
+    int st = exit_within(h, 5000);
     CHECK(st == 0, "once the running job is done the broker exits 0");
-    CHECK(sqlf(&h, "SELECT state = 'done' FROM jobs WHERE id = %llu", id) == 1,
+    CHECK(sqlf(h, "SELECT state = 'done' FROM jobs WHERE id = %llu", id) == 1,
           "the job that finished during the grace period is done");
-    teardown(&h, c, &w, 1);
+    teardown(h, c, &w, 1);
 }
 
 static void test_sigterm_grace_expires(void)
 {
-    harness h;
-    void *c;
     const char *const flags[] = {"--heartbeat-ms", "100", "--worker-timeout-ms",
                                  "800", "--grace-ms", "300", NULL};
-    setup(&h, "tbw-grace", flags, &c);
-    uint64_t id;
-    submit(c, NULL, 1, NULL, NULL, &id);
-    void *w = worker_connect(&h, "w-g", "m", 1, NULL);
-    credit(w, 1);
-    got_job j;
-    await_job(w, T_REPLY, &j);
+    running r;
+    start_running(&r, "tbw-grace", flags, "w-g", 1);
+    harness *h = &r.h;
+    void *c = r.c, *w = r.w;
+    uint64_t id = r.ids[0];
     int64_t t0 = h_now_ms();
-    kill(h.broker, SIGTERM);
+    kill(h->broker, SIGTERM);
     wire_msg m;
     if (await(w, WIRE_T_SHUTDOWN, T_REPLY, &m) == 0)
         wire_msg_free(&m);
-    int st = exit_within(&h, 5000);
+    int st = exit_within(h, 5000);
     int64_t took = h_now_ms() - t0;
     CHECK(st == 0 && took >= 250 && took < 3000,
           "a job still running after the grace period does not hold the"
           " broker (%lld ms, grace 300)", (long long)took);
-    CHECK(sqlf(&h, "SELECT state = 'queued' FROM jobs WHERE id = %llu", id) == 1 &&
-              sqlf(&h, "SELECT faults FROM jobs WHERE id = %llu", id) == 0,
+    CHECK(sqlf(h, "SELECT state = 'queued' FROM jobs WHERE id = %llu", id) == 1 &&
+              sqlf(h, "SELECT faults FROM jobs WHERE id = %llu", id) == 0,
           "it is back in the queue, without a fault, for the next broker");
-    teardown(&h, c, &w, 1);
+    teardown(h, c, &w, 1);
 }
 
 static void test_heartbeats_and_models(void)

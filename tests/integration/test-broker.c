@@ -163,15 +163,22 @@ static void test_durability(void)
 
 /* ---- idempotency, backpressure, cancel ------------------------------------------------ */
 
-static void test_keys_in_one_submit(void *c)
+/* Three text jobs (prompt = key); 0 with their submit_ok in *ok, or -1. */
+static int submit3(void *c, uint64_t req, const char *batch,
+                   const char *const keys[3], wire_msg *ok)
 {
     wire_job j[3];
-    h_job(&j[0], "dup:x", "a");
-    h_job(&j[1], "dup:y", "b");
-    h_job(&j[2], "dup:x", "c");
-    submit_jobs(c, 10, "dups", j, 3);
+    for (int i = 0; i < 3; i++)
+        h_job(&j[i], keys[i], keys[i]);
+    submit_jobs(c, req, batch, j, 3);
+    return h_recv_type(c, T_REPLY, WIRE_T_SUBMIT_OK, ok);
+}
+
+static void test_keys_in_one_submit(void *c)
+{
+    static const char *const keys[3] = {"dup:x", "dup:y", "dup:x"};
     wire_msg m;
-    int rc = h_recv_type(c, T_REPLY, WIRE_T_SUBMIT_OK, &m);
+    int rc = submit3(c, 10, "dups", keys, &m);
     CHECK(rc == 0 && m.submit_ok.n == 3 &&
               m.submit_ok.ids[0] == m.submit_ok.ids[2] &&
               m.submit_ok.ids[1] != m.submit_ok.ids[0] &&
@@ -544,14 +551,10 @@ static void check_envelopes(void *bad)
 
 static uint64_t submit_good(void *c)
 {
-    wire_job j[3];
-    h_job(&j[0], "good:0", "kept 0");
-    h_job(&j[1], "good:1", "kept 1");
-    h_job(&j[2], "good:2", "kept 2");
-    submit_jobs(c, 30, "good", j, 3);
+    static const char *const keys[3] = {"good:0", "good:1", "good:2"};
     wire_msg m;
     uint64_t id = 0;
-    if (h_recv_type(c, T_REPLY, WIRE_T_SUBMIT_OK, &m) == 0) {
+    if (submit3(c, 30, "good", keys, &m) == 0) {
         id = m.submit_ok.ids[0];
         wire_msg_free(&m);
     }
