@@ -94,11 +94,15 @@ static void x_axis_time(FILE *f, const frame *fr)
 {
     int64_t x0 = (int64_t)fr->x0, x1 = (int64_t)fr->x1;
     int64_t step = scale_time_step(x1 - x0, 8);
-    const char *fmt = step < 60000 ? "%H:%M:%S" : step < 86400000 ? "%H:%M" : "%m-%d";
+    const char *fmt = step < 1000    ? "%M:%S"
+                      : step < 60000 ? "%H:%M:%S"
+                      : step < 86400000 ? "%H:%M" : "%m-%d";
     char buf[64];
     int64_t first = (x0 + step - 1) / step * step;
     for (int64_t t = first; t <= x1; t += step) {
         utc(buf, sizeof buf, t, fmt);
+        if (step < 1000) /* sub-second ticks: minutes, seconds and milliseconds */
+            snprintf(buf + strlen(buf), sizeof buf - strlen(buf), ".%03d", (int)(t % 1000));
         x_tick(f, fr, (double)t, buf);
     }
     svg_line(f, fr->left, fr->bottom, fr->right, fr->bottom, AXIS_COLOR, 1);

@@ -16,7 +16,8 @@ double scale_nice_step(double x)
 int64_t scale_time_step(int64_t span_ms, int64_t max_steps)
 {
     static const int64_t steps[] = {
-        1000, 2000, 5000, 10000, 15000, 30000,           /* seconds */
+        10, 20, 50, 100, 200, 500,                      /* milliseconds */
+        1000, 2000, 5000, 10000, 15000, 30000,          /* seconds */
         60000, 120000, 300000, 600000, 900000, 1800000, /* minutes */
         3600000, 7200000, 21600000, 43200000, 86400000, /* hours, a day */
         604800000,                                      /* a week */
