@@ -2,7 +2,8 @@
 # The demo (tools/dev.sh demo): a broker and two CPU workers on the embedded
 # stories260K model, a batch of story prompts submitted with llmq-submit, the
 # results, then per-job and per-worker throughput read back from SQLite with
-# plain SQL on the views of docs/SCHEMA.md, and a clean shutdown.
+# plain SQL on the views of docs/SCHEMA.md and with llmq-stats (which also
+# writes BUILD_DIR/demo-throughput.svg), and a clean shutdown.
 #
 #   tools/demo.sh BUILD_DIR
 #
@@ -16,7 +17,7 @@ build=${1:?usage: tools/demo.sh BUILD_DIR}
 build=$(cd "$build" && pwd)
 top=$(cd "$(dirname "$0")/.." && pwd)
 model=$top/tests/data/models/stories260K.gguf
-for exe in broker/llmq-broker worker/llmq-worker tools/llmq-submit; do
+for exe in broker/llmq-broker worker/llmq-worker tools/llmq-submit tools/llmq-stats; do
     [ -x "$build/$exe" ] || { echo "demo: $build/$exe is missing: build first" >&2; exit 1; }
 done
 command -v sqlite3 >/dev/null || { echo "demo: the sqlite3 command is needed" >&2; exit 1; }
@@ -113,6 +114,12 @@ say "the batch (view v_batch_stats)"
 sql "SELECT batch_id, jobs, done, failed, generated_tokens, wall_ms, round(gen_tok_s, 1) AS gen_tok_s,
             round(avg_queue_wait_ms, 1) AS avg_queue_wait_ms, round(avg_total_ms, 1) AS avg_total_ms
      FROM v_batch_stats WHERE batch_id = 'demo'"
+
+say "the accounting (llmq-stats, reading the database while the broker runs)"
+plot=$build/demo-throughput.svg
+"$build/tools/llmq-stats" --db "$db" --batch demo --table batches --table workers \
+    --plot "$plot"
+echo "plot of tok/s over time per worker and of the jobs' decode tok/s: $plot"
 
 say "shutting down (SIGTERM: the workers say bye, the broker closes the database)"
 stop "$worker1" "llmq-worker demo-worker-1"
