@@ -15,6 +15,8 @@ typedef struct cpu_backend {
     backend base;
     pool *pool;
     const dot_kernels *k; /* picked once for this CPU */
+    float *scratch;       /* attention's, pool_threads slices; grown on demand */
+    size_t scratch_floats;
 } cpu_backend;
 
 struct be_weight {
@@ -207,18 +209,6 @@ static void kv_put(const be_kv *kv, uint8_t *base, size_t off, const float *src)
     }
 }
 
-static void kv_get(const be_kv *kv, const uint8_t *base, size_t off, int32_t from, int32_t n,
-                   float *dst)
-{
-    if (kv->type == BE_KV_F16) {
-        const quant_f16 *src = (const quant_f16 *)base + off + from;
-        for (int32_t i = 0; i < n; i++)
-            dst[i] = quant_f16_to_f32(src[i]);
-    } else {
-        memcpy(dst, (const float *)base + off + from, (size_t)n * sizeof(float));
-    }
-}
-
 /* ---- embed, gather ---- */
 
 typedef struct rows_job {
@@ -229,7 +219,7 @@ typedef struct rows_job {
     float *out;
 } rows_job;
 
-static void embed_task(void *ctx, int64_t r)
+static void embed_task(void *ctx, int64_t r, int thread)
 {
     const rows_job *j = ctx;
     const be_weight *w = j->w;
@@ -241,7 +231,7 @@ static void cpu_embed(backend *be, const be_weight *table, const int32_t *ids, i
                       float *out)
 {
     rows_job j = {.w = table, .ids = ids, .out = out};
-    pool_run(pool_of(be), embed_task, &j, n, (int64_t)n * table->cols);
+    pool_run(pool_of(be), embed_task, &j, n, (int64_t)n * table->cols / 2);
 }
 
 static void cpu_gather_rows(backend *be, const float *x, const int32_t *idx, int32_t n,
@@ -261,7 +251,7 @@ typedef struct norm_job {
     float *out;
 } norm_job;
 
-static void rmsnorm_task(void *ctx, int64_t r)
+static void rmsnorm_task(void *ctx, int64_t r, int thread)
 {
     const norm_job *j = ctx;
     const float *x = j->x + r * j->dim;
@@ -278,7 +268,7 @@ static void cpu_rmsnorm(backend *be, const float *x, const float *w, float eps, 
                         int32_t dim, be_act *out)
 {
     norm_job j = {.x = x, .w = w, .eps = eps, .dim = dim, .out = out->x};
-    pool_run(pool_of(be), rmsnorm_task, &j, rows, (int64_t)rows * dim * 4);
+    pool_run(pool_of(be), rmsnorm_task, &j, rows, (int64_t)rows * dim * 3 / 2);
     out->rows = rows;
     out->cols = dim;
     out->q_valid = false;
@@ -304,7 +294,7 @@ typedef struct matmul_job {
     int64_t tasks_w;
 } matmul_job;
 
-static void quantize_task(void *ctx, int64_t r)
+static void quantize_task(void *ctx, int64_t r, int thread)
 {
     const cpu_backend *cb = ((const quantize_job *)ctx)->cb;
     const be_act *a = ((const quantize_job *)ctx)->a;
@@ -354,7 +344,7 @@ static void matmul_reference(const matmul_job *j, int64_t n0, int64_t nn, int64_
     }
 }
 
-static void matmul_task(void *ctx, int64_t task)
+static void matmul_task(void *ctx, int64_t task, int thread)
 {
     const matmul_job *j = ctx;
     const be_weight *w = j->w;
@@ -389,7 +379,7 @@ static void matmul_task(void *ctx, int64_t task)
 static int64_t matmul_cost(const be_weight *w, int64_t rows, bool fast)
 {
     const int64_t macs = rows * w->rows * w->cols;
-    return fast ? macs / 16 : macs;
+    return fast ? macs / 32 : macs / 2;
 }
 
 static void cpu_matmul(backend *be, const be_weight *w, be_act *in, float *out, bool accumulate)
@@ -428,28 +418,41 @@ typedef struct rope_job {
     float theta_scale;
 } rope_job;
 
-static void rope_head(float *x, int32_t rope_dim, float pos, float theta_scale)
+/* Rotate pairs [i0, i0 + n) of n_heads heads by the angles' cos c and sin s. */
+static void rope_heads(float *x, int32_t n_heads, int32_t head_dim, int32_t i0, int32_t n,
+                       const float *c, const float *s)
 {
-    float theta = pos;
-    for (int32_t i = 0; i < rope_dim; i += 2) {
-        const float c = cosf(theta), s = sinf(theta);
-        const float x0 = x[i], x1 = x[i + 1];
-        x[i] = x0 * c - x1 * s;
-        x[i + 1] = x0 * s + x1 * c;
-        theta *= theta_scale;
+    for (int32_t h = 0; h < n_heads; h++) {
+        float *xh = x + (int64_t)h * head_dim + 2 * i0;
+        for (int32_t i = 0; i < n; i++) {
+            const float x0 = xh[2 * i], x1 = xh[2 * i + 1];
+            xh[2 * i] = x0 * c[i] - x1 * s[i];
+            xh[2 * i + 1] = x0 * s[i] + x1 * c[i];
+        }
     }
 }
 
-static void rope_task(void *ctx, int64_t r)
+/* Every head of a row turns by the same angles: each cos and sin is taken
+ * once per row, a chunk of pairs at a time. */
+#define ROPE_CHUNK 64
+
+static void rope_task(void *ctx, int64_t r, int thread)
 {
     const rope_job *j = ctx;
     const be_attn_shape *sh = j->shape;
-    const float pos = (float)j->pos[r];
-    for (int32_t h = 0; h < sh->n_head; h++)
-        rope_head(j->q + (r * sh->n_head + h) * sh->head_dim, j->rope_dim, pos, j->theta_scale);
-    for (int32_t h = 0; h < sh->n_head_kv; h++)
-        rope_head(j->k + (r * sh->n_head_kv + h) * sh->head_dim, j->rope_dim, pos,
-                  j->theta_scale);
+    float theta = (float)j->pos[r];
+    for (int32_t i0 = 0; i0 < j->rope_dim / 2; i0 += ROPE_CHUNK) {
+        const int32_t n = j->rope_dim / 2 - i0 < ROPE_CHUNK ? j->rope_dim / 2 - i0 : ROPE_CHUNK;
+        float c[ROPE_CHUNK], s[ROPE_CHUNK];
+        for (int32_t i = 0; i < n; i++) {
+            c[i] = cosf(theta);
+            s[i] = sinf(theta);
+            theta *= j->theta_scale;
+        }
+        rope_heads(j->q + r * sh->n_head * sh->head_dim, sh->n_head, sh->head_dim, i0, n, c, s);
+        rope_heads(j->k + r * sh->n_head_kv * sh->head_dim, sh->n_head_kv, sh->head_dim, i0, n, c,
+                   s);
+    }
 }
 
 static void cpu_rope(backend *be, float *q, float *k, const int32_t *pos, int32_t rows,
@@ -458,7 +461,7 @@ static void cpu_rope(backend *be, float *q, float *k, const int32_t *pos, int32_
     rope_job j = {.q = q, .k = k, .pos = pos, .shape = shape, .rope_dim = rope_dim,
                   .theta_scale = powf(freq_base, -2.0f / (float)rope_dim)};
     pool_run(pool_of(be), rope_task, &j, rows,
-             (int64_t)rows * (shape->n_head + shape->n_head_kv) * rope_dim * 20);
+             (int64_t)rows * (shape->n_head + shape->n_head_kv + 16) * rope_dim);
 }
 
 /* ---- KV write ---- */
@@ -474,83 +477,136 @@ static void cpu_kv_write(backend *be, be_kv *kv, int32_t layer, const float *k, 
     }
 }
 
-/* ---- attention: one task per (row, head), softmax sums in double ---- */
+/* ---- attention: one task per (row, kv head) covering the kv head's group
+ * of query heads; q.k as dot_row_f32 of the cached type, softmax sums in
+ * double, V summed position by position with fmaf ---- */
 
 typedef struct attn_job {
+    const dot_kernels *k;
     const be_kv *kv;
     int32_t layer;
     const float *q;
     const be_attn_batch *b;
     const be_attn_shape *sh;
     float *out;
-    float *scratch; /* per task: max_seq_len scores + 2 * head_dim */
+    float *scratch; /* per thread: scratch_stride floats */
     size_t scratch_stride;
 } attn_job;
 
-static void attn_task(void *ctx, int64_t task)
+/* Sizes of one thread's scratch: the group's scores and sums. */
+static size_t attn_scratch_floats(const be_attn_shape *sh, int32_t max_seq_len)
+{
+    const size_t group = (size_t)(sh->n_head / sh->n_head_kv);
+    return group * ((size_t)max_seq_len + (size_t)sh->head_dim);
+}
+
+/* s[h * stride + p] = scale * (q_h . k_p) for the group's heads over
+ * positions [p0, p0 + np), which sit in consecutive cache slots from k. */
+static void attn_scores(const attn_job *j, quant_type t, const uint8_t *k, int32_t np,
+                        const float *q, int32_t group, float scale, float *s, size_t stride)
+{
+    const int32_t hd = j->sh->head_dim;
+    const size_t row_bytes = (size_t)j->kv->kv_dim * j->kv->elem;
+    const dot_f_tile_fn tile_fn = dot_kernels_f_tile(j->k, t);
+    float tile[64 * 4];
+    for (int32_t c = 0; c < np; c += 4) {
+        const int nw = np - c < 4 ? (int)(np - c) : 4;
+        for (int32_t h0 = 0; h0 < group; h0 += 64) {
+            const int nh = group - h0 < 64 ? (int)(group - h0) : 64;
+            if (tile_fn)
+                tile_fn(k + c * row_bytes, row_bytes, nw, q + h0 * hd, hd, nh, hd, tile, 4);
+            else
+                for (int h = 0; h < nh; h++)
+                    for (int r = 0; r < nw; r++)
+                        tile[h * 4 + r] = dot_row_f32(t, k + (c + r) * row_bytes, q + (h0 + h) * hd, hd);
+            for (int h = 0; h < nh; h++)
+                for (int r = 0; r < nw; r++)
+                    s[(h0 + h) * stride + c + r] = tile[h * 4 + r] * scale;
+        }
+    }
+}
+
+/* Softmax of s[0..n) in place: the max, exp, the sum in double. */
+static void softmax(float *s, int32_t n)
+{
+    float mx = -INFINITY;
+    for (int32_t p = 0; p < n; p++)
+        mx = fmaxf(mx, s[p]);
+    double sum = 0.0;
+    for (int32_t p = 0; p < n; p++) {
+        s[p] = expf(s[p] - mx);
+        sum += s[p];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int32_t p = 0; p < n; p++)
+        s[p] *= inv;
+}
+
+static void attn_task(void *ctx, int64_t task, int thread)
 {
     const attn_job *j = ctx;
     const be_attn_shape *sh = j->sh;
     const be_kv *kv = j->kv;
-    const int64_t r = task / sh->n_head;
-    const int32_t h = (int32_t)(task % sh->n_head);
-    const int32_t hkv = h / (sh->n_head / sh->n_head_kv);
+    const int64_t r = task / sh->n_head_kv;
+    const int32_t hkv = (int32_t)(task % sh->n_head_kv);
+    const int32_t group = sh->n_head / sh->n_head_kv;
     const int32_t hd = sh->head_dim;
-    const int32_t seq = j->b->row_seq_dev[r];
     const int32_t n = j->b->row_pos_dev[r] + 1;
-    const int32_t *blocks = j->b->block_table_dev + (size_t)seq * j->b->max_blocks;
-    const float *q = j->q + (r * sh->n_head + h) * hd;
-    float *scores = j->scratch + task * j->scratch_stride;
-    float *kv_row = scores + j->b->max_seq_len;
-    float *acc = kv_row + hd;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const int32_t *blocks = j->b->block_table_dev + (size_t)j->b->row_seq_dev[r] * j->b->max_blocks;
+    const float *q = j->q + (r * sh->n_head + (int64_t)hkv * group) * hd;
+    const size_t stride = (size_t)j->b->max_seq_len;
+    float *scores = j->scratch + (size_t)thread * j->scratch_stride;
+    float *acc = scores + group * stride;
+    const quant_type t = kv->type == BE_KV_F16 ? QUANT_F16 : QUANT_F32;
+    const size_t head_off = (size_t)hkv * hd * kv->elem;
 
-    float mx = -INFINITY;
-    for (int32_t p = 0; p < n; p++) {
-        size_t off = kv_offset(kv, j->layer, (int64_t)blocks[p / kv->block_size] * kv->block_size +
-                                                 p % kv->block_size);
-        kv_get(kv, kv->k, off, hkv * hd, hd, kv_row);
-        float s = 0.0f;
-        for (int32_t i = 0; i < hd; i++)
-            s += q[i] * kv_row[i];
-        scores[p] = s * scale;
-        mx = fmaxf(mx, scores[p]);
+    for (int32_t p = 0; p < n;) {
+        const int32_t in_block = kv->block_size - p % kv->block_size;
+        const int32_t np = n - p < in_block ? n - p : in_block;
+        const size_t off = kv_offset(kv, j->layer, (int64_t)blocks[p / kv->block_size] * kv->block_size +
+                                                       p % kv->block_size);
+        attn_scores(j, t, kv->k + off * kv->elem + head_off, np, q, group,
+                    1.0f / sqrtf((float)hd), scores + p, stride);
+        p += np;
     }
-    double sum = 0.0;
-    for (int32_t p = 0; p < n; p++) {
-        scores[p] = expf(scores[p] - mx);
-        sum += scores[p];
+    for (int32_t h = 0; h < group; h++)
+        softmax(scores + h * stride, n);
+    memset(acc, 0, (size_t)group * hd * sizeof *acc);
+    for (int32_t p = 0; p < n;) {
+        const int32_t in_block = kv->block_size - p % kv->block_size;
+        const int32_t np = n - p < in_block ? n - p : in_block;
+        const size_t off = kv_offset(kv, j->layer, (int64_t)blocks[p / kv->block_size] * kv->block_size +
+                                                       p % kv->block_size);
+        j->k->wsum(group, scores + p, stride, kv->v + off * kv->elem + head_off,
+                   (size_t)kv->kv_dim * kv->elem, np, t, hd, acc);
+        p += np;
     }
-    const float inv = (float)(1.0 / sum);
-    memset(acc, 0, (size_t)hd * sizeof(float));
-    for (int32_t p = 0; p < n; p++) {
-        size_t off = kv_offset(kv, j->layer, (int64_t)blocks[p / kv->block_size] * kv->block_size +
-                                                 p % kv->block_size);
-        kv_get(kv, kv->v, off, hkv * hd, hd, kv_row);
-        const float wgt = scores[p] * inv;
-        for (int32_t i = 0; i < hd; i++)
-            acc[i] += wgt * kv_row[i];
-    }
-    memcpy(j->out + (r * sh->n_head + h) * hd, acc, (size_t)hd * sizeof(float));
+    memcpy(j->out + (r * sh->n_head + (int64_t)hkv * group) * hd, acc,
+           (size_t)group * hd * sizeof *acc);
 }
 
 static void cpu_attention(backend *be, const be_kv *kv, int32_t layer, const float *q,
                           const be_attn_batch *b, const be_attn_shape *sh, be_act *out)
 {
-    const int64_t tasks = (int64_t)b->n_rows * sh->n_head;
-    const size_t stride = (size_t)b->max_seq_len + 2 * (size_t)sh->head_dim;
-    float *scratch = malloc((size_t)tasks * stride * sizeof(float));
-    if (!scratch) {
+    cpu_backend *cb = (cpu_backend *)be;
+    const int64_t tasks = (int64_t)b->n_rows * sh->n_head_kv;
+    const size_t stride = attn_scratch_floats(sh, b->max_seq_len);
+    const size_t need = stride * (size_t)pool_threads(cb->pool);
+    if (need > cb->scratch_floats) {
+        free(cb->scratch);
+        cb->scratch = malloc(need * sizeof(float));
+        cb->scratch_floats = cb->scratch ? need : 0;
+    }
+    if (!cb->scratch) {
         /* Allocation failure of scratch this small means the process is out of
          * memory; poison the output so the caller's NaN check reports it. */
         for (int64_t i = 0; i < (int64_t)b->n_rows * sh->n_head * sh->head_dim; i++)
             out->x[i] = NAN;
     } else {
-        attn_job j = {.kv = kv, .layer = layer, .q = q, .b = b, .sh = sh, .out = out->x,
-                      .scratch = scratch, .scratch_stride = stride};
-        pool_run(pool_of(be), attn_task, &j, tasks,
-                 tasks * (int64_t)b->max_seq_len * sh->head_dim * 4);
-        free(scratch);
+        attn_job j = {.k = cb->k, .kv = kv, .layer = layer, .q = q, .b = b, .sh = sh,
+                      .out = out->x, .scratch = cb->scratch, .scratch_stride = stride};
+        pool_run(cb->pool, attn_task, &j, tasks,
+                 (int64_t)b->n_rows * sh->n_head * b->max_seq_len * (sh->head_dim + 32) / 16);
     }
     out->rows = b->n_rows;
     out->cols = sh->n_head * sh->head_dim;
@@ -565,7 +621,7 @@ typedef struct swiglu_job {
     float *out;
 } swiglu_job;
 
-static void swiglu_task(void *ctx, int64_t r)
+static void swiglu_task(void *ctx, int64_t r, int thread)
 {
     const swiglu_job *j = ctx;
     const float *g = j->g + r * j->n, *u = j->u + r * j->n;
@@ -578,7 +634,7 @@ static void cpu_swiglu(backend *be, const float *g, const float *u, int32_t rows
                        be_act *out)
 {
     swiglu_job j = {.g = g, .u = u, .n = n, .out = out->x};
-    pool_run(pool_of(be), swiglu_task, &j, rows, (int64_t)rows * n * 20);
+    pool_run(pool_of(be), swiglu_task, &j, rows, (int64_t)rows * n * 5);
     out->rows = rows;
     out->cols = n;
     out->q_valid = false;
@@ -590,6 +646,7 @@ static void cpu_destroy(backend *be)
 {
     cpu_backend *cb = (cpu_backend *)be;
     pool_free(cb->pool);
+    free(cb->scratch);
     free(cb);
 }
 

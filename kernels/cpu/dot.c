@@ -158,6 +158,25 @@ float dot_row_f32(quant_type t, const void *w, const float *x, int64_t n)
     }
 }
 
+DOT_CLONES
+void dot_wsum(int nh, const float *w, size_t w_stride, const void *v, size_t v_row_bytes, int np,
+              quant_type t, int64_t n, float *acc)
+{
+    for (int p = 0; p < np; p++) {
+        const uint8_t *vp = (const uint8_t *)v + (size_t)p * v_row_bytes;
+        for (int h = 0; h < nh; h++) {
+            const float wp = w[(size_t)h * w_stride + p];
+            float *o = acc + h * n;
+            if (t == QUANT_F16)
+                for (int64_t i = 0; i < n; i++)
+                    o[i] = fmaf(wp, quant_f16_to_f32(((const quant_f16 *)vp)[i]), o[i]);
+            else
+                for (int64_t i = 0; i < n; i++)
+                    o[i] = fmaf(wp, ((const float *)vp)[i], o[i]);
+        }
+    }
+}
+
 /* ---- quantized weights against q8 activations ---- */
 
 DOT_CLONES
@@ -385,7 +404,8 @@ void dot_pack(quant_type t, const uint8_t *w, size_t row_bytes, int64_t rows, in
 
 /* ---- kernel sets ---- */
 
-const dot_kernels dot_kernels_generic = {.name = "generic", .quantize_q8_K = dot_quantize_q8_K};
+const dot_kernels dot_kernels_generic = {.name = "generic", .wsum = dot_wsum,
+                                         .quantize_q8_K = dot_quantize_q8_K};
 
 #if defined(__x86_64__) && defined(__GNUC__)
 static bool runs_avx512(void)

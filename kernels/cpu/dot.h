@@ -69,6 +69,14 @@ void dot_quantize_q8_K(const float *x, int64_t n, int8_t *q, float *d, int16_t *
 float dot_row_f32(quant_type t, const void *w, const float *x, int64_t n);
 float dot_row_q8(quant_type t, const void *w, const dot_q8_row *x, int64_t n);
 
+/* Weighted sums of np rows (attention's V): for p = 0 .. np-1 in order,
+ * acc[h * n + i] = fmaf(w[h * w_stride + p], v_p[i], acc[h * n + i]) for
+ * h < nh, i < n, where v_p = v + p * v_row_bytes holds f32 or f16 values
+ * (t).  Each element is its own chain of fmaf in position order, so any
+ * vector width gives the same bits. */
+void dot_wsum(int nh, const float *w, size_t w_stride, const void *v, size_t v_row_bytes, int np,
+              quant_type t, int64_t n, float *acc);
+
 /* ---- packed weights ---- */
 
 #define DOT_GROUP 16
@@ -125,6 +133,8 @@ typedef struct dot_kernels {
     /* NULL where a type has no kernel: the caller uses the reference. */
     dot_q8_tile_fn q4_K, q6_K, q8_0;
     dot_f_tile_fn f32, f16;
+    void (*wsum)(int nh, const float *w, size_t w_stride, const void *v, size_t v_row_bytes,
+                 int np, quant_type t, int64_t n, float *acc);
     void (*quantize_q8_K)(const float *x, int64_t n, int8_t *q, float *d, int16_t *s16,
                           int16_t *s32);
 } dot_kernels;

@@ -14,6 +14,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
@@ -346,6 +347,54 @@ INL void f_rows(const uint8_t *w, size_t row_bytes, const int nw, const float *x
 F_TILE(f32_tile, 0)
 F_TILE(f16_tile, 1)
 
+/* ---- attention's weighted sum of V rows: up to 4 heads' sums of 8 values
+ * stay in registers across the rows; the last n % 8 values go element by
+ * element (fmaf, the same operation) ---- */
+
+INL void wsum_block(const int nh, const float *w, size_t w_stride, const uint8_t *v,
+                    size_t v_row_bytes, int np, const int half, int64_t n, int64_t i0, float *acc)
+{
+    __m256 a[4];
+#pragma GCC unroll 4
+    for (int h = 0; h < nh; h++)
+        a[h] = _mm256_loadu_ps(acc + h * n + i0);
+    for (int p = 0; p < np; p++) {
+        const __m256 vv = load_w(v + (size_t)p * v_row_bytes, i0, half);
+#pragma GCC unroll 4
+        for (int h = 0; h < nh; h++)
+            a[h] = _mm256_fmadd_ps(_mm256_set1_ps(w[(size_t)h * w_stride + p]), vv, a[h]);
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < nh; h++)
+        _mm256_storeu_ps(acc + h * n + i0, a[h]);
+}
+
+TGT static void wsum(int nh, const float *w, size_t w_stride, const void *v,
+                     size_t v_row_bytes, int np, quant_type t, int64_t n, float *acc)
+{
+    const int half = t == QUANT_F16;
+    int64_t i0 = 0;
+    for (; i0 + 8 <= n; i0 += 8)
+        for (int h0 = 0; h0 < nh; h0 += 4) {
+            const float *wh = w + (size_t)h0 * w_stride;
+            float *ah = acc + h0 * n;
+            switch (nh - h0) {
+            case 1: wsum_block(1, wh, w_stride, v, v_row_bytes, np, half, n, i0, ah); break;
+            case 2: wsum_block(2, wh, w_stride, v, v_row_bytes, np, half, n, i0, ah); break;
+            case 3: wsum_block(3, wh, w_stride, v, v_row_bytes, np, half, n, i0, ah); break;
+            default: wsum_block(4, wh, w_stride, v, v_row_bytes, np, half, n, i0, ah); break;
+            }
+        }
+    for (int p = 0; p < np && i0 < n; p++) {
+        const uint8_t *vp = (const uint8_t *)v + (size_t)p * v_row_bytes;
+        for (int64_t i = i0; i < n; i++) {
+            const float x = half ? quant_f16_to_f32(((const uint16_t *)vp)[i]) : ((const float *)vp)[i];
+            for (int h = 0; h < nh; h++)
+                acc[h * n + i] = fmaf(w[(size_t)h * w_stride + p], x, acc[h * n + i]);
+        }
+    }
+}
+
 const dot_kernels dot_kernels_avx2 = {
     .name = "avx2",
     .q4_K = q4_K_tile,
@@ -353,6 +402,7 @@ const dot_kernels dot_kernels_avx2 = {
     .q8_0 = q8_0_tile,
     .f32 = f32_tile,
     .f16 = f16_tile,
+    .wsum = wsum,
     .quantize_q8_K = dot_quantize_q8_K,
 };
 

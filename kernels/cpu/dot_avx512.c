@@ -303,6 +303,69 @@ INL void f_rows(const uint8_t *w, size_t row_bytes, const int nw, const float *x
 F_TILE(f32_tile, 0)
 F_TILE(f16_tile, 1)
 
+/* ---- attention's weighted sum of V rows: nh x nv vectors of sums stay in
+ * registers across the rows ---- */
+
+INL void wsum_block(const int nh, const float *w, size_t w_stride, const uint8_t *v,
+                    size_t v_row_bytes, int np, const int half, int64_t n, int64_t i0,
+                    const int nv, float *acc)
+{
+    __mmask16 k[4];
+    __m512 a[4][4];
+#pragma GCC unroll 4
+    for (int c = 0; c < nv; c++) {
+        const int64_t left = n - i0 - 16 * c;
+        k[c] = left >= 16 ? 0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+#pragma GCC unroll 4
+        for (int h = 0; h < nh; h++)
+            a[h][c] = _mm512_maskz_loadu_ps(k[c], acc + h * n + i0 + 16 * c);
+    }
+    for (int p = 0; p < np; p++) {
+        __m512 vv[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < nv; c++)
+            vv[c] = load_w(v + (size_t)p * v_row_bytes, i0 + 16 * c, half, k[c]);
+#pragma GCC unroll 4
+        for (int h = 0; h < nh; h++) {
+            const __m512 wb = _mm512_set1_ps(w[(size_t)h * w_stride + p]);
+#pragma GCC unroll 4
+            for (int c = 0; c < nv; c++)
+                a[h][c] = _mm512_fmadd_ps(wb, vv[c], a[h][c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < nv; c++)
+#pragma GCC unroll 4
+        for (int h = 0; h < nh; h++)
+            _mm512_mask_storeu_ps(acc + h * n + i0 + 16 * c, k[c], a[h][c]);
+}
+
+#define WSUM_NH(nh, nv)                                                                     \
+    wsum_block(nh, w + (size_t)h0 * w_stride, w_stride, v, v_row_bytes, np, half, n, i0, nv, \
+               acc + h0 * n)
+
+#define WSUM_NV(nv)                                                                         \
+    for (int h0 = 0; h0 < nh; h0 += 4) {                                                    \
+        switch (nh - h0) {                                                                  \
+        case 1: WSUM_NH(1, nv); break;                                                      \
+        case 2: WSUM_NH(2, nv); break;                                                      \
+        case 3: WSUM_NH(3, nv); break;                                                      \
+        default: WSUM_NH(4, nv); break;                                                     \
+        }                                                                                   \
+    }
+
+TGT static void wsum(int nh, const float *w, size_t w_stride, const void *v,
+                     size_t v_row_bytes, int np, quant_type t, int64_t n, float *acc)
+{
+    const int half = t == QUANT_F16;
+    for (int64_t i0 = 0; i0 < n; i0 += 64) {
+        if (n - i0 <= 16)
+            WSUM_NV(1)
+        else
+            WSUM_NV(4)
+    }
+}
+
 const dot_kernels dot_kernels_avx512 = {
     .name = "avx512",
     .q4_K = q4_K_tile,
@@ -310,6 +373,7 @@ const dot_kernels dot_kernels_avx512 = {
     .q8_0 = q8_0_tile,
     .f32 = f32_tile,
     .f16 = f16_tile,
+    .wsum = wsum,
     .quantize_q8_K = dot_quantize_q8_K,
 };
 

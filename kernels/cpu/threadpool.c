@@ -6,19 +6,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+typedef struct pool_worker {
+    struct pool *pool;
+    int index; /* 1 .. n_threads - 1 */
+} pool_worker;
+
+/* Tasks are claimed from one word holding the run's generation (high 32
+ * bits) and the next task (low 32 bits).  A claim is a compare-and-swap
+ * that fails once the run is over, so a worker that wakes late (on a busy
+ * machine, often milliseconds late) finds nothing to do and cannot touch a
+ * later run; the caller waits only for tasks to be done, never for workers
+ * to check in, and runs every task itself if no worker shows up. */
 struct pool {
     int n_threads; /* including the caller */
     pthread_t *threads;
+    pool_worker *workers;
     pthread_mutex_t mu; /* guards sleeping only; runs are handed out lock-free */
     pthread_cond_t wake;
     int sleepers;
-    atomic_uint_fast64_t generation; /* bumped for every run */
-    atomic_int busy;                 /* workers still in the current run */
+    atomic_uint_fast64_t claim; /* generation << 32 | next task */
+    atomic_int_fast64_t done;   /* tasks of the current run finished */
     atomic_int stopping;
-    pool_fn fn;
-    void *ctx;
-    int64_t n_tasks;
-    atomic_int_fast64_t next; /* next task to claim */
+    /* The current run; written by the caller before it publishes the
+     * generation, read by a worker only after a successful claim. */
+    _Atomic(pool_fn) fn;
+    _Atomic(void *) ctx;
+    atomic_int_fast64_t n_tasks;
 };
 
 /* A decode step of a small model is hundreds of short parallel loops, each a
@@ -37,23 +50,35 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Tasks are claimed one at a time from a shared counter: which thread runs a
+static uint32_t generation_of(uint64_t claim) { return (uint32_t)(claim >> 32); }
+
+/* Runs tasks of generation `gen` until none is left.  Which thread runs a
  * task varies, but each task is a fixed slice of work, so results do not. */
-static void drain(pool *p)
+static void drain(pool *p, uint32_t gen, int thread)
 {
+    uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
     for (;;) {
-        int64_t i = atomic_fetch_add(&p->next, 1);
-        if (i >= p->n_tasks)
+        if (generation_of(c) != gen)
             return;
-        p->fn(p->ctx, i);
+        const int64_t i = (int64_t)(c & 0xffffffffu);
+        if (i >= atomic_load_explicit(&p->n_tasks, memory_order_relaxed))
+            return;
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        /* The claim succeeded, so the run is still gen's and fn, ctx are its. */
+        atomic_load_explicit(&p->fn, memory_order_relaxed)(
+            atomic_load_explicit(&p->ctx, memory_order_relaxed), i, thread);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+        c = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
 }
 
 /* Waits for a generation other than `seen`; returns it, or 0 when stopping. */
-static uint64_t await_run(pool *p, uint64_t seen)
+static uint32_t await_run(pool *p, uint32_t seen)
 {
     for (int spins = 0;; spins++) {
-        uint64_t g = atomic_load_explicit(&p->generation, memory_order_acquire);
+        uint32_t g = generation_of(atomic_load_explicit(&p->claim, memory_order_acquire));
         if (g != seen)
             return g;
         if (atomic_load(&p->stopping))
@@ -67,7 +92,7 @@ static uint64_t await_run(pool *p, uint64_t seen)
         }
         pthread_mutex_lock(&p->mu);
         p->sleepers++;
-        while (atomic_load(&p->generation) == seen && !atomic_load(&p->stopping))
+        while (generation_of(atomic_load(&p->claim)) == seen && !atomic_load(&p->stopping))
             pthread_cond_wait(&p->wake, &p->mu);
         p->sleepers--;
         pthread_mutex_unlock(&p->mu);
@@ -77,12 +102,11 @@ static uint64_t await_run(pool *p, uint64_t seen)
 
 static void *worker_main(void *arg)
 {
-    pool *p = arg;
-    uint64_t seen = 0;
-    while ((seen = await_run(p, seen)) != 0) {
-        drain(p);
-        atomic_fetch_sub_explicit(&p->busy, 1, memory_order_release);
-    }
+    const pool_worker *w = arg;
+    pool *p = w->pool;
+    uint32_t seen = 0;
+    while ((seen = await_run(p, seen)) != 0)
+        drain(p, seen, w->index);
     return NULL;
 }
 
@@ -98,12 +122,15 @@ int pool_create(pool **out, int n_threads, llmq_err *err)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
-    if (!p->threads) {
+    p->workers = calloc((size_t)n_threads, sizeof *p->workers);
+    if (!p->threads || !p->workers) {
+        p->n_threads = 1;
         pool_free(p);
         return llmq_errf(err, "thread pool: out of memory");
     }
     for (int i = 1; i < n_threads; i++) {
-        if (pthread_create(&p->threads[i], NULL, worker_main, p) != 0) {
+        p->workers[i] = (pool_worker){.pool = p, .index = i};
+        if (pthread_create(&p->threads[i], NULL, worker_main, &p->workers[i]) != 0) {
             p->n_threads = i; /* join only the threads that started */
             pool_free(p);
             return llmq_errf(err, "thread pool: cannot start thread %d of %d", i, n_threads);
@@ -122,18 +149,18 @@ void pool_free(pool *p)
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n_threads; i++)
-        if (p->threads)
-            pthread_join(p->threads[i], NULL);
+        pthread_join(p->threads[i], NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->wake);
     free(p->threads);
+    free(p->workers);
     free(p);
 }
 
 int pool_threads(const pool *p) { return p->n_threads; }
 
-/* Below this many scalar operations a job runs on the caller alone. */
-#define POOL_MIN_WORK 65536
+/* Below this many nanoseconds of work a job runs on the caller alone. */
+#define POOL_MIN_WORK 8000
 
 void pool_run(pool *p, pool_fn fn, void *ctx, int64_t n_tasks, int64_t work)
 {
@@ -141,21 +168,24 @@ void pool_run(pool *p, pool_fn fn, void *ctx, int64_t n_tasks, int64_t work)
         return;
     if (p->n_threads == 1 || n_tasks == 1 || work < POOL_MIN_WORK) {
         for (int64_t i = 0; i < n_tasks; i++)
-            fn(ctx, i);
+            fn(ctx, i, 0);
         return;
     }
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n_tasks = n_tasks;
-    atomic_store(&p->next, 0);
-    atomic_store(&p->busy, p->n_threads - 1);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    /* Generation 0 is never used: it is the workers' "nothing seen yet". */
+    uint32_t gen = generation_of(atomic_load_explicit(&p->claim, memory_order_relaxed)) + 1;
+    if (gen == 0)
+        gen = 1;
+    atomic_store_explicit(&p->claim, (uint64_t)gen << 32, memory_order_release);
     pthread_mutex_lock(&p->mu);
     if (p->sleepers > 0)
         pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
-    drain(p);
-    for (int spins = 1; atomic_load_explicit(&p->busy, memory_order_acquire) > 0; spins++) {
+    drain(p, gen, 0);
+    for (int spins = 1; atomic_load_explicit(&p->done, memory_order_acquire) < n_tasks; spins++) {
         if (spins % POOL_SPINS_BEFORE_YIELD == 0)
             sched_yield();
         else

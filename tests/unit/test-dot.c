@@ -204,6 +204,36 @@ static void check_type(const dot_kernels *k, quant_type t, int64_t cols, fill_mo
     free(w);
 }
 
+/* Attention's weighted sums of V rows against dot_wsum. */
+static void check_wsum(const dot_kernels *k, quant_type t, int nh, int64_t n, uint64_t *seed)
+{
+    enum { NP = 19, MAXN = 100, MAXH = 6 };
+    const size_t elem = t == QUANT_F16 ? sizeof(quant_f16) : sizeof(float);
+    const size_t row_bytes = (size_t)(MAXN + 3) * elem; /* rows wider than n, as the cache's */
+    uint8_t v[NP * (MAXN + 3) * sizeof(float)];
+    float w[MAXH * NP], ref[MAXH * MAXN], got[MAXH * MAXN];
+    for (int p = 0; p < NP; p++)
+        for (int64_t i = 0; i < MAXN + 3; i++) {
+            const float f = next_f(seed);
+            if (t == QUANT_F16) {
+                const quant_f16 h = f16_of(f);
+                memcpy(v + p * row_bytes + i * elem, &h, elem);
+            } else {
+                memcpy(v + p * row_bytes + i * elem, &f, elem);
+            }
+        }
+    for (int i = 0; i < MAXH * NP; i++)
+        w[i] = next_f(seed);
+    for (int i = 0; i < MAXH * MAXN; i++)
+        ref[i] = got[i] = next_f(seed);
+    dot_wsum(nh, w, NP, v, row_bytes, NP, t, n, ref);
+    k->wsum(nh, w, NP, v, row_bytes, 7, t, n, got); /* in two calls, as across cache blocks */
+    k->wsum(nh, w + 7, NP, v + 7 * row_bytes, row_bytes, NP - 7, t, n, got);
+    CHECK(memcmp(ref, got, (size_t)nh * n * sizeof *ref) == 0,
+          "%s weighted sum of %d %s rows of %lld into %d heads: bit-identical to the reference",
+          k->name, NP, quant_type_name(t), (long long)n, nh);
+}
+
 int main(void)
 {
     static const char *const sets[] = {"avx2", "avx512"};
@@ -227,6 +257,10 @@ int main(void)
                 check_type(k, t, cols[c], FILL_RANDOM, &seed);
             check_type(k, t, blk == 1 ? 48 : QK_K, FILL_EXTREME, &seed);
         }
+        check_wsum(k, QUANT_F16, 4, 64, &seed);
+        check_wsum(k, QUANT_F16, 2, 8, &seed);
+        check_wsum(k, QUANT_F32, 6, 100, &seed);
+        check_wsum(k, QUANT_F32, 1, 72, &seed);
     }
     if (ran == 0) {
         printf("# no SIMD kernel set runs here: nothing to compare\n");
