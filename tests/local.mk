@@ -142,7 +142,7 @@ tests_unit_test_stats_LDADD = tools/libllmq_stats.a $(LLMQ_BROKER_LIBS) -lm
 # On a real run (broker, two workers, llmq-submit); and the client guide's
 # examples in C, Python and Node.js against a broker and workers.
 TESTS += tests/integration/test-stats-run.sh tests/integration/test-examples.sh
-EXTRA_DIST += tests/integration/env.sh tests/integration/test-stats-run.sh \
+EXTRA_DIST += tests/unit/check.sh tests/integration/env.sh tests/integration/test-stats-run.sh \
 	tests/integration/test-examples.sh
 check_PROGRAMS += docs/examples/client
 docs_examples_client_SOURCES = docs/examples/client.c

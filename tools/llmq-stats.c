@@ -102,7 +102,7 @@ static int parse_format(const char *s, format *out)
     else if (strcmp(s, "json") == 0)
         *out = FMT_JSON;
     else
-        return usage_error("--format is text, csv or json, not", s);
+        return usage_error("--format must be text, csv or json", s);
     return 0;
 }
 
@@ -110,8 +110,8 @@ static int parse_table(const char *s, options *o)
 {
     report_kind k;
     if (report_parse(s, &k) != 0)
-        return usage_error("--table is one of batches, workers, time, worker-time, "
-                           "histogram, jobs, not", s);
+        return usage_error("--table must be one of batches, workers, time, worker-time, "
+                           "histogram, jobs", s);
     o->want[k] = true;
     o->any_table = true;
     return 0;

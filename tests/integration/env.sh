@@ -7,6 +7,7 @@
 #   it_worker ID [FLAG]... llmq-worker --cpu -t 1 on stories260K
 #   it_wait_workers N      until the broker reports N connected workers
 #   check STATUS WHAT      "ok - WHAT" when STATUS is 0, else "FAIL - WHAT"
+#                          (tests/unit/check.sh)
 #   it_done                the tally; exit status 0 when nothing failed
 #
 # Everything lives in one temp dir (kept, with the logs shown, when a check
@@ -18,21 +19,10 @@ if [ -z "$LLMQ_BUILDDIR" ] || [ -z "$LLMQ_SRCDIR" ] || [ -z "$LLMQ_TEST_DATA" ];
     exit 77
 fi
 
+. "$LLMQ_SRCDIR/tests/unit/check.sh"
 PY=/usr/bin/python3
 MODEL=$LLMQ_TEST_DATA/models/stories260K.gguf
-passed=0
-failed=0
 it_pids=""
-
-check() {
-    if [ "$1" -eq 0 ]; then
-        echo "ok - $2"
-        passed=$((passed + 1))
-    else
-        echo "FAIL - $2"
-        failed=$((failed + 1))
-    fi
-}
 
 it_cleanup() {
     for pid in $it_pids; do kill -KILL "$pid" 2>/dev/null; done
@@ -99,7 +89,6 @@ it_stop() {
 }
 
 it_done() {
-    echo "$passed passed, $failed failed"
-    [ "$failed" -eq 0 ]
+    check_done
     exit $?
 }

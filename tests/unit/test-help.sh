@@ -11,20 +11,9 @@ if [ -z "$LLMQ_BUILDDIR" ] || [ -z "$LLMQ_SRCDIR" ]; then
     echo "LLMQ_BUILDDIR and LLMQ_SRCDIR must be set: run through 'make check'" >&2
     exit 77
 fi
+. "$LLMQ_SRCDIR/tests/unit/check.sh"
 TMP=$(mktemp -d) || exit 99
 trap 'rm -rf "$TMP"' EXIT
-passed=0
-failed=0
-
-check() {
-    if [ "$1" -eq 0 ]; then
-        echo "ok - $2"
-        passed=$((passed + 1))
-    else
-        echo "FAIL - $2"
-        failed=$((failed + 1))
-    fi
-}
 
 # Long option names of the struct option tables in a source file.
 long_options() {
@@ -78,5 +67,4 @@ else
     echo "skip - groff is not installed: man pages not rendered"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+check_done

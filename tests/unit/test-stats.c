@@ -650,12 +650,28 @@ static int chomp(char *s, int rc)
     return rc;
 }
 
+static void sql_exec(const char *path, const char *sql)
+{
+    sqlite3 *db = NULL;
+    if (sqlite3_open(path, &db) != SQLITE_OK || sqlite3_exec(db, sql, NULL, NULL, NULL))
+        printf("%s: %s: %s\n", path, sql, db ? sqlite3_errmsg(db) : "out of memory");
+    sqlite3_close(db);
+}
+
+/* llmq-stats on path exits with status and says expect. */
+static void refused(const char *path, const char *flags, int status, const char *expect,
+                    const char *what)
+{
+    char out[4096];
+    int rc = err_capture(out, sizeof out, "%s --db %s %s 2>&1", exe, path, flags);
+    CHECK(rc == status && strstr(out, expect), "%s: %s", what, out);
+}
+
 static void test_cli_errors(void)
 {
-    char out[4096], path[400];
-    int rc = err_capture(out, sizeof out, "%s --db %s/nope.db 2>&1", exe, dir);
-    CHECK(rc == 1 && strstr(out, "nope.db: No such file or directory"),
-          "a missing file is named: %s", out);
+    char path[400], sql[512];
+    snprintf(path, sizeof path, "%s/nope.db", dir);
+    refused(path, "", 1, "nope.db: No such file or directory", "a missing file is named");
     snprintf(path, sizeof path, "%s/text.db", dir);
     FILE *f = fopen(path, "w");
     if (f) {
@@ -663,34 +679,20 @@ static void test_cli_errors(void)
               "................................................................\n", f);
         fclose(f);
     }
-    rc = err_capture(out, sizeof out, "%s --db %s 2>&1", exe, path);
-    CHECK(rc == 1 && strstr(out, "not an llmq database (not an SQLite file)"),
-          "a text file is not an llmq database: %s", out);
+    refused(path, "", 1, "not an llmq database (not an SQLite file)",
+            "a text file is not an llmq database");
     snprintf(path, sizeof path, "%s/other.db", dir);
-    sqlite3 *db = NULL;
-    sqlite3_open(path, &db);
-    sqlite3_exec(db, "CREATE TABLE jobs (x)", NULL, NULL, NULL);
-    sqlite3_close(db);
-    rc = err_capture(out, sizeof out, "%s --db %s 2>&1", exe, path);
-    CHECK(rc == 1 && strstr(out, "not an llmq database (no table results"),
-          "an SQLite file without llmq's tables is refused: %s", out);
+    sql_exec(path, "CREATE TABLE jobs (x)");
+    refused(path, "", 1, "not an llmq database (no table results",
+            "an SQLite file without llmq's tables is refused");
     snprintf(path, sizeof path, "%s/newer.db", dir);
-    char sql[512];
     snprintf(sql, sizeof sql, "VACUUM INTO '%s'", path);
-    sqlite3_open(db_path, &db);
-    sqlite3_exec(db, sql, NULL, NULL, NULL);
-    sqlite3_close(db);
-    sqlite3_open(path, &db);
-    sqlite3_exec(db, "PRAGMA user_version = 99", NULL, NULL, NULL);
-    sqlite3_close(db);
-    rc = err_capture(out, sizeof out, "%s --db %s 2>&1", exe, path);
-    CHECK(rc == 1 && strstr(out, "schema version 99 is newer than this llmq-stats knows"),
-          "a newer schema is refused by version: %s", out);
-    rc = err_capture(out, sizeof out, "%s --db %s --format xml 2>&1", exe, db_path);
-    CHECK(rc == 2 && strstr(out, "--format"), "a bad --format is a usage error (2)");
-    rc = err_capture(out, sizeof out, "%s --db %s --since 2023-02-30 2>&1", exe, db_path);
-    CHECK(rc == 2 && strstr(out, "--since") && strstr(out, "no such day"),
-          "an impossible date is refused: %s", out);
+    sql_exec(db_path, sql);
+    sql_exec(path, "PRAGMA user_version = 99");
+    refused(path, "", 1, "schema version 99 is newer than this llmq-stats knows",
+            "a newer schema is refused by version");
+    refused(db_path, "--format xml", 2, "--format", "a bad --format is a usage error (2)");
+    refused(db_path, "--since 2023-02-30", 2, "no such day", "an impossible date is refused");
 }
 
 /* The reader keeps working while a writer holds the database, and sees
