@@ -4,3 +4,20 @@ kernels_libllmq_kernels_a_SOURCES = \
 	kernels/cpu/threadpool.c kernels/cpu/threadpool.h \
 	kernels/cpu/dot.c kernels/cpu/dot.h kernels/cpu/dot_avx2.c kernels/cpu/dot_avx512.c \
 	kernels/cpu/cpu_backend.c
+
+# ---- CUDA backend (kernels/cuda/*.cu), built when configure finds nvcc ----
+if HAVE_CUDA
+noinst_LIBRARIES += kernels/libllmq_cuda.a
+kernels_libllmq_cuda_a_SOURCES = \
+	kernels/cuda/cuda_internal.h \
+	kernels/cuda/cuda_backend.cu \
+	kernels/cuda/elementwise.cu \
+	kernels/cuda/matvec.cu \
+	kernels/cuda/gemm.cu \
+	kernels/cuda/attention.cu
+# What a program linking the CUDA backend adds after the model libraries.
+LLMQ_CUDA_LIBS = kernels/libllmq_cuda.a $(CUDA_LIBS)
+else
+LLMQ_CUDA_LIBS =
+endif
+# ---- end CUDA backend ----

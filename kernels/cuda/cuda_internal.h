@@ -1,0 +1,213 @@
+/* cuda_internal: what the CUDA backend's .cu files share (CUDA C++, never
+ * included from C).  cuda_backend.cu owns lifetime, memory, weights and the
+ * ops table; each kernel family (elementwise.cu, matvec.cu, gemm.cu,
+ * attention.cu) exposes host launchers declared here.
+ *
+ * Layouts on the device (the seam's be_* structs, defined here):
+ * - Weights, row-major, n rows x k cols, each row a whole number of blocks:
+ *   q4_K stays in ggml's 144-byte blocks (16-byte aligned: a header of
+ *   d, dmin, 12 scale bytes, then 128 bytes of nibbles).  q6_K and q8_0 are
+ *   repacked at load into planes so every load is 16 bytes wide (see
+ *   cuda_backend.cu: q6_repack): q6_K's 6-bit values as a q4_K-like plane of
+ *   nibbles (ql4, 128 B/block) plus a plane of high bits (qh, 64 B/block),
+ *   16 int8 scales and one f16 d per block; q8_0 as 32 B of quants per
+ *   block plus one f16 d.  f16 and f32 rows are stored as they are.
+ * - Activations (be_act): x is f32 rows x cols; the quantized copy
+ *   (cuda_actq) is either q8_1-style (int8 values, per 32: float d and
+ *   d * sum of the 32 values) for the decode matvec, or f16 rows padded with
+ *   zeros to a multiple of GEMM_BK for the prefill GEMM.
+ * - KV cache: f16, [layer][block * block_size + offset][kv_dim], as the CPU.
+ *
+ * Every op runs on the backend's one stream.  Launch errors and refused
+ * shapes are kept as the backend's first error (naming the op) and
+ * returned by the next sync or download. */
+#ifndef LLMQ_KERNELS_CUDA_INTERNAL_H
+#define LLMQ_KERNELS_CUDA_INTERNAL_H
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+/* The seam's headers are C11; their _Static_assert is C++'s static_assert. */
+#define _Static_assert static_assert
+extern "C" {
+#include "config.h"
+#include "kernels/backend.h"
+}
+#undef _Static_assert
+
+/* Matmuls of at most this many activation rows take the matvec path (q8_1
+ * activations, integer dot products); more rows take the f16 tensor-core
+ * GEMM.  The rmsnorm and swiglu epilogues pick the activation format the
+ * same way. */
+#define MV_MAX_ROWS 8
+/* The GEMM's k tile: one 64-value quarter of a 256-value super-block. */
+#define GEMM_BK 64
+
+struct be_weight {
+    quant_type type;
+    int64_t rows, cols;
+    int64_t nb;           /* blocks per row: of 256 (q4_K, q6_K) or 32 (q8_0); 0 for floats */
+    const uint8_t *q;     /* q4_K blocks; q6_K ql4 plane; q8_0 quants; f16/f32 values */
+    const uint8_t *qh;    /* q6_K: high bits, 64 B per block */
+    const int8_t *sc;     /* q6_K: 16 scales per block */
+    const __half *d;      /* q6_K, q8_0: one scale per block */
+    void *mem;            /* the one device allocation holding the planes */
+};
+
+struct be_kv {
+    int32_t n_layers, n_blocks, block_size, kv_dim;
+    __half *k, *v;
+};
+
+enum act_fmt { ACT_NONE = 0, ACT_Q8 = 1, ACT_F16 = 2 };
+
+/* be_act.q of this backend (host struct, device planes). */
+struct cuda_actq {
+    int8_t *qs;   /* rows x cols int8 */
+    float2 *ds;   /* rows x cols/32: (d, d * sum of the block's int8 values) */
+    __half *h;    /* rows x act_f16_stride(cols) */
+    int fmt;      /* valid only while be_act.q_valid */
+};
+
+struct cuda_backend {
+    backend base;
+    int gpu;
+    int n_sm;
+    cudaStream_t stream;
+    uint8_t *stage;       /* pinned ring for small uploads */
+    size_t stage_size, stage_off;
+    float *part;          /* the GEMM's split-k partial sums (gemm.cu) */
+    size_t part_bytes;
+    bool failed;
+    llmq_err first_err;
+};
+
+static inline int64_t act_f16_stride(int64_t cols)
+{
+    return (cols + GEMM_BK - 1) / GEMM_BK * GEMM_BK;
+}
+
+/* Records the first failure (printf format); later ones are dropped. */
+void cuda_fail(cuda_backend *cb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* After a launch: a launch error becomes the backend's error, naming op. */
+void cuda_check_launch(cuda_backend *cb, const char *op);
+
+/* ---- launchers (each enqueues on cb->stream) ---- */
+
+/* Raise the shared-memory limits of the kernels that need more than 48 KB
+ * (once per backend, before the first launch). */
+cudaError_t gemm_configure(void);
+cudaError_t attention_configure(void);
+
+/* elementwise.cu */
+void launch_embed(cuda_backend *cb, const be_weight *w, const int32_t *ids, int32_t n, float *out);
+void launch_gather_rows(cuda_backend *cb, const float *x, const int32_t *idx, int32_t n,
+                        int32_t dim, float *out);
+/* y = rmsnorm(x) * w into a->x, plus the quantized copy for `rows` rows. */
+void launch_rmsnorm(cuda_backend *cb, const float *x, const float *w, float eps, int32_t rows,
+                    int32_t dim, be_act *a);
+void launch_swiglu(cuda_backend *cb, const float *g, const float *u, int32_t rows, int32_t n,
+                   be_act *a);
+/* The quantized copy of a->x in format fmt (ACT_Q8 or ACT_F16). */
+void launch_act_quantize(cuda_backend *cb, be_act *a, int fmt);
+void launch_rope(cuda_backend *cb, float *q, float *k, const int32_t *pos, int32_t rows,
+                 const be_attn_shape *sh, int32_t rope_dim, float theta_scale);
+void launch_kv_write(cuda_backend *cb, be_kv *kv, int32_t layer, const float *k, const float *v,
+                     const int32_t *slot, int32_t rows);
+
+/* matvec.cu: out (rows x w->rows) for rows <= MV_MAX_ROWS. */
+void launch_matvec(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
+                   bool accumulate);
+/* gemm.cu: out (rows x w->rows) from the f16 copy of in. */
+void launch_gemm(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
+                 bool accumulate);
+/* attention.cu */
+void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const float *q,
+                      const be_attn_batch *b, const be_attn_shape *sh, float *out);
+
+/* ---- device helpers shared by the kernel families ---- */
+
+/* Scale and min (6 bits each) of sub-block j (0..7) of a q4_K block whose
+ * 12 scale bytes are the words s0, s1, s2 (ggml's get_scale_min_k4). */
+static __device__ __forceinline__ void k4_scale_min(int j, uint32_t s0, uint32_t s1, uint32_t s2,
+                                                    int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = (int)((s0 >> (8 * j)) & 63);
+        *m = (int)((s1 >> (8 * j)) & 63);
+    } else {
+        const int s = 8 * (j - 4);
+        *sc = (int)(((s2 >> s) & 0x0f) | (((s0 >> s) >> 6 & 3) << 4));
+        *m = (int)(((s2 >> s) >> 4 & 0x0f) | (((s1 >> s) >> 6 & 3) << 4));
+    }
+}
+
+/* q6_K value i (0..255) of block b as 0..63 from the repacked planes. */
+static __device__ __forceinline__ int q6_value(const uint8_t *ql4, const uint8_t *qh, int64_t b,
+                                               int i)
+{
+    const int c = i / 64, l = i % 32, hi = (i % 64) / 32; /* quarter, lane, nibble */
+    const uint8_t lo = ql4[b * 128 + 32 * c + l];
+    const int k = l % 16, chunk = 2 * c + l / 16;
+    const uint8_t hb = qh[b * 64 + 8 * chunk + 4 * hi + (k % 4)];
+    return (int)((hi ? lo >> 4 : lo & 15) | (((hb >> (2 * (k / 4))) & 3) << 4));
+}
+
+/* ---- tensor-core and async-copy primitives (gemm.cu, attention.cu) ---- */
+
+static __device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 bytes global -> shared, bypassing L1; src_bytes 0 writes zeros. */
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
+                 "l"(src), "r"(src_bytes));
+}
+
+static __device__ __forceinline__ void cp_async_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N>
+static __device__ __forceinline__ void cp_async_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. */
+static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+static __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+/* d (16x8 f32) += a (16x16 f16, row) . b (16x8 f16, col). */
+static __device__ __forceinline__ void mma_f16(float d[4], const uint32_t a[4], uint32_t b0,
+                                               uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ uint32_t pack_half2(float lo, float hi)
+{
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *(const uint32_t *)&h;
+}
+
+#endif

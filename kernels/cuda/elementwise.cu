@@ -1,0 +1,287 @@
+/* elementwise: the row-wise ops (embed, gather, rmsnorm, swiglu, rope,
+ * kv_write) and the activation quantizers.
+ *
+ * Layout invariants: the row producers (rmsnorm, swiglu, the quantizers)
+ * use blocks of 1024 threads; element e of a row is handled by thread
+ * e % 1024, so each warp owns whole 32-value blocks, which is what the q8_1
+ * quantizer needs (max and sum by warp shuffles).  rmsnorm takes one block
+ * per row (it needs the row's sum first); swiglu and the quantizers one
+ * block per 1024-wide slice of a row, so a single decode row still spreads
+ * over many SMs.  The f16 copy is written up to its padded width and not
+ * one element further (rows are adjacent in that buffer).  Shared memory:
+ * 32 doubles for the rmsnorm sum.  The other ops: 256 threads per row.
+ *
+ * Exactness: the arithmetic mirrors the CPU backend operation for operation
+ * with the rounding intrinsics (__fmul_rn, ...), so that contraction into
+ * FMA cannot change a result: embed, gather, kv_write and rmsnorm (whose sum
+ * of squares is in double, as the CPU's) match the CPU to the bit or to the
+ * last place; rope and swiglu differ only where CUDA's sinf/cosf/expf round
+ * differently from glibc's (an ulp or two).
+ *
+ * Roofline: these ops move a few MB per step (a 4096-wide row is 16 KB), so
+ * they are bound by launch latency and DRAM round trips, not bandwidth;
+ * fusing the activation quantization into rmsnorm and swiglu saves a launch
+ * and a re-read per matmul input. */
+#include "kernels/cuda/cuda_internal.h"
+
+#define ROW_THREADS 256
+#define PROD_THREADS 1024
+
+/* ---- embed: dequantize rows of a table, bit-exact with quant.c ---- */
+
+template <int T>
+static __device__ __forceinline__ float dequant_one(const be_weight &w, int64_t row, int64_t k)
+{
+    if (T == QUANT_F32)
+        return ((const float *)w.q)[row * w.cols + k];
+    if (T == QUANT_F16)
+        return __half2float(((const __half *)w.q)[row * w.cols + k]);
+    if (T == QUANT_Q8_0) {
+        const int64_t b = row * w.nb + k / 32;
+        return __fmul_rn((float)(int8_t)w.q[b * 32 + k % 32], __half2float(w.d[b]));
+    }
+    if (T == QUANT_Q4_K) {
+        const uint8_t *blk = w.q + (row * w.nb + k / QK_K) * sizeof(block_q4_K);
+        const int i = (int)(k % QK_K), j = i / 64, hi = (i % 64) / 32, l = i % 32;
+        const uint32_t *s = (const uint32_t *)(blk + 4);
+        int sc, m;
+        k4_scale_min(2 * j + hi, s[0], s[1], s[2], &sc, &m);
+        const float d1 = __fmul_rn(__half2float(((const __half *)blk)[0]), (float)sc);
+        const float m1 = __fmul_rn(__half2float(((const __half *)blk)[1]), (float)m);
+        const uint8_t qb = blk[16 + 32 * j + l];
+        return __fsub_rn(__fmul_rn(d1, (float)(hi ? qb >> 4 : qb & 15)), m1);
+    }
+    /* QUANT_Q6_K */
+    const int64_t b = row * w.nb + k / QK_K;
+    const int i = (int)(k % QK_K);
+    const float ds = __fmul_rn(__half2float(w.d[b]), (float)w.sc[b * 16 + i / 16]);
+    return __fmul_rn(ds, (float)(q6_value(w.q, w.qh, b, i) - 32));
+}
+
+template <int T>
+__global__ void embed_kernel(be_weight w, const int32_t *ids, float *out)
+{
+    const int64_t r = blockIdx.x, row = ids[r];
+    for (int64_t k = threadIdx.x; k < w.cols; k += blockDim.x)
+        out[r * w.cols + k] = dequant_one<T>(w, row, k);
+}
+
+void launch_embed(cuda_backend *cb, const be_weight *w, const int32_t *ids, int32_t n, float *out)
+{
+    dim3 grid(n), block(ROW_THREADS);
+    switch (w->type) {
+    case QUANT_F32: embed_kernel<QUANT_F32><<<grid, block, 0, cb->stream>>>(*w, ids, out); break;
+    case QUANT_F16: embed_kernel<QUANT_F16><<<grid, block, 0, cb->stream>>>(*w, ids, out); break;
+    case QUANT_Q8_0: embed_kernel<QUANT_Q8_0><<<grid, block, 0, cb->stream>>>(*w, ids, out); break;
+    case QUANT_Q4_K: embed_kernel<QUANT_Q4_K><<<grid, block, 0, cb->stream>>>(*w, ids, out); break;
+    case QUANT_Q6_K: embed_kernel<QUANT_Q6_K><<<grid, block, 0, cb->stream>>>(*w, ids, out); break;
+    default: cuda_fail(cb, "embed: type %s", quant_type_name(w->type)); return;
+    }
+    cuda_check_launch(cb, "embed");
+}
+
+/* ---- gather ---- */
+
+__global__ void gather_kernel(const float *x, const int32_t *idx, int32_t dim, float *out)
+{
+    const int64_t r = blockIdx.x, src = idx[r];
+    for (int32_t e = threadIdx.x; e < dim; e += blockDim.x)
+        out[r * dim + e] = x[src * dim + e];
+}
+
+void launch_gather_rows(cuda_backend *cb, const float *x, const int32_t *idx, int32_t n,
+                        int32_t dim, float *out)
+{
+    gather_kernel<<<n, ROW_THREADS, 0, cb->stream>>>(x, idx, dim, out);
+    cuda_check_launch(cb, "gather_rows");
+}
+
+/* ---- row producers with the quantized copy as epilogue ---- */
+
+enum row_mode { ROW_COPY, ROW_NORM, ROW_SWIGLU };
+
+static __device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+static __device__ __forceinline__ int warp_sum_int(int v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* The CPU's rmsnorm scale: sum of float squares in double. */
+static __device__ float rms_scale(const float *x, int32_t dim, float eps)
+{
+    __shared__ double part[PROD_THREADS / 32];
+    double s = 0.0;
+    for (int32_t e = threadIdx.x; e < dim; e += PROD_THREADS)
+        s += (double)__fmul_rn(x[e], x[e]);
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (threadIdx.x % 32 == 0)
+        part[threadIdx.x / 32] = s;
+    __syncthreads();
+    double t = 0.0;
+    for (int i = 0; i < PROD_THREADS / 32; i++)
+        t += part[i];
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(t / dim), eps)));
+}
+
+/* Row r (blockIdx.x): y = f(x[, aux]) written to y (unless ROW_COPY) and to
+ * the quantized copy: q8_1 blocks (FMT ACT_Q8; dim % 32 == 0) or f16 padded
+ * with zeros to hstride (ACT_F16).  ROW_NORM walks the whole row; the
+ * others the 1024-wide slice blockIdx.y. */
+template <int MODE, int FMT>
+__global__ void __launch_bounds__(PROD_THREADS)
+row_kernel(const float *x, const float *aux, float eps, int32_t dim, float *y, int8_t *qs,
+           float2 *ds, __half *h, int32_t hstride)
+{
+    const int64_t r = blockIdx.x;
+    const float *xr = x + r * dim;
+    const float *ar = aux ? aux + (MODE == ROW_SWIGLU ? r * dim : 0) : NULL;
+    const float scale = MODE == ROW_NORM ? rms_scale(xr, dim, eps) : 1.0f;
+    const int32_t limit = FMT == ACT_F16 ? hstride : dim;
+    const int32_t first = MODE == ROW_NORM ? 0 : (int32_t)blockIdx.y * PROD_THREADS;
+    const int32_t end = MODE == ROW_NORM ? limit : min(limit, first + PROD_THREADS);
+    for (int32_t base = first; base < end; base += PROD_THREADS) {
+        const int32_t e = base + threadIdx.x;
+        float v = 0.0f;
+        if (e < dim) {
+            v = xr[e];
+            if (MODE == ROW_NORM)
+                v = __fmul_rn(__fmul_rn(v, scale), ar[e]);
+            else if (MODE == ROW_SWIGLU)
+                v = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), ar[e]);
+            if (MODE != ROW_COPY)
+                y[r * dim + e] = v;
+        }
+        if (FMT == ACT_Q8) {
+            /* A warp holds one whole block of 32: q = round(v / d), d = max|v| / 127. */
+            const float d = warp_max(fabsf(v)) / 127.0f;
+            const float id = d != 0.0f ? 1.0f / d : 0.0f;
+            const int q = (int)roundf(v * id);
+            const int sum = warp_sum_int(q);
+            if (e < dim) {
+                qs[r * dim + e] = (int8_t)q;
+                if (threadIdx.x % 32 == 0)
+                    ds[r * (dim / 32) + e / 32] = make_float2(d, d * (float)sum);
+            }
+        } else if (FMT == ACT_F16 && e < hstride) {
+            h[r * hstride + e] = __float2half_rn(v);
+        }
+    }
+}
+
+/* The format the next matmul of `rows` rows will want (see cu_matmul). */
+static int fmt_for(int32_t rows, int32_t cols)
+{
+    if (rows > MV_MAX_ROWS)
+        return ACT_F16;
+    return cols % 32 == 0 ? ACT_Q8 : ACT_NONE;
+}
+
+template <int MODE>
+static void launch_rows(cuda_backend *cb, const float *x, const float *aux, float eps,
+                        int32_t rows, int32_t dim, be_act *a, int fmt)
+{
+    cuda_actq *aq = (cuda_actq *)a->q;
+    const int32_t hs = (int32_t)act_f16_stride(dim);
+    float *y = MODE == ROW_COPY ? NULL : a->x;
+    const int32_t width = fmt == ACT_F16 ? hs : dim;
+    const dim3 grid(rows, MODE == ROW_NORM ? 1 : (width + PROD_THREADS - 1) / PROD_THREADS);
+    cudaStream_t s = cb->stream;
+    if (fmt == ACT_Q8)
+        row_kernel<MODE, ACT_Q8><<<grid, PROD_THREADS, 0, s>>>(x, aux, eps, dim, y, aq->qs, aq->ds,
+                                                                aq->h, hs);
+    else if (fmt == ACT_F16)
+        row_kernel<MODE, ACT_F16><<<grid, PROD_THREADS, 0, s>>>(x, aux, eps, dim, y, aq->qs,
+                                                                 aq->ds, aq->h, hs);
+    else
+        row_kernel<MODE, ACT_NONE><<<grid, PROD_THREADS, 0, s>>>(x, aux, eps, dim, y, aq->qs,
+                                                                  aq->ds, aq->h, hs);
+    a->rows = rows;
+    a->cols = dim;
+    a->q_valid = fmt != ACT_NONE;
+    aq->fmt = fmt;
+}
+
+void launch_rmsnorm(cuda_backend *cb, const float *x, const float *w, float eps, int32_t rows,
+                    int32_t dim, be_act *a)
+{
+    launch_rows<ROW_NORM>(cb, x, w, eps, rows, dim, a, fmt_for(rows, dim));
+    cuda_check_launch(cb, "rmsnorm");
+}
+
+void launch_swiglu(cuda_backend *cb, const float *g, const float *u, int32_t rows, int32_t n,
+                   be_act *a)
+{
+    launch_rows<ROW_SWIGLU>(cb, g, u, 0.0f, rows, n, a, fmt_for(rows, n));
+    cuda_check_launch(cb, "swiglu");
+}
+
+void launch_act_quantize(cuda_backend *cb, be_act *a, int fmt)
+{
+    if (fmt == ACT_Q8 && a->cols % 32 != 0) {
+        cuda_fail(cb, "matmul: q8 activations need a multiple of 32 columns, not %d", a->cols);
+        return;
+    }
+    launch_rows<ROW_COPY>(cb, a->x, NULL, 0.0f, a->rows, a->cols, a, fmt);
+    cuda_check_launch(cb, "quantize activations");
+}
+
+/* ---- rope: llama.cpp's NORM mode, theta by repeated products as the CPU ---- */
+
+__global__ void rope_kernel(float *q, float *k, const int32_t *pos, int32_t n_head,
+                            int32_t n_head_kv, int32_t hd, int32_t rope_dim, float theta_scale)
+{
+    const int64_t r = blockIdx.x;
+    const int32_t half = rope_dim / 2, total = (n_head + n_head_kv) * half;
+    const float p = (float)pos[r];
+    for (int32_t t = threadIdx.x; t < total; t += blockDim.x) {
+        const int32_t head = t / half, i = t % half;
+        float *x = head < n_head ? q + (r * n_head + head) * hd
+                                 : k + (r * n_head_kv + (head - n_head)) * hd;
+        float theta = p;
+        for (int32_t j = 0; j < i; j++)
+            theta = __fmul_rn(theta, theta_scale);
+        const float c = cosf(theta), s = sinf(theta);
+        const float x0 = x[2 * i], x1 = x[2 * i + 1];
+        x[2 * i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        x[2 * i + 1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    }
+}
+
+void launch_rope(cuda_backend *cb, float *q, float *k, const int32_t *pos, int32_t rows,
+                 const be_attn_shape *sh, int32_t rope_dim, float theta_scale)
+{
+    rope_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>(q, k, pos, sh->n_head, sh->n_head_kv,
+                                                      sh->head_dim, rope_dim, theta_scale);
+    cuda_check_launch(cb, "rope");
+}
+
+/* ---- kv_write: f32 rows into the f16 cache at their slots ---- */
+
+__global__ void kv_write_kernel(__half *kc, __half *vc, int64_t layer_off, int32_t kv_dim,
+                                const float *k, const float *v, const int32_t *slot)
+{
+    const int64_t r = blockIdx.x;
+    const int64_t dst = layer_off + (int64_t)slot[r] * kv_dim;
+    for (int32_t e = threadIdx.x; e < kv_dim; e += blockDim.x) {
+        kc[dst + e] = __float2half_rn(k[r * kv_dim + e]);
+        vc[dst + e] = __float2half_rn(v[r * kv_dim + e]);
+    }
+}
+
+void launch_kv_write(cuda_backend *cb, be_kv *kv, int32_t layer, const float *k, const float *v,
+                     const int32_t *slot, int32_t rows)
+{
+    const int64_t layer_off = (int64_t)layer * kv->n_blocks * kv->block_size * kv->kv_dim;
+    kv_write_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>(kv->k, kv->v, layer_off, kv->kv_dim, k,
+                                                          v, slot);
+    cuda_check_launch(cb, "kv_write");
+}
