@@ -10,6 +10,8 @@
  *
  * Exit status: 0 done, 1 the work failed (unreadable model, bad ids), 2 the
  * command line is wrong. */
+#include "config.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -49,6 +51,8 @@ typedef struct run_opts {
     bool parse_special;
     bool bos;                /* add BOS if the model asks; --no-bos clears */
     bool seeded;             /* --seed given */
+    bool force_cpu;          /* --cpu */
+    int32_t gpu;             /* --gpu N; -1: the first GPU if there is one */
     run_gen_opts gen;
 } run_opts;
 
@@ -63,7 +67,8 @@ static void usage(FILE *out)
             "  -p, --prompt TEXT     generate a continuation of TEXT, streamed to stdout (default mode)\n"
             "  --parallel N -f FILE  run the prompts of FILE (one per line) N at a time in one batch\n"
             "  --perplexity FILE     perplexity of FILE's text as llama-perplexity computes it (-c CTX)\n"
-            "  --bench               pp512, tg128 and decode tok/s at 1, 8, 64 sequences (table + JSON)\n"
+            "  --bench               pp512, tg128 and decode tok/s at 1, 8, 64 sequences (table + JSON);\n"
+            "                        on a GPU at 1, 8, 32, 64, 128, 256 sequences of 512-token prompts\n"
             "  --tokenize            print the ids of the text of -p or -f, space-separated\n"
             "  --detokenize IDS      print the text of IDS (separated by spaces or commas)\n"
             "\n"
@@ -80,6 +85,8 @@ static void usage(FILE *out)
             "      --ignore-eos      keep generating past end-of-generation tokens\n"
             "\n"
             "engine:\n"
+            "      --gpu N           run on CUDA device N (default: device 0 when built with\n"
+            "                        CUDA and a GPU is there, else the CPU)\n"
             "      --cpu             run on the CPU even when a GPU is there\n"
             "  -t, --threads N       CPU threads (default: all cores)\n"
             "  -c, --ctx N           context per sequence (default: the model's; perplexity: 512);\n"
@@ -145,7 +152,7 @@ static int parse_float(const char *opt, const char *arg, float *out)
 
 static void default_opts(run_opts *o)
 {
-    *o = (run_opts){.parse_special = true, .bos = true};
+    *o = (run_opts){.parse_special = true, .bos = true, .gpu = -1};
     run_gen_opts *g = &o->gen;
     g->n_predict = 256;
     g->sampling = sampler_default_params();
@@ -164,7 +171,7 @@ enum {
     OPT_TOKENIZE = 256, OPT_DETOKENIZE, OPT_NO_PARSE_SPECIAL, OPT_NO_BOS, OPT_PARALLEL,
     OPT_PERPLEXITY, OPT_BENCH, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY,
     OPT_PRESENCE, OPT_FREQUENCY, OPT_REPEAT_LAST_N, OPT_SEED, OPT_STOP, OPT_IGNORE_EOS,
-    OPT_BATCH, OPT_KV_BLOCKS, OPT_KV_F32, OPT_REPS, OPT_JSON, OPT_CPU,
+    OPT_BATCH, OPT_KV_BLOCKS, OPT_KV_F32, OPT_REPS, OPT_JSON, OPT_CPU, OPT_GPU,
 };
 
 /* One option into o; 0, or EXIT_USAGE with a message. */
@@ -218,7 +225,8 @@ static int take_option(int c, const char *arg, run_opts *o, bool *ctx_given)
     case OPT_KV_F32: g->engine.kv_type = BE_KV_F32; return 0;
     case OPT_REPS: return parse_int("--reps", arg, 1, 32, &g->bench_reps);
     case OPT_JSON: g->bench_json = arg; return 0;
-    case OPT_CPU: return 0; /* the CPU engine is the only one in this build */
+    case OPT_CPU: o->force_cpu = true; return 0;
+    case OPT_GPU: return parse_int("--gpu", arg, 0, 1023, &o->gpu);
     }
     return usage_error("unknown option '%s'", arg ? arg : "?");
 }
@@ -234,6 +242,12 @@ static int check_opts(run_opts *o, bool ctx_given)
                                  "--tokenize or --detokenize)");
     if (!o->model)
         return usage_error("%s", "no model given (-m FILE)");
+    if (o->force_cpu && o->gpu >= 0)
+        return usage_error("%s", "--cpu and --gpu exclude each other");
+#ifndef LLMQ_HAVE_CUDA
+    if (o->gpu >= 0)
+        return usage_error("%s", "--gpu: this llmq-run was built without CUDA");
+#endif
     if (o->mode == MODE_TOKENIZE && !o->prompt == !o->prompt_file)
         return usage_error("%s", "--tokenize needs exactly one of -p TEXT and -f FILE");
     if (o->mode == MODE_PARALLEL && (!o->prompt_file || o->prompt))
@@ -293,6 +307,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         {"reps", required_argument, NULL, OPT_REPS},
         {"json", required_argument, NULL, OPT_JSON},
         {"cpu", no_argument, NULL, OPT_CPU},
+        {"gpu", required_argument, NULL, OPT_GPU},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -418,14 +433,29 @@ static int run_tokenizer_mode(const run_opts *o)
     return rc;
 }
 
+/* --gpu N, or by default the first GPU when there is one, else the CPU. */
+static int make_backend(const run_opts *o, backend **be, llmq_err *err)
+{
+#ifdef LLMQ_HAVE_CUDA
+    if (!o->force_cpu) {
+        if (backend_cuda_create(be, o->gpu < 0 ? 0 : o->gpu, err) == 0)
+            return 0;
+        if (o->gpu >= 0)
+            return -1;
+        fprintf(stderr, "llmq-run: %s; running on the CPU\n", err->msg);
+    }
+#endif
+    return backend_cpu_create(be, o->gen.threads, err);
+}
+
 static int run_engine_mode(run_opts *o)
 {
     llmq_err err = {{0}};
     backend *be = NULL;
     model *m = NULL;
     tok_vocab *v = NULL;
-    if (backend_cpu_create(&be, o->gen.threads, &err) != 0 ||
-        model_load(&m, o->model, be, &err) != 0 || tok_load(&v, model_gguf(m), &err) != 0) {
+    if (make_backend(o, &be, &err) != 0 || model_load(&m, o->model, be, &err) != 0 ||
+        tok_load(&v, model_gguf(m), &err) != 0) {
         fprintf(stderr, "llmq-run: %s\n", err.msg);
         model_free(m);
         backend_destroy(be);
@@ -433,9 +463,9 @@ static int run_engine_mode(run_opts *o)
     }
     const model_config *c = model_get_config(m);
     fprintf(stderr, "llmq-run: %s: %s, %d layers, dim %d, %d heads (%d kv), vocab %d, %.1f MB %s; "
-                    "cpu, %d threads\n",
+                    "%s\n",
             o->model, c->name, c->n_layers, c->dim, c->n_head, c->n_head_kv, c->n_vocab,
-            c->weight_bytes / 1e6, quant_type_name(c->weight_type), o->gen.threads);
+            c->weight_bytes / 1e6, quant_type_name(c->weight_type), be->name);
     if (o->mode == MODE_GENERATE || o->mode == MODE_PARALLEL)
         fprintf(stderr, "llmq-run: seed %llu\n", (unsigned long long)o->gen.sampling.seed);
     int rc = 1;
