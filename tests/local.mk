@@ -160,3 +160,12 @@ TESTS += tests/unit/test-dot
 tests_unit_test_dot_SOURCES = tests/unit/test-dot.c tests/unit/check.h
 tests_unit_test_dot_LDADD = kernels/libllmq_kernels.a common/libllmq_common.a -lm
 # ---- end CPU dot kernels ----
+
+# ---- CUDA backend parity (tests/gpu; needs a GPU, so not in TESTS: tests/gpu/run.sh) ----
+if HAVE_CUDA
+noinst_PROGRAMS += tests/gpu/gpu-parity
+tests_gpu_gpu_parity_SOURCES = tests/gpu/gpu-parity.c
+tests_gpu_gpu_parity_LDADD = worker/libllmq_engine.a $(LLMQ_CUDA_LIBS) $(LLMQ_MODEL_LIBS)
+endif
+EXTRA_DIST += tests/gpu/run.sh
+# ---- end CUDA backend parity ----

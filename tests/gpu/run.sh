@@ -1,0 +1,62 @@
+#!/bin/sh
+# tests/gpu/run.sh: the one command for the GPU machine, from the repository
+# root: build check, parity, then the benchmarks (bench/cuda.sh).  Binaries
+# built on the CPU machine come in BIN (llmq-run, llmq-mkmodel, gpu-parity,
+# bench-cuda-ops), their shared libraries in .device-libs/.  Tables and logs
+# go to $OUT (default /tmp/llmq-gpu); a summary is printed last.
+#
+# usage: tests/gpu/run.sh [BIN]        (default .gpu-bin)
+set -u
+BIN=${1:-.gpu-bin}
+OUT=${OUT:-/tmp/llmq-gpu}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/.device-libs:${LD_LIBRARY_PATH:-}"
+export LLMQ_TEST_DATA="$PWD/tests/data"
+VOCAB=tests/data/vocab/ggml-vocab-llama-spm.gguf
+SHAPE7B="--dim 4096 --heads 32 --kv-heads 32 --ff 11008 --ctx 4096 --mix q4_k_m --seed 1"
+log() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/log.txt"; }
+
+# 1. build check: every binary starts, the GPU is there, kernel resources.
+{
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+    for b in llmq-run llmq-mkmodel gpu-parity bench-cuda-ops; do
+        ldd "$BIN/$b" | grep -q "not found" && echo "MISSING LIBRARIES: $b"
+    done
+    "$BIN/llmq-run" --help >/dev/null && echo "llmq-run starts"
+    cuobjdump --dump-resource-usage "$BIN/llmq-run" 2>&1 | grep -E "Function|REG" | paste - - |
+        sed -E 's/Resource usage://; s/[[:space:]]+/ /g'
+} > "$OUT/env.txt" 2>&1
+log "build check done"
+
+# The 7B model for the benchmarks is written while parity runs.
+"$BIN/llmq-mkmodel" --vocab "$VOCAB" --layers 32 $SHAPE7B -o /tmp/m7b.gguf >> "$OUT/log.txt" 2>&1 &
+MK=$!
+
+# 2. parity: ops, the test models and a 7B-shaped 2-layer model.
+"$BIN/llmq-mkmodel" --vocab "$VOCAB" --layers 2 $SHAPE7B -o /tmp/m2.gguf >> "$OUT/log.txt" 2>&1
+# Ops and models in two processes: a fault in one leaves the other's table.
+timeout 100 "$BIN/gpu-parity" --ops > "$OUT/parity.md" 2>> "$OUT/log.txt"
+log "parity (ops) exit $?"
+timeout 200 "$BIN/gpu-parity" --models /tmp/m2.gguf >> "$OUT/parity.md" 2>> "$OUT/log.txt"
+log "parity (models) exit $?"
+wait $MK
+log "7B model written ($(du -h /tmp/m7b.gguf | cut -f1))"
+
+# 3. benchmarks.
+sh bench/cuda.sh "$BIN" /tmp/m7b.gguf "$OUT"
+
+# 4. sanitizers on the op table, as far as the time allows.
+if [ "${SANITIZE:-1}" = 1 ]; then
+    timeout 90 compute-sanitizer --tool memcheck --print-limit 20 "$BIN/gpu-parity" --ops-small \
+        > "$OUT/sanitizer.txt" 2>&1
+    log "memcheck exit $?"
+    timeout 90 compute-sanitizer --tool racecheck --print-limit 20 "$BIN/gpu-parity" --ops-small \
+        >> "$OUT/sanitizer.txt" 2>&1
+    log "racecheck exit $?"
+fi
+
+echo "== parity"; grep -E "FAIL|passed" "$OUT/parity.md" | head -40
+echo "== ops"; cat "$OUT/ops.md" 2>/dev/null
+echo "== bench"; cat "$OUT/bench.md" 2>/dev/null
+echo "== sanitizer"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed," "$OUT/sanitizer.txt" 2>/dev/null
+cat "$OUT/log.txt"
