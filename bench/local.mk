@@ -13,3 +13,11 @@ bench_bench_broker_CFLAGS = $(LLMQ_HARNESS_CFLAGS)
 bench_bench_broker_LDADD = $(LLMQ_HARNESS_LIBS)
 # ---- end broker throughput ----
 
+# ---- CUDA ops against the roofline (bench/bench-cuda-ops.c; bench/cuda.sh) ----
+if HAVE_CUDA
+noinst_PROGRAMS += bench/bench-cuda-ops
+bench_bench_cuda_ops_SOURCES = bench/bench-cuda-ops.c
+bench_bench_cuda_ops_LDADD = $(LLMQ_CUDA_LIBS) $(LLMQ_MODEL_LIBS)
+endif
+EXTRA_DIST += bench/cuda.sh
+# ---- end CUDA ops ----

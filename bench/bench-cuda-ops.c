@@ -1,0 +1,400 @@
+/* bench-cuda-ops: the time of each CUDA backend op on the shapes of a real
+ * model file (the 7B Q4_K_M that llmq-mkmodel writes), against the
+ * roofline: bytes over the 4.24 TB/s copy bandwidth measured on the H200,
+ * FLOPs as TFLOP/s.
+ *
+ * usage: bench-cuda-ops MODEL.gguf
+ *
+ * Each figure is the median over 7 rounds of the mean time of a burst of
+ * back-to-back calls (host clock around the burst and one sync), so short
+ * kernels include launch gaps, as they do inside a decode step.  Matmuls
+ * rotate over the same matrix of up to 8 layers (more bytes than the
+ * 60 MB L2 holds) so that weights come from DRAM, as in a forward pass.
+ * Inputs are random, never zeros.  Output: a markdown table. */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/backend.h"
+#include "worker/model/gguf.h"
+
+#define COPY_BW 4.24e12
+#define ROUNDS 7
+#define BURST 40
+#define MAX_LAYERS 8
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef void (*op_fn)(backend *be, void *arg, int call);
+
+/* Median seconds per call of fn over ROUNDS bursts, or -1 on a backend error. */
+static double time_op(backend *be, op_fn fn, void *arg)
+{
+    llmq_err err;
+    double t[ROUNDS];
+    for (int call = 0; call < 3; call++)
+        fn(be, arg, call);
+    if (be->ops->sync(be, &err) != 0) {
+        fprintf(stderr, "bench-cuda-ops: %s\n", err.msg);
+        return -1;
+    }
+    for (int r = 0; r < ROUNDS; r++) {
+        const double t0 = now_s();
+        for (int call = 0; call < BURST; call++)
+            fn(be, arg, call);
+        if (be->ops->sync(be, &err) != 0) {
+            fprintf(stderr, "bench-cuda-ops: %s\n", err.msg);
+            return -1;
+        }
+        t[r] = (now_s() - t0) / BURST;
+    }
+    qsort(t, ROUNDS, sizeof *t, cmp_double);
+    return t[ROUNDS / 2];
+}
+
+static void fill_random(float *x, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        const float v = (float)((seed >> 40) * 0x1p-24) * 2.0f - 1.0f;
+        x[i] = v != 0.0f ? v : 0.5f;
+    }
+}
+
+static void *dev_random(backend *be, size_t n, uint64_t seed)
+{
+    llmq_err err;
+    float *h = malloc(n * sizeof *h);
+    void *d = h ? be->ops->alloc(be, n * sizeof *h, &err) : NULL;
+    if (d) {
+        fill_random(h, n, seed);
+        if (be->ops->upload(be, d, h, n * sizeof *h, &err) != 0) {
+            be->ops->free(be, d);
+            d = NULL;
+        }
+    }
+    free(h);
+    return d;
+}
+
+static void print_row(const char *op, const char *shape, int rows, double sec, double bytes,
+                      double flops)
+{
+    if (sec < 0) {
+        printf("| %s | %s | %d | failed | | | |\n", op, shape, rows);
+        return;
+    }
+    printf("| %s | %s | %d | %.1f | %.0f | %.0f%% | %.1f |\n", op, shape, rows, sec * 1e6,
+           bytes / sec / 1e9, 100 * bytes / sec / COPY_BW, flops / sec / 1e12);
+    fflush(stdout);
+}
+
+/* ---- matmul ---- */
+
+typedef struct mm_arg {
+    be_weight *w[MAX_LAYERS];
+    int n_w;
+    be_act *in;
+    float *out;
+} mm_arg;
+
+static void mm_call(backend *be, void *arg, int call)
+{
+    mm_arg *a = arg;
+    be->ops->matmul(be, a->w[call % a->n_w], a->in, a->out, false);
+}
+
+static void bench_role(backend *be, const gguf_file *f, const char *role, quant_type type,
+                       int n_layers)
+{
+    mm_arg a = {.n_w = 0};
+    const gguf_tensor *t = NULL;
+    llmq_err err;
+    for (int l = 0; l < n_layers && a.n_w < MAX_LAYERS; l++) {
+        char name[96];
+        if (!strcmp(role, "output"))
+            snprintf(name, sizeof name, "output.weight");
+        else
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, role);
+        const gguf_tensor *c = gguf_find_tensor(f, name);
+        if (!c || c->type != type)
+            continue;
+        if (be->ops->weight_load(be, c->type, (int64_t)c->ne[1], (int64_t)c->ne[0], c->data,
+                                 &a.w[a.n_w], &err) != 0) {
+            fprintf(stderr, "bench-cuda-ops: %s: %s\n", name, err.msg);
+            break;
+        }
+        a.n_w++;
+        t = c;
+        if (!strcmp(role, "output"))
+            break;
+    }
+    if (a.n_w == 0 || !t)
+        return;
+    const int64_t n = (int64_t)t->ne[1], k = (int64_t)t->ne[0];
+    static const int rows[] = {1, 8, 64, 512};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        be_act in;
+        const int m = rows[i];
+        if (be->ops->act_create(be, m, (int32_t)k, &in, &err) != 0)
+            break;
+        void *x = dev_random(be, (size_t)m * k, (uint64_t)m * 977 + 1);
+        float *out = be->ops->alloc(be, (size_t)m * n * sizeof(float), &err);
+        if (x && out) {
+            be->ops->free(be, in.x);
+            in.x = x;
+            in.rows = m;
+            in.cols = (int32_t)k;
+            in.q_valid = false;
+            a.in = &in;
+            a.out = out;
+            char shape[96];
+            snprintf(shape, sizeof shape, "%s %s %lld x %lld (%d layers)", role,
+                     quant_type_name(type), (long long)n, (long long)k, a.n_w);
+            const double bytes = (double)t->nbytes + (double)m * (k + n) * 4;
+            print_row("matmul", shape, m, time_op(be, mm_call, &a), bytes, 2.0 * m * n * k);
+        } else {
+            be->ops->free(be, x);
+        }
+        be->ops->free(be, out);
+        be->ops->act_destroy(be, &in);
+    }
+    for (int i = 0; i < a.n_w; i++)
+        be->ops->weight_free(be, a.w[i]);
+}
+
+/* ---- attention over a paged cache ---- */
+
+typedef struct att_arg {
+    be_kv *kv;
+    const float *q;
+    be_attn_batch b;
+    be_attn_shape sh;
+    be_act *out;
+} att_arg;
+
+static void att_call(backend *be, void *arg, int call)
+{
+    att_arg *a = arg;
+    (void)call;
+    be->ops->attention(be, a->kv, 0, a->q, &a->b, &a->sh, a->out);
+}
+
+/* n_seqs sequences of ctx cached tokens; each has `rows` query rows at its
+ * last positions (1: decode, ctx: a whole prefill). */
+static void bench_attention(backend *be, int n_head, int n_head_kv, int hd, int n_seqs, int ctx,
+                            int rows)
+{
+    enum { BS = 16 };
+    const int per_seq = (ctx + BS - 1) / BS, n_blocks = per_seq * n_seqs, kv_dim = n_head_kv * hd;
+    const int n_rows = n_seqs * rows;
+    llmq_err err;
+    be_kv *kv = NULL;
+    be_act out;
+    bool have_out = false;
+    int32_t *table = malloc((size_t)n_blocks * 4), *len = malloc((size_t)n_seqs * 4);
+    int32_t *rs = malloc((size_t)n_rows * 4), *rp = malloc((size_t)n_rows * 4);
+    int32_t *slot = malloc((size_t)BS * 4);
+    void *dev[6] = {NULL};
+    if (!table || !len || !rs || !rp || !slot ||
+        be->ops->kv_create(be, 1, n_blocks, BS, kv_dim, BE_KV_F16, &kv, &err) != 0 ||
+        be->ops->act_create(be, n_rows, n_head * hd, &out, &err) != 0)
+        goto done;
+    have_out = true;
+    for (int s = 0; s < n_seqs; s++) {
+        len[s] = ctx;
+        for (int b = 0; b < per_seq; b++)
+            table[s * per_seq + b] = s * per_seq + b;
+        for (int r = 0; r < rows; r++) {
+            rs[s * rows + r] = s;
+            rp[s * rows + r] = ctx - rows + r;
+        }
+    }
+    /* Fill the whole cache, one block of rows at a time. */
+    void *k = dev_random(be, (size_t)BS * kv_dim, 11), *v = dev_random(be, (size_t)BS * kv_dim, 13);
+    void *ds = be->ops->alloc(be, (size_t)BS * 4, &err);
+    for (int b = 0; k && v && ds && b < n_blocks; b++) {
+        for (int i = 0; i < BS; i++)
+            slot[i] = b * BS + i;
+        if (be->ops->upload(be, ds, slot, (size_t)BS * 4, &err) != 0)
+            break;
+        be->ops->kv_write(be, kv, 0, k, v, ds, BS);
+    }
+    be->ops->free(be, k);
+    be->ops->free(be, v);
+    be->ops->free(be, ds);
+    dev[0] = dev_random(be, (size_t)n_rows * n_head * hd, 17);
+    dev[1] = be->ops->alloc(be, (size_t)n_rows * 4, &err);
+    dev[2] = be->ops->alloc(be, (size_t)n_rows * 4, &err);
+    dev[3] = be->ops->alloc(be, (size_t)n_blocks * 4, &err);
+    dev[4] = be->ops->alloc(be, (size_t)n_seqs * 4, &err);
+    if (!dev[0] || !dev[1] || !dev[2] || !dev[3] || !dev[4] ||
+        be->ops->upload(be, dev[1], rs, (size_t)n_rows * 4, &err) ||
+        be->ops->upload(be, dev[2], rp, (size_t)n_rows * 4, &err) ||
+        be->ops->upload(be, dev[3], table, (size_t)n_blocks * 4, &err) ||
+        be->ops->upload(be, dev[4], len, (size_t)n_seqs * 4, &err))
+        goto done;
+    att_arg a = {kv, dev[0], {n_rows, n_seqs, dev[1], dev[2], dev[3], dev[4], per_seq, ctx},
+                 {n_head, n_head_kv, hd}, &out};
+    char shape[96];
+    snprintf(shape, sizeof shape, "%d seqs x %d ctx, %d heads (%d kv) of %d", n_seqs, ctx, n_head,
+             n_head_kv, hd);
+    /* Bytes: every row reads its keys and values (decode); a prefill reads
+     * the cache once per 64-row tile. */
+    const double tiles = rows == 1 ? 1.0 : ceil(rows / 64.0);
+    const double bytes = (double)n_seqs * tiles * ctx * kv_dim * 2 * 2;
+    const double flops = 4.0 * n_head * hd * n_seqs *
+                         (rows == 1 ? (double)ctx : (double)rows * (rows + 1) / 2);
+    print_row("attention", shape, n_rows, time_op(be, att_call, &a), bytes, flops);
+done:
+    for (int i = 0; i < 6; i++)
+        be->ops->free(be, dev[i]);
+    if (have_out)
+        be->ops->act_destroy(be, &out);
+    if (kv)
+        be->ops->kv_destroy(be, kv);
+    free(table);
+    free(len);
+    free(rs);
+    free(rp);
+    free(slot);
+}
+
+/* ---- the launch floor: a one-row gather, the smallest op there is ---- */
+
+typedef struct gather_arg {
+    const float *x;
+    const int32_t *idx;
+    float *out;
+} gather_arg;
+
+static void gather_call(backend *be, void *arg, int call)
+{
+    gather_arg *a = arg;
+    (void)call;
+    be->ops->gather_rows(be, a->x, a->idx, 1, 32, a->out);
+}
+
+static void bench_floor(backend *be)
+{
+    llmq_err err;
+    const int32_t zero = 0;
+    gather_arg a = {dev_random(be, 32, 3), NULL, be->ops->alloc(be, 32 * sizeof(float), &err)};
+    int32_t *idx = be->ops->alloc(be, sizeof zero, &err);
+    if (a.x && a.out && idx && be->ops->upload(be, idx, &zero, sizeof zero, &err) == 0) {
+        a.idx = idx;
+        print_row("gather_rows (launch floor)", "1 row of 32", 1, time_op(be, gather_call, &a),
+                  256, 0);
+    }
+    be->ops->free(be, (void *)a.x);
+    be->ops->free(be, a.out);
+    be->ops->free(be, idx);
+}
+
+/* ---- row ops ---- */
+
+typedef struct row_arg {
+    const float *x, *w;
+    int rows, dim;
+    be_act *out;
+} row_arg;
+
+static void norm_call(backend *be, void *arg, int call)
+{
+    row_arg *a = arg;
+    (void)call;
+    be->ops->rmsnorm(be, a->x, a->w, 1e-5f, a->rows, a->dim, a->out);
+}
+
+static void swiglu_call(backend *be, void *arg, int call)
+{
+    row_arg *a = arg;
+    (void)call;
+    be->ops->swiglu(be, a->x, a->w, a->rows, a->dim, a->out);
+}
+
+static void bench_rows(backend *be, const char *name, op_fn fn, int rows, int dim, bool per_row_aux)
+{
+    llmq_err err;
+    be_act out;
+    if (be->ops->act_create(be, rows, dim, &out, &err) != 0)
+        return;
+    void *x = dev_random(be, (size_t)rows * dim, 5);
+    void *w = dev_random(be, per_row_aux ? (size_t)rows * dim : (size_t)dim, 7);
+    if (x && w) {
+        row_arg a = {x, w, rows, dim, &out};
+        char shape[32];
+        snprintf(shape, sizeof shape, "%d wide", dim);
+        print_row(name, shape, rows, time_op(be, fn, &a),
+                  (double)rows * dim * 4 * (per_row_aux ? 3 : 2), 0);
+    }
+    be->ops->free(be, x);
+    be->ops->free(be, w);
+    be->ops->act_destroy(be, &out);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: bench-cuda-ops MODEL.gguf\n");
+        return 2;
+    }
+#ifndef LLMQ_HAVE_CUDA
+    fprintf(stderr, "bench-cuda-ops: built without CUDA\n");
+    return 77;
+#else
+    llmq_err err;
+    backend *be;
+    gguf_file *f;
+    if (backend_cuda_create(&be, 0, &err) != 0) {
+        printf("bench-cuda-ops: skipped: %s\n", err.msg);
+        return 77;
+    }
+    if (gguf_open(&f, argv[1], &err) != 0) {
+        fprintf(stderr, "bench-cuda-ops: %s\n", err.msg);
+        backend_destroy(be);
+        return 1;
+    }
+    uint32_t n_layers = 1, heads = 32, heads_kv = 32, dim = 4096;
+    gguf_get_u32(f, "llama.block_count", &n_layers, &err);
+    gguf_get_u32(f, "llama.attention.head_count", &heads, &err);
+    gguf_get_u32(f, "llama.attention.head_count_kv", &heads_kv, &err);
+    gguf_get_u32(f, "llama.embedding_length", &dim, &err);
+    printf("| op | shape | rows | us (median) | GB/s | of 4.24 TB/s | TFLOP/s |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+    static const char *const roles[] = {"attn_q", "attn_k", "attn_v", "attn_output",
+                                        "ffn_gate", "ffn_up", "ffn_down", "output"};
+    for (size_t r = 0; r < sizeof roles / sizeof roles[0]; r++) {
+        bench_role(be, f, roles[r], QUANT_Q4_K, (int)n_layers);
+        bench_role(be, f, roles[r], QUANT_Q6_K, (int)n_layers);
+    }
+    bench_floor(be);
+    const int hd = (int)(dim / heads);
+    bench_attention(be, (int)heads, (int)heads_kv, hd, 1, 576, 1);
+    bench_attention(be, (int)heads, (int)heads_kv, hd, 64, 576, 1);
+    bench_attention(be, (int)heads, (int)heads_kv, hd, 256, 576, 1);
+    bench_attention(be, (int)heads, (int)heads_kv, hd, 1, 512, 512);
+    bench_rows(be, "rmsnorm", norm_call, 1, (int)dim, false);
+    bench_rows(be, "rmsnorm", norm_call, 512, (int)dim, false);
+    bench_rows(be, "swiglu", swiglu_call, 1, 11008, true);
+    bench_rows(be, "swiglu", swiglu_call, 512, 11008, true);
+    gguf_close(f);
+    backend_destroy(be);
+    return 0;
+#endif
+}
