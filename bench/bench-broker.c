@@ -100,6 +100,19 @@ static void send_msg(void *sock, const wire_msg *m)
 }
 
 /* Submit number k (0-based) carries jobs k*B .. k*B+B-1, keys "j<n>". */
+/* The clock starts once every client is connected and answered: the
+ * broker's start-up (and ZeroMQ's reconnect interval) is not a submit's
+ * latency. */
+static void wait_ready(void *sock)
+{
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_STATS);
+    send_msg(sock, &m);
+    if (h_recv_type(sock, 10000, WIRE_T_STATS_OK, &m) != 0)
+        die("the broker does not answer");
+    wire_msg_free(&m);
+}
+
 static void send_submit(bench *b, void *sock, long k)
 {
     wire_job jobs[1000];
@@ -324,8 +337,10 @@ int main(int argc, char **argv)
            " synchronous=%s, %ld instant workers x %ld slots\n",
            b.o.jobs, b.o.batch, b.o.clients, b.o.inflight, b.o.sync, b.o.workers,
            b.o.slots);
-    for (long i = 0; i < b.o.clients; i++)
+    for (long i = 0; i < b.o.clients; i++) {
         b.c[i] = h_peer(&b.h, b.h.clients);
+        wait_ready(b.c[i]);
+    }
     for (long i = 0; i < b.o.workers; i++)
         worker_hello(&b, (int)i);
     double t0 = now_ms(), t_submits = 0;

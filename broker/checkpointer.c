@@ -40,8 +40,12 @@ int ckpt_start(ckpt **out, const char *path, llmq_err *err)
     ckpt *c = calloc(1, sizeof *c);
     if (!c)
         return llmq_errf(err, "out of memory starting the checkpointer");
+    /* A connection learns the file is in WAL mode only by reading it; until
+     * then a checkpoint quietly does nothing. */
     if (sqlite3_open_v2(path, &c->db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK ||
-        sqlite3_busy_timeout(c->db, 1000) != SQLITE_OK) {
+        sqlite3_busy_timeout(c->db, 1000) != SQLITE_OK ||
+        sqlite3_exec(c->db, "SELECT count(*) FROM sqlite_master", NULL, NULL,
+                     NULL) != SQLITE_OK) {
         llmq_errf(err, "checkpointer: %s: %s", path,
                   c->db ? sqlite3_errmsg(c->db) : "out of memory");
         sqlite3_close(c->db);

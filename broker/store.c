@@ -404,15 +404,37 @@ static int pragma_int(store *st, const char *sql, int64_t *out, llmq_err *err)
     return 0;
 }
 
-/* WAL so that readers (llmq-stats) never block the broker; FULL so that a
- * committed transaction is fsync'ed before the broker acknowledges it. */
+static int text_pragma(store *st, const char *sql, char *out, size_t size,
+                       llmq_err *err)
+{
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK)
+        return db_fail(st, err, sql);
+    int rc = sqlite3_step(s);
+    snprintf(out, size, "%s",
+             rc == SQLITE_ROW && sqlite3_column_text(s, 0)
+                 ? (const char *)sqlite3_column_text(s, 0)
+                 : "");
+    sqlite3_finalize(s);
+    return rc == SQLITE_ROW ? 0 : db_fail(st, err, sql);
+}
+
+/* WAL, so that readers (llmq-stats) never block the broker, checked: a
+ * file system without shared memory would silently keep the rollback
+ * journal.  FULL, so that a commit is fsync'ed before the broker acks it.
+ * The WAL is cut back to 64 MiB when it restarts after a checkpoint. */
 static int configure(store *st, llmq_err *err)
 {
-    char sql[160];
+    char mode[16], sql[200];
+    if (text_pragma(st, "PRAGMA journal_mode = WAL", mode, sizeof mode, err))
+        return -1;
+    if (strcmp(mode, "wal") != 0)
+        return llmq_errf(err, "cannot use WAL mode (journal_mode is '%s')",
+                         mode);
     snprintf(sql, sizeof sql,
-             "PRAGMA journal_mode = WAL; PRAGMA synchronous = %s;"
-             " PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000;",
-             st->opts.sync == STORE_SYNC_NORMAL ? "NORMAL" : "FULL");
+             "PRAGMA synchronous = %s; PRAGMA foreign_keys = ON;"
+             " PRAGMA busy_timeout = 5000; PRAGMA journal_size_limit = %d;",
+             st->opts.sync == STORE_SYNC_NORMAL ? "NORMAL" : "FULL", 64 << 20);
     return exec_sql(st, sql, err);
 }
 

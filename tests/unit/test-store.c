@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "broker/store.h"
@@ -570,6 +571,41 @@ static void test_outcomes(void)
     store_close(st);
 }
 
+static long file_size(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+/* Checkpoints run on their own thread while the store is open: the jobs
+ * reach the database file, not only the WAL. */
+static void test_checkpoints_while_open(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {{0}};
+    static char prompt[2049];
+    memset(prompt, 'p', sizeof prompt - 1);
+    for (int t = 0; t < 40; t++) {
+        store_begin(st, &err);
+        for (int i = 0; i < 100; i++)
+            submit(st, &(store_job){.prompt = prompt}, 1000 + t);
+        store_commit(st, &err);
+    }
+    long size = 0;
+    for (int i = 0; i < 300 && size < (4L << 20); i++) {
+        usleep(10000);
+        size = file_size(path);
+    }
+    CHECK(size >= (4L << 20),
+          "8 MB of jobs reach the database file while it is open (%ld bytes)",
+          size);
+    store_close(st);
+    char wal[320];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    CHECK(file_size(wal) == -1, "a clean close removes the WAL");
+}
+
 /* Two batches over two workers; the views must agree with plain sums. */
 static void test_views(void)
 {
@@ -634,6 +670,7 @@ int main(void)
     test_rollback_restores();
     test_model_routing_and_meta();
     test_outcomes();
+    test_checkpoints_while_open();
     test_views();
     fresh_db();
     rmdir(dir);
