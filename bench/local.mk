@@ -11,6 +11,7 @@ noinst_PROGRAMS += bench/bench-broker
 bench_bench_broker_SOURCES = bench/bench-broker.c $(LLMQ_HARNESS)
 bench_bench_broker_CFLAGS = $(LLMQ_HARNESS_CFLAGS)
 bench_bench_broker_LDADD = $(LLMQ_HARNESS_LIBS)
+EXTRA_DIST += bench/bench-e2e.sh
 # ---- end broker throughput ----
 
 # ---- CUDA ops against the roofline (bench/bench-cuda-ops.c; bench/cuda.sh) ----
