@@ -11,12 +11,20 @@
 #include "kernels/cpu/dot.h"
 #include "kernels/cpu/threadpool.h"
 
+/* At most this many freed blocks, of this many bytes together, wait for reuse. */
+#define CACHE_BLOCKS 64
+#define CACHE_BYTES ((size_t)1 << 30)
+
 typedef struct cpu_backend {
     backend base;
     pool *pool;
     const dot_kernels *k; /* picked once for this CPU */
     float *scratch;       /* attention's, pool_threads slices; grown on demand */
     size_t scratch_floats;
+    /* Freed blocks kept for reuse: see cpu_alloc. */
+    uint8_t *cache[CACHE_BLOCKS];
+    int n_cached;
+    size_t cached_bytes;
 } cpu_backend;
 
 struct be_weight {
@@ -51,21 +59,53 @@ static pool *pool_of(backend *be) { return ((cpu_backend *)be)->pool; }
 
 /* ---- memory ---- */
 
+/* Blocks carry their size in a 64-byte header.  A freed block is kept for
+ * the next allocation it fits (at most twice its need): an engine made
+ * again with the same shapes (a benchmark's repetitions, a worker's
+ * restart) then finds its buffers already mapped, where fresh ones cost a
+ * page fault per 4 KiB on first touch (tens of milliseconds per engine on a
+ * virtual machine). */
+#define BLOCK_HEADER 64
+
+static size_t block_bytes(const uint8_t *p) { return *(const size_t *)(p - BLOCK_HEADER); }
+
 static void *cpu_alloc(backend *be, size_t bytes, llmq_err *err)
 {
-    (void)be;
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
+    cpu_backend *cb = (cpu_backend *)be;
+    bytes = (bytes + 63) / 64 * 64;
+    int best = -1;
+    for (int i = 0; i < cb->n_cached; i++) {
+        const size_t have = block_bytes(cb->cache[i]);
+        if (have >= bytes && have / 2 <= bytes && (best < 0 || have < block_bytes(cb->cache[best])))
+            best = i;
+    }
+    if (best >= 0) {
+        uint8_t *p = cb->cache[best];
+        cb->cached_bytes -= block_bytes(p);
+        cb->cache[best] = cb->cache[--cb->n_cached];
+        return p;
+    }
+    void *raw = NULL;
+    if (posix_memalign(&raw, 64, BLOCK_HEADER + bytes) != 0) {
         llmq_errf(err, "cpu backend: cannot allocate %zu bytes", bytes);
         return NULL;
     }
-    return p;
+    *(size_t *)raw = bytes;
+    return (uint8_t *)raw + BLOCK_HEADER;
 }
 
 static void cpu_free(backend *be, void *p)
 {
-    (void)be;
-    free(p);
+    cpu_backend *cb = (cpu_backend *)be;
+    if (!p)
+        return;
+    const size_t bytes = block_bytes(p);
+    if (cb->n_cached < CACHE_BLOCKS && cb->cached_bytes + bytes <= CACHE_BYTES) {
+        cb->cache[cb->n_cached++] = p;
+        cb->cached_bytes += bytes;
+        return;
+    }
+    free((uint8_t *)p - BLOCK_HEADER);
 }
 
 static int cpu_copy(backend *be, void *dst, const void *src, size_t bytes, llmq_err *err)
@@ -124,16 +164,15 @@ static void cpu_weight_free(backend *be, be_weight *w)
 
 static void cpu_act_destroy(backend *be, be_act *a)
 {
-    (void)be;
     cpu_actq *aq = a->q;
     if (aq) {
-        free(aq->act.q);
-        free(aq->act.d);
-        free(aq->act.s16);
-        free(aq->act.s32);
+        cpu_free(be, aq->act.q);
+        cpu_free(be, aq->act.d);
+        cpu_free(be, aq->act.s16);
+        cpu_free(be, aq->act.s32);
         free(aq);
     }
-    free(a->x);
+    cpu_free(be, a->x);
     memset(a, 0, sizeof *a);
 }
 
@@ -245,6 +284,7 @@ static void cpu_gather_rows(backend *be, const float *x, const int32_t *idx, int
 /* ---- rmsnorm: as llama.cpp, the sum of squares in double ---- */
 
 typedef struct norm_job {
+    const dot_kernels *k;
     const float *x, *w;
     float eps;
     int32_t dim;
@@ -256,9 +296,7 @@ static void rmsnorm_task(void *ctx, int64_t r, int thread)
     const norm_job *j = ctx;
     const float *x = j->x + r * j->dim;
     float *y = j->out + r * j->dim;
-    double sum = 0.0;
-    for (int32_t i = 0; i < j->dim; i++)
-        sum += (double)(x[i] * x[i]);
+    const double sum = j->k->sumsq(x, j->dim);
     const float scale = 1.0f / sqrtf((float)(sum / j->dim) + j->eps);
     for (int32_t i = 0; i < j->dim; i++)
         y[i] = (x[i] * scale) * j->w[i];
@@ -267,8 +305,9 @@ static void rmsnorm_task(void *ctx, int64_t r, int thread)
 static void cpu_rmsnorm(backend *be, const float *x, const float *w, float eps, int32_t rows,
                         int32_t dim, be_act *out)
 {
-    norm_job j = {.x = x, .w = w, .eps = eps, .dim = dim, .out = out->x};
-    pool_run(pool_of(be), rmsnorm_task, &j, rows, (int64_t)rows * dim * 3 / 2);
+    norm_job j = {.k = ((cpu_backend *)be)->k, .x = x, .w = w, .eps = eps, .dim = dim,
+                  .out = out->x};
+    pool_run(pool_of(be), rmsnorm_task, &j, rows, (int64_t)rows * dim / 2);
     out->rows = rows;
     out->cols = dim;
     out->q_valid = false;
@@ -526,22 +565,6 @@ static void attn_scores(const attn_job *j, quant_type t, const uint8_t *k, int32
     }
 }
 
-/* Softmax of s[0..n) in place: the max, exp, the sum in double. */
-static void softmax(float *s, int32_t n)
-{
-    float mx = -INFINITY;
-    for (int32_t p = 0; p < n; p++)
-        mx = fmaxf(mx, s[p]);
-    double sum = 0.0;
-    for (int32_t p = 0; p < n; p++) {
-        s[p] = expf(s[p] - mx);
-        sum += s[p];
-    }
-    const float inv = (float)(1.0 / sum);
-    for (int32_t p = 0; p < n; p++)
-        s[p] *= inv;
-}
-
 static void attn_task(void *ctx, int64_t task, int thread)
 {
     const attn_job *j = ctx;
@@ -570,7 +593,7 @@ static void attn_task(void *ctx, int64_t task, int thread)
         p += np;
     }
     for (int32_t h = 0; h < group; h++)
-        softmax(scores + h * stride, n);
+        j->k->softmax(scores + h * stride, n);
     memset(acc, 0, (size_t)group * hd * sizeof *acc);
     for (int32_t p = 0; p < n;) {
         const int32_t in_block = kv->block_size - p % kv->block_size;
@@ -616,6 +639,7 @@ static void cpu_attention(backend *be, const be_kv *kv, int32_t layer, const flo
 /* ---- swiglu ---- */
 
 typedef struct swiglu_job {
+    const dot_kernels *k;
     const float *g, *u;
     int32_t n;
     float *out;
@@ -624,17 +648,14 @@ typedef struct swiglu_job {
 static void swiglu_task(void *ctx, int64_t r, int thread)
 {
     const swiglu_job *j = ctx;
-    const float *g = j->g + r * j->n, *u = j->u + r * j->n;
-    float *o = j->out + r * j->n;
-    for (int32_t i = 0; i < j->n; i++)
-        o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    j->k->silu_mul(j->g + r * j->n, j->u + r * j->n, j->out + r * j->n, j->n);
 }
 
 static void cpu_swiglu(backend *be, const float *g, const float *u, int32_t rows, int32_t n,
                        be_act *out)
 {
-    swiglu_job j = {.g = g, .u = u, .n = n, .out = out->x};
-    pool_run(pool_of(be), swiglu_task, &j, rows, (int64_t)rows * n * 5);
+    swiglu_job j = {.k = ((cpu_backend *)be)->k, .g = g, .u = u, .n = n, .out = out->x};
+    pool_run(pool_of(be), swiglu_task, &j, rows, (int64_t)rows * n);
     out->rows = rows;
     out->cols = n;
     out->q_valid = false;
@@ -647,6 +668,8 @@ static void cpu_destroy(backend *be)
     cpu_backend *cb = (cpu_backend *)be;
     pool_free(cb->pool);
     free(cb->scratch);
+    for (int i = 0; i < cb->n_cached; i++)
+        free(cb->cache[i] - BLOCK_HEADER);
     free(cb);
 }
 

@@ -302,6 +302,96 @@ float dot_row_q8(quant_type t, const void *w, const dot_q8_row *x, int64_t n)
     }
 }
 
+/* ---- exp, silu, softmax, sum of squares ---- */
+
+/* glibc's __exp2f_data: tab[i] = bits(2^(i/32)) - (i << 47). */
+const uint64_t dot_exp_tab[32] = {
+    0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
+    0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
+    0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
+    0x3feebfdad5362a27ull, 0x3feeb42b569d4f82ull, 0x3feeab07dd485429ull, 0x3feea47eb03a5585ull,
+    0x3feea09e667f3bcdull, 0x3fee9f75e8ec5f74ull, 0x3feea11473eb0187ull, 0x3feea589994cce13ull,
+    0x3feeace5422aa0dbull, 0x3feeb737b0cdc5e5ull, 0x3feec49182a3f090ull, 0x3feed503b23e255dull,
+    0x3feee89f995ad3adull, 0x3feeff76f2fb5e47ull, 0x3fef199bdd85529cull, 0x3fef3720dcef9069ull,
+    0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull,
+};
+
+DOT_CLONES
+float dot_expf(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if (((u >> 20) & 0x7ff) >= 0x42b) { /* |x| >= 88, inf or NaN */
+        if (u == 0xff800000u)
+            return 0.0f;
+        if (((u >> 20) & 0x7ff) >= 0x7f8)
+            return x + x;
+        if (x > DOT_EXP_OVER)
+            return INFINITY;
+        if (x < DOT_EXP_UNDER)
+            return 0.0f;
+        if (x < DOT_EXP_TINY)
+            return 0x1p-149f;
+    }
+    /* x * 32/ln2 = k + r, exp(x) = 2^(k/32) * 2^(r/32), fused as glibc's build fuses */
+    const double xd = x;
+    const double kds = fma(DOT_EXP_INVLN2N, xd, DOT_EXP_SHIFT);
+    uint64_t ki;
+    memcpy(&ki, &kds, sizeof ki);
+    const double kd = kds - DOT_EXP_SHIFT;
+    const double r = fma(DOT_EXP_INVLN2N, xd, -kd);
+    const double z = fma(r, DOT_EXP_C0, DOT_EXP_C1);
+    const uint64_t t = dot_exp_tab[ki % 32] + (ki << 47);
+    double s;
+    memcpy(&s, &t, sizeof s);
+    const double r2 = r * r;
+    double y = fma(r, DOT_EXP_C2, 1.0);
+    y = fma(z, r2, y);
+    return (float)(y * s);
+}
+
+DOT_CLONES
+void dot_silu_mul(const float *g, const float *u, float *o, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        o[i] = g[i] / (1.0f + dot_expf(-g[i])) * u[i];
+}
+
+static double tree8(const double *l)
+{
+    double t[4];
+    for (int i = 0; i < 4; i++)
+        t[i] = l[i] + l[i + 4];
+    t[0] += t[2];
+    t[1] += t[3];
+    return t[0] + t[1];
+}
+
+DOT_CLONES
+void dot_softmax(float *s, int64_t n)
+{
+    float mx = -INFINITY;
+    for (int64_t p = 0; p < n; p++)
+        mx = s[p] > mx ? s[p] : mx;
+    double lane[8] = {0};
+    for (int64_t p = 0; p < n; p++) {
+        s[p] = dot_expf(s[p] - mx);
+        lane[p % 8] += s[p];
+    }
+    const float inv = (float)(1.0 / tree8(lane));
+    for (int64_t p = 0; p < n; p++)
+        s[p] *= inv;
+}
+
+DOT_CLONES
+double dot_sumsq(const float *x, int64_t n)
+{
+    double lane[8] = {0};
+    for (int64_t i = 0; i < n; i++)
+        lane[i % 8] += (double)(x[i] * x[i]);
+    return tree8(lane);
+}
+
 dot_q8_row dot_act_row(const dot_q8_act *a, dot_act kind, int64_t row)
 {
     const int64_t per_d = kind == DOT_ACT_Q8_0 ? QK8_0 : QK_K;
@@ -404,8 +494,14 @@ void dot_pack(quant_type t, const uint8_t *w, size_t row_bytes, int64_t rows, in
 
 /* ---- kernel sets ---- */
 
-const dot_kernels dot_kernels_generic = {.name = "generic", .wsum = dot_wsum,
-                                         .quantize_q8_K = dot_quantize_q8_K};
+const dot_kernels dot_kernels_generic = {
+    .name = "generic",
+    .wsum = dot_wsum,
+    .quantize_q8_K = dot_quantize_q8_K,
+    .silu_mul = dot_silu_mul,
+    .softmax = dot_softmax,
+    .sumsq = dot_sumsq,
+};
 
 #if defined(__x86_64__) && defined(__GNUC__)
 static bool runs_avx512(void)

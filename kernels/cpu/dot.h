@@ -77,6 +77,30 @@ float dot_row_q8(quant_type t, const void *w, const dot_q8_row *x, int64_t n);
 void dot_wsum(int nh, const float *w, size_t w_stride, const void *v, size_t v_row_bytes, int np,
               quant_type t, int64_t n, float *acc);
 
+/* ---- the backend's other vector loops ---- */
+
+/* expf as glibc 2.27+ computes it (a 32-entry table of 2^(i/32) and a cubic
+ * in double), bit for bit, in portable C: so every kernel set and every
+ * libm give the same exponentials. */
+float dot_expf(float x);
+/* Its constants, shared with the SIMD versions. */
+extern const uint64_t dot_exp_tab[32];
+#define DOT_EXP_INVLN2N 0x1.71547652b82fep+5 /* 32 / ln 2 */
+#define DOT_EXP_SHIFT 0x1.8p+52
+#define DOT_EXP_C0 0x1.c6af84b912394p-20
+#define DOT_EXP_C1 0x1.ebfce50fac4f3p-13
+#define DOT_EXP_C2 0x1.62e42ff0c52d6p-6
+#define DOT_EXP_OVER 0x1.62e42ep6f   /* above: inf */
+#define DOT_EXP_UNDER -0x1.9fe368p6f /* below: 0 */
+#define DOT_EXP_TINY -0x1.9d1d9ep6f  /* below (down to UNDER): 2^-149 */
+/* o[i] = g[i] / (1 + dot_expf(-g[i])) * u[i] (silu(g) * u). */
+void dot_silu_mul(const float *g, const float *u, float *o, int64_t n);
+/* s = exp(s - max s) / sum, in place; the sum in double over 8 lanes
+ * (element i into lane i % 8) and then a fixed tree. */
+void dot_softmax(float *s, int64_t n);
+/* Sum of the squares (float) of x, in double over 8 lanes and a fixed tree. */
+double dot_sumsq(const float *x, int64_t n);
+
 /* ---- packed weights ---- */
 
 #define DOT_GROUP 16
@@ -137,6 +161,9 @@ typedef struct dot_kernels {
                  int np, quant_type t, int64_t n, float *acc);
     void (*quantize_q8_K)(const float *x, int64_t n, int8_t *q, float *d, int16_t *s16,
                           int16_t *s32);
+    void (*silu_mul)(const float *g, const float *u, float *o, int64_t n);
+    void (*softmax)(float *s, int64_t n);
+    double (*sumsq)(const float *x, int64_t n);
 } dot_kernels;
 
 /* The reference alone (every kernel NULL, the reference quantizer). */

@@ -395,6 +395,115 @@ TGT static void wsum(int nh, const float *w, size_t w_stride, const void *v,
     }
 }
 
+/* ---- exp (dot_expf's operations, 4 doubles at a time), silu, softmax ---- */
+
+INL __m256d exp4d(__m256d xd)
+{
+    const __m256d invln2n = _mm256_set1_pd(DOT_EXP_INVLN2N), shift = _mm256_set1_pd(DOT_EXP_SHIFT);
+    const __m256d kds = _mm256_fmadd_pd(invln2n, xd, shift);
+    const __m256i ki = _mm256_castpd_si256(kds);
+    const __m256d kd = _mm256_sub_pd(kds, shift);
+    const __m256d r = _mm256_fmsub_pd(invln2n, xd, kd);
+    const __m256d z = _mm256_fmadd_pd(r, _mm256_set1_pd(DOT_EXP_C0), _mm256_set1_pd(DOT_EXP_C1));
+    const __m256i t = _mm256_i64gather_epi64((const long long *)dot_exp_tab,
+                                             _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
+    const __m256d sc = _mm256_castsi256_pd(_mm256_add_epi64(t, _mm256_slli_epi64(ki, 47)));
+    const __m256d r2 = _mm256_mul_pd(r, r);
+    __m256d y = _mm256_fmadd_pd(r, _mm256_set1_pd(DOT_EXP_C2), _mm256_set1_pd(1.0));
+    y = _mm256_fmadd_pd(z, r2, y);
+    return _mm256_mul_pd(y, sc);
+}
+
+INL __m256 exp8(__m256 x)
+{
+    const __m128 lo = _mm256_cvtpd_ps(exp4d(_mm256_cvtps_pd(_mm256_castps256_ps128(x))));
+    const __m128 hi = _mm256_cvtpd_ps(exp4d(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))));
+    __m256 y = _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()),
+                         _mm256_cmp_ps(x, _mm256_set1_ps(DOT_EXP_OVER), _CMP_GT_OQ));
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(0x1p-149f),
+                         _mm256_cmp_ps(x, _mm256_set1_ps(DOT_EXP_TINY), _CMP_LT_OQ));
+    y = _mm256_blendv_ps(y, _mm256_setzero_ps(),
+                         _mm256_cmp_ps(x, _mm256_set1_ps(DOT_EXP_UNDER), _CMP_LT_OQ));
+    return _mm256_blendv_ps(y, _mm256_add_ps(x, x), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+TGT static void silu_mul(const float *g, const float *u, float *o, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 gv = _mm256_loadu_ps(g + i);
+        const __m256 ex = exp8(_mm256_xor_ps(gv, _mm256_set1_ps(-0.0f)));
+        const __m256 q = _mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.0f), ex));
+        _mm256_storeu_ps(o + i, _mm256_mul_ps(q, _mm256_loadu_ps(u + i)));
+    }
+    dot_silu_mul(g + i, u + i, o + i, n - i);
+}
+
+/* 8 double lanes as two vectors: element i into lane i % 8. */
+INL void add_lanes(__m256d *l0, __m256d *l1, __m256 v)
+{
+    *l0 = _mm256_add_pd(*l0, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    *l1 = _mm256_add_pd(*l1, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+
+/* The reference's tree over lanes (l0 = lanes 0-3, l1 = 4-7) plus a scalar
+ * tail continuing the lanes from element i (a multiple of 8). */
+INL double tree8(__m256d l0, __m256d l1, const float *tail, int64_t n_tail, const int square)
+{
+    double lane[8];
+    _mm256_storeu_pd(lane, l0);
+    _mm256_storeu_pd(lane + 4, l1);
+    for (int64_t i = 0; i < n_tail; i++)
+        lane[i] += square ? (double)(tail[i] * tail[i]) : (double)tail[i];
+    double t[4];
+    for (int i = 0; i < 4; i++)
+        t[i] = lane[i] + lane[i + 4];
+    t[0] += t[2];
+    t[1] += t[3];
+    return t[0] + t[1];
+}
+
+TGT static void softmax(float *s, int64_t n)
+{
+    float mx = -__builtin_inff();
+    int64_t p = 0;
+    __m256 mv = _mm256_set1_ps(mx);
+    for (; p + 8 <= n; p += 8)
+        mv = _mm256_max_ps(_mm256_loadu_ps(s + p), mv);
+    float m8[8];
+    _mm256_storeu_ps(m8, mv);
+    for (int i = 0; i < 8; i++)
+        mx = m8[i] > mx ? m8[i] : mx;
+    for (; p < n; p++)
+        mx = s[p] > mx ? s[p] : mx;
+    __m256d l0 = _mm256_setzero_pd(), l1 = _mm256_setzero_pd();
+    const __m256 mxv = _mm256_set1_ps(mx);
+    for (p = 0; p + 8 <= n; p += 8) {
+        const __m256 v = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + p), mxv));
+        _mm256_storeu_ps(s + p, v);
+        add_lanes(&l0, &l1, v);
+    }
+    for (int64_t i = p; i < n; i++)
+        s[i] = dot_expf(s[i] - mx);
+    const float inv = (float)(1.0 / tree8(l0, l1, s + p, n - p, 0));
+    for (p = 0; p + 8 <= n; p += 8)
+        _mm256_storeu_ps(s + p, _mm256_mul_ps(_mm256_loadu_ps(s + p), _mm256_set1_ps(inv)));
+    for (; p < n; p++)
+        s[p] *= inv;
+}
+
+TGT static double sumsq(const float *x, int64_t n)
+{
+    __m256d l0 = _mm256_setzero_pd(), l1 = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        add_lanes(&l0, &l1, _mm256_mul_ps(v, v));
+    }
+    return tree8(l0, l1, x + i, n - i, 1);
+}
+
 const dot_kernels dot_kernels_avx2 = {
     .name = "avx2",
     .q4_K = q4_K_tile,
@@ -404,6 +513,9 @@ const dot_kernels dot_kernels_avx2 = {
     .f16 = f16_tile,
     .wsum = wsum,
     .quantize_q8_K = dot_quantize_q8_K,
+    .silu_mul = silu_mul,
+    .softmax = softmax,
+    .sumsq = sumsq,
 };
 
 #endif

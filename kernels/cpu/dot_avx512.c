@@ -366,6 +366,157 @@ TGT static void wsum(int nh, const float *w, size_t w_stride, const void *v,
     }
 }
 
+/* ---- exp (dot_expf's operations, 8 doubles at a time), silu, softmax ---- */
+
+typedef struct exp_tab {
+    __m512i t[4]; /* dot_exp_tab, 8 entries per register */
+} exp_tab;
+
+INL exp_tab exp_tab_load(void)
+{
+    exp_tab e;
+    for (int i = 0; i < 4; i++)
+        e.t[i] = _mm512_loadu_si512(dot_exp_tab + 8 * i);
+    return e;
+}
+
+INL __m512d exp8d(__m512d xd, const exp_tab *e)
+{
+    const __m512d invln2n = _mm512_set1_pd(DOT_EXP_INVLN2N), shift = _mm512_set1_pd(DOT_EXP_SHIFT);
+    const __m512d kds = _mm512_fmadd_pd(invln2n, xd, shift);
+    const __m512i ki = _mm512_castpd_si512(kds);
+    const __m512d kd = _mm512_sub_pd(kds, shift);
+    const __m512d r = _mm512_fmsub_pd(invln2n, xd, kd);
+    const __m512d z = _mm512_fmadd_pd(r, _mm512_set1_pd(DOT_EXP_C0), _mm512_set1_pd(DOT_EXP_C1));
+    const __m512i lo = _mm512_permutex2var_epi64(e->t[0], ki, e->t[1]);
+    const __m512i hi = _mm512_permutex2var_epi64(e->t[2], ki, e->t[3]);
+    const __m512i t = _mm512_mask_blend_epi64(_mm512_test_epi64_mask(ki, _mm512_set1_epi64(16)), lo, hi);
+    const __m512d sc = _mm512_castsi512_pd(_mm512_add_epi64(t, _mm512_slli_epi64(ki, 47)));
+    const __m512d r2 = _mm512_mul_pd(r, r);
+    __m512d y = _mm512_fmadd_pd(r, _mm512_set1_pd(DOT_EXP_C2), _mm512_set1_pd(1.0));
+    y = _mm512_fmadd_pd(z, r2, y);
+    return _mm512_mul_pd(y, sc);
+}
+
+INL __m512 exp16(__m512 x, const exp_tab *e)
+{
+    const __m256 lo = _mm512_cvtpd_ps(exp8d(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), e));
+    const __m256 hi = _mm512_cvtpd_ps(exp8d(_mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1)), e));
+    __m512 y = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+    const __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(DOT_EXP_UNDER), _CMP_LT_OQ);
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(DOT_EXP_TINY), _CMP_LT_OQ);
+    y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, _mm512_set1_ps(DOT_EXP_OVER), _CMP_GT_OQ),
+                           _mm512_set1_ps(__builtin_inff()));
+    y = _mm512_mask_mov_ps(y, tiny, _mm512_set1_ps(0x1p-149f));
+    y = _mm512_mask_mov_ps(y, under, _mm512_setzero_ps());
+    return _mm512_mask_add_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x, x);
+}
+
+INL __mmask16 tail_mask(int64_t left) { return left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1); }
+
+TGT static void silu_mul(const float *g, const float *u, float *o, int64_t n)
+{
+    const exp_tab e = exp_tab_load();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 k = tail_mask(n - i);
+        const __m512 gv = _mm512_maskz_loadu_ps(k, g + i);
+        const __m512 ex = exp16(_mm512_xor_ps(gv, _mm512_set1_ps(-0.0f)), &e);
+        const __m512 q = _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), ex));
+        _mm512_mask_storeu_ps(o + i, k, _mm512_mul_ps(q, _mm512_maskz_loadu_ps(k, u + i)));
+    }
+}
+
+/* The 8 double lanes' tree: lanes i and i+4, then i+2, then i+1. */
+INL double tree8(__m512d l)
+{
+    const __m256d t4 = _mm256_add_pd(_mm512_castpd512_pd256(l), _mm512_extractf64x4_pd(l, 1));
+    const __m128d t2 = _mm_add_pd(_mm256_castpd256_pd128(t4), _mm256_extractf128_pd(t4, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(t2, _mm_unpackhi_pd(t2, t2)));
+}
+
+/* Adds the 16 floats (as doubles) into the 8 lanes: element i into lane i % 8. */
+INL __m512d add_lanes(__m512d acc, __m512 v)
+{
+    acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+    return _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)));
+}
+
+TGT static void softmax(float *s, int64_t n)
+{
+    __m512 mv = _mm512_set1_ps(-__builtin_inff());
+    for (int64_t p = 0; p < n; p += 16)
+        mv = _mm512_mask_max_ps(mv, tail_mask(n - p), _mm512_maskz_loadu_ps(tail_mask(n - p), s + p), mv);
+    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+    const exp_tab e = exp_tab_load();
+    __m512d lanes = _mm512_setzero_pd();
+    for (int64_t p = 0; p < n; p += 16) {
+        const __mmask16 k = tail_mask(n - p);
+        const __m512 v = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + p), mx), &e));
+        _mm512_mask_storeu_ps(s + p, k, v);
+        lanes = add_lanes(lanes, v);
+    }
+    const __m512 inv = _mm512_set1_ps((float)(1.0 / tree8(lanes)));
+    for (int64_t p = 0; p < n; p += 16) {
+        const __mmask16 k = tail_mask(n - p);
+        _mm512_mask_storeu_ps(s + p, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + p), inv));
+    }
+}
+
+TGT static double sumsq(const float *x, int64_t n)
+{
+    __m512d lanes = _mm512_setzero_pd();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __m512 v = _mm512_maskz_loadu_ps(tail_mask(n - i), x + i);
+        lanes = add_lanes(lanes, _mm512_mul_ps(v, v));
+    }
+    return tree8(lanes);
+}
+
+/* ---- q8_K activations: dot_quantize_q8_K's operations, 16 at a time ---- */
+
+TGT static void quantize_q8_K(const float *x, int64_t n, int8_t *q, float *d, int16_t *s16,
+                              int16_t *s32)
+{
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (int64_t b = 0; b < n / QK_K; b++) {
+        const float *xb = x + b * QK_K;
+        __m512 am = _mm512_setzero_ps();
+        for (int c = 0; c < QK_K / 16; c++)
+            am = _mm512_max_ps(am, _mm512_andnot_ps(sign, _mm512_loadu_ps(xb + 16 * c)));
+        const float amax = _mm512_reduce_max_ps(am);
+        if (amax == 0.0f) {
+            d[b] = 0.0f;
+            memset(q + b * QK_K, 0, QK_K);
+            memset(s16 + b * (QK_K / 16), 0, (QK_K / 16) * sizeof *s16);
+            memset(s32 + b * (QK_K / 32), 0, (QK_K / 32) * sizeof *s32);
+            continue;
+        }
+        /* the first element of the largest magnitude, as the reference's scan */
+        float max = 0.0f;
+        for (int c = 0; c < QK_K / 16; c++) {
+            const __mmask16 hit = _mm512_cmp_ps_mask(
+                _mm512_andnot_ps(sign, _mm512_loadu_ps(xb + 16 * c)), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+            if (hit) {
+                max = xb[16 * c + __builtin_ctz(hit)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / max;
+        const __m512 vs = _mm512_set1_ps(iscale);
+        for (int c = 0; c < QK_K / 16; c++) {
+            /* round to nearest even, as nearest_int; never below -127 */
+            __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(vs, _mm512_loadu_ps(xb + 16 * c)));
+            v = _mm512_min_epi32(v, _mm512_set1_epi32(127));
+            _mm_storeu_si128((__m128i *)(q + b * QK_K + 16 * c), _mm512_cvtsepi32_epi8(v));
+            s16[b * (QK_K / 16) + c] = (int16_t)_mm512_reduce_add_epi32(v);
+        }
+        for (int g = 0; g < QK_K / 32; g++)
+            s32[b * (QK_K / 32) + g] =
+                (int16_t)(s16[b * (QK_K / 16) + 2 * g] + s16[b * (QK_K / 16) + 2 * g + 1]);
+        d[b] = 1.0f / iscale;
+    }
+}
+
 const dot_kernels dot_kernels_avx512 = {
     .name = "avx512",
     .q4_K = q4_K_tile,
@@ -374,7 +525,10 @@ const dot_kernels dot_kernels_avx512 = {
     .f32 = f32_tile,
     .f16 = f16_tile,
     .wsum = wsum,
-    .quantize_q8_K = dot_quantize_q8_K,
+    .quantize_q8_K = quantize_q8_K,
+    .silu_mul = silu_mul,
+    .softmax = softmax,
+    .sumsq = sumsq,
 };
 
 #endif

@@ -4,6 +4,7 @@
  * 16-bit intermediate; and a pair's result does not depend on how many
  * activation rows share the kernel call or where the pair sits in it. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +235,63 @@ static void check_wsum(const dot_kernels *k, quant_type t, int nh, int64_t n, ui
           k->name, NP, quant_type_name(t), (long long)n, nh);
 }
 
+/* The vector loops beside the products: exp through silu and softmax, the
+ * sum of squares, the q8_K quantizer. */
+static void check_loops(const dot_kernels *k, uint64_t *seed)
+{
+    enum { N = 1543 };
+    float g[N], u[N], ref[N], got[N];
+    for (int i = 0; i < N; i++) {
+        g[i] = next_f(seed) * 130.0f; /* across exp's overflow and underflow edges */
+        u[i] = next_f(seed);
+    }
+    g[0] = __builtin_inff();
+    g[1] = -__builtin_inff();
+    g[2] = 103.5f; /* exp(-g) in the range glibc rounds up to 2^-149 */
+    g[3] = -88.9f;
+    const int64_t lens[] = {N, 1536, 172, 13};
+    bool same = true;
+    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+        dot_silu_mul(g, u, ref, lens[i]);
+        k->silu_mul(g, u, got, lens[i]);
+        same &= memcmp(ref, got, (size_t)lens[i] * sizeof *ref) == 0;
+    }
+    CHECK(same, "%s silu(g) * u over the whole exp range: bit-identical to the reference", k->name);
+
+    same = true;
+    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+        for (int64_t p = 0; p < lens[i]; p++)
+            ref[p] = got[p] = g[p + 4] * 0.8f; /* scores spread far below the max */
+        dot_softmax(ref, lens[i]);
+        k->softmax(got, lens[i]);
+        same &= memcmp(ref, got, (size_t)lens[i] * sizeof *ref) == 0;
+    }
+    CHECK(same, "%s softmax of 1543, 1536, 172 and 13 scores: bit-identical to the reference",
+          k->name);
+
+    same = true;
+    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++)
+        same &= dot_sumsq(u, lens[i]) == k->sumsq(u, lens[i]);
+    CHECK(same, "%s sum of squares: identical to the reference", k->name);
+
+    enum { NQ = 4 * QK_K };
+    float x[NQ];
+    for (int i = 0; i < NQ; i++)
+        x[i] = next_f(seed) * (float)(1 + i % 5);
+    memset(x + QK_K, 0, QK_K * sizeof *x); /* an all-zero block */
+    x[2 * QK_K + 3] = -9.0f;               /* a tie of magnitudes: the first one wins */
+    x[2 * QK_K + 200] = 9.0f;
+    x[3 * QK_K + 7] = 0.5f / 127.0f * 3.0f; /* values that round at exactly .5 */
+    int8_t q0[NQ], q1[NQ];
+    float d0[NQ / QK_K], d1[NQ / QK_K];
+    int16_t a0[NQ / 16], a1[NQ / 16], b0[NQ / 32], b1[NQ / 32];
+    dot_quantize_q8_K(x, NQ, q0, d0, a0, b0);
+    k->quantize_q8_K(x, NQ, q1, d1, a1, b1);
+    CHECK(memcmp(q0, q1, sizeof q0) == 0 && memcmp(d0, d1, sizeof d0) == 0 &&
+              memcmp(a0, a1, sizeof a0) == 0 && memcmp(b0, b1, sizeof b0) == 0,
+          "%s q8_K quantization (with a zero block and a tie of magnitudes): identical", k->name);
+}
+
 int main(void)
 {
     static const char *const sets[] = {"avx2", "avx512"};
@@ -261,7 +319,25 @@ int main(void)
         check_wsum(k, QUANT_F16, 2, 8, &seed);
         check_wsum(k, QUANT_F32, 6, 100, &seed);
         check_wsum(k, QUANT_F32, 1, 72, &seed);
+        check_loops(k, &seed);
     }
+#if defined(__GLIBC__) && defined(__x86_64__) && defined(__GNUC__)
+    /* glibc picks its FMA build of expf where the CPU has FMA: that is the
+     * one dot_expf follows operation for operation. */
+    if (__builtin_cpu_supports("fma")) {
+        uint32_t bad = 0, first = 0;
+        for (uint32_t bits = 0; bits < 0xffffffffu - 4093u; bits += 4093u) {
+            float f, e;
+            memcpy(&f, &bits, sizeof f);
+            const float want = expf(f), got = dot_expf(f);
+            if (memcmp(&want, &got, sizeof e) != 0 && !(isnan(want) && isnan(got)) && bad++ == 0)
+                first = bits;
+        }
+        CHECK(bad == 0, "dot_expf equals this glibc's expf on a sweep of a million floats");
+        if (bad)
+            printf("# %u differ, the first at bits 0x%08x\n", bad, first);
+    }
+#endif
     if (ran == 0) {
         printf("# no SIMD kernel set runs here: nothing to compare\n");
         return 77;
