@@ -750,6 +750,52 @@ static void test_plot(const char *now)
           bars, done);
 }
 
+/* The time arguments: every form the man page promises, and refusals. */
+static void test_when(void)
+{
+    static const struct {
+        const char *text;
+        int64_t ms; /* expected, relative to NOW for the relative forms */
+    } good[] = {
+        {"2023-11-14", 1699920000000LL},
+        {"2023-11-14T22:14", T0},
+        {"2023-11-14 22:14:00Z", T0},
+        {"2023-11-14T22:14:00.250z", T0 + 250},
+        {"2023-11-15T00:14:00+02:00", T0},
+        {"2023-11-14T20:14:00-0200", T0},
+        {"now", NOW},
+        {"90s", NOW - 90000},
+        {"1.5h", NOW - 5400000},
+        {"2d", NOW - 2 * 86400000LL},
+    };
+    bool ok = true;
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        int64_t ms = 0;
+        llmq_err err = {{0}};
+        if (when_parse(good[i].text, NOW, &ms, &err) || ms != good[i].ms) {
+            printf("  %s: %" PRId64 " (%s), not %" PRId64 "\n", good[i].text, ms, err.msg,
+                   good[i].ms);
+            ok = false;
+        }
+    }
+    CHECK(ok, "ISO 8601 dates, times, zones, fractions and lengths ago parse to their instant");
+    static const char *const bad[] = {"2023-13-01", "2023-11-14T25:00", "yesterday", "10",
+                                      "-5m", "2023-11-14T22:14+2", "1h ago", ""};
+    ok = true;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int64_t ms;
+        llmq_err err = {{0}};
+        if (when_parse(bad[i], NOW, &ms, &err) == 0 || !strstr(err.msg, "not a time")) {
+            printf("  '%s' was taken (%s)\n", bad[i], err.msg);
+            ok = false;
+        }
+    }
+    CHECK(ok, "bad times are refused with a message saying what a time is");
+    char iso[WHEN_ISO_MAX];
+    when_format(T0 + 5, iso, sizeof iso);
+    CHECK(strcmp(iso, "2023-11-14T22:14:00.005Z") == 0, "times print as ISO 8601 UTC (%s)", iso);
+}
+
 int main(void)
 {
     const char *build = getenv("LLMQ_BUILDDIR");
@@ -777,6 +823,7 @@ int main(void)
         test_filters(db);
         report_db_close(db);
     }
+    test_when();
     char now[WHEN_ISO_MAX];
     when_format(NOW, now, sizeof now);
     test_cli_json(now);
