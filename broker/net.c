@@ -112,6 +112,9 @@ int net_recv(void *sock, net_peer *from, zmq_msg_t *body, net_status *st,
 
 /* ---- outbox ---------------------------------------------------------------- */
 
+/* The encoder's buffer is sized for any message (8 KiB and up); the body
+ * travels in a message of its own size instead, and the buffer is freed
+ * here, in this thread, rather than by ZeroMQ's I/O thread after sending. */
 static int push(net_outbox *ob, void *sock, const net_peer *to, char *body,
                 size_t len, llmq_err *err)
 {
@@ -125,11 +128,16 @@ static int push(net_outbox *ob, void *sock, const net_peer *to, char *body,
         ob->v = v;
         ob->cap = cap;
     }
-    net_out *o = &ob->v[ob->n++];
+    net_out *o = &ob->v[ob->n];
+    if (zmq_msg_init_size(&o->body, len) != 0) {
+        free(body);
+        return llmq_errf(err, "out of memory for a reply of %zu bytes", len);
+    }
+    memcpy(zmq_msg_data(&o->body), body, len);
+    free(body);
     o->sock = sock;
     net_peer_copy(&o->to, to);
-    o->body = body;
-    o->len = len;
+    ob->n++;
     return 0;
 }
 
@@ -150,13 +158,7 @@ int net_send_later(net_outbox *ob, void *sock, const net_peer *to,
     return push(ob, sock, to, body, len, err);
 }
 
-static void free_body(void *data, void *hint)
-{
-    (void)hint;
-    free(data);
-}
-
-/* The body's buffer passes to ZeroMQ, which frees it once sent. */
+/* The body passes to ZeroMQ when sent (it stays ours when not). */
 static int send_one(net_out *o)
 {
     int flags = ZMQ_SNDMORE | ZMQ_DONTWAIT;
@@ -169,14 +171,7 @@ static int send_one(net_out *o)
             return errno;
         }
     }
-    zmq_msg_t b;
-    zmq_msg_init_data(&b, o->body, o->len, free_body, NULL);
-    o->body = NULL;
-    if (zmq_msg_send(&b, o->sock, ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&b);
-        return errno;
-    }
-    return 0;
+    return zmq_msg_send(&o->body, o->sock, ZMQ_DONTWAIT) < 0 ? errno : 0;
 }
 
 void net_flush(net_outbox *ob, net_undelivered_fn fn, void *ctx)
@@ -191,9 +186,10 @@ void net_flush(net_outbox *ob, net_undelivered_fn fn, void *ctx)
 
 void net_outbox_clear(net_outbox *ob)
 {
+    /* A sent body is an empty message now; closing it is harmless. */
     for (size_t i = 0; i < ob->n; i++) {
         net_peer_close(&ob->v[i].to);
-        free(ob->v[i].body);
+        zmq_msg_close(&ob->v[i].body);
     }
     ob->n = 0;
 }

@@ -48,8 +48,7 @@ bool net_peer_same(const net_peer *a, const net_peer *b);
 typedef struct net_out {
     void *sock;
     net_peer to;
-    char *body;
-    size_t len;
+    zmq_msg_t body;
 } net_out;
 
 typedef struct net_outbox {
