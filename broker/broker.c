@@ -196,16 +196,21 @@ void broker_close(broker *b)
 typedef int (*handler_fn)(broker *b, const net_peer *from, const void *body,
                           size_t len, llmq_err *err);
 
-static int read_socket(broker *b, void *sock, handler_fn handle, llmq_err *err)
+/* *more: the budget ran out with messages still waiting. */
+static int read_socket(broker *b, void *sock, handler_fn handle, bool *more,
+                       llmq_err *err)
 {
+    *more = true;
     for (int i = 0; i < READ_BUDGET; i++) {
         net_peer from;
         zmq_msg_t body;
         net_status st;
         if (net_recv(sock, &from, &body, &st, err))
             return -1;
-        if (st == NET_NONE)
+        if (st == NET_NONE) {
+            *more = false;
             return 0;
+        }
         int rc = 0;
         if (st == NET_MALFORMED) {
             rc = broker_refuse(b, sock, &from, 0, WIRE_E_MALFORMED, NULL,
@@ -241,11 +246,14 @@ static int send_heartbeat(broker *b, pool_worker *w, llmq_err *err)
     return broker_reply(b, b->workers, &w->peer, &m, err);
 }
 
-static int check_workers(broker *b, llmq_err *err)
+/* A worker's heartbeat may be among the worker messages not read yet
+ * (workers_backlog): no one is declared dead before they are all read. */
+static int check_workers(broker *b, bool workers_backlog, llmq_err *err)
 {
     for (size_t i = 0; i < b->pool.n;) {
         pool_worker *w = b->pool.v[i];
-        if (b->now - w->last_heard > b->cfg.dead_after_ms) {
+        if (!workers_backlog &&
+            b->now - w->last_heard > b->cfg.dead_after_ms) {
             char why[96];
             snprintf(why, sizeof why, "no message for %" PRId64 " ms",
                      b->now - w->last_heard);
@@ -316,9 +324,9 @@ static void log_undelivered(broker *b)
     b->undelivered = 0;
 }
 
-static int timers(broker *b, llmq_err *err)
+static int timers(broker *b, bool workers_backlog, llmq_err *err)
 {
-    if (check_workers(b, err) ||
+    if (check_workers(b, workers_backlog, err) ||
         waiters_expire(&b->waiters, b->now, on_client_waiter, b, err))
         return -1;
     log_undelivered(b);
@@ -395,9 +403,10 @@ static int iterate(broker *b, llmq_err *err)
     b->wall = clock_ms(CLOCK_REALTIME);
     if (store_begin(b->st, err))
         return -1;
-    if (read_socket(b, b->clients, on_client, err) ||
-        read_socket(b, b->workers, on_worker, err) || timers(b, err) ||
-        dispatch(b, err))
+    bool backlog; /* after the second read: worker messages left unread */
+    if (read_socket(b, b->clients, on_client, &backlog, err) ||
+        read_socket(b, b->workers, on_worker, &backlog, err) ||
+        timers(b, backlog, err) || dispatch(b, err))
         return -1;
     /* Everything the iteration produced goes out only once it is durable. */
     if (store_commit(b->st, err))
