@@ -16,6 +16,9 @@
  * adjacent n-tiles is exactly the f16 A fragment of one k16 step of P V.
  * Keys past the last row's position are zero-filled and masked; padding
  * query rows copy the last row's position, so no row's max is ever -inf.
+ * A warp whose 16 rows are all padding (3 of 4 in a decode tile) only
+ * helps load the tiles: the tensor cores and shared memory serve the rows
+ * that exist.
  *
  * Shared memory ledger: Q, 2 x K, 2 x V tiles of 64 rows x (D + 8) halves
  * (the 8 halves of padding put ldmatrix's 8 row addresses on distinct bank
@@ -100,10 +103,12 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
         *(uint2 *)(sq + r * LD + c) = u;
     }
     __syncthreads();
+    const bool active = warp * 16 < nq;
     uint32_t qf[D / 16][4];
 #pragma unroll
     for (int ks = 0; ks < D / 16; ks++)
-        ldmatrix_x4(qf[ks], sq + (warp * 16 + lane % 16) * LD + ks * 16 + (lane / 16) * 8);
+        if (active)
+            ldmatrix_x4(qf[ks], sq + (warp * 16 + lane % 16) * LD + ks * 16 + (lane / 16) * 8);
 
     const int g = lane / 4, t4 = lane % 4;
     int rpos[2];
@@ -128,72 +133,74 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
             cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
-        const __half *tk = sk + buf * ATT_TILE * LD, *tv = sv + buf * ATT_TILE * LD;
+        if (active) { /* every warp reaches both barriers of the loop */
+            const __half *tk = sk + buf * ATT_TILE * LD, *tv = sv + buf * ATT_TILE * LD;
 
-        float s[8][4];
+            float s[8][4];
 #pragma unroll
-        for (int i = 0; i < 8; i++)
+            for (int i = 0; i < 8; i++)
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                s[i][e] = 0.0f;
+                for (int e = 0; e < 4; e++)
+                    s[i][e] = 0.0f;
 #pragma unroll
-        for (int ks = 0; ks < D / 16; ks++)
+            for (int ks = 0; ks < D / 16; ks++)
 #pragma unroll
-            for (int pr = 0; pr < 4; pr++) {
-                uint32_t r[4];
-                ldmatrix_x4(r, tk + (pr * 16 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
-                                   ((lane / 8) % 2) * 8);
-                mma_f16(s[2 * pr], qf[ks], r[0], r[1]);
-                mma_f16(s[2 * pr + 1], qf[ks], r[2], r[3]);
-            }
+                for (int pr = 0; pr < 4; pr++) {
+                    uint32_t r[4];
+                    ldmatrix_x4(r, tk + (pr * 16 + lane % 8 + (lane / 16) * 8) * LD + ks * 16 +
+                                       ((lane / 8) % 2) * 8);
+                    mma_f16(s[2 * pr], qf[ks], r[0], r[1]);
+                    mma_f16(s[2 * pr + 1], qf[ks], r[2], r[3]);
+                }
 
-        float mx[2] = {-INFINITY, -INFINITY};
+            float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int i = 0; i < 8; i++)
+            for (int i = 0; i < 8; i++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = kt * ATT_TILE + i * 8 + 2 * t4 + e % 2;
-                const float v = key <= rpos[e / 2] ? s[i][e] * scale_log2 : -INFINITY;
-                s[i][e] = v;
-                mx[e / 2] = fmaxf(mx[e / 2], v);
-            }
-        float corr[2];
+                for (int e = 0; e < 4; e++) {
+                    const int key = kt * ATT_TILE + i * 8 + 2 * t4 + e % 2;
+                    const float v = key <= rpos[e / 2] ? s[i][e] * scale_log2 : -INFINITY;
+                    s[i][e] = v;
+                    mx[e / 2] = fmaxf(mx[e / 2], v);
+                }
+            float corr[2];
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            const float m_new = fmaxf(mrow[r], mx[r]);
-            corr[r] = exp2f(mrow[r] - m_new);
-            mrow[r] = m_new;
-            lrow[r] *= corr[r];
-        }
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float pe = exp2f(s[i][e] - mrow[e / 2]);
-                s[i][e] = pe;
-                lrow[e / 2] += pe;
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                const float m_new = fmaxf(mrow[r], mx[r]);
+                corr[r] = exp2f(mrow[r] - m_new);
+                mrow[r] = m_new;
+                lrow[r] *= corr[r];
             }
 #pragma unroll
-        for (int i = 0; i < D / 8; i++)
+            for (int i = 0; i < 8; i++)
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                o[i][e] *= corr[e / 2];
+                for (int e = 0; e < 4; e++) {
+                    const float pe = exp2f(s[i][e] - mrow[e / 2]);
+                    s[i][e] = pe;
+                    lrow[e / 2] += pe;
+                }
+#pragma unroll
+            for (int i = 0; i < D / 8; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    o[i][e] *= corr[e / 2];
 
 #pragma unroll
-        for (int kk = 0; kk < ATT_TILE / 16; kk++) {
-            const uint32_t pa[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]),
-                                    pack_half2(s[2 * kk][2], s[2 * kk][3]),
-                                    pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                    pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            for (int kk = 0; kk < ATT_TILE / 16; kk++) {
+                const uint32_t pa[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]),
+                                        pack_half2(s[2 * kk][2], s[2 * kk][3]),
+                                        pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                        pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-            for (int dp = 0; dp < D / 16; dp++) {
-                uint32_t r[4];
-                ldmatrix_x4_trans(r, tv + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD +
-                                         dp * 16 + (lane / 16) * 8);
-                mma_f16(o[2 * dp], pa, r[0], r[1]);
-                mma_f16(o[2 * dp + 1], pa, r[2], r[3]);
+                for (int dp = 0; dp < D / 16; dp++) {
+                    uint32_t r[4];
+                    ldmatrix_x4_trans(r, tv + (kk * 16 + lane % 8 + ((lane / 8) % 2) * 8) * LD +
+                                             dp * 16 + (lane / 16) * 8);
+                    mma_f16(o[2 * dp], pa, r[0], r[1]);
+                    mma_f16(o[2 * dp + 1], pa, r[2], r[3]);
+                }
             }
         }
         __syncthreads();

@@ -21,11 +21,8 @@
 
 #define MV_WARPS 4
 #define MV_NW 2 /* weight rows per warp: the activation loads serve both */
-
-/* Chunks per lane loaded before the first use: at one or two rows a
- * 4096-wide q4_K row is 4 chunks per lane, all in flight at once; more rows
- * need the registers for their sums. */
-template <int R> struct mv_unroll { static constexpr int value = R <= 2 ? 4 : 2; };
+#define MV_U 2  /* chunks per lane in flight before the first use (4 measured
+                 * slower for q6_K: docs/perf/01) */
 
 static __device__ __forceinline__ int dot4x4(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                              uint4 x)
@@ -199,11 +196,10 @@ matvec_q_kernel(be_weight w, const int8_t *aq, const float2 *ads, int m, float *
     const int64_t n = w.rows, k = w.cols, row0 = warp_row0();
     const int nch = (int)(T == QUANT_Q8_0 ? w.nb * 2 : w.nb * 8);
     float acc[MV_NW][R] = {};
-    constexpr int U = mv_unroll<R>::value;
-    for (int base = lane; base < nch; base += 32 * U) {
-        chunk f[U][MV_NW];
+    for (int base = lane; base < nch; base += 32 * MV_U) {
+        chunk f[MV_U][MV_NW];
 #pragma unroll
-        for (int u = 0; u < U; u++) {
+        for (int u = 0; u < MV_U; u++) {
             const int cc = base + 32 * u;
             if (cc < nch)
 #pragma unroll
@@ -211,7 +207,7 @@ matvec_q_kernel(be_weight w, const int8_t *aq, const float2 *ads, int m, float *
                     load_chunk(w, row0 + wr < n ? row0 + wr : n - 1, cc, &f[u][wr]);
         }
 #pragma unroll
-        for (int u = 0; u < U; u++) {
+        for (int u = 0; u < MV_U; u++) {
             const int cc = base + 32 * u;
             if (cc >= nch)
                 break;
