@@ -15,6 +15,7 @@
 
 #include "broker/broker.h"
 #include "broker/log.h"
+#include "common/cli.h"
 #include "proto/wire.h"
 
 static const char usage[] =
@@ -65,16 +66,11 @@ static const struct option options[] = {
 static int parse_int(const char *flag, const char *text, int64_t lo, int64_t hi,
                      int64_t *out)
 {
-    char *end;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (errno || end == text || *end || v < lo || v > hi) {
-        fprintf(stderr, "llmq-broker: %s: '%s' is not an integer in %" PRId64
-                        "..%" PRId64 "\n",
-                flag, text, lo, hi);
+    llmq_err err;
+    if (cli_int(flag, text, lo, hi, out, &err) != 0) {
+        fprintf(stderr, "llmq-broker: %s\n", err.msg);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
@@ -149,20 +145,6 @@ static int parse_args(int argc, char **argv, broker_config *c)
     return 0;
 }
 
-/* Blocks the stop signals (before ZeroMQ starts its threads, which inherit
- * the mask) and returns a signalfd that reports them. */
-static int stop_signals(void)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    if (sigprocmask(SIG_BLOCK, &set, NULL) != 0)
-        return -1;
-    signal(SIGPIPE, SIG_IGN);
-    return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-}
-
 /* glibc gives heap memory back whenever the top of the heap frees up more
  * than 128 KiB; the broker's per-iteration allocations (messages, replies)
  * cross that line every iteration, and the brk/munmap round trips showed up
@@ -194,7 +176,7 @@ int main(int argc, char **argv)
         return 2;
     }
     keep_heap();
-    cfg.stop_fd = stop_signals();
+    cfg.stop_fd = cli_stop_signals();
     if (cfg.stop_fd < 0) {
         perror("llmq-broker: signalfd");
         return 1;

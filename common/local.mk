@@ -3,4 +3,5 @@ common_libllmq_common_a_SOURCES = \
 	common/err.c common/err.h \
 	common/utf8.c common/utf8.h \
 	common/json.c common/json.h \
-	common/file.c common/file.h
+	common/file.c common/file.h \
+	common/cli.c common/cli.h

@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/cli.h"
 #include "kernels/backend.h"
 #include "worker/engine/engine.h"
 #include "worker/identity.h"
@@ -118,12 +119,10 @@ static const number_flag NUMBER_FLAGS[] = {
 
 static int set_number(const number_flag *f, const char *text, options *o)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || end == text || *end || v < f->lo || v > f->hi) {
-        fprintf(stderr, "llmq-worker: %s: '%s' is not a whole number in %ld..%ld\n", f->name,
-                text, f->lo, f->hi);
+    int64_t v;
+    llmq_err err;
+    if (cli_int(f->name, text, f->lo, f->hi, &v, &err) != 0) {
+        fprintf(stderr, "llmq-worker: %s\n", err.msg);
         return -1;
     }
     *(int32_t *)(void *)((char *)o + f->field) = (int32_t)v;
@@ -335,20 +334,6 @@ static int serve(parts *p, int sigfd, llmq_err *err)
     return 0;
 }
 
-/* Blocks the stop signals before any thread starts (backend pool, ZeroMQ,
- * link), so that all of them inherit the mask, and reads them from an fd. */
-static int stop_signals(void)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    if (sigprocmask(SIG_BLOCK, &set, NULL) != 0)
-        return -1;
-    signal(SIGPIPE, SIG_IGN);
-    return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-}
-
 int main(int argc, char **argv)
 {
     options o;
@@ -358,7 +343,7 @@ int main(int argc, char **argv)
             fputs("Try 'llmq-worker --help'.\n", stderr);
         return rc > 0 ? 0 : EXIT_USAGE;
     }
-    int sigfd = stop_signals();
+    int sigfd = cli_stop_signals();
     if (sigfd < 0) {
         perror("llmq-worker: signalfd");
         return EXIT_FAILED;
