@@ -144,6 +144,11 @@ tests_unit_test_stats_LDADD = tools/libllmq_stats.a $(LLMQ_BROKER_LIBS) -lm
 TESTS += tests/integration/test-stats-run.sh tests/integration/test-examples.sh
 EXTRA_DIST += tests/unit/check.sh tests/integration/env.sh tests/integration/test-stats-run.sh \
 	tests/integration/test-examples.sh
+# test-examples installs the Node.js example's packages here, once.
+clean-local: clean-node-example
+clean-node-example:
+	-rm -rf tests/integration/node-example
+.PHONY: clean-node-example
 check_PROGRAMS += docs/examples/client
 docs_examples_client_SOURCES = docs/examples/client.c
 docs_examples_client_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/proto
