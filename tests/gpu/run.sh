@@ -25,6 +25,17 @@ log() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/log.txt"; }
     "$BIN/llmq-run" --help >/dev/null && echo "llmq-run starts"
     cuobjdump --dump-resource-usage "$BIN/llmq-run" 2>&1 | grep -E "Function|REG" | paste - - |
         sed -E 's/Resource usage://; s/[[:space:]]+/ /g'
+    # SASS census of the main kernels: wide loads, tensor and dp4a instructions.
+    echo "function LDG.128 LDG.64 LDG(other) LDS/LDSM STS HMMA IDP4A"
+    cuobjdump -sass "$BIN/llmq-run" 2>/dev/null | awk '
+        /Function :/ { f = $3 }
+        f ~ /matvec_q|gemm_kernel|attn_tc/ {
+            if ($0 ~ /LDG\.E\.128/) c[f, 1]++; else if ($0 ~ /LDG\.E\.64/) c[f, 2]++;
+            else if ($0 ~ /LDG/) c[f, 3]++;
+            if ($0 ~ /LDSM|LDS/) c[f, 4]++; if ($0 ~ /STS/) c[f, 5]++;
+            if ($0 ~ /HMMA/) c[f, 6]++; if ($0 ~ /IDP/) c[f, 7]++; seen[f] = 1 }
+        END { for (f in seen) printf "%s %d %d %d %d %d %d %d\n", f, c[f,1], c[f,2], c[f,3],
+              c[f,4], c[f,5], c[f,6], c[f,7] }'
 } > "$OUT/env.txt" 2>&1
 log "build check done"
 
@@ -45,7 +56,19 @@ log "7B model written ($(du -h /tmp/m7b.gguf | cut -f1))"
 # 3. benchmarks.
 sh bench/cuda.sh "$BIN" /tmp/m7b.gguf "$OUT"
 
-# 4. sanitizers on the op table, as far as the time allows.
+# 4. Nsight Compute on three kernels of bench-cuda-ops (clocks left alone):
+#    the q4_K matvec at 1 row, the GEMM at 512 rows, decode attention at 64.
+if [ "${NCU:-0}" = 1 ]; then
+    for k in "matvec_q_kernel 20" "gemm_kernel 290" "attn_tc_kernel 290"; do
+        set -- $k
+        timeout 120 ncu --clock-control none -k "regex:$1" --launch-skip "$2" --launch-count 1 \
+            --section SpeedOfLight --section Occupancy --section LaunchStats \
+            --section WarpStateStats "$BIN/bench-cuda-ops" /tmp/m7b.gguf >> "$OUT/ncu.txt" 2>&1
+        log "ncu $1 exit $?"
+    done
+fi
+
+# 5. sanitizers on the op table, as far as the time allows.
 if [ "${SANITIZE:-1}" = 1 ]; then
     timeout 90 compute-sanitizer --tool memcheck --print-limit 20 "$BIN/gpu-parity" --ops-small \
         > "$OUT/sanitizer.txt" 2>&1
