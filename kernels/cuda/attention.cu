@@ -26,7 +26,8 @@
  *
  * Roofline: decode reads each cached key and value once per (row, head):
  * 0.5 MB per token of context at 7B (32 heads x 128 x 2 x 2 B), so B = 64
- * sequences at 576 tokens read 18.9 GB, 4.5 ms at 4.24 TB/s.  Prefill of
+ * sequences at 576 tokens read 18.9 GB, 4.5 ms at 4.24 TB/s (measured: 60%
+ * of that, 2 CTAs of 4 warps per SM, docs/perf/02).  Prefill of
  * 512 rows is 2.1 GFLOP per layer of causal QK^T + PV, a few us on tensor
  * cores; it is bound by the KV tile loads (each tile read by up to 8 query
  * tiles, from L2).
