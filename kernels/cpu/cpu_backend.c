@@ -348,41 +348,40 @@ static void quantize_task(void *ctx, int64_t r, int thread)
                              q->s32 + r * (a->cols / 32));
 }
 
-/* out[t][n0 + r] (+)= tile[t - t0][r] for the rows of the tile that exist. */
-static void store_tile(const matmul_job *j, const float *tile, int64_t stride, int64_t n0,
-                       int64_t nn, int64_t t0, int64_t nt)
+/* out[t][n0 + r] (+)= tile[t - t0][r] for the nn rows of a partial group. */
+static void store_tile(const matmul_job *j, const float *tile, int64_t n0, int64_t nn, int64_t t0,
+                       int64_t nt)
 {
     for (int64_t t = 0; t < nt; t++) {
         float *o = j->out + (t0 + t) * j->w->rows + n0;
-        const float *v = tile + t * stride;
-        if (j->accumulate)
-            for (int64_t r = 0; r < nn; r++)
-                o[r] += v[r];
-        else
-            memcpy(o, v, (size_t)nn * sizeof *o);
+        const float *v = tile + t * DOT_GROUP;
+        for (int64_t r = 0; r < nn; r++)
+            o[r] = j->accumulate ? o[r] + v[r] : v[r];
     }
 }
 
 /* The reference, pair by pair, for types without a kernel. */
-static void matmul_reference(const matmul_job *j, int64_t n0, int64_t nn, int64_t t0,
-                             int64_t nt, float *tile)
+static void matmul_reference(const matmul_job *j, int64_t n0, int64_t nn, int64_t t0, int64_t nt)
 {
     const be_weight *w = j->w;
     const be_act *a = j->in;
     const dot_act kind = dot_act_for(w->type);
-    for (int64_t t = 0; t < nt; t++) {
+    for (int64_t t = t0; t < t0 + nt; t++) {
         const dot_q8_row xr = kind != DOT_ACT_F32
-                                  ? dot_act_row(&((const cpu_actq *)a->q)->act, kind, t0 + t)
+                                  ? dot_act_row(&((const cpu_actq *)a->q)->act, kind, t)
                                   : (dot_q8_row){0};
-        for (int64_t r = 0; r < nn; r++) {
-            const void *wr = w->data + (size_t)(n0 + r) * w->row_bytes;
-            tile[t * TILE_X + r] = kind != DOT_ACT_F32
-                                       ? dot_row_q8(w->type, wr, &xr, w->cols)
-                                       : dot_row_f32(w->type, wr, a->x + (t0 + t) * a->cols, w->cols);
+        float *o = j->out + t * w->rows;
+        for (int64_t n = n0; n < n0 + nn; n++) {
+            const void *wr = w->data + (size_t)n * w->row_bytes;
+            const float v = kind != DOT_ACT_F32 ? dot_row_q8(w->type, wr, &xr, w->cols)
+                                                : dot_row_f32(w->type, wr, a->x + t * a->cols, w->cols);
+            o[n] = j->accumulate ? o[n] + v : v;
         }
     }
 }
 
+/* Kernels write straight into the output; only a group cut short by the end
+ * of the matrix goes through a tile, since its kernel writes all 16 rows. */
 static void matmul_task(void *ctx, int64_t task, int thread)
 {
     const matmul_job *j = ctx;
@@ -391,25 +390,29 @@ static void matmul_task(void *ctx, int64_t task, int thread)
     const int64_t t0 = (task / j->tasks_w) * TILE_X;
     const int64_t nt = a->rows - t0 < TILE_X ? a->rows - t0 : TILE_X;
     const int64_t u0 = (task % j->tasks_w) * j->units_per_task;
-    float tile[TILE_X * TILE_X];
     for (int64_t u = u0; u < u0 + j->units_per_task; u++) {
         const int64_t n0 = u * j->unit_rows;
         if (n0 >= w->rows)
             break;
         const int64_t nn = w->rows - n0 < j->unit_rows ? w->rows - n0 : j->unit_rows;
+        float *o = j->out + t0 * w->rows + n0;
         if (w->pack) {
-            dot_kernels_q8_tile(j->k, w->type)(w->pack + (size_t)u * w->group_bytes,
-                                               &((const cpu_actq *)a->q)->act, t0, (int)nt,
-                                               tile, DOT_GROUP);
-            store_tile(j, tile, DOT_GROUP, n0, nn, t0, nt);
+            const dot_q8_tile_fn fn = dot_kernels_q8_tile(j->k, w->type);
+            const void *group = w->pack + (size_t)u * w->group_bytes;
+            const dot_q8_act *act = &((const cpu_actq *)a->q)->act;
+            if (nn == DOT_GROUP) {
+                fn(group, act, t0, (int)nt, o, w->rows, j->accumulate);
+            } else {
+                float tile[TILE_X * DOT_GROUP];
+                fn(group, act, t0, (int)nt, tile, DOT_GROUP, 0);
+                store_tile(j, tile, n0, nn, t0, nt);
+            }
         } else if (dot_kernels_f_tile(j->k, w->type)) {
             dot_kernels_f_tile(j->k, w->type)(w->data + (size_t)n0 * w->row_bytes, w->row_bytes,
                                               (int)nn, a->x + t0 * a->cols, a->cols, (int)nt,
-                                              w->cols, tile, F_ROWS);
-            store_tile(j, tile, F_ROWS, n0, nn, t0, nt);
+                                              w->cols, o, w->rows, j->accumulate);
         } else {
-            matmul_reference(j, n0, nn, t0, nt, tile);
-            store_tile(j, tile, TILE_X, n0, nn, t0, nt);
+            matmul_reference(j, n0, nn, t0, nt);
         }
     }
 }
@@ -553,7 +556,7 @@ static void attn_scores(const attn_job *j, quant_type t, const uint8_t *k, int32
         for (int32_t h0 = 0; h0 < group; h0 += 64) {
             const int nh = group - h0 < 64 ? (int)(group - h0) : 64;
             if (tile_fn)
-                tile_fn(k + c * row_bytes, row_bytes, nw, q + h0 * hd, hd, nh, hd, tile, 4);
+                tile_fn(k + c * row_bytes, row_bytes, nw, q + h0 * hd, hd, nh, hd, tile, 4, 0);
             else
                 for (int h = 0; h < nh; h++)
                     for (int r = 0; r < nw; r++)

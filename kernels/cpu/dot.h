@@ -143,14 +143,14 @@ size_t dot_pack_group_bytes(quant_type t, int64_t cols);
 /* ---- SIMD kernels ---- */
 
 /* out[x * ostride + r] = weight row r (of the DOT_GROUP in `group`) . row
- * x0 + x of `a`, for x < nx. */
+ * x0 + x of `a`, for x < nx; with accumulate, out[...] = out[...] + that. */
 typedef void (*dot_q8_tile_fn)(const void *group, const dot_q8_act *a, int64_t x0, int nx,
-                               float *out, int64_t ostride);
-/* out[x * ostride + r] = weight row r . x row x, for r < nw (<= 4), x < nx;
- * rows are row_bytes apart, x rows x_stride floats apart. */
+                               float *out, int64_t ostride, int accumulate);
+/* out[x * ostride + r] (+)= weight row r . x row x, for r < nw (<= 4),
+ * x < nx; rows are row_bytes apart, x rows x_stride floats apart. */
 typedef void (*dot_f_tile_fn)(const void *w, size_t row_bytes, int nw, const float *x,
                               int64_t x_stride, int nx, int64_t cols, float *out,
-                              int64_t ostride);
+                              int64_t ostride, int accumulate);
 
 typedef struct dot_kernels {
     const char *name;

@@ -52,7 +52,7 @@ INL __m256i load8(const void *p) { return _mm256_loadu_si256((const __m256i *)p)
 /* ---- q4_K (rows 8h .. 8h+7 of the group) ---- */
 
 INL void q4_K_half(const dot_pack_q4_K *w, const dot_q8_act *a, int64_t x0, const int nx,
-                   const int h, float *out, int64_t ostride)
+                   const int h, float *out, int64_t ostride, int accumulate)
 {
     const int64_t nsb = a->cols / QK_K;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -107,14 +107,16 @@ INL void q4_K_half(const dot_pack_q4_K *w, const dot_q8_act *a, int64_t x0, cons
         }
     }
 #pragma GCC unroll 8
-    for (int x = 0; x < nx; x++)
-        _mm256_storeu_ps(out + x * ostride + 8 * h, acc[x]);
+    for (int x = 0; x < nx; x++) {
+        float *o = out + x * ostride + 8 * h;
+        _mm256_storeu_ps(o, accumulate ? _mm256_add_ps(_mm256_loadu_ps(o), acc[x]) : acc[x]);
+    }
 }
 
 /* ---- q6_K ---- */
 
 INL void q6_K_half(const dot_pack_q6_K *w, const dot_q8_act *a, int64_t x0, const int nx,
-                   const int h, float *out, int64_t ostride)
+                   const int h, float *out, int64_t ostride, int accumulate)
 {
     const int64_t nsb = a->cols / QK_K;
     const int8_t *xq = a->q + x0 * a->cols;
@@ -165,14 +167,16 @@ INL void q6_K_half(const dot_pack_q6_K *w, const dot_q8_act *a, int64_t x0, cons
         }
     }
 #pragma GCC unroll 8
-    for (int x = 0; x < nx; x++)
-        _mm256_storeu_ps(out + x * ostride + 8 * h, acc[x]);
+    for (int x = 0; x < nx; x++) {
+        float *o = out + x * ostride + 8 * h;
+        _mm256_storeu_ps(o, accumulate ? _mm256_add_ps(_mm256_loadu_ps(o), acc[x]) : acc[x]);
+    }
 }
 
 /* ---- q8_0: |w| x sign(x, w), so the unsigned operand is at most 128 ---- */
 
 INL void q8_0_half(const dot_pack_q8_0 *w, const dot_q8_act *a, int64_t x0, const int nx,
-                   const int h, float *out, int64_t ostride)
+                   const int h, float *out, int64_t ostride, int accumulate)
 {
     const int64_t nb = a->cols / QK8_0;
     const __m256i bias = _mm256_set1_epi8((char)0x80);
@@ -204,22 +208,24 @@ INL void q8_0_half(const dot_pack_q8_0 *w, const dot_q8_act *a, int64_t x0, cons
         }
     }
 #pragma GCC unroll 8
-    for (int x = 0; x < nx; x++)
-        _mm256_storeu_ps(out + x * ostride + 8 * h, acc[x]);
+    for (int x = 0; x < nx; x++) {
+        float *o = out + x * ostride + 8 * h;
+        _mm256_storeu_ps(o, accumulate ? _mm256_add_ps(_mm256_loadu_ps(o), acc[x]) : acc[x]);
+    }
 }
 
 #define Q8_TILE(name, half, pack_t)                                                        \
     TGT static void name(const void *group, const dot_q8_act *a, int64_t x0, int nx,       \
-                         float *out, int64_t ostride)                                      \
+                         float *out, int64_t ostride, int acc)                             \
     {                                                                                      \
         const pack_t *w = group;                                                           \
         for (; nx >= NX_Q; nx -= NX_Q, x0 += NX_Q, out += NX_Q * ostride) {                \
-            half(w, a, x0, NX_Q, 0, out, ostride);                                         \
-            half(w, a, x0, NX_Q, 1, out, ostride);                                         \
+            half(w, a, x0, NX_Q, 0, out, ostride, acc);                                    \
+            half(w, a, x0, NX_Q, 1, out, ostride, acc);                                    \
         }                                                                                  \
         for (; nx > 0; nx--, x0++, out += ostride) {                                       \
-            half(w, a, x0, 1, 0, out, ostride);                                            \
-            half(w, a, x0, 1, 1, out, ostride);                                            \
+            half(w, a, x0, 1, 0, out, ostride, acc);                                       \
+            half(w, a, x0, 1, 1, out, ostride, acc);                                       \
         }                                                                                  \
     }
 
@@ -262,7 +268,7 @@ INL void tail_w(const void *row, int64_t i, int64_t n, const int half, __m256 *l
 
 INL void f_rows(const uint8_t *w, size_t row_bytes, const int nw, const float *x,
                 int64_t x_stride, const int nx, int64_t n, float *out, int64_t ostride,
-                const int half)
+                const int half, int accumulate)
 {
     __m256 acc[2][2][2];
 #pragma GCC unroll 2
@@ -313,13 +319,16 @@ INL void f_rows(const uint8_t *w, size_t row_bytes, const int nw, const float *x
     for (int c = 0; c < nx; c++)
 #pragma GCC unroll 2
         for (int r = 0; r < nw; r++)
-            out[c * ostride + r] = tree16(acc[c][r][0], acc[c][r][1]);
+            out[c * ostride + r] = accumulate
+                                       ? out[c * ostride + r] + tree16(acc[c][r][0], acc[c][r][1])
+                                       : tree16(acc[c][r][0], acc[c][r][1]);
 }
 
 /* Pairs of weight rows x pairs of activation rows. */
 #define F_TILE(name, half)                                                                   \
     TGT static void name(const void *wv, size_t row_bytes, int nw, const float *x,          \
-                         int64_t x_stride, int nx, int64_t cols, float *out, int64_t ostride) \
+                         int64_t x_stride, int nx, int64_t cols, float *out, int64_t ostride, \
+                         int acc)                                                            \
     {                                                                                        \
         const uint8_t *w = wv;                                                               \
         for (int r = 0; r < nw; r += 2) {                                                    \
@@ -328,18 +337,18 @@ INL void f_rows(const uint8_t *w, size_t row_bytes, const int nw, const float *x
             for (; c + 2 <= nx; c += 2) {                                                    \
                 if (two_w)                                                                   \
                     f_rows(w + r * row_bytes, row_bytes, 2, x + c * x_stride, x_stride, 2,   \
-                           cols, out + c * ostride + r, ostride, half);                      \
+                           cols, out + c * ostride + r, ostride, half, acc);                      \
                 else                                                                         \
                     f_rows(w + r * row_bytes, row_bytes, 1, x + c * x_stride, x_stride, 2,   \
-                           cols, out + c * ostride + r, ostride, half);                      \
+                           cols, out + c * ostride + r, ostride, half, acc);                      \
             }                                                                                \
             if (c < nx) {                                                                    \
                 if (two_w)                                                                   \
                     f_rows(w + r * row_bytes, row_bytes, 2, x + c * x_stride, x_stride, 1,   \
-                           cols, out + c * ostride + r, ostride, half);                      \
+                           cols, out + c * ostride + r, ostride, half, acc);                      \
                 else                                                                         \
                     f_rows(w + r * row_bytes, row_bytes, 1, x + c * x_stride, x_stride, 1,   \
-                           cols, out + c * ostride + r, ostride, half);                      \
+                           cols, out + c * ostride + r, ostride, half, acc);                      \
             }                                                                                \
         }                                                                                    \
     }

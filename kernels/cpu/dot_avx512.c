@@ -37,7 +37,7 @@ INL __m512 lane_fold(__m512 acc, __m512 d, __m512 yd, __m512i isum)
  * row's scale; the mins meet the sums of 32 activations (vpdpwssd) ---- */
 
 INL void q4_K_rows(const dot_pack_q4_K *w, const dot_q8_act *a, int64_t x0, const int nx,
-                   float *out, int64_t ostride)
+                   float *out, int64_t ostride, int accumulate)
 {
     const int64_t nsb = a->cols / QK_K;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -96,13 +96,14 @@ INL void q4_K_rows(const dot_pack_q4_K *w, const dot_q8_act *a, int64_t x0, cons
     }
 #pragma GCC unroll 8
     for (int x = 0; x < nx; x++)
-        _mm512_storeu_ps(out + x * ostride, acc[x]);
+        _mm512_storeu_ps(out + x * ostride,
+                         accumulate ? _mm512_add_ps(_mm512_loadu_ps(out + x * ostride), acc[x]) : acc[x]);
 }
 
 /* ---- q6_K: values stored +32; the -32 is folded as 32 * sum(scale * bsum16) ---- */
 
 INL void q6_K_rows(const dot_pack_q6_K *w, const dot_q8_act *a, int64_t x0, const int nx,
-                   float *out, int64_t ostride)
+                   float *out, int64_t ostride, int accumulate)
 {
     const int64_t nsb = a->cols / QK_K;
     const int8_t *xq = a->q + x0 * a->cols;
@@ -151,13 +152,14 @@ INL void q6_K_rows(const dot_pack_q6_K *w, const dot_q8_act *a, int64_t x0, cons
     }
 #pragma GCC unroll 8
     for (int x = 0; x < nx; x++)
-        _mm512_storeu_ps(out + x * ostride, acc[x]);
+        _mm512_storeu_ps(out + x * ostride,
+                         accumulate ? _mm512_add_ps(_mm512_loadu_ps(out + x * ostride), acc[x]) : acc[x]);
 }
 
 /* ---- q8_0: weights stored +128; the +128 comes back out as 128 * bsum32 ---- */
 
 INL void q8_0_rows(const dot_pack_q8_0 *w, const dot_q8_act *a, int64_t x0, const int nx,
-                   float *out, int64_t ostride)
+                   float *out, int64_t ostride, int accumulate)
 {
     const int64_t nb = a->cols / QK8_0;
     const int8_t *xq = a->q + x0 * a->cols;
@@ -190,20 +192,21 @@ INL void q8_0_rows(const dot_pack_q8_0 *w, const dot_q8_act *a, int64_t x0, cons
     }
 #pragma GCC unroll 8
     for (int x = 0; x < nx; x++)
-        _mm512_storeu_ps(out + x * ostride, acc[x]);
+        _mm512_storeu_ps(out + x * ostride,
+                         accumulate ? _mm512_add_ps(_mm512_loadu_ps(out + x * ostride), acc[x]) : acc[x]);
 }
 
 #define Q8_TILE(name, rows, pack_t)                                                        \
     TGT static void name(const void *group, const dot_q8_act *a, int64_t x0, int nx,       \
-                         float *out, int64_t ostride)                                      \
+                         float *out, int64_t ostride, int acc)                             \
     {                                                                                      \
         const pack_t *w = group;                                                           \
         for (; nx >= NX_Q; nx -= NX_Q, x0 += NX_Q, out += NX_Q * ostride)                  \
-            rows(w, a, x0, NX_Q, out, ostride);                                            \
+            rows(w, a, x0, NX_Q, out, ostride, acc);                                       \
         switch (nx) {                                                                      \
-        case 3: rows(w, a, x0, 3, out, ostride); break;                                    \
-        case 2: rows(w, a, x0, 2, out, ostride); break;                                    \
-        case 1: rows(w, a, x0, 1, out, ostride); break;                                    \
+        case 3: rows(w, a, x0, 3, out, ostride, acc); break;                               \
+        case 2: rows(w, a, x0, 2, out, ostride, acc); break;                               \
+        case 1: rows(w, a, x0, 1, out, ostride, acc); break;                               \
         default: break;                                                                    \
         }                                                                                  \
     }
@@ -232,7 +235,7 @@ INL __m512 load_w(const void *row, int64_t i, const int half, __mmask16 k)
 
 INL void f_rows(const uint8_t *w, size_t row_bytes, const int nw, const float *x,
                 int64_t x_stride, const int nx, int64_t n, float *out, int64_t ostride,
-                const int half)
+                const int half, int accumulate)
 {
     __m512 acc[4][4];
 #pragma GCC unroll 4
@@ -272,24 +275,26 @@ INL void f_rows(const uint8_t *w, size_t row_bytes, const int nw, const float *x
     for (int c = 0; c < nx; c++)
 #pragma GCC unroll 4
         for (int r = 0; r < nw; r++)
-            out[c * ostride + r] = tree16(acc[c][r]);
+            out[c * ostride + r] = accumulate ? out[c * ostride + r] + tree16(acc[c][r])
+                                              : tree16(acc[c][r]);
 }
 
 #define F_NX(nw, half)                                                                       \
     do {                                                                                     \
         for (; nx >= 4; nx -= 4, x += 4 * x_stride, out += 4 * ostride)                      \
-            f_rows(w, row_bytes, nw, x, x_stride, 4, cols, out, ostride, half);              \
+            f_rows(w, row_bytes, nw, x, x_stride, 4, cols, out, ostride, half, acc);         \
         if (nx == 3)                                                                         \
-            f_rows(w, row_bytes, nw, x, x_stride, 3, cols, out, ostride, half);              \
+            f_rows(w, row_bytes, nw, x, x_stride, 3, cols, out, ostride, half, acc);         \
         else if (nx == 2)                                                                    \
-            f_rows(w, row_bytes, nw, x, x_stride, 2, cols, out, ostride, half);              \
+            f_rows(w, row_bytes, nw, x, x_stride, 2, cols, out, ostride, half, acc);         \
         else if (nx == 1)                                                                    \
-            f_rows(w, row_bytes, nw, x, x_stride, 1, cols, out, ostride, half);              \
+            f_rows(w, row_bytes, nw, x, x_stride, 1, cols, out, ostride, half, acc);         \
     } while (0)
 
 #define F_TILE(name, half)                                                                   \
     TGT static void name(const void *wv, size_t row_bytes, int nw, const float *x,          \
-                         int64_t x_stride, int nx, int64_t cols, float *out, int64_t ostride) \
+                         int64_t x_stride, int nx, int64_t cols, float *out, int64_t ostride, \
+                         int acc)                                                            \
     {                                                                                        \
         const uint8_t *w = wv;                                                               \
         switch (nw) {                                                                        \

@@ -123,37 +123,39 @@ static void reference(quant_type t, const uint8_t *w, size_t row_bytes, const fl
     }
 }
 
-/* The kernels' results for the pairs, x rows split into calls of `chunk`. */
+/* The kernels' results for the pairs, x rows split into calls of `chunk`;
+ * with init, the kernels add to init[x][n] (their accumulate mode). */
 static void run_kernel(const dot_kernels *k, quant_type t, const uint8_t *w, size_t row_bytes,
-                       const float *x, const dot_q8_act *a, int64_t cols, int chunk, float *got)
+                       const float *x, const dot_q8_act *a, int64_t cols, int chunk,
+                       const float *init, float *got)
 {
     float tile[XROWS * DOT_GROUP];
-    if (dot_kernels_q8_tile(k, t)) {
-        uint8_t *pack = aligned_alloc(64, (dot_pack_bytes(t, ROWS, cols) + 63) / 64 * 64);
+    const bool packed = dot_kernels_q8_tile(k, t) != NULL;
+    const int unit = packed ? DOT_GROUP : 4;
+    uint8_t *pack = NULL;
+    if (packed) {
+        pack = aligned_alloc(64, (dot_pack_bytes(t, ROWS, cols) + 63) / 64 * 64);
         dot_pack(t, w, row_bytes, ROWS, cols, pack);
-        for (int g = 0; g * DOT_GROUP < ROWS; g++)
-            for (int x0 = 0; x0 < XROWS; x0 += chunk) {
-                const int nx = XROWS - x0 < chunk ? XROWS - x0 : chunk;
-                dot_kernels_q8_tile(k, t)(pack + g * dot_pack_group_bytes(t, cols), a, x0, nx, tile,
-                                          DOT_GROUP);
-                for (int xr = 0; xr < nx; xr++)
-                    for (int r = 0; r < DOT_GROUP && g * DOT_GROUP + r < ROWS; r++)
-                        got[(x0 + xr) * ROWS + g * DOT_GROUP + r] = tile[xr * DOT_GROUP + r];
-            }
-        free(pack);
-        return;
     }
-    for (int n0 = 0; n0 < ROWS; n0 += 4) {
-        const int nw = ROWS - n0 < 4 ? ROWS - n0 : 4;
+    for (int n0 = 0; n0 < ROWS; n0 += unit) {
+        const int nw = ROWS - n0 < unit ? ROWS - n0 : unit;
         for (int x0 = 0; x0 < XROWS; x0 += chunk) {
             const int nx = XROWS - x0 < chunk ? XROWS - x0 : chunk;
-            dot_kernels_f_tile(k, t)(w + n0 * row_bytes, row_bytes, nw, x + x0 * cols, cols, nx,
-                                     cols, tile, 4);
             for (int xr = 0; xr < nx; xr++)
                 for (int r = 0; r < nw; r++)
-                    got[(x0 + xr) * ROWS + n0 + r] = tile[xr * 4 + r];
+                    tile[xr * unit + r] = init ? init[(x0 + xr) * ROWS + n0 + r] : 0.0f;
+            if (packed)
+                dot_kernels_q8_tile(k, t)(pack + n0 / DOT_GROUP * dot_pack_group_bytes(t, cols), a,
+                                          x0, nx, tile, DOT_GROUP, init != NULL);
+            else
+                dot_kernels_f_tile(k, t)(w + n0 * row_bytes, row_bytes, nw, x + x0 * cols, cols, nx,
+                                         cols, tile, 4, init != NULL);
+            for (int xr = 0; xr < nx; xr++)
+                for (int r = 0; r < nw; r++)
+                    got[(x0 + xr) * ROWS + n0 + r] = tile[xr * unit + r];
         }
     }
+    free(pack);
 }
 
 /* Pairs whose bits differ, and the first of them. */
@@ -188,7 +190,7 @@ static void check_type(const dot_kernels *k, quant_type t, int64_t cols, fill_mo
         finite &= isfinite(ref[i]) != 0;
     const int chunks[] = {XROWS, 1, 4};
     for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++) {
-        run_kernel(k, t, w, row_bytes, x, &a, cols, chunks[c], got);
+        run_kernel(k, t, w, row_bytes, x, &a, cols, chunks[c], NULL, got);
         int first;
         const int bad = count_diff(ref, got, &first);
         CHECK(bad == 0 && finite,
@@ -200,6 +202,18 @@ static void check_type(const dot_kernels *k, quant_type t, int64_t cols, fill_mo
             printf("# %d pairs differ, the first %.9g where the reference has %.9g\n", bad,
                    (double)got[first], (double)ref[first]);
     }
+    /* accumulating into an output: out + result, the residual add's order */
+    float init[XROWS * ROWS];
+    for (int i = 0; i < XROWS * ROWS; i++) {
+        init[i] = next_f(seed);
+        ref[i] = init[i] + ref[i];
+    }
+    run_kernel(k, t, w, row_bytes, x, &a, cols, 4, init, got);
+    int first;
+    const int bad = count_diff(ref, got, &first);
+    CHECK(bad == 0, "%s %s, %lld columns (%s values), added to an output: bit-identical to "
+                    "out + the reference", k->name, quant_type_name(t), (long long)cols,
+          mode == FILL_EXTREME ? "extreme" : "random");
     free_act(&a);
     free(x);
     free(w);
