@@ -7,7 +7,8 @@ dist_man_MANS = \
 	man/llmq-submit.1 \
 	man/llmq-stats.1 \
 	man/llmq-run.1 \
-	man/llmq-mkmodel.1
+	man/llmq-mkmodel.1 \
+	man/llmq-keygen.1
 
 # The documents the man pages refer to (docs/ is distributed whole by EXTRA_DIST).
 doc_DATA = docs/ARCHITECTURE.md docs/PROTOCOL.md docs/SCHEMA.md docs/OPERATIONS.md \

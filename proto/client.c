@@ -15,6 +15,7 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "proto/curve.h"
 #include "proto/wire.h"
 
 _Static_assert((int)LLMQ_E_INTERNAL == (int)WIRE_E_INTERNAL &&
@@ -125,7 +126,47 @@ static double now_ms(void)
 
 /* ---- connection ------------------------------------------------------------------ */
 
+int llmq_curve_load(llmq_curve *keys, const char *broker_key_file,
+                    const char *secret_file, llmq_error *err)
+{
+    curve_keys k;
+    llmq_err e;
+    if (!broker_key_file || !secret_file)
+        return fail(err, LLMQ_E_USAGE, "CURVE needs the broker's public key file"
+                                       " and a secret key file");
+    if (curve_load_client(&k, broker_key_file, secret_file, &e) != 0)
+        return fail(err, LLMQ_E_USAGE, "%s", e.msg);
+    memcpy(keys->broker_public, k.server_public, sizeof keys->broker_public);
+    memcpy(keys->public_key, k.public_key, sizeof keys->public_key);
+    memcpy(keys->secret_key, k.secret_key, sizeof keys->secret_key);
+    return 0;
+}
+
+/* The keys go on the socket before it connects. */
+static int use_curve(void *sock, const llmq_curve *keys, llmq_error *err)
+{
+    curve_keys k;
+    llmq_err e;
+    memcpy(k.server_public, keys->broker_public, sizeof k.server_public);
+    memcpy(k.public_key, keys->public_key, sizeof k.public_key);
+    memcpy(k.secret_key, keys->secret_key, sizeof k.secret_key);
+    k.server_public[CURVE_Z85_LEN] = k.public_key[CURVE_Z85_LEN] =
+        k.secret_key[CURVE_Z85_LEN] = '\0';
+    if (curve_check(k.server_public, NULL, "broker_public", &e) ||
+        curve_check(k.public_key, NULL, "public_key", &e) ||
+        curve_check(k.secret_key, NULL, "secret_key", &e) ||
+        curve_connect_as(sock, &k, &e))
+        return fail(err, LLMQ_E_USAGE, "CURVE keys: %s", e.msg);
+    return 0;
+}
+
 int llmq_connect(llmq_client **out, const char *endpoint, llmq_error *err)
+{
+    return llmq_connect_curve(out, endpoint, NULL, err);
+}
+
+int llmq_connect_curve(llmq_client **out, const char *endpoint,
+                       const llmq_curve *keys, llmq_error *err)
 {
     *out = NULL;
     if (!endpoint || !*endpoint)
@@ -140,8 +181,16 @@ int llmq_connect(llmq_client **out, const char *endpoint, llmq_error *err)
     int zero = 0;
     int64_t max = WIRE_MAX_BODY_BYTES;
     if (!c->sock || zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero) < 0 ||
-        zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &max, sizeof max) < 0 ||
-        zmq_connect(c->sock, endpoint) < 0) {
+        zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &max, sizeof max) < 0) {
+        fail(err, LLMQ_E_TRANSPORT, "socket: %s", zmq_strerror(zmq_errno()));
+        llmq_close(c);
+        return -1;
+    }
+    if (keys && use_curve(c->sock, keys, err) != 0) {
+        llmq_close(c);
+        return -1;
+    }
+    if (zmq_connect(c->sock, endpoint) < 0) {
         fail(err, LLMQ_E_TRANSPORT, "connecting to %s: %s", endpoint, zmq_strerror(zmq_errno()));
         llmq_close(c);
         return -1;

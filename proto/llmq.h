@@ -61,6 +61,24 @@ typedef struct llmq_client llmq_client;
  * on the first request. */
 int llmq_connect(llmq_client **out, const char *endpoint, llmq_error *err);
 
+/* ZeroMQ CURVE keys, for a broker that requires them (docs/PROTOCOL.md,
+ * "Security"): Z85 text, 40 characters each. */
+typedef struct llmq_curve {
+    char broker_public[41]; /* the broker's public key */
+    char public_key[41];    /* this client's, derived from secret_key */
+    char secret_key[41];
+} llmq_curve;
+
+/* Reads the broker's public key file and this client's secret key file
+ * (as written by llmq-keygen) into *keys. */
+int llmq_curve_load(llmq_curve *keys, const char *broker_key_file,
+                    const char *secret_file, llmq_error *err);
+
+/* llmq_connect over CURVE with keys (NULL: as llmq_connect).  A broker that
+ * refuses the keys never answers: requests end with LLMQ_E_TIMEOUT. */
+int llmq_connect_curve(llmq_client **out, const char *endpoint,
+                       const llmq_curve *keys, llmq_error *err);
+
 /* How long a request waits for its reply (default 30000 ms; < 0: forever). */
 void llmq_set_timeout(llmq_client *c, int timeout_ms);
 

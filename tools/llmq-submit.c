@@ -26,7 +26,7 @@
 #define LOG_EVERY_MS 5000      /* progress line when stderr is not a terminal */
 
 typedef struct options {
-    const char *broker, *in, *out, *batch, *meta;
+    const char *broker, *in, *out, *batch, *meta, *broker_key, *curve_secret;
     double timeout_s;          /* < 0: wait without limit */
     bool no_wait;
 } options;
@@ -40,6 +40,9 @@ static void usage(FILE *f)
           "writes one JSON line per job as it completes.\n"
           "\n"
           "  -b, --broker ENDPOINT  broker client endpoint (default tcp://127.0.0.1:5555)\n"
+          "      --broker-key FILE  the broker's CURVE public key, for a broker that\n"
+          "                         requires CURVE (with --curve-secret)\n"
+          "      --curve-secret FILE  this client's CURVE secret key (from llmq-keygen)\n"
           "  -i, --input FILE       jobs, one JSON object per line; - is stdin (default)\n"
           "  -o, --output FILE      results; - is stdout (default)\n"
           "      --batch ID         batch id (default: llmq-submit-TIME-PID); job keys are\n"
@@ -67,6 +70,8 @@ static int parse_options(int argc, char **argv, options *o)
         {"output", required_argument, NULL, 'o'}, {"batch", required_argument, NULL, 'B'},
         {"meta", required_argument, NULL, 'M'},   {"no-wait", no_argument, NULL, 'n'},
         {"timeout", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
+        {"broker-key", required_argument, NULL, 'K'},
+        {"curve-secret", required_argument, NULL, 'S'},
         {NULL, 0, NULL, 0}};
     *o = (options){.broker = "tcp://127.0.0.1:5555", .in = "-", .out = "-", .timeout_s = -1};
     int c;
@@ -79,6 +84,8 @@ static int parse_options(int argc, char **argv, options *o)
         case 'B': o->batch = optarg; break;
         case 'M': o->meta = optarg; break;
         case 'n': o->no_wait = true; break;
+        case 'K': o->broker_key = optarg; break;
+        case 'S': o->curve_secret = optarg; break;
         case 't':
             o->timeout_s = strtod(optarg, &end);
             if (*end || !(o->timeout_s >= 0) || o->timeout_s > 4e6) {
@@ -90,6 +97,10 @@ static int parse_options(int argc, char **argv, options *o)
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
+    }
+    if (!o->broker_key != !o->curve_secret) {
+        fprintf(stderr, "llmq-submit: --broker-key and --curve-secret go together\n");
+        return -1;
     }
     if (optind != argc) {
         fprintf(stderr, "llmq-submit: unexpected argument \"%s\"\n", argv[optind]);
@@ -285,7 +296,10 @@ static int run(const options *o, const char *batch, jobfile *jf, FILE *out)
 {
     llmq_client *c;
     llmq_error err;
-    if (llmq_connect(&c, o->broker, &err) < 0) {
+    llmq_curve keys;
+    bool curve = o->curve_secret != NULL;
+    if ((curve && llmq_curve_load(&keys, o->broker_key, o->curve_secret, &err) < 0) ||
+        llmq_connect_curve(&c, o->broker, curve ? &keys : NULL, &err) < 0) {
         fprintf(stderr, "llmq-submit: %s\n", err.message);
         return EXIT_BROKER;
     }

@@ -38,3 +38,10 @@ tools_llmq_stats_LDADD = $(LLMQ_STATS_LIBS)
 # ---- demo (tools/demo.sh, run by tools/dev.sh demo) ----
 EXTRA_DIST += tools/demo.sh
 # ---- end demo ----
+
+# ---- llmq-keygen (tools/llmq-keygen.c) ----
+bin_PROGRAMS += tools/llmq-keygen
+tools_llmq_keygen_SOURCES = tools/llmq-keygen.c
+tools_llmq_keygen_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS)
+tools_llmq_keygen_LDADD = $(LLMQ_PROTO_LIBS) $(ZMQ_LIBS)
+# ---- end llmq-keygen ----

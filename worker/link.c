@@ -143,7 +143,8 @@ static int open_pipe(link_conn *l, llmq_err *err)
     return 0;
 }
 
-static int open_dealer(link_conn *l, const char *endpoint, llmq_err *err)
+static int open_dealer(link_conn *l, const char *endpoint, const curve_keys *keys,
+                       llmq_err *err)
 {
     int64_t maxmsg = WIRE_MAX_BODY_BYTES;
     l->dealer = zmq_socket(l->zctx, ZMQ_DEALER);
@@ -154,6 +155,8 @@ static int open_dealer(link_conn *l, const char *endpoint, llmq_err *err)
         return -1;
     if (zmq_setsockopt(l->dealer, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0)
         return llmq_errf(err, "zmq_setsockopt(MAXMSGSIZE): %s", zmq_strerror(errno));
+    if (keys && curve_connect_as(l->dealer, keys, err))
+        return -1;
     if (zmq_connect(l->dealer, endpoint) != 0)
         return llmq_errf(err, "--broker %s: %s", endpoint, zmq_strerror(errno));
     return 0;
@@ -169,7 +172,8 @@ static int encode_heartbeat(link_conn *l, llmq_err *err)
     return 0;
 }
 
-int link_open(link_conn **out, const char *endpoint, uint32_t heartbeat_ms, llmq_err *err)
+int link_open(link_conn **out, const char *endpoint, uint32_t heartbeat_ms,
+              const curve_keys *keys, llmq_err *err)
 {
     *out = NULL;
     link_conn *l = calloc(1, sizeof *l);
@@ -180,7 +184,7 @@ int link_open(link_conn **out, const char *endpoint, uint32_t heartbeat_ms, llmq
     l->zctx = zmq_ctx_new();
     int rc = l->zctx ? 0 : llmq_errf(err, "zmq_ctx_new: %s", zmq_strerror(errno));
     if (rc == 0)
-        rc = encode_heartbeat(l, err) || open_pipe(l, err) || open_dealer(l, endpoint, err);
+        rc = encode_heartbeat(l, err) || open_pipe(l, err) || open_dealer(l, endpoint, keys, err);
     if (rc == 0 && (errno = pthread_create(&l->thread, NULL, io_main, l)) != 0)
         rc = llmq_errf(err, "cannot start the link thread: %s", strerror(errno));
     l->started = rc == 0;

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "proto/curve.h"
 #include "proto/wire.h"
 
 /* How long link_close waits for queued messages to reach the broker. */
@@ -33,9 +34,12 @@
 
 typedef struct link_conn link_conn;
 
-/* Connects to the broker's worker endpoint and starts the I/O thread. */
+/* Connects to the broker's worker endpoint and starts the I/O thread;
+ * with keys (NULL: none) over CURVE, as keys->public_key, to a broker whose
+ * public key is keys->server_public.  A broker that refuses the keys is
+ * never reached: the link stays silent, as for an absent broker. */
 int link_open(link_conn **out, const char *endpoint, uint32_t heartbeat_ms,
-              llmq_err *err);
+              const curve_keys *keys, llmq_err *err);
 void link_close(link_conn *l);
 
 /* The main thread's end of the pipe, for zmq_poll (ZMQ_POLLIN: a message

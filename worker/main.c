@@ -55,6 +55,8 @@ static const char usage[] =
     "      --id NAME           worker id, unique per broker (default HOST:gpuN, HOST:cpu-PID)\n"
     "      --model-name NAME   model name announced for routing (default: the file name\n"
     "                          without .gguf)\n"
+    "      --broker-key FILE   the broker's CURVE public key (needs --curve-secret)\n"
+    "      --curve-secret FILE this worker's CURVE secret key (from llmq-keygen)\n"
     "      --heartbeat-ms N    heartbeat period until the broker says its own (default 1000)\n"
     "      --grace-ms N        on SIGTERM, how long running jobs may finish before the rest\n"
     "                          is left to the broker to requeue (default 10000)\n"
@@ -67,7 +69,7 @@ static const char usage[] =
     "engine or the link fails, 2 on bad usage.\n";
 
 typedef struct options {
-    const char *broker, *model, *id, *model_name;
+    const char *broker, *model, *id, *model_name, *broker_key, *curve_secret;
     bool cpu, verbose;
     int32_t gpu; /* -1: not given */
     int32_t slots, threads, ctx, batch, kv_blocks, heartbeat_ms, grace_ms;
@@ -75,7 +77,7 @@ typedef struct options {
 
 enum {
     OPT_CPU = 256, OPT_GPU, OPT_BATCH, OPT_KV_BLOCKS, OPT_ID, OPT_MODEL_NAME, OPT_HEARTBEAT,
-    OPT_GRACE,
+    OPT_GRACE, OPT_BROKER_KEY, OPT_CURVE_SECRET,
 };
 
 static const struct option LONG_OPTS[] = {
@@ -90,6 +92,8 @@ static const struct option LONG_OPTS[] = {
     {"kv-blocks", required_argument, NULL, OPT_KV_BLOCKS},
     {"id", required_argument, NULL, OPT_ID},
     {"model-name", required_argument, NULL, OPT_MODEL_NAME},
+    {"broker-key", required_argument, NULL, OPT_BROKER_KEY},
+    {"curve-secret", required_argument, NULL, OPT_CURVE_SECRET},
     {"heartbeat-ms", required_argument, NULL, OPT_HEARTBEAT},
     {"grace-ms", required_argument, NULL, OPT_GRACE},
     {"verbose", no_argument, NULL, 'v'},
@@ -148,6 +152,8 @@ static int take_option(int opt, const char *arg, options *o)
     case 'b': o->broker = arg; return 0;
     case 'm': o->model = arg; return 0;
     case OPT_CPU: o->cpu = true; return 0;
+    case OPT_BROKER_KEY: o->broker_key = arg; return 0;
+    case OPT_CURVE_SECRET: o->curve_secret = arg; return 0;
     case 'v': o->verbose = true; return 0;
     case OPT_ID: return set_name("--id", arg, &o->id);
     case OPT_MODEL_NAME: return set_name("--model-name", arg, &o->model_name);
@@ -177,6 +183,10 @@ static int parse_args(int argc, char **argv, options *o)
     }
     if (!o->model) {
         fprintf(stderr, "llmq-worker: no model given (-m FILE)\n");
+        return -1;
+    }
+    if (!o->broker_key != !o->curve_secret) {
+        fprintf(stderr, "llmq-worker: --broker-key and --curve-secret go together\n");
         return -1;
     }
     if (o->cpu && o->gpu >= 0) {
@@ -241,6 +251,10 @@ static int open_session(const options *o, parts *p, llmq_err *err)
 static int open_parts(const options *o, parts *p, llmq_err *err)
 {
     identity_opts io = {.worker = o->id, .model_name = o->model_name};
+    curve_keys keys;
+    if (o->curve_secret &&
+        curve_load_client(&keys, o->broker_key, o->curve_secret, err) != 0)
+        return -1;
     if (open_backend(o, p, err) != 0)
         return -1;
     io.gpu_index = p->gpu_index;
@@ -249,7 +263,8 @@ static int open_parts(const options *o, parts *p, llmq_err *err)
     if (tok_load(&p->vocab, model_gguf(p->m), err) != 0)
         return llmq_err_prefix(err, "cannot load the model's vocabulary");
     return open_engine(o, p, err) || identity_make(&p->id, &io, model_gguf(p->m), err) ||
-           link_open(&p->link, o->broker, (uint32_t)o->heartbeat_ms, err) ||
+           link_open(&p->link, o->broker, (uint32_t)o->heartbeat_ms,
+                     o->curve_secret ? &keys : NULL, err) ||
            open_session(o, p, err);
 }
 

@@ -46,13 +46,31 @@ class LlmqError(Exception):
         return {"code": self.code, "field": self.field, "message": self.message}
 
 
+def read_key(path):
+    """The Z85 key in a file written by llmq-keygen, as bytes."""
+    with open(path, "rb") as f:
+        key = f.read().strip()
+    if len(key) != 40:
+        raise LlmqError("usage", f"{path}: not a Z85 CURVE key (40 characters)")
+    return key
+
+
 class Client:
     """One DEALER connection to the broker's client endpoint."""
 
-    def __init__(self, endpoint, timeout_ms=30000):
+    def __init__(self, endpoint, timeout_ms=30000, broker_key=None, curve_secret=None):
+        """broker_key, curve_secret: key files (llmq-keygen) for a broker that
+        requires CURVE; a broker that refuses them never answers (timeout)."""
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if broker_key or curve_secret:
+            if not (broker_key and curve_secret):
+                raise LlmqError("usage", "--broker-key and --curve-secret go together")
+            secret = read_key(curve_secret)
+            self.sock.curve_serverkey = read_key(broker_key)
+            self.sock.curve_secretkey = secret
+            self.sock.curve_publickey = zmq.curve_public(secret)
         self.sock.connect(endpoint)
         self.timeout_ms = timeout_ms
         self.reqs = itertools.count(1)
@@ -187,6 +205,8 @@ def selection(p, required=True):
 def parse_args(argv):
     p = argparse.ArgumentParser(description="llmq client (Python, zmq + msgpack)")
     p.add_argument("--broker", default="tcp://127.0.0.1:5555", help="broker client endpoint")
+    p.add_argument("--broker-key", help="the broker's CURVE public key file")
+    p.add_argument("--curve-secret", help="this client's CURVE secret key file")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("submit", help="submit one job")
@@ -221,7 +241,11 @@ def parse_args(argv):
 
 def main(argv):
     a = parse_args(argv)
-    c = Client(a.broker)
+    try:
+        c = Client(a.broker, broker_key=a.broker_key, curve_secret=a.curve_secret)
+    except (LlmqError, OSError) as e:
+        print(f"llmq_client: {e}", file=sys.stderr)
+        return 2
     try:
         if a.cmd == "submit":
             return cmd_submit(c, a)
