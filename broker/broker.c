@@ -115,8 +115,10 @@ static int set_int(void *sock, int opt, int value, llmq_err *err)
 
 /* ROUTER_MANDATORY makes a send to a vanished peer fail instead of
  * vanishing silently, so the broker can forget that peer's waits.  Workers
- * get no send limit: credits already bound what they are sent. */
-static int open_router(broker *b, void **sock, const char *endpoint, int sndhwm,
+ * get no send limit: credits already bound what they are sent.  With CURVE
+ * the socket is a CURVE server whose handshakes the ZAP handler judges
+ * under `domain`. */
+static int make_router(broker *b, void **sock, int sndhwm, const char *domain,
                        llmq_err *err)
 {
     int64_t maxmsg = WIRE_MAX_BODY_BYTES;
@@ -131,25 +133,90 @@ static int open_router(broker *b, void **sock, const char *endpoint, int sndhwm,
     if (zmq_setsockopt(*sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg) != 0)
         return llmq_errf(err, "zmq_setsockopt(MAXMSGSIZE): %s",
                          zmq_strerror(errno));
-    if (zmq_bind(*sock, endpoint) != 0)
+    if (!b->curve)
+        return 0;
+    if (zmq_setsockopt(*sock, ZMQ_ZAP_DOMAIN, domain, strlen(domain)) != 0)
+        return llmq_errf(err, "zmq_setsockopt(ZAP_DOMAIN): %s",
+                         zmq_strerror(errno));
+    return curve_serve(*sock, &b->keys, err);
+}
+
+static int bind_router(void *sock, const char *endpoint, llmq_err *err)
+{
+    if (zmq_bind(sock, endpoint) != 0)
         return llmq_errf(err, "cannot bind %s: %s", endpoint,
                          zmq_strerror(errno));
     return 0;
 }
 
+/* Keys and allow-lists; and no endpoint other hosts can reach without
+ * them, unless the operator said --insecure. */
+static int load_security(broker *b, llmq_err *err)
+{
+    const broker_config *c = &b->cfg;
+    b->curve = c->curve_secret != NULL;
+    if (!b->curve) {
+        const char *open_ep = !zap_endpoint_local(c->clients_endpoint)
+                                  ? c->clients_endpoint
+                              : !zap_endpoint_local(c->workers_endpoint)
+                                  ? c->workers_endpoint
+                                  : NULL;
+        if (open_ep && !c->insecure)
+            return llmq_errf(err, "%s can be reached from other hosts: give"
+                                  " --curve-secret (and --allow-workers,"
+                                  " --allow-clients), or --insecure to run"
+                                  " without authentication", open_ep);
+        return 0;
+    }
+    if (curve_load_secret(&b->keys, c->curve_secret, err) ||
+        (c->allow_workers &&
+         zap_list_load(&b->allow_workers, c->allow_workers, err)) ||
+        (c->allow_clients &&
+         zap_list_load(&b->allow_clients, c->allow_clients, err)))
+        return -1;
+    return 0;
+}
+
+static int open_sockets(broker *b, llmq_err *err)
+{
+    if (make_router(b, &b->clients, CLIENT_SNDHWM, ZAP_DOMAIN_CLIENTS, err))
+        return llmq_err_prefix(err, "clients socket");
+    if (make_router(b, &b->workers, 0, ZAP_DOMAIN_WORKERS, err))
+        return llmq_err_prefix(err, "workers socket");
+    if (b->curve && zap_start(&b->zap, b->zctx, b->workers, b->clients,
+                              &b->allow_workers, &b->allow_clients, err))
+        return -1;
+    if (bind_router(b->clients, b->cfg.clients_endpoint, err))
+        return llmq_err_prefix(err, "clients socket");
+    if (bind_router(b->workers, b->cfg.workers_endpoint, err))
+        return llmq_err_prefix(err, "workers socket");
+    return 0;
+}
+
 static int open_parts(broker *b, llmq_err *err)
 {
+    if (load_security(b, err))
+        return -1;
     store_opts so = {.max_attempts = b->cfg.max_attempts, .sync = b->cfg.sync};
     if (store_open(&b->st, b->cfg.db_path, &so, clock_ms(CLOCK_REALTIME), err))
         return -1;
     b->zctx = zmq_ctx_new();
     if (!b->zctx)
         return llmq_errf(err, "zmq_ctx_new: %s", zmq_strerror(errno));
-    if (open_router(b, &b->clients, b->cfg.clients_endpoint, CLIENT_SNDHWM, err))
-        return llmq_err_prefix(err, "clients socket");
-    if (open_router(b, &b->workers, b->cfg.workers_endpoint, 0, err))
-        return llmq_err_prefix(err, "workers socket");
-    return 0;
+    return open_sockets(b, err);
+}
+
+static void log_security(const broker *b)
+{
+    if (!b->curve) {
+        log_line("security: none (no CURVE key)%s",
+                 b->cfg.insecure ? "; --insecure given" : "");
+        return;
+    }
+    log_line("security: CURVE, broker public key %s; workers: %s; clients: %s",
+             b->keys.public_key,
+             b->allow_workers.set ? b->cfg.allow_workers : "any key",
+             b->allow_clients.set ? b->cfg.allow_clients : "any key");
 }
 
 int broker_open(broker **out, const broker_config *cfg, llmq_err *err)
@@ -163,6 +230,7 @@ int broker_open(broker **out, const broker_config *cfg, llmq_err *err)
         broker_close(b);
         return -1;
     }
+    log_security(b);
     int64_t counts[5];
     store_counts_all(b->st, counts);
     log_line("listening: clients %s, workers %s; database %s (synchronous=%s):"
@@ -185,8 +253,14 @@ void broker_close(broker *b)
         zmq_close(b->clients);
     if (b->workers)
         zmq_close(b->workers);
+    if (b->zctx && b->zap) {
+        zmq_ctx_shutdown(b->zctx); /* ends the ZAP thread's wait */
+        zap_stop(b->zap);
+    }
     if (b->zctx)
         zmq_ctx_term(b->zctx);
+    zap_list_free(&b->allow_workers);
+    zap_list_free(&b->allow_clients);
     store_close(b->st);
     free(b);
 }

@@ -38,6 +38,16 @@ typedef struct broker_config {
     uint32_t grace_ms;
     store_sync sync;
     bool verbose; /* a log line per job event too */
+    /* CURVE (broker/zap.h): the broker's secret key file, NULL for none;
+     * allow-list files of worker and client public keys, NULL: any key.
+     * Without a key, endpoints that other hosts can reach are refused
+     * unless insecure is set. */
+    const char *curve_secret, *allow_workers, *allow_clients;
+    bool insecure;
+    /* A job naming a model that no worker served in the last
+     * model_window_ms is refused, unless queue_unknown_models. */
+    int64_t model_window_ms;
+    bool queue_unknown_models;
     int stop_fd;  /* readable on a stop request; -1: none */
 } broker_config;
 

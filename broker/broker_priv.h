@@ -13,11 +13,17 @@
 #include "broker/pool.h"
 #include "broker/store.h"
 #include "broker/waiters.h"
+#include "broker/zap.h"
+#include "proto/curve.h"
 #include "proto/wire.h"
 
 struct broker {
     broker_config cfg;
     void *zctx, *clients, *workers;
+    bool curve;
+    curve_keys keys;
+    zap_list allow_workers, allow_clients;
+    zap *zap;
     store *st;
     pool pool;
     waiters waiters;

@@ -8,11 +8,12 @@ broker_libllmq_broker_a_SOURCES = \
 	broker/pool.c broker/pool.h \
 	broker/waiters.c broker/waiters.h \
 	broker/broker.c broker/broker.h broker/broker_priv.h \
-	broker/on_client.c broker/on_worker.c
+	broker/on_client.c broker/on_worker.c \
+	broker/zap.c broker/zap.h
 broker_libllmq_broker_a_CFLAGS = $(AM_CFLAGS) $(SQLITE_CFLAGS) $(ZMQ_CFLAGS) $(MSGPACK_CFLAGS)
 
 # Link order: broker needs proto needs common.
-LLMQ_BROKER_LIBS = broker/libllmq_broker.a $(LLMQ_PROTO_LIBS) $(SQLITE_LIBS) $(ZMQ_LIBS)
+LLMQ_BROKER_LIBS = broker/libllmq_broker.a $(LLMQ_PROTO_LIBS) $(SQLITE_LIBS) $(ZMQ_LIBS) $(LLMQ_PTHREAD)
 
 bin_PROGRAMS += broker/llmq-broker
 broker_llmq_broker_SOURCES = broker/main.c

@@ -36,16 +36,28 @@ static const char usage[] =
     "                          are put back in the queue (default 10000)\n"
     "  --sync full|normal      full (default): an acknowledged job survives power loss;\n"
     "                          normal: it survives a broker crash only (faster)\n"
+    "  --model-window-ms MS    a job naming a model that no worker served in this\n"
+    "                          window is refused (default 600000)\n"
+    "  --queue-unknown-models  queue such jobs instead, until a worker serves the model\n"
+    "  --curve-secret FILE     run with ZeroMQ CURVE: this broker's secret key (from\n"
+    "                          llmq-keygen); workers and clients need its public key\n"
+    "  --allow-workers FILE    with CURVE: the worker public keys admitted, one Z85 key\n"
+    "                          a line, # comments (default: any key)\n"
+    "  --allow-clients FILE    the same for clients\n"
+    "  --insecure              allow endpoints other hosts can reach without CURVE\n"
     "  -v, --verbose           also log every job event\n"
     "  -h, --help              show this help\n"
     "\n"
     "Endpoints bind to loopback by default; use tcp://0.0.0.0:PORT to accept remote\n"
-    "peers.  SIGTERM/SIGINT stop gracefully; a second one stops at once.\n"
+    "peers, which needs --curve-secret (or --insecure).  Refused keys are logged.\n"
+    "SIGTERM/SIGINT stop gracefully; a second one stops at once.\n"
     "Exit status: 0 after a clean stop, 1 on a runtime error, 2 on bad usage.\n";
 
 enum {
     OPT_DB = 256, OPT_CLIENTS, OPT_WORKERS, OPT_MAX_QUEUED, OPT_MAX_ATTEMPTS,
-    OPT_HEARTBEAT, OPT_TIMEOUT, OPT_GRACE, OPT_SYNC,
+    OPT_HEARTBEAT, OPT_TIMEOUT, OPT_GRACE, OPT_SYNC, OPT_CURVE_SECRET,
+    OPT_ALLOW_WORKERS, OPT_ALLOW_CLIENTS, OPT_INSECURE, OPT_MODEL_WINDOW,
+    OPT_QUEUE_UNKNOWN,
 };
 
 static const struct option options[] = {
@@ -58,6 +70,12 @@ static const struct option options[] = {
     {"worker-timeout-ms", required_argument, NULL, OPT_TIMEOUT},
     {"grace-ms", required_argument, NULL, OPT_GRACE},
     {"sync", required_argument, NULL, OPT_SYNC},
+    {"curve-secret", required_argument, NULL, OPT_CURVE_SECRET},
+    {"allow-workers", required_argument, NULL, OPT_ALLOW_WORKERS},
+    {"allow-clients", required_argument, NULL, OPT_ALLOW_CLIENTS},
+    {"insecure", no_argument, NULL, OPT_INSECURE},
+    {"model-window-ms", required_argument, NULL, OPT_MODEL_WINDOW},
+    {"queue-unknown-models", no_argument, NULL, OPT_QUEUE_UNKNOWN},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
@@ -96,6 +114,14 @@ static int parse_option(int opt, const char *arg, broker_config *c)
     case OPT_CLIENTS: c->clients_endpoint = arg; return 0;
     case OPT_WORKERS: c->workers_endpoint = arg; return 0;
     case OPT_SYNC: return parse_sync(arg, &c->sync);
+    case OPT_CURVE_SECRET: c->curve_secret = arg; return 0;
+    case OPT_ALLOW_WORKERS: c->allow_workers = arg; return 0;
+    case OPT_ALLOW_CLIENTS: c->allow_clients = arg; return 0;
+    case OPT_INSECURE: c->insecure = true; return 0;
+    case OPT_QUEUE_UNKNOWN: c->queue_unknown_models = true; return 0;
+    case OPT_MODEL_WINDOW:
+        return parse_int("--model-window-ms", arg, 0, INT64_MAX / 2,
+                         &c->model_window_ms);
     case 'v': c->verbose = true; return 0;
     case OPT_MAX_QUEUED:
         return parse_int("--max-queued", arg, 0, INT64_MAX, &c->max_queued);
@@ -136,6 +162,11 @@ static int parse_args(int argc, char **argv, broker_config *c)
         fprintf(stderr, "llmq-broker: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
+    if ((c->allow_workers || c->allow_clients) && !c->curve_secret) {
+        fputs("llmq-broker: --allow-workers and --allow-clients need"
+              " --curve-secret\n", stderr);
+        return -1;
+    }
     if (c->heartbeat_ms >= c->dead_after_ms) {
         fprintf(stderr, "llmq-broker: --worker-timeout-ms (%u) must exceed"
                         " --heartbeat-ms (%u)\n",
@@ -167,6 +198,7 @@ int main(int argc, char **argv)
         .dead_after_ms = WIRE_DEAD_AFTER_MS,
         .grace_ms = 10000,
         .sync = STORE_SYNC_FULL,
+        .model_window_ms = 600000,
     };
     int rc = parse_args(argc, argv, &cfg);
     if (rc > 0)

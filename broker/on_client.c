@@ -1,6 +1,7 @@
 /* on_client: the client requests of docs/PROTOCOL.md §5 (submit, status,
  * cancel, wait, stats) and the results pushed to waiting clients. */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,6 +84,41 @@ static int reply_submit_ok(broker *b, const net_peer *from, uint64_t req,
     return broker_reply(b, b->clients, from, &r, err);
 }
 
+/* Model routing: a job for a model no worker serves now or served in the
+ * window would wait for nobody; the client hears so at once, with nothing
+ * stored (unless the operator chose to queue such jobs).  *bad: the index
+ * of the first such job, or -1. */
+static int unserved_model(broker *b, const wire_submit *s, int64_t *bad,
+                          llmq_err *err)
+{
+    *bad = -1;
+    if (b->cfg.queue_unknown_models)
+        return 0;
+    for (uint32_t i = 0; i < s->n_jobs && *bad < 0; i++) {
+        const char *model = s->jobs[i].model;
+        bool seen = !model || pool_serves(&b->pool, model);
+        if (!seen && store_model_seen(b->st, model,
+                                      b->wall - b->cfg.model_window_ms, &seen,
+                                      err))
+            return -1;
+        if (!seen)
+            *bad = i;
+    }
+    return 0;
+}
+
+static int refuse_model(broker *b, const net_peer *from, const wire_msg *m,
+                        int64_t i)
+{
+    char field[48];
+    snprintf(field, sizeof field, "jobs[%" PRId64 "].model", i);
+    return broker_refuse(b, b->clients, from, m->req, WIRE_E_BAD_VALUE, field,
+                         "no worker serves model '%s' nor served it in the last"
+                         " %" PRId64 " ms: none of the %u jobs was stored",
+                         m->submit.jobs[i].model, b->cfg.model_window_ms,
+                         m->submit.n_jobs);
+}
+
 /* All or nothing: a savepoint undoes the jobs stored before the limit hit. */
 static int on_submit(broker *b, const net_peer *from, const wire_msg *m,
                      llmq_err *err)
@@ -91,6 +127,11 @@ static int on_submit(broker *b, const net_peer *from, const wire_msg *m,
     if (b->draining)
         return broker_refuse(b, b->clients, from, m->req, WIRE_E_SHUTTING_DOWN,
                              NULL, "the broker is stopping: nothing stored");
+    int64_t bad;
+    if (unserved_model(b, s, &bad, err))
+        return -1;
+    if (bad >= 0)
+        return refuse_model(b, from, m, bad);
     uint64_t *ids = malloc(s->n_jobs * sizeof *ids);
     bool *existing = malloc(s->n_jobs * sizeof *existing);
     bool full = false;

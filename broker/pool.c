@@ -94,6 +94,14 @@ pool_worker *pool_by_id(const pool *p, int64_t id)
     return NULL;
 }
 
+bool pool_serves(const pool *p, const char *model)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->v[i]->model && strcmp(p->v[i]->model, model) == 0)
+            return true;
+    return false;
+}
+
 void pool_remove(pool *p, pool_worker *w)
 {
     for (size_t i = 0; i < p->n; i++) {

@@ -52,6 +52,8 @@ int pool_add(pool *p, const wire_hello *h, const net_peer *peer, int64_t id,
 pool_worker *pool_by_peer(const pool *p, const net_peer *peer);
 pool_worker *pool_by_name(const pool *p, const char *name);
 pool_worker *pool_by_id(const pool *p, int64_t id);
+/* True when a connected session serves model. */
+bool pool_serves(const pool *p, const char *model);
 /* Removes and frees w. */
 void pool_remove(pool *p, pool_worker *w);
 void pool_free(pool *p);

@@ -24,7 +24,7 @@ enum {
     S_JOB_READ, S_JSON_EACH, S_DONE, S_INSERT_RESULT, S_ATTEMPT_END,
     S_WORKER_CREDIT, S_JOB_CURRENT, S_REQUEUE, S_FAIL, S_CANCEL,
     S_RUNNING_ON, S_OUTCOME, S_BRIEF, S_BATCH_BRIEFS, S_WORKER_ADD,
-    S_WORKER_SET,
+    S_WORKER_SET, S_MODEL_SEEN,
     S_COUNT
 };
 
@@ -114,6 +114,8 @@ static const char *const stmt_sql[S_COUNT] = {
         " (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10) RETURNING id",
     [S_WORKER_SET] = "UPDATE workers SET state = ?2, last_seen = ?3"
                      " WHERE id = ?1",
+    [S_MODEL_SEEN] = "SELECT 1 FROM workers WHERE model = ?1"
+                     " AND last_seen >= ?2 LIMIT 1",
 };
 
 typedef struct strbuf {
@@ -1344,4 +1346,15 @@ int store_worker_set(store *st, int64_t worker_id, const char *state,
     bind_text(s, 2, state);
     sqlite3_bind_int64(s, 3, now_ms);
     return stmt_run(st, s, err);
+}
+
+int store_model_seen(store *st, const char *model, int64_t since_ms,
+                     bool *seen, llmq_err *err)
+{
+    sqlite3_stmt *s = stmt_get(st, S_MODEL_SEEN);
+    bind_text(s, 1, model);
+    sqlite3_bind_int64(s, 2, since_ms);
+    int rc = step_row(st, s, seen, err);
+    sqlite3_reset(s);
+    return rc;
 }

@@ -271,6 +271,11 @@ typedef struct store_worker {
  * comes back is a new session, so its old session's results stay stale. */
 int store_worker_add(store *st, const store_worker *w, int64_t now_ms,
                      int64_t *worker_id, llmq_err *err);
+/* *seen: some worker session serving model was last heard from at or
+ * after since_ms (sessions still connected count through the pool, not
+ * here: their last_seen lags). */
+int store_model_seen(store *st, const char *model, int64_t since_ms,
+                     bool *seen, llmq_err *err);
 /* state: "alive", "gone" (left cleanly), "lost" (presumed dead). */
 int store_worker_set(store *st, int64_t worker_id, const char *state,
                      int64_t now_ms, llmq_err *err);

@@ -174,3 +174,8 @@ tests_gpu_gpu_parity_LDADD = worker/libllmq_engine.a $(LLMQ_CUDA_LIBS) $(LLMQ_MO
 endif
 EXTRA_DIST += tests/gpu/run.sh
 # ---- end CUDA backend parity ----
+
+# ---- scale-out: CURVE, remote workers in a network namespace, model routing ----
+TESTS += tests/integration/test-scale.sh
+EXTRA_DIST += tests/integration/test-scale.sh
+# ---- end scale-out ----

@@ -529,7 +529,10 @@ static void test_heartbeats_and_models(void)
 {
     harness h;
     void *c;
-    setup(&h, "tbw-hb", FAST, &c);
+    /* The job for "other-model" must wait in the queue, not be refused. */
+    static const char *const flags[] = {"--heartbeat-ms", "100", "--worker-timeout-ms",
+                                        "800", "--queue-unknown-models", NULL};
+    setup(&h, "tbw-hb", flags, &c);
     void *w = worker_connect(&h, "w-h", "m", 4, NULL);
     int beats = 0;
     int64_t end = h_now_ms() + 1000;
