@@ -519,9 +519,13 @@ static void cpu_kv_write(backend *be, be_kv *kv, int32_t layer, const float *k, 
     }
 }
 
-/* ---- attention: one task per (row, kv head) covering the kv head's group
- * of query heads; q.k as dot_row_f32 of the cached type, softmax sums in
- * double, V summed position by position with fmaf ---- */
+/* ---- attention: one task per block of up to ATTN_ROWS rows and a kv head,
+ * covering the kv head's group of query heads; rows of one sequence in a
+ * block share each cached K and V row they all see.  Per (row, head): q.k
+ * as dot_row_f32 of the cached type, softmax, V summed in position order
+ * with fmaf: nothing depends on the block ---- */
+
+#define ATTN_ROWS 4
 
 typedef struct attn_job {
     const dot_kernels *k;
@@ -535,87 +539,126 @@ typedef struct attn_job {
     size_t scratch_stride;
 } attn_job;
 
-/* Sizes of one thread's scratch: the group's scores and sums. */
+/* One thread's scratch: scores, sums and queries of a block's heads. */
 static size_t attn_scratch_floats(const be_attn_shape *sh, int32_t max_seq_len)
 {
-    const size_t group = (size_t)(sh->n_head / sh->n_head_kv);
-    return group * ((size_t)max_seq_len + (size_t)sh->head_dim);
+    const size_t heads = (size_t)ATTN_ROWS * (size_t)(sh->n_head / sh->n_head_kv);
+    return heads * ((size_t)max_seq_len + 2 * (size_t)sh->head_dim);
 }
 
-/* s[h * stride + p] = scale * (q_h . k_p) for the group's heads over
- * positions [p0, p0 + np), which sit in consecutive cache slots from k. */
-static void attn_scores(const attn_job *j, quant_type t, const uint8_t *k, int32_t np,
-                        const float *q, int32_t group, float scale, float *s, size_t stride)
+/* Cached rows [p0, p1) of one kv head lie in blocks: calls fn for each run
+ * of consecutive slots. */
+typedef void (*attn_span_fn)(const attn_job *j, int32_t p, int32_t np, size_t off, void *arg);
+
+static void attn_spans(const attn_job *j, const int32_t *blocks, int32_t p0, int32_t p1,
+                       attn_span_fn fn, void *arg)
 {
+    const int32_t bs = j->kv->block_size;
+    for (int32_t p = p0; p < p1;) {
+        const int32_t np = p1 - p < bs - p % bs ? p1 - p : bs - p % bs;
+        fn(j, p, np, kv_offset(j->kv, j->layer, (int64_t)blocks[p / bs] * bs + p % bs), arg);
+        p += np;
+    }
+}
+
+typedef struct attn_heads {
+    int32_t hkv, nh; /* kv head; query heads (rows x group) in the block */
+    const float *q;  /* nh x head_dim */
+    float *s;        /* nh x stride scores */
+    size_t stride;
+    float *acc;      /* nh x head_dim sums */
+} attn_heads;
+
+static quant_type kv_quant(const be_kv *kv) { return kv->type == BE_KV_F16 ? QUANT_F16 : QUANT_F32; }
+
+/* s[h][p] = q_h . k_p for the block's heads over one run of slots. */
+static void scores_span(const attn_job *j, int32_t p, int32_t np, size_t off, void *arg)
+{
+    const attn_heads *a = arg;
+    const be_kv *kv = j->kv;
     const int32_t hd = j->sh->head_dim;
-    const size_t row_bytes = (size_t)j->kv->kv_dim * j->kv->elem;
+    const size_t row_bytes = (size_t)kv->kv_dim * kv->elem;
+    const uint8_t *k = kv->k + (off + (size_t)a->hkv * hd) * kv->elem;
+    const quant_type t = kv_quant(kv);
     const dot_f_tile_fn tile_fn = dot_kernels_f_tile(j->k, t);
-    float tile[64 * 4];
     for (int32_t c = 0; c < np; c += 4) {
         const int nw = np - c < 4 ? (int)(np - c) : 4;
-        for (int32_t h0 = 0; h0 < group; h0 += 64) {
-            const int nh = group - h0 < 64 ? (int)(group - h0) : 64;
-            if (tile_fn)
-                tile_fn(k + c * row_bytes, row_bytes, nw, q + h0 * hd, hd, nh, hd, tile, 4, 0);
-            else
-                for (int h = 0; h < nh; h++)
-                    for (int r = 0; r < nw; r++)
-                        tile[h * 4 + r] = dot_row_f32(t, k + (c + r) * row_bytes, q + (h0 + h) * hd, hd);
-            for (int h = 0; h < nh; h++)
+        if (tile_fn)
+            tile_fn(k + c * row_bytes, row_bytes, nw, a->q, hd, a->nh, hd, a->s + p + c,
+                    (int64_t)a->stride, 0);
+        else
+            for (int32_t h = 0; h < a->nh; h++)
                 for (int r = 0; r < nw; r++)
-                    s[(h0 + h) * stride + c + r] = tile[h * 4 + r] * scale;
-        }
+                    a->s[h * a->stride + p + c + r] =
+                        dot_row_f32(t, k + (c + r) * row_bytes, a->q + h * hd, hd);
     }
+}
+
+/* acc[h] += sum over the run of s[h][p] * v_p. */
+static void values_span(const attn_job *j, int32_t p, int32_t np, size_t off, void *arg)
+{
+    const attn_heads *a = arg;
+    const be_kv *kv = j->kv;
+    const int32_t hd = j->sh->head_dim;
+    j->k->wsum(a->nh, a->s + p, a->stride, kv->v + (off + (size_t)a->hkv * hd) * kv->elem,
+               (size_t)kv->kv_dim * kv->elem, np, kv_quant(kv), hd, a->acc);
+}
+
+/* Rows r0 .. r0 + nr - 1, all of one sequence (so in position order). */
+static void attn_rows(const attn_job *j, int64_t r0, int32_t nr, int32_t hkv, float *scratch)
+{
+    const be_attn_shape *sh = j->sh;
+    const int32_t group = sh->n_head / sh->n_head_kv, hd = sh->head_dim;
+    const size_t stride = (size_t)j->b->max_seq_len;
+    const int32_t *pos = j->b->row_pos_dev + r0;
+    const int32_t *blocks = j->b->block_table_dev + (size_t)j->b->row_seq_dev[r0] * j->b->max_blocks;
+    attn_heads a = {.hkv = hkv, .nh = nr * group, .s = scratch, .stride = stride};
+    a.acc = a.s + (size_t)a.nh * stride;
+    float *q = a.acc + (size_t)a.nh * hd;
+    a.q = q;
+    for (int32_t i = 0; i < nr; i++)
+        memcpy(q + (size_t)i * group * hd, j->q + ((r0 + i) * sh->n_head + (int64_t)hkv * group) * hd,
+               (size_t)group * hd * sizeof *q);
+    attn_spans(j, blocks, 0, pos[nr - 1] + 1, scores_span, &a);
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int32_t h = 0; h < a.nh; h++)
+        j->k->softmax(a.s + h * stride, pos[h / group] + 1, scale);
+    memset(a.acc, 0, (size_t)a.nh * hd * sizeof *a.acc);
+    /* positions every row sees, for all heads at once; then each row's own */
+    attn_spans(j, blocks, 0, pos[0] + 1, values_span, &a);
+    for (int32_t i = 1; i < nr; i++) {
+        attn_heads row = a;
+        row.nh = group;
+        row.s = a.s + (size_t)i * group * stride;
+        row.acc = a.acc + (size_t)i * group * hd;
+        attn_spans(j, blocks, pos[0] + 1, pos[i] + 1, values_span, &row);
+    }
+    for (int32_t i = 0; i < nr; i++)
+        memcpy(j->out + ((r0 + i) * sh->n_head + (int64_t)hkv * group) * hd,
+               a.acc + (size_t)i * group * hd, (size_t)group * hd * sizeof *a.acc);
 }
 
 static void attn_task(void *ctx, int64_t task, int thread)
 {
     const attn_job *j = ctx;
-    const be_attn_shape *sh = j->sh;
-    const be_kv *kv = j->kv;
-    const int64_t r = task / sh->n_head_kv;
-    const int32_t hkv = (int32_t)(task % sh->n_head_kv);
-    const int32_t group = sh->n_head / sh->n_head_kv;
-    const int32_t hd = sh->head_dim;
-    const int32_t n = j->b->row_pos_dev[r] + 1;
-    const int32_t *blocks = j->b->block_table_dev + (size_t)j->b->row_seq_dev[r] * j->b->max_blocks;
-    const float *q = j->q + (r * sh->n_head + (int64_t)hkv * group) * hd;
-    const size_t stride = (size_t)j->b->max_seq_len;
-    float *scores = j->scratch + (size_t)thread * j->scratch_stride;
-    float *acc = scores + group * stride;
-    const quant_type t = kv->type == BE_KV_F16 ? QUANT_F16 : QUANT_F32;
-    const size_t head_off = (size_t)hkv * hd * kv->elem;
-
-    for (int32_t p = 0; p < n;) {
-        const int32_t in_block = kv->block_size - p % kv->block_size;
-        const int32_t np = n - p < in_block ? n - p : in_block;
-        const size_t off = kv_offset(kv, j->layer, (int64_t)blocks[p / kv->block_size] * kv->block_size +
-                                                       p % kv->block_size);
-        attn_scores(j, t, kv->k + off * kv->elem + head_off, np, q, group,
-                    1.0f / sqrtf((float)hd), scores + p, stride);
-        p += np;
+    const int64_t r1 = (task / j->sh->n_head_kv + 1) * ATTN_ROWS;
+    const int64_t end = r1 < j->b->n_rows ? r1 : j->b->n_rows;
+    const int32_t hkv = (int32_t)(task % j->sh->n_head_kv);
+    float *scratch = j->scratch + (size_t)thread * j->scratch_stride;
+    for (int64_t r = r1 - ATTN_ROWS; r < end;) {
+        int32_t nr = 1;
+        while (r + nr < end && j->b->row_seq_dev[r + nr] == j->b->row_seq_dev[r])
+            nr++;
+        attn_rows(j, r, nr, hkv, scratch);
+        r += nr;
     }
-    for (int32_t h = 0; h < group; h++)
-        j->k->softmax(scores + h * stride, n);
-    memset(acc, 0, (size_t)group * hd * sizeof *acc);
-    for (int32_t p = 0; p < n;) {
-        const int32_t in_block = kv->block_size - p % kv->block_size;
-        const int32_t np = n - p < in_block ? n - p : in_block;
-        const size_t off = kv_offset(kv, j->layer, (int64_t)blocks[p / kv->block_size] * kv->block_size +
-                                                       p % kv->block_size);
-        j->k->wsum(group, scores + p, stride, kv->v + off * kv->elem + head_off,
-                   (size_t)kv->kv_dim * kv->elem, np, t, hd, acc);
-        p += np;
-    }
-    memcpy(j->out + (r * sh->n_head + (int64_t)hkv * group) * hd, acc,
-           (size_t)group * hd * sizeof *acc);
 }
 
 static void cpu_attention(backend *be, const be_kv *kv, int32_t layer, const float *q,
                           const be_attn_batch *b, const be_attn_shape *sh, be_act *out)
 {
     cpu_backend *cb = (cpu_backend *)be;
-    const int64_t tasks = (int64_t)b->n_rows * sh->n_head_kv;
+    const int64_t tasks = (b->n_rows + ATTN_ROWS - 1) / ATTN_ROWS * sh->n_head_kv;
     const size_t stride = attn_scratch_floats(sh, b->max_seq_len);
     const size_t need = stride * (size_t)pool_threads(cb->pool);
     if (need > cb->scratch_floats) {

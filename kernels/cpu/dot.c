@@ -368,11 +368,13 @@ static double tree8(const double *l)
 }
 
 DOT_CLONES
-void dot_softmax(float *s, int64_t n)
+void dot_softmax(float *s, int64_t n, float scale)
 {
     float mx = -INFINITY;
-    for (int64_t p = 0; p < n; p++)
+    for (int64_t p = 0; p < n; p++) {
+        s[p] *= scale;
         mx = s[p] > mx ? s[p] : mx;
+    }
     double lane[8] = {0};
     for (int64_t p = 0; p < n; p++) {
         s[p] = dot_expf(s[p] - mx);

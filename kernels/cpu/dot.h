@@ -95,9 +95,9 @@ extern const uint64_t dot_exp_tab[32];
 #define DOT_EXP_TINY -0x1.9d1d9ep6f  /* below (down to UNDER): 2^-149 */
 /* o[i] = g[i] / (1 + dot_expf(-g[i])) * u[i] (silu(g) * u). */
 void dot_silu_mul(const float *g, const float *u, float *o, int64_t n);
-/* s = exp(s - max s) / sum, in place; the sum in double over 8 lanes
- * (element i into lane i % 8) and then a fixed tree. */
-void dot_softmax(float *s, int64_t n);
+/* s = s * scale, then s = exp(s - max s) / sum, in place; the sum in
+ * double over 8 lanes (element i into lane i % 8) and then a fixed tree. */
+void dot_softmax(float *s, int64_t n, float scale);
 /* Sum of the squares (float) of x, in double over 8 lanes and a fixed tree. */
 double dot_sumsq(const float *x, int64_t n);
 
@@ -162,7 +162,7 @@ typedef struct dot_kernels {
     void (*quantize_q8_K)(const float *x, int64_t n, int8_t *q, float *d, int16_t *s16,
                           int16_t *s32);
     void (*silu_mul)(const float *g, const float *u, float *o, int64_t n);
-    void (*softmax)(float *s, int64_t n);
+    void (*softmax)(float *s, int64_t n, float scale);
     double (*sumsq)(const float *x, int64_t n);
 } dot_kernels;
 

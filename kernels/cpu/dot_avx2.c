@@ -473,19 +473,24 @@ INL double tree8(__m256d l0, __m256d l1, const float *tail, int64_t n_tail, cons
     return t[0] + t[1];
 }
 
-TGT static void softmax(float *s, int64_t n)
+TGT static void softmax(float *s, int64_t n, float scale)
 {
     float mx = -__builtin_inff();
     int64_t p = 0;
     __m256 mv = _mm256_set1_ps(mx);
-    for (; p + 8 <= n; p += 8)
-        mv = _mm256_max_ps(_mm256_loadu_ps(s + p), mv);
+    for (; p + 8 <= n; p += 8) {
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + p), _mm256_set1_ps(scale));
+        _mm256_storeu_ps(s + p, v);
+        mv = _mm256_max_ps(v, mv);
+    }
     float m8[8];
     _mm256_storeu_ps(m8, mv);
     for (int i = 0; i < 8; i++)
         mx = m8[i] > mx ? m8[i] : mx;
-    for (; p < n; p++)
+    for (; p < n; p++) {
+        s[p] *= scale;
         mx = s[p] > mx ? s[p] : mx;
+    }
     __m256d l0 = _mm256_setzero_pd(), l1 = _mm256_setzero_pd();
     const __m256 mxv = _mm256_set1_ps(mx);
     for (p = 0; p + 8 <= n; p += 8) {

@@ -226,6 +226,32 @@ INL float tree16(__m512 v)
     return _mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2)));
 }
 
+/* tree16 of 16 vectors at once, each level adding the same lanes as
+ * tree16 but for several pairs per instruction: lane 4c + r of the result
+ * is tree16(acc[c][r]). */
+INL __m512 tree16x16(__m512 acc[4][4])
+{
+    __m512 u[8], w[4], x[2];
+    /* lanes i and i+8: pairs 2m, 2m+1 into the low and high halves of u[m] */
+#pragma GCC unroll 8
+    for (int m = 0; m < 8; m++) {
+        const __m512 a = acc[(2 * m) % 4][(2 * m) / 4], b = acc[(2 * m + 1) % 4][(2 * m + 1) / 4];
+        u[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    }
+    /* i and i+4: 128-bit block k of w[n] holds pair 4n + k */
+#pragma GCC unroll 4
+    for (int n = 0; n < 4; n++)
+        w[n] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * n], u[2 * n + 1], 0x88),
+                             _mm512_shuffle_f32x4(u[2 * n], u[2 * n + 1], 0xDD));
+    /* i and i+2 */
+#pragma GCC unroll 2
+    for (int m = 0; m < 2; m++)
+        x[m] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * m], w[2 * m + 1], 0x44),
+                             _mm512_shuffle_ps(w[2 * m], w[2 * m + 1], 0xEE));
+    /* i and i+1: lane 4k + j holds pair 4j + k */
+    return _mm512_add_ps(_mm512_shuffle_ps(x[0], x[1], 0x88), _mm512_shuffle_ps(x[0], x[1], 0xDD));
+}
+
 INL __m512 load_w(const void *row, int64_t i, const int half, __mmask16 k)
 {
     if (half)
@@ -270,6 +296,17 @@ INL void f_rows(const uint8_t *w, size_t row_bytes, const int nw, const float *x
             for (int r = 0; r < nw; r++)
                 acc[c][r] = _mm512_mask3_fmadd_ps(wv[r], xv, acc[c][r], k);
         }
+    }
+    if (nw == 4 && nx == 4) {
+        const __m512 t = tree16x16(acc);
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m128 v = _mm512_extractf32x4_ps(t, c);
+            if (accumulate)
+                v = _mm_add_ps(_mm_loadu_ps(out + c * ostride), v);
+            _mm_storeu_ps(out + c * ostride, v);
+        }
+        return;
     }
 #pragma GCC unroll 4
     for (int c = 0; c < nx; c++)
@@ -446,11 +483,15 @@ INL __m512d add_lanes(__m512d acc, __m512 v)
     return _mm512_add_pd(acc, _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)));
 }
 
-TGT static void softmax(float *s, int64_t n)
+TGT static void softmax(float *s, int64_t n, float scale)
 {
     __m512 mv = _mm512_set1_ps(-__builtin_inff());
-    for (int64_t p = 0; p < n; p += 16)
-        mv = _mm512_mask_max_ps(mv, tail_mask(n - p), _mm512_maskz_loadu_ps(tail_mask(n - p), s + p), mv);
+    for (int64_t p = 0; p < n; p += 16) {
+        const __mmask16 k = tail_mask(n - p);
+        const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + p), _mm512_set1_ps(scale));
+        _mm512_mask_storeu_ps(s + p, k, v);
+        mv = _mm512_mask_max_ps(mv, k, v, mv);
+    }
     const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
     const exp_tab e = exp_tab_load();
     __m512d lanes = _mm512_setzero_pd();
