@@ -210,12 +210,19 @@ typedef struct parts {
     int32_t gpu_index;
 } parts;
 
+/* --gpu N, or by default the first GPU when there is one, else the CPU
+ * engine (the same rule as llmq-run): a CUDA build still serves on a machine
+ * without a GPU, and says so. */
 static int open_backend(const options *o, parts *p, llmq_err *err)
 {
 #ifdef LLMQ_HAVE_CUDA
     if (!o->cpu) {
         p->gpu_index = o->gpu < 0 ? 0 : o->gpu;
-        return backend_cuda_create(&p->be, p->gpu_index, err);
+        if (backend_cuda_create(&p->be, p->gpu_index, err) == 0)
+            return 0;
+        if (o->gpu >= 0)
+            return -1;
+        fprintf(stderr, "llmq-worker: %s; running the CPU engine\n", err->msg);
     }
 #else
     if (o->gpu >= 0)

@@ -168,7 +168,7 @@ static void id_list(char *out, size_t cap, const uint64_t *ids, size_t n)
 
 static void test_broker_killed(harness *h, fleet_worker *w)
 {
-    enum { ROUNDS = 24, PER = 8, MAX = 96 };
+    enum { ROUNDS = 24, PER = 8, MAX = 160 };
     llmq_client *c = fleet_client(h, 1000);
     char **prompts = fleet_prompts(PER);
     llmq_job *jobs = make_jobs(prompts, PER, MAX, true);
@@ -176,16 +176,21 @@ static void test_broker_killed(harness *h, fleet_worker *w)
     size_t n_acked = 0, before = 0;
     int refused = 0;
     for (int r = 0; r < ROUNDS; r++) {
-        if (r == ROUNDS / 2) {
-            before = n_acked;
-            h_kill9(h);
-            h_start(h, BROKER_FLAGS);
-        }
         llmq_error err;
         if (llmq_submit(c, "e2e-kill-broker", NULL, jobs, PER, acked + n_acked, NULL, &err) == 0)
             n_acked += PER;
         else
             refused++;
+        if (r == ROUNDS / 2) {
+            /* Kill while jobs of this round run (a fast machine may have
+             * finished the earlier rounds already). */
+            for (int t = 0; t < 500 && fleet_sqlf(h, "SELECT count(*) FROM jobs WHERE"
+                                                     " state = 'running'") <= 0; t++)
+                h_sleep_ms(10);
+            before = n_acked;
+            h_kill9(h);
+            h_start(h, BROKER_FLAGS);
+        }
         h_sleep_ms(50);
     }
     CHECK(before > 0 && n_acked > before,
