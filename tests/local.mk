@@ -164,6 +164,10 @@ check_PROGRAMS += tests/unit/test-dot
 TESTS += tests/unit/test-dot
 tests_unit_test_dot_SOURCES = tests/unit/test-dot.c tests/unit/check.h
 tests_unit_test_dot_LDADD = kernels/libllmq_kernels.a common/libllmq_common.a -lm
+check_PROGRAMS += tests/unit/test-cpu-kernels
+TESTS += tests/unit/test-cpu-kernels
+tests_unit_test_cpu_kernels_SOURCES = tests/unit/test-cpu-kernels.c tests/unit/check.h
+tests_unit_test_cpu_kernels_LDADD = $(LLMQ_MODEL_LIBS)
 # ---- end CPU dot kernels ----
 
 # ---- CUDA backend parity (tests/gpu; needs a GPU, so not in TESTS: tests/gpu/run.sh) ----

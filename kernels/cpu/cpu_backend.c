@@ -1,7 +1,11 @@
 /* The CPU backend: the numerical oracle for every other backend, and the
  * engine on machines without a GPU.  Ops run synchronously on the caller's
  * thread plus a persistent pool; each op splits its work into fixed tasks
- * (rows, heads, tiles) whose results do not depend on the split. */
+ * (rows, heads, tiles) whose results do not depend on the split.
+ *
+ * The inner loops come from the fastest dot kernel set the CPU runs; the
+ * environment variable LLMQ_CPU_KERNELS (generic, avx2, avx512) picks one
+ * instead, to compare them: every set gives the same bits. */
 #include "kernels/backend.h"
 
 #include <math.h>
@@ -745,6 +749,11 @@ static const backend_ops cpu_ops = {
 int backend_cpu_create(backend **out, int n_threads, llmq_err *err)
 {
     *out = NULL;
+    const char *name = getenv("LLMQ_CPU_KERNELS");
+    const dot_kernels *k = name && *name ? dot_kernels_by_name(name) : dot_kernels_best();
+    if (!k)
+        return llmq_errf(err, "LLMQ_CPU_KERNELS=%s: not a kernel set this CPU runs "
+                              "(generic, avx2, avx512)", name);
     cpu_backend *cb = calloc(1, sizeof *cb);
     if (!cb)
         return llmq_errf(err, "cpu backend: out of memory");
@@ -752,7 +761,7 @@ int backend_cpu_create(backend **out, int n_threads, llmq_err *err)
         free(cb);
         return -1;
     }
-    cb->k = dot_kernels_best();
+    cb->k = k;
     cb->base = (backend){.ops = &cpu_ops, .name = "cpu", .impl = cb};
     *out = &cb->base;
     return 0;
