@@ -298,14 +298,11 @@ INL void f_rows(const uint8_t *w, size_t row_bytes, const int nw, const float *x
         }
     }
     if (nw == 4 && nx == 4) {
-        const __m512 t = tree16x16(acc);
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            __m128 v = _mm512_extractf32x4_ps(t, c);
-            if (accumulate)
-                v = _mm_add_ps(_mm_loadu_ps(out + c * ostride), v);
-            _mm_storeu_ps(out + c * ostride, v);
-        }
+        float t[16];
+        _mm512_storeu_ps(t, tree16x16(acc));
+        for (int c = 0; c < 4; c++)
+            for (int r = 0; r < 4; r++)
+                out[c * ostride + r] = accumulate ? out[c * ostride + r] + t[4 * c + r] : t[4 * c + r];
         return;
     }
 #pragma GCC unroll 4
