@@ -10,6 +10,12 @@
  * build stays portable and dot_kernels_best picks it at run time. */
 #include "kernels/cpu/dot.h"
 
+/* The numerics name every fused multiply-add (fmaf, _fmadd_); clang would
+ * otherwise fuse a * b + c by itself (GCC does not in ISO C mode). */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 #if defined(__x86_64__) && defined(__GNUC__)
 
 #include <immintrin.h>
