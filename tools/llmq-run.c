@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cli.h"
 #include "common/err.h"
 #include "common/file.h"
 #include "kernels/backend.h"
@@ -125,29 +126,18 @@ static int set_mode(run_opts *o, run_mode m, const char *name)
 
 static int parse_int(const char *opt, const char *arg, long lo, long hi, int32_t *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(arg, &end, 10);
-    if (errno || end == arg || *end || v < lo || v > hi) {
-        fprintf(stderr, "llmq-run: %s: '%s' is not a whole number in [%ld, %ld]\n", opt, arg, lo,
-                hi);
-        return EXIT_USAGE;
-    }
+    int64_t v;
+    llmq_err err;
+    if (cli_int(opt, arg, lo, hi, &v, &err) != 0)
+        return usage_error("%s", err.msg);
     *out = (int32_t)v;
     return 0;
 }
 
 static int parse_float(const char *opt, const char *arg, float *out)
 {
-    char *end;
-    errno = 0;
-    float v = strtof(arg, &end);
-    if (errno || end == arg || *end || !isfinite(v)) {
-        fprintf(stderr, "llmq-run: %s: '%s' is not a number\n", opt, arg);
-        return EXIT_USAGE;
-    }
-    *out = v;
-    return 0;
+    llmq_err err;
+    return cli_float(opt, arg, out, &err) != 0 ? usage_error("%s", err.msg) : 0;
 }
 
 static void default_opts(run_opts *o)
