@@ -159,8 +159,11 @@ void pool_free(pool *p)
 
 int pool_threads(const pool *p) { return p->n_threads; }
 
-/* Below this many nanoseconds of work a job runs on the caller alone. */
-#define POOL_MIN_WORK 8000
+/* Below this many nanoseconds of work a job runs on the caller alone: on
+ * the 2-vCPU machine the second thread only pays off for parallel loops of
+ * tens of microseconds (handing out and collecting takes ~1 us, and the two
+ * vCPUs share much of one core's vector throughput). */
+#define POOL_MIN_WORK 16000
 
 void pool_run(pool *p, pool_fn fn, void *ctx, int64_t n_tasks, int64_t work)
 {
