@@ -55,6 +55,31 @@ INL __m256 lane_fold(__m256 acc, __m256 d, __m256 yd, __m256i isum)
 
 INL __m256i load8(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
+INL void zero_ps(__m256 *v, const int n)
+{
+#pragma GCC unroll 8
+    for (int i = 0; i < n; i++)
+        v[i] = _mm256_setzero_ps();
+}
+
+INL void zero_si(__m256i *v, const int n)
+{
+#pragma GCC unroll 8
+    for (int i = 0; i < n; i++)
+        v[i] = _mm256_setzero_si256();
+}
+
+/* Rows 8h .. 8h+7 of result row x to out + x * ostride (or added to it). */
+INL void store_half(float *out, int64_t ostride, const int h, const __m256 *acc, const int nx,
+                    int accumulate)
+{
+#pragma GCC unroll 8
+    for (int x = 0; x < nx; x++) {
+        float *o = out + x * ostride + 8 * h;
+        _mm256_storeu_ps(o, accumulate ? _mm256_add_ps(_mm256_loadu_ps(o), acc[x]) : acc[x]);
+    }
+}
+
 /* ---- q4_K (rows 8h .. 8h+7 of the group) ---- */
 
 INL void q4_K_half(const dot_pack_q4_K *w, const dot_q8_act *a, int64_t x0, const int nx,
@@ -66,20 +91,14 @@ INL void q4_K_half(const dot_pack_q4_K *w, const dot_q8_act *a, int64_t x0, cons
     const float *xd = a->d + x0 * nsb;
     const int16_t *xs = a->s32 + x0 * (a->cols / 32);
     __m256 acc[NX_Q];
-#pragma GCC unroll 8
-    for (int x = 0; x < nx; x++)
-        acc[x] = _mm256_setzero_ps();
+    zero_ps(acc, nx);
     for (int64_t i = 0; i < nsb; i++) {
         const dot_pack_q4_K *p = w + i;
         __m256i isum[NX_Q];
-#pragma GCC unroll 8
-        for (int x = 0; x < nx; x++)
-            isum[x] = _mm256_setzero_si256();
+        zero_si(isum, nx);
         for (int j = 0; j < 8; j++) {
             __m256i s[NX_Q];
-#pragma GCC unroll 8
-            for (int x = 0; x < nx; x++)
-                s[x] = _mm256_setzero_si256();
+            zero_si(s, nx);
 #pragma GCC unroll 4
             for (int l = 0; l < 4; l++) {
                 const __m256i v = load8(p->qs[j][l] + 32 * h);
@@ -112,11 +131,7 @@ INL void q4_K_half(const dot_pack_q4_K *w, const dot_q8_act *a, int64_t x0, cons
                                    _mm256_mul_ps(_mm256_mul_ps(dmin, yd), _mm256_cvtepi32_ps(msum)));
         }
     }
-#pragma GCC unroll 8
-    for (int x = 0; x < nx; x++) {
-        float *o = out + x * ostride + 8 * h;
-        _mm256_storeu_ps(o, accumulate ? _mm256_add_ps(_mm256_loadu_ps(o), acc[x]) : acc[x]);
-    }
+    store_half(out, ostride, h, acc, nx, accumulate);
 }
 
 /* ---- q6_K ---- */
@@ -129,20 +144,14 @@ INL void q6_K_half(const dot_pack_q6_K *w, const dot_q8_act *a, int64_t x0, cons
     const float *xd = a->d + x0 * nsb;
     const int16_t *xs = a->s16 + x0 * (a->cols / 16);
     __m256 acc[NX_Q];
-#pragma GCC unroll 8
-    for (int x = 0; x < nx; x++)
-        acc[x] = _mm256_setzero_ps();
+    zero_ps(acc, nx);
     for (int64_t i = 0; i < nsb; i++) {
         const dot_pack_q6_K *p = w + i;
         __m256i isum[NX_Q];
-#pragma GCC unroll 8
-        for (int x = 0; x < nx; x++)
-            isum[x] = _mm256_setzero_si256();
+        zero_si(isum, nx);
         for (int g = 0; g < 16; g++) {
             __m256i s[NX_Q];
-#pragma GCC unroll 8
-            for (int x = 0; x < nx; x++)
-                s[x] = _mm256_setzero_si256();
+            zero_si(s, nx);
 #pragma GCC unroll 2
             for (int c = 0; c < 4; c += 2) {
                 const __m256i v0 = load8(p->q[4 * g + c] + 32 * h);
@@ -172,11 +181,7 @@ INL void q6_K_half(const dot_pack_q6_K *w, const dot_q8_act *a, int64_t x0, cons
             acc[x] = lane_fold(acc[x], d, _mm256_set1_ps(xd[x * nsb + i]), isum[x]);
         }
     }
-#pragma GCC unroll 8
-    for (int x = 0; x < nx; x++) {
-        float *o = out + x * ostride + 8 * h;
-        _mm256_storeu_ps(o, accumulate ? _mm256_add_ps(_mm256_loadu_ps(o), acc[x]) : acc[x]);
-    }
+    store_half(out, ostride, h, acc, nx, accumulate);
 }
 
 /* ---- q8_0: |w| x sign(x, w), so the unsigned operand is at most 128 ---- */
@@ -189,15 +194,11 @@ INL void q8_0_half(const dot_pack_q8_0 *w, const dot_q8_act *a, int64_t x0, cons
     const int8_t *xq = a->q + x0 * a->cols;
     const float *xd = a->d + x0 * nb;
     __m256 acc[NX_Q];
-#pragma GCC unroll 8
-    for (int x = 0; x < nx; x++)
-        acc[x] = _mm256_setzero_ps();
+    zero_ps(acc, nx);
     for (int64_t b = 0; b < nb; b++) {
         const dot_pack_q8_0 *p = w + b;
         __m256i s[NX_Q];
-#pragma GCC unroll 8
-        for (int x = 0; x < nx; x++)
-            s[x] = _mm256_setzero_si256();
+        zero_si(s, nx);
 #pragma GCC unroll 8
         for (int c = 0; c < 8; c++) {
             const __m256i ws = _mm256_xor_si256(load8(p->q[c] + 32 * h), bias);
@@ -213,11 +214,7 @@ INL void q8_0_half(const dot_pack_q8_0 *w, const dot_q8_act *a, int64_t x0, cons
             acc[x] = _mm256_add_ps(acc[x], _mm256_mul_ps(_mm256_cvtepi32_ps(s[x]), t));
         }
     }
-#pragma GCC unroll 8
-    for (int x = 0; x < nx; x++) {
-        float *o = out + x * ostride + 8 * h;
-        _mm256_storeu_ps(o, accumulate ? _mm256_add_ps(_mm256_loadu_ps(o), acc[x]) : acc[x]);
-    }
+    store_half(out, ostride, h, acc, nx, accumulate);
 }
 
 #define Q8_TILE(name, half, pack_t)                                                        \

@@ -39,6 +39,29 @@ INL __m512 lane_fold(__m512 acc, __m512 d, __m512 yd, __m512i isum)
     return _mm512_add_ps(acc, _mm512_mul_ps(_mm512_mul_ps(d, yd), _mm512_cvtepi32_ps(isum)));
 }
 
+INL void zero_ps(__m512 *v, const int n)
+{
+#pragma GCC unroll 8
+    for (int i = 0; i < n; i++)
+        v[i] = _mm512_setzero_ps();
+}
+
+INL void zero_si(__m512i *v, const int n)
+{
+#pragma GCC unroll 8
+    for (int i = 0; i < n; i++)
+        v[i] = _mm512_setzero_si512();
+}
+
+/* Row x of the results to out + x * ostride (or added to what is there). */
+INL void store_rows(float *out, int64_t ostride, const __m512 *acc, const int nx, int accumulate)
+{
+#pragma GCC unroll 8
+    for (int x = 0; x < nx; x++)
+        _mm512_storeu_ps(out + x * ostride,
+                         accumulate ? _mm512_add_ps(_mm512_loadu_ps(out + x * ostride), acc[x]) : acc[x]);
+}
+
 /* ---- q4_K: per sub-block j, sum 32 nibble x q8 products per row, times the
  * row's scale; the mins meet the sums of 32 activations (vpdpwssd) ---- */
 
@@ -51,20 +74,14 @@ INL void q4_K_rows(const dot_pack_q4_K *w, const dot_q8_act *a, int64_t x0, cons
     const float *xd = a->d + x0 * nsb;
     const int16_t *xs = a->s32 + x0 * (a->cols / 32);
     __m512 acc[NX_Q];
-#pragma GCC unroll 8
-    for (int x = 0; x < nx; x++)
-        acc[x] = _mm512_setzero_ps();
+    zero_ps(acc, nx);
     for (int64_t i = 0; i < nsb; i++) {
         const dot_pack_q4_K *p = w + i;
         __m512i isum[NX_Q];
-#pragma GCC unroll 8
-        for (int x = 0; x < nx; x++)
-            isum[x] = _mm512_setzero_si512();
+        zero_si(isum, nx);
         for (int j = 0; j < 8; j++) {
             __m512i s[NX_Q];
-#pragma GCC unroll 8
-            for (int x = 0; x < nx; x++)
-                s[x] = _mm512_setzero_si512();
+            zero_si(s, nx);
 #pragma GCC unroll 4
             for (int l = 0; l < 4; l++) {
                 const __m512i v = _mm512_loadu_si512(p->qs[j][l]);
@@ -100,10 +117,7 @@ INL void q4_K_rows(const dot_pack_q4_K *w, const dot_q8_act *a, int64_t x0, cons
                                    _mm512_mul_ps(_mm512_mul_ps(dmin, yd), _mm512_cvtepi32_ps(msum)));
         }
     }
-#pragma GCC unroll 8
-    for (int x = 0; x < nx; x++)
-        _mm512_storeu_ps(out + x * ostride,
-                         accumulate ? _mm512_add_ps(_mm512_loadu_ps(out + x * ostride), acc[x]) : acc[x]);
+    store_rows(out, ostride, acc, nx, accumulate);
 }
 
 /* ---- q6_K: values stored +32; the -32 is folded as 32 * sum(scale * bsum16) ---- */
@@ -116,20 +130,14 @@ INL void q6_K_rows(const dot_pack_q6_K *w, const dot_q8_act *a, int64_t x0, cons
     const float *xd = a->d + x0 * nsb;
     const int16_t *xs = a->s16 + x0 * (a->cols / 16);
     __m512 acc[NX_Q];
-#pragma GCC unroll 8
-    for (int x = 0; x < nx; x++)
-        acc[x] = _mm512_setzero_ps();
+    zero_ps(acc, nx);
     for (int64_t i = 0; i < nsb; i++) {
         const dot_pack_q6_K *p = w + i;
         __m512i isum[NX_Q];
-#pragma GCC unroll 8
-        for (int x = 0; x < nx; x++)
-            isum[x] = _mm512_setzero_si512();
+        zero_si(isum, nx);
         for (int g = 0; g < 16; g++) {
             __m512i s[NX_Q];
-#pragma GCC unroll 8
-            for (int x = 0; x < nx; x++)
-                s[x] = _mm512_setzero_si512();
+            zero_si(s, nx);
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
                 const __m512i v = _mm512_loadu_si512(p->q[4 * g + c]);
@@ -156,10 +164,7 @@ INL void q6_K_rows(const dot_pack_q6_K *w, const dot_q8_act *a, int64_t x0, cons
             acc[x] = lane_fold(acc[x], d, _mm512_set1_ps(xd[x * nsb + i]), isum[x]);
         }
     }
-#pragma GCC unroll 8
-    for (int x = 0; x < nx; x++)
-        _mm512_storeu_ps(out + x * ostride,
-                         accumulate ? _mm512_add_ps(_mm512_loadu_ps(out + x * ostride), acc[x]) : acc[x]);
+    store_rows(out, ostride, acc, nx, accumulate);
 }
 
 /* ---- q8_0: weights stored +128; the +128 comes back out as 128 * bsum32 ---- */
@@ -172,15 +177,11 @@ INL void q8_0_rows(const dot_pack_q8_0 *w, const dot_q8_act *a, int64_t x0, cons
     const float *xd = a->d + x0 * nb;
     const int16_t *xs = a->s32 + x0 * nb;
     __m512 acc[NX_Q];
-#pragma GCC unroll 8
-    for (int x = 0; x < nx; x++)
-        acc[x] = _mm512_setzero_ps();
+    zero_ps(acc, nx);
     for (int64_t b = 0; b < nb; b++) {
         const dot_pack_q8_0 *p = w + b;
         __m512i s[NX_Q];
-#pragma GCC unroll 8
-        for (int x = 0; x < nx; x++)
-            s[x] = _mm512_setzero_si512();
+        zero_si(s, nx);
 #pragma GCC unroll 8
         for (int c = 0; c < 8; c++) {
             const __m512i v = _mm512_loadu_si512(p->q[c]);
@@ -196,10 +197,7 @@ INL void q8_0_rows(const dot_pack_q8_0 *w, const dot_q8_act *a, int64_t x0, cons
             acc[x] = _mm512_add_ps(acc[x], _mm512_mul_ps(_mm512_cvtepi32_ps(si), t));
         }
     }
-#pragma GCC unroll 8
-    for (int x = 0; x < nx; x++)
-        _mm512_storeu_ps(out + x * ostride,
-                         accumulate ? _mm512_add_ps(_mm512_loadu_ps(out + x * ostride), acc[x]) : acc[x]);
+    store_rows(out, ostride, acc, nx, accumulate);
 }
 
 #define Q8_TILE(name, rows, pack_t)                                                        \
