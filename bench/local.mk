@@ -22,3 +22,7 @@ bench_bench_cuda_ops_LDADD = $(LLMQ_CUDA_LIBS) $(LLMQ_MODEL_LIBS)
 endif
 EXTRA_DIST += bench/cuda.sh
 # ---- end CUDA ops ----
+
+# ---- fleet and multi-GPU scaling (bench/bench-fleet.sh, bench/scale-gpus.sh) ----
+EXTRA_DIST += bench/bench-fleet.sh bench/scale-gpus.sh
+# ---- end fleet and multi-GPU scaling ----
