@@ -10,6 +10,6 @@ dist_man_MANS = \
 	man/llmq-mkmodel.1 \
 	man/llmq-keygen.1
 
-# The documents the man pages refer to (docs/ is distributed whole by EXTRA_DIST).
+# The documents the man pages refer to (distributed by EXTRA_DIST in Makefile.am).
 doc_DATA = docs/ARCHITECTURE.md docs/PROTOCOL.md docs/SCHEMA.md docs/OPERATIONS.md \
 	docs/CLIENTS.md
