@@ -183,3 +183,11 @@ EXTRA_DIST += tests/gpu/run.sh
 TESTS += tests/integration/test-scale.sh
 EXTRA_DIST += tests/integration/test-scale.sh
 # ---- end scale-out ----
+
+# ---- llmq-worker --gpus: the supervisor (worker/supervisor.c) and its flags ----
+check_PROGRAMS += tests/unit/test-supervisor
+TESTS += tests/unit/test-supervisor tests/unit/test-worker-gpus.sh
+tests_unit_test_supervisor_SOURCES = tests/unit/test-supervisor.c tests/unit/check.h
+tests_unit_test_supervisor_LDADD = $(LLMQ_WORKER_LIBS)
+EXTRA_DIST += tests/unit/test-worker-gpus.sh
+# ---- end llmq-worker --gpus ----

@@ -94,7 +94,10 @@ int identity_make(identity *id, const identity_opts *o, const gguf_file *f, llmq
                  : o->worker ? clean(o->worker)
                              : default_worker(id->host, o->gpu_index);
     id->gpu_index = o->gpu_index;
-    if (!id->host || !id->model || !id->model_hash || !id->worker) {
+    id->gpu_name = o->gpu_name ? clean(o->gpu_name) : NULL;
+    id->gpu_uuid = o->gpu_uuid ? clean(o->gpu_uuid) : NULL;
+    if (!id->host || !id->model || !id->model_hash || !id->worker ||
+        (o->gpu_name && !id->gpu_name) || (o->gpu_uuid && !id->gpu_uuid)) {
         identity_free(id);
         return llmq_errf(err, "out of memory");
     }
@@ -107,6 +110,8 @@ void identity_free(identity *id)
     free(id->host);
     free(id->model);
     free(id->model_hash);
+    free(id->gpu_name);
+    free(id->gpu_uuid);
     memset(id, 0, sizeof *id);
 }
 
@@ -116,6 +121,8 @@ void identity_hello(const identity *id, wire_hello *h)
     h->host = id->host;
     h->pid = (uint32_t)getpid();
     h->gpu_index = id->gpu_index;
+    h->gpu_name = id->gpu_name;
+    h->gpu_uuid = id->gpu_uuid;
     h->model = id->model;
     h->model_hash = id->model_hash;
 }

@@ -23,20 +23,22 @@
 
 typedef struct identity {
     char *worker, *host, *model, *model_hash;
-    int32_t gpu_index; /* -1: CPU */
+    char *gpu_name, *gpu_uuid; /* NULL: CPU, or not known */
+    int32_t gpu_index;         /* -1: CPU */
 } identity;
 
 typedef struct identity_opts {
     const char *worker;     /* --id, or NULL for the default */
     const char *model_name; /* --model-name, or NULL for the file's stem */
     int32_t gpu_index;      /* -1: CPU */
+    const char *gpu_name, *gpu_uuid; /* NULL: not known */
 } identity_opts;
 
 int identity_make(identity *id, const identity_opts *o, const gguf_file *f, llmq_err *err);
 void identity_free(identity *id);
 
 /* Fills the identity fields of a hello (worker, host, pid, gpu_index,
- * model, model_hash); the caller sets engine, slots and n_ctx. */
+ * gpu_name, gpu_uuid, model, model_hash); the caller sets engine, slots and n_ctx. */
 void identity_hello(const identity *id, wire_hello *h);
 
 #endif

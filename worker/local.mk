@@ -26,6 +26,7 @@ worker_libllmq_worker_a_SOURCES = \
 	worker/jobs.c worker/jobs.h \
 	worker/jobconv.c worker/jobconv.h \
 	worker/identity.c worker/identity.h \
+	worker/supervisor.c worker/supervisor.h \
 	worker/text.c worker/text.h
 worker_libllmq_worker_a_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(MSGPACK_CFLAGS)
 

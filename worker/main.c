@@ -9,7 +9,10 @@
  * one engine_step whose events the session turns into results.  A step may
  * be long; heartbeats do not wait for it (they leave from the link thread).
  * SIGTERM and SIGINT arrive through a signalfd in the poll set, so no
- * handler runs asynchronously. */
+ * handler runs asynchronously.
+ *
+ * With --gpus the process serves nothing itself: it supervises one such
+ * worker per GPU (worker/supervisor.c), each started with --gpu N. */
 #include "config.h" /* LLMQ_HAVE_CUDA */
 
 #include <errno.h>
@@ -31,6 +34,10 @@
 #include "worker/model/model.h"
 #include "worker/model/tokenizer.h"
 #include "worker/session.h"
+#include "worker/supervisor.h"
+#ifdef LLMQ_HAVE_CUDA
+#include "kernels/cuda/devices.h"
+#endif
 
 #define EXIT_FAILED 1
 #define EXIT_USAGE 2
@@ -47,6 +54,9 @@ static const char usage[] =
     "      --cpu               run the CPU engine (the default when built without CUDA)\n"
     "      --gpu N             run on GPU N with the CUDA engine (default 0 when built with\n"
     "                          CUDA)\n"
+    "      --gpus all|N,...    supervise one worker process per GPU (CUDA builds), each\n"
+    "                          run with --gpu N, and --id ID-gpuN when --id ID is given;\n"
+    "                          a crashed one is restarted after 1, 2, 4 ... 60 s\n"
     "  -s, --slots N           jobs run at once, 1..4096 (default 16)\n"
     "  -t, --threads N         CPU engine threads (default: all cores)\n"
     "  -c, --ctx N             context per job in tokens (default: the model's)\n"
@@ -70,6 +80,7 @@ static const char usage[] =
 
 typedef struct options {
     const char *broker, *model, *id, *model_name, *broker_key, *curve_secret;
+    const char *gpus; /* --gpus, NULL: not given */
     bool cpu, verbose;
     int32_t gpu; /* -1: not given */
     int32_t slots, threads, ctx, batch, kv_blocks, heartbeat_ms, grace_ms;
@@ -77,7 +88,7 @@ typedef struct options {
 
 enum {
     OPT_CPU = 256, OPT_GPU, OPT_BATCH, OPT_KV_BLOCKS, OPT_ID, OPT_MODEL_NAME, OPT_HEARTBEAT,
-    OPT_GRACE, OPT_BROKER_KEY, OPT_CURVE_SECRET,
+    OPT_GRACE, OPT_BROKER_KEY, OPT_CURVE_SECRET, OPT_GPUS,
 };
 
 static const struct option LONG_OPTS[] = {
@@ -85,6 +96,7 @@ static const struct option LONG_OPTS[] = {
     {"model", required_argument, NULL, 'm'},
     {"cpu", no_argument, NULL, OPT_CPU},
     {"gpu", required_argument, NULL, OPT_GPU},
+    {"gpus", required_argument, NULL, OPT_GPUS},
     {"slots", required_argument, NULL, 's'},
     {"threads", required_argument, NULL, 't'},
     {"ctx", required_argument, NULL, 'c'},
@@ -154,11 +166,34 @@ static int take_option(int opt, const char *arg, options *o)
     case OPT_CPU: o->cpu = true; return 0;
     case OPT_BROKER_KEY: o->broker_key = arg; return 0;
     case OPT_CURVE_SECRET: o->curve_secret = arg; return 0;
+    case OPT_GPUS: o->gpus = arg; return 0;
     case 'v': o->verbose = true; return 0;
     case OPT_ID: return set_name("--id", arg, &o->id);
     case OPT_MODEL_NAME: return set_name("--model-name", arg, &o->model_name);
     default: return -1; /* getopt already said what is wrong */
     }
+}
+
+/* --gpus makes a supervisor of GPU workers: it cannot be one itself. */
+static int check_gpus(const options *o)
+{
+    if (o->cpu || o->gpu >= 0) {
+        fprintf(stderr, "llmq-worker: --gpus excludes --gpu and --cpu\n");
+        return -1;
+    }
+#ifdef LLMQ_HAVE_CUDA
+    super_gpus g;
+    llmq_err err;
+    if (super_parse_gpus(o->gpus, &g, &err) != 0) {
+        fprintf(stderr, "llmq-worker: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+#else
+    fprintf(stderr, "llmq-worker: --gpus: built without CUDA, there are no GPU workers to"
+                    " run (rebuild with ./configure --with-cuda, or use --cpu)\n");
+    return -1;
+#endif
 }
 
 /* 0: run; 1: help shown; -1: bad usage (message written). */
@@ -193,7 +228,7 @@ static int parse_args(int argc, char **argv, options *o)
         fprintf(stderr, "llmq-worker: --cpu and --gpu exclude each other\n");
         return -1;
     }
-    return 0;
+    return o->gpus ? check_gpus(o) : 0;
 }
 
 /* ---- set-up ------------------------------------------------------------------------- */
@@ -265,6 +300,17 @@ static int open_parts(const options *o, parts *p, llmq_err *err)
     if (open_backend(o, p, err) != 0)
         return -1;
     io.gpu_index = p->gpu_index;
+#ifdef LLMQ_HAVE_CUDA
+    /* The name and UUID make the workers table's accounting per physical
+     * GPU, whatever the index under CUDA_VISIBLE_DEVICES. */
+    char gpu_name[WIRE_MAX_NAME_BYTES + 1], gpu_uuid[64];
+    if (p->gpu_index >= 0 &&
+        cuda_device_info(p->gpu_index, gpu_name, sizeof gpu_name, gpu_uuid, sizeof gpu_uuid,
+                         err) == 0) {
+        io.gpu_name = gpu_name;
+        io.gpu_uuid = gpu_uuid;
+    }
+#endif
     if (model_load(&p->m, o->model, p->be, err) != 0)
         return llmq_err_prefix(err, "cannot load the model");
     if (tok_load(&p->vocab, model_gguf(p->m), err) != 0)
@@ -301,6 +347,114 @@ static void say_ready(const options *o, const parts *p)
             quant_type_name(c->weight_type), p->id.model_hash, where,
             session_slots(p->sess), engine_get_config(p->eng)->n_ctx, o->broker);
 }
+
+/* ---- --gpus: one worker process per GPU ----------------------------------------- */
+
+#ifdef LLMQ_HAVE_CUDA
+#define CHILD_MAX_ARGS 40
+#define CHILD_MAX_NUMBERS 12
+
+/* One child's command line; the strings point into o, this and the exe path. */
+typedef struct child_cmd {
+    const char *argv[CHILD_MAX_ARGS];
+    int argc, n_num;
+    char num[CHILD_MAX_NUMBERS][24];
+    char id[WIRE_MAX_NAME_BYTES + 16];
+} child_cmd;
+
+static void add_arg(child_cmd *c, const char *flag, const char *value)
+{
+    c->argv[c->argc++] = flag;
+    if (value)
+        c->argv[c->argc++] = value;
+}
+
+static void add_num(child_cmd *c, const char *flag, int32_t v)
+{
+    char *buf = c->num[c->n_num++];
+    snprintf(buf, sizeof c->num[0], "%d", v);
+    add_arg(c, flag, buf);
+}
+
+/* GPU gpu's worker: this program with the same settings and --gpu N; --id ID
+ * becomes ID-gpuN (without --id the child's default, HOST:gpuN, is unique
+ * already). */
+static void child_command(const options *o, const char *exe, int gpu, child_cmd *c)
+{
+    c->argc = c->n_num = 0;
+    add_arg(c, exe, NULL);
+    add_arg(c, "--broker", o->broker);
+    add_arg(c, "--model", o->model);
+    add_num(c, "--gpu", gpu);
+    add_num(c, "--slots", o->slots);
+    add_num(c, "--threads", o->threads);
+    add_num(c, "--batch", o->batch);
+    add_num(c, "--heartbeat-ms", o->heartbeat_ms);
+    add_num(c, "--grace-ms", o->grace_ms);
+    if (o->ctx > 0)
+        add_num(c, "--ctx", o->ctx);
+    if (o->kv_blocks > 0)
+        add_num(c, "--kv-blocks", o->kv_blocks);
+    if (o->id) {
+        snprintf(c->id, sizeof c->id, "%s-gpu%d", o->id, gpu);
+        add_arg(c, "--id", c->id);
+    }
+    if (o->model_name)
+        add_arg(c, "--model-name", o->model_name);
+    if (o->broker_key) {
+        add_arg(c, "--broker-key", o->broker_key);
+        add_arg(c, "--curve-secret", o->curve_secret);
+    }
+    if (o->verbose)
+        add_arg(c, "--verbose", NULL);
+}
+
+static int make_children(const options *o, const super_gpus *g, super_child *kids,
+                         char (*labels)[16], llmq_err *err)
+{
+    char exe[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0)
+        return llmq_errf(err, "/proc/self/exe: %s", strerror(errno));
+    exe[len] = '\0';
+    for (int i = 0; i < g->n; i++) {
+        child_cmd cmd;
+        child_command(o, exe, g->index[i], &cmd);
+        snprintf(labels[i], sizeof labels[i], "GPU %d", g->index[i]);
+        if (super_child_init(&kids[i], labels[i], cmd.argv, cmd.argc, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int run_gpus(const options *o, int sigfd)
+{
+    llmq_err err;
+    super_gpus g;
+    int n_visible = cuda_device_count(&err);
+    if (n_visible < 0 || super_parse_gpus(o->gpus, &g, &err) != 0 ||
+        super_resolve_gpus(&g, n_visible, &err) != 0) {
+        fprintf(stderr, "llmq-worker: %s\n", err.msg);
+        return EXIT_FAILED;
+    }
+    super_child *kids = calloc((size_t)g.n, sizeof *kids);
+    char (*labels)[16] = calloc((size_t)g.n, sizeof *labels);
+    int rc = EXIT_FAILED;
+    if (!kids || !labels)
+        fprintf(stderr, "llmq-worker: out of memory\n");
+    else if (make_children(o, &g, kids, labels, &err) != 0)
+        fprintf(stderr, "llmq-worker: %s\n", err.msg);
+    else {
+        fprintf(stderr, "llmq-worker: supervising %d GPU worker%s\n", g.n, g.n == 1 ? "" : "s");
+        rc = super_run(kids, g.n, sigfd) == 0 ? 0 : EXIT_FAILED;
+    }
+    for (int i = 0; kids && i < g.n; i++)
+        super_child_free(&kids[i]);
+    free(kids);
+    free(labels);
+    return rc;
+}
+#endif
 
 /* ---- the loop ------------------------------------------------------------------------ */
 
@@ -370,6 +524,13 @@ int main(int argc, char **argv)
         perror("llmq-worker: signalfd");
         return EXIT_FAILED;
     }
+#ifdef LLMQ_HAVE_CUDA
+    if (o.gpus) {
+        rc = run_gpus(&o, sigfd);
+        close(sigfd);
+        return rc;
+    }
+#endif
     parts p = {0};
     llmq_err err = {{0}};
     rc = open_parts(&o, &p, &err);
