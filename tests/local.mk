@@ -176,7 +176,7 @@ noinst_PROGRAMS += tests/gpu/gpu-parity
 tests_gpu_gpu_parity_SOURCES = tests/gpu/gpu-parity.c
 tests_gpu_gpu_parity_LDADD = worker/libllmq_engine.a $(LLMQ_CUDA_LIBS) $(LLMQ_MODEL_LIBS)
 endif
-EXTRA_DIST += tests/gpu/run.sh
+EXTRA_DIST += tests/gpu/run.sh tests/gpu/gpus.sh
 # ---- end CUDA backend parity ----
 
 # ---- scale-out: CURVE, remote workers in a network namespace, model routing ----
