@@ -329,6 +329,12 @@ static void add_rows(engine *e, seq *s, int32_t n, int32_t *n_rows, int32_t *n_s
     e->b_seq_len[b] = s->n_computed + n;
     e->b_seqs[b] = s;
     e->b_chunk[b] = n;
+    /* A decode row computes the one generated token not yet in the cache;
+     * everything else (prompts, recomputation after preemption) is prefill. */
+    if (n == 1 && s->n_tokens > s->n_prompt && s->n_computed + 1 == s->n_tokens)
+        e->stats.decode_rows++;
+    else
+        e->stats.prefill_rows += (uint64_t)n;
     if (s->n_computed + n == s->n_tokens)
         e->b_logit_rows[(*n_logits)++] = *n_rows - 1;
     if (s->timing.first_sched_ms == 0)
@@ -548,13 +554,6 @@ int engine_step(engine *e, const engine_event **events, int32_t *n_events, llmq_
         if (model_forward(e->m, e->st, e->kv, &batch, e->logits, err) != 0)
             return -1;
         e->stats.steps++;
-        for (int32_t b = 0; b < n_seqs; b++) {
-            if (e->b_chunk[b] == 1 && e->b_seqs[b]->n_computed + 1 == e->b_seqs[b]->n_tokens &&
-                e->b_seqs[b]->n_tokens > e->b_seqs[b]->n_prompt)
-                e->stats.decode_rows++;
-            else
-                e->stats.prefill_rows += (uint64_t)e->b_chunk[b];
-        }
         if (after_forward(e, n_seqs, err) != 0)
             return -1;
     }
