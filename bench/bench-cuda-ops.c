@@ -249,7 +249,17 @@ static void bench_attention(backend *be, int n_head, int n_head_kv, int hd, int 
         be->ops->upload(be, dev[3], table, (size_t)n_blocks * 4, &err) ||
         be->ops->upload(be, dev[4], len, (size_t)n_seqs * 4, &err))
         goto done;
-    att_arg a = {kv, dev[0], {n_rows, n_seqs, dev[1], dev[2], dev[3], dev[4], per_seq, ctx},
+    /* Decode rows (rows == 1) are alone in their sequence. */
+    int32_t *alone = malloc((size_t)n_rows * 4);
+    const int32_t n_alone = alone ? be_attn_alone_rows(rs, n_rows, alone) : 0;
+    dev[5] = n_alone ? be->ops->alloc(be, (size_t)n_alone * 4, &err) : NULL;
+    const bool alone_ok =
+        !n_alone || (dev[5] && be->ops->upload(be, dev[5], alone, (size_t)n_alone * 4, &err) == 0);
+    free(alone);
+    if (!alone_ok)
+        goto done;
+    att_arg a = {kv, dev[0], {n_rows, n_seqs, dev[1], dev[2], dev[3], dev[4], per_seq, ctx,
+                              dev[5], n_alone},
                  {n_head, n_head_kv, hd}, &out};
     char shape[96];
     snprintf(shape, sizeof shape, "%d seqs x %d ctx, %d heads (%d kv) of %d", n_seqs, ctx, n_head,

@@ -51,7 +51,24 @@ typedef struct be_attn_batch {
     const int32_t *seq_len_dev;     /* [n_seqs] tokens in the cache after this step's writes */
     int32_t max_blocks;             /* row stride of block_table_dev */
     int32_t max_seq_len;            /* max of seq_len (host copy, for launch shapes) */
+    /* The rows that are the only row of their sequence in the batch (decode
+     * rows; be_attn_alone_rows lists them), which a backend may give a kernel
+     * of their own.  n_alone 0 leaves every row to the general path. */
+    const int32_t *alone_rows_dev;  /* [n_alone] ascending row indices */
+    int32_t n_alone;
 } be_attn_batch;
+
+/* Writes the indices of the rows of row_seq (host, n_rows) that have no
+ * neighbour of the same sequence into alone; returns how many. */
+static inline int32_t be_attn_alone_rows(const int32_t *row_seq, int32_t n_rows, int32_t *alone)
+{
+    int32_t n = 0;
+    for (int32_t r = 0; r < n_rows; r++)
+        if ((r == 0 || row_seq[r - 1] != row_seq[r]) &&
+            (r + 1 == n_rows || row_seq[r + 1] != row_seq[r]))
+            alone[n++] = r;
+    return n;
+}
 
 typedef struct be_attn_shape {
     int32_t n_head;
@@ -111,6 +128,10 @@ typedef struct backend_ops {
     /* out = silu(gate) * up, per element (rows x n). */
     void (*swiglu)(backend *be, const float *gate_dev, const float *up_dev, int32_t rows,
                    int32_t n, be_act *out);
+    /* out[r] = the lowest index holding the maximum of row r (rows x n), NaNs
+     * never the maximum, 0 for a row of NaNs: the greedy token, so that a
+     * decode step copies back ids instead of logits. */
+    void (*argmax)(backend *be, const float *x_dev, int32_t rows, int32_t n, int32_t *out_dev);
 } backend_ops;
 
 struct backend {

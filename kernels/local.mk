@@ -15,6 +15,7 @@ kernels_libllmq_cuda_a_SOURCES = \
 	kernels/cuda/matvec.cu \
 	kernels/cuda/gemm.cu \
 	kernels/cuda/attention.cu \
+	kernels/cuda/sampling.cu \
 	kernels/cuda/devices.cu kernels/cuda/devices.h
 # What a program linking the CUDA backend adds after the model libraries.
 LLMQ_CUDA_LIBS = kernels/libllmq_cuda.a $(CUDA_LIBS)

@@ -725,6 +725,26 @@ static void cpu_destroy(backend *be)
     free(cb);
 }
 
+/* ---- argmax: the greedy token of each row ---- */
+
+static void cpu_argmax(backend *be, const float *x, int32_t rows, int32_t n, int32_t *out)
+{
+    (void)be;
+    for (int32_t r = 0; r < rows; r++) {
+        const float *row = x + (size_t)r * n;
+        float best = -INFINITY;
+        int32_t at = -1;
+        /* `>` never holds for a NaN; `at < 0` takes the first -inf of a row
+         * that has nothing larger. */
+        for (int32_t i = 0; i < n; i++)
+            if (row[i] > best || (at < 0 && row[i] == best)) {
+                best = row[i];
+                at = i;
+            }
+        out[r] = at < 0 ? 0 : at;
+    }
+}
+
 static const backend_ops cpu_ops = {
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
@@ -746,6 +766,7 @@ static const backend_ops cpu_ops = {
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
+    .argmax = cpu_argmax,
 };
 
 int backend_cpu_create(backend **out, int n_threads, llmq_err *err)

@@ -32,6 +32,19 @@
  * cores; it is bound by the KV tile loads (each tile read by up to 8 query
  * tiles, from L2).
  *
+ * Decode rows (alone in their sequence: be_attn_batch.alone_rows_dev) of
+ * head dims 64 and 128 take a split-KV kernel instead (flash-decoding): the
+ * tile kernel gives such a row one CTA per head, of whose 4 warps 1 computes,
+ * and fits 2 CTAs per SM, so 64 rows x 576 keys ran at 60% of bandwidth
+ * (docs/perf/02).  Here a CTA of 4 warps takes DEC_KEYS keys of one row
+ * for HG query heads sharing a KV head: 16-byte loads, D/8 lanes per key,
+ * scores in f32 (q pre-scaled to log2 units), softmax of the split, P V with
+ * the same lanes; splits write (o, max, sum) partials that a second kernel
+ * merges in split order.  A row's splits depend only on its own length, so
+ * its result is the same in any batch.  Shared memory: q, p and the 4 warps'
+ * o: (HG x (D + DEC_KEYS) + 4 x HG x D) x 4 B = 10.5 KB at D 128, HG 4;
+ * 128 threads, so ~16 CTAs per SM keep ~100 KB of loads in flight.
+ *
  * Other head dims (8 in the smallest test model) take a plain kernel: one
  * warp per (row, head), scores in shared memory, as the CPU computes them. */
 #include "kernels/cuda/cuda_internal.h"
@@ -47,7 +60,15 @@ struct attn_args {
     const float *q;
     const int32_t *row_seq, *pos, *btab;
     float *out;
+    bool skip_alone; /* rows alone in their sequence are the decode kernel's */
 };
+
+/* Is row x the only row of its sequence in the batch? */
+static __device__ __forceinline__ bool row_alone(const attn_args &p, int x)
+{
+    const int seq = p.row_seq[x];
+    return (x == 0 || p.row_seq[x - 1] != seq) && (x + 1 == p.n_rows || p.row_seq[x + 1] != seq);
+}
 
 template <int D>
 static constexpr size_t tc_smem(void)
@@ -67,6 +88,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
     const int seq = p.row_seq[x], p0 = p.pos[x];
     if (x > 0 && p.row_seq[x - 1] == seq && p0 % ATT_TILE != 0)
         return; /* not the first row of its tile */
+    if (p.skip_alone && row_alone(p, x))
+        return;
     int nq = 1;
     while (nq < ATT_TILE && x + nq < p.n_rows && p.row_seq[x + nq] == seq &&
            p.pos[x + nq] % ATT_TILE != 0)
@@ -226,6 +249,245 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
     }
 }
 
+/* ---- decode rows: split-KV ---- */
+
+#define DEC_KEYS 128
+#define DEC_WARPS 4
+#define DEC_THREADS (32 * DEC_WARPS)
+
+/* Keys of row x's cache in splits of DEC_KEYS, a function of the row alone. */
+static __device__ __forceinline__ int dec_splits(int n_keys)
+{
+    return (n_keys + DEC_KEYS - 1) / DEC_KEYS;
+}
+
+/* One split of decode row x = alone[z] for HG query heads of one KV head.
+ * With one split the row's output is written; otherwise the partial record
+ * [o (D floats, unnormalized), max (log2 units), sum] at
+ * part[((z * n_head + h) * max_split + split) * (D + 2)]. */
+template <int D, int HG>
+__global__ void __launch_bounds__(DEC_THREADS)
+    attn_decode_kernel(attn_args p, const int32_t *alone, float scale_log2, float *part,
+                       int max_split)
+{
+    constexpr int LPK = D / 8;                           /* lanes per key, 8 halves each */
+    constexpr int KPI = 32 / LPK;                        /* keys per warp per step */
+    constexpr int STEPS = DEC_KEYS / (DEC_WARPS * KPI);  /* steps per warp */
+    constexpr int BATCH = STEPS < 8 ? STEPS : 8;         /* steps whose loads fly together */
+    __shared__ float s_q[HG][D];
+    __shared__ float s_p[HG][DEC_KEYS];
+    __shared__ float s_o[DEC_WARPS][HG][D];
+    __shared__ float s_ml[HG][2];
+
+    const int split = blockIdx.x, h0 = blockIdx.y * HG, x = alone[blockIdx.z];
+    const int n_keys = p.pos[x] + 1, k0 = split * DEC_KEYS;
+    if (k0 >= n_keys)
+        return;
+    const int nk = min(DEC_KEYS, n_keys - k0);
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int sub = lane / LPK, cl = lane % LPK;
+    const int32_t *blocks = p.btab + (int64_t)p.row_seq[x] * p.max_blocks;
+    const int64_t head_off = (int64_t)(h0 / p.group) * D + cl * 8;
+
+    for (int i = tid; i < HG * D; i += DEC_THREADS)
+        s_q[i / D][i % D] = p.q[((int64_t)x * p.n_head + h0) * D + i] * scale_log2;
+    __syncthreads();
+    float qr[HG][8];
+#pragma unroll
+    for (int g = 0; g < HG; g++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            qr[g][j] = s_q[g][cl * 8 + j];
+
+    /* Each warp takes keys (step * DEC_WARPS + warp) * KPI + sub.  The loads
+     * of BATCH steps are issued before any of their math (block table
+     * entries first, then the 16-byte chunks), so a warp has BATCH chunks in
+     * flight: with few rows in the batch there are few CTAs to hide the
+     * latency behind. */
+    auto load_batch = [&](const __half *cache, int st0, uint4 raw[BATCH]) {
+        int64_t at[BATCH];
+#pragma unroll
+        for (int i = 0; i < BATCH; i++) {
+            const int kp = k0 + min((st0 + i) * DEC_WARPS * KPI + warp * KPI + sub, nk - 1);
+            at[i] = (int64_t)blocks[kp / p.block_size] * p.block_size + kp % p.block_size;
+        }
+#pragma unroll
+        for (int i = 0; i < BATCH; i++)
+            raw[i] = __ldg((const uint4 *)(cache + at[i] * p.kv_dim + head_off));
+    };
+
+    /* Scores: each key's LPK lanes dot 8 dims each, then sum by shuffles.
+     * Keys past nk load key nk - 1 again and are not stored. */
+    for (int st0 = 0; st0 < STEPS; st0 += BATCH) {
+        uint4 raw[BATCH];
+        load_batch(p.kc, st0, raw);
+#pragma unroll
+        for (int i = 0; i < BATCH; i++) {
+            const int k = ((st0 + i) * DEC_WARPS + warp) * KPI + sub;
+            const __half2 *h2 = (const __half2 *)&raw[i];
+            float acc[HG];
+#pragma unroll
+            for (int g = 0; g < HG; g++)
+                acc[g] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float2 f = __half22float2(h2[j]);
+#pragma unroll
+                for (int g = 0; g < HG; g++)
+                    acc[g] = fmaf(qr[g][2 * j + 1], f.y, fmaf(qr[g][2 * j], f.x, acc[g]));
+            }
+#pragma unroll
+            for (int g = 0; g < HG; g++)
+#pragma unroll
+                for (int o = LPK / 2; o > 0; o >>= 1)
+                    acc[g] += __shfl_xor_sync(0xffffffffu, acc[g], o);
+            if (cl == 0 && k < nk)
+#pragma unroll
+                for (int g = 0; g < HG; g++)
+                    s_p[g][k] = acc[g];
+        }
+    }
+    __syncthreads();
+
+    /* Softmax of the split: warp g takes head g. */
+    if (warp < HG) {
+        float mx = -INFINITY, sum = 0.0f;
+        for (int k = lane; k < nk; k += 32)
+            mx = fmaxf(mx, s_p[warp][k]);
+        for (int o = 16; o > 0; o >>= 1)
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        for (int k = lane; k < nk; k += 32) {
+            const float e = exp2f(s_p[warp][k] - mx);
+            s_p[warp][k] = e;
+            sum += e;
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) {
+            s_ml[warp][0] = mx;
+            s_ml[warp][1] = sum;
+        }
+    }
+    __syncthreads();
+
+    /* O = P V over the same keys and lanes (a key past nk weighs 0), then
+     * over the KPI keys of a step and over the warps, in a fixed order. */
+    float o[HG][8];
+#pragma unroll
+    for (int g = 0; g < HG; g++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            o[g][j] = 0.0f;
+    for (int st0 = 0; st0 < STEPS; st0 += BATCH) {
+        uint4 raw[BATCH];
+        load_batch(p.vc, st0, raw);
+#pragma unroll
+        for (int i = 0; i < BATCH; i++) {
+            const int k = ((st0 + i) * DEC_WARPS + warp) * KPI + sub;
+            if (k >= nk)
+                continue;
+            const __half2 *h2 = (const __half2 *)&raw[i];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float2 f = __half22float2(h2[j]);
+#pragma unroll
+                for (int g = 0; g < HG; g++) {
+                    const float pk = s_p[g][k];
+                    o[g][2 * j] = fmaf(pk, f.x, o[g][2 * j]);
+                    o[g][2 * j + 1] = fmaf(pk, f.y, o[g][2 * j + 1]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < HG; g++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int off = LPK; off < 32; off <<= 1)
+                o[g][j] += __shfl_xor_sync(0xffffffffu, o[g][j], off);
+    if (sub == 0)
+#pragma unroll
+        for (int g = 0; g < HG; g++)
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                s_o[warp][g][cl * 8 + j] = o[g][j];
+    __syncthreads();
+
+    const bool whole = dec_splits(n_keys) == 1;
+    for (int i = tid; i < HG * D; i += DEC_THREADS) {
+        const int g = i / D, d = i % D;
+        float v = s_o[0][g][d];
+#pragma unroll
+        for (int w = 1; w < DEC_WARPS; w++)
+            v += s_o[w][g][d];
+        if (whole)
+            p.out[((int64_t)x * p.n_head + h0 + g) * D + d] = v / s_ml[g][1];
+        else
+            part[(((int64_t)blockIdx.z * p.n_head + h0 + g) * max_split + split) * (D + 2) + d] = v;
+    }
+    if (!whole && tid < HG) {
+        float *rec =
+            part + (((int64_t)blockIdx.z * p.n_head + h0 + tid) * max_split + split) * (D + 2);
+        rec[D] = s_ml[tid][0];
+        rec[D + 1] = s_ml[tid][1];
+    }
+}
+
+/* Merges a decode row's split partials for one head, in split order; a
+ * thread per dim. */
+template <int D>
+__global__ void __launch_bounds__(D)
+    attn_decode_merge_kernel(attn_args p, const int32_t *alone, const float *part, int max_split)
+{
+    const int x = alone[blockIdx.x], h = blockIdx.y, d = threadIdx.x;
+    const int n_split = dec_splits(p.pos[x] + 1);
+    if (n_split == 1)
+        return;
+    const float *rec = part + ((int64_t)blockIdx.x * p.n_head + h) * max_split * (D + 2);
+    float mx = -INFINITY;
+    for (int s = 0; s < n_split; s++)
+        mx = fmaxf(mx, rec[s * (D + 2) + D]);
+    float num = 0.0f, den = 0.0f;
+    for (int s = 0; s < n_split; s++) {
+        const float w = exp2f(rec[s * (D + 2) + D] - mx);
+        num = fmaf(rec[s * (D + 2) + d], w, num);
+        den = fmaf(rec[s * (D + 2) + D + 1], w, den);
+    }
+    p.out[((int64_t)x * p.n_head + h) * D + d] = num / den;
+}
+
+template <int D, int HG>
+static void launch_decode_hg(cuda_backend *cb, const attn_args &a, const be_attn_batch *b,
+                             float scale_log2)
+{
+    const int max_split = (b->max_seq_len + DEC_KEYS - 1) / DEC_KEYS;
+    float *part = NULL;
+    if (max_split > 1 &&
+        !(part = cuda_scratch(cb, "attention", (size_t)b->n_alone * a.n_head * max_split *
+                                                   (D + 2) * sizeof(float))))
+        return;
+    dim3 grid(max_split, a.n_head / HG, b->n_alone);
+    attn_decode_kernel<D, HG><<<grid, DEC_THREADS, 0, cb->stream>>>(a, b->alone_rows_dev,
+                                                                     scale_log2, part, max_split);
+    if (max_split > 1)
+        attn_decode_merge_kernel<D><<<dim3(b->n_alone, a.n_head), D, 0, cb->stream>>>(
+            a, b->alone_rows_dev, part, max_split);
+}
+
+/* Query heads per CTA: as many of a KV head's group as fit the registers (4). */
+template <int D>
+static void launch_decode(cuda_backend *cb, const attn_args &a, const be_attn_batch *b,
+                          float scale_log2)
+{
+    if (a.group % 4 == 0)
+        launch_decode_hg<D, 4>(cb, a, b, scale_log2);
+    else if (a.group % 2 == 0)
+        launch_decode_hg<D, 2>(cb, a, b, scale_log2);
+    else
+        launch_decode_hg<D, 1>(cb, a, b, scale_log2);
+}
+
 /* Any head dim: one warp per (row, head), as the CPU backend computes it. */
 __global__ void attn_plain_kernel(attn_args p, float scale)
 {
@@ -292,12 +554,22 @@ void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const fl
         return;
     }
     const int64_t layer_off = (int64_t)layer * kv->n_blocks * kv->block_size * kv->kv_dim;
+    const bool decode = (D == 64 || D == 128) && b->n_alone > 0;
     attn_args a = {kv->k + layer_off, kv->v + layer_off, kv->kv_dim, kv->block_size,
                    b->max_blocks, b->n_rows, sh->n_head, sh->n_head / sh->n_head_kv, D, q,
-                   b->row_seq_dev, b->row_pos_dev, b->block_table_dev, out};
-    dim3 grid(b->n_rows, sh->n_head);
+                   b->row_seq_dev, b->row_pos_dev, b->block_table_dev, out, decode};
     const float scale = 1.0f / sqrtf((float)D);
     const float scale_log2 = scale * 1.4426950408889634f;
+    if (decode) {
+        if (D == 64)
+            launch_decode<64>(cb, a, b, scale_log2);
+        else
+            launch_decode<128>(cb, a, b, scale_log2);
+        cuda_check_launch(cb, "attention (decode rows)");
+        if (b->n_alone == b->n_rows)
+            return;
+    }
+    dim3 grid(b->n_rows, sh->n_head);
     cudaStream_t s = cb->stream;
     switch (D) {
     case 16: attn_tc_kernel<16><<<grid, ATT_THREADS, tc_smem<16>(), s>>>(a, scale_log2); break;

@@ -46,6 +46,25 @@ void cuda_check_launch(cuda_backend *cb, const char *op)
 }
 
 /* The first error so far into err (and -1), or 0. */
+/* Ops run one after another on the stream, so one scratch serves the GEMM's
+ * split-k sums and attention's split-KV partials; growing it drains the
+ * stream first (it happens while the first batches of a new size run). */
+float *cuda_scratch(cuda_backend *cb, const char *op, size_t bytes)
+{
+    if (bytes <= cb->part_bytes)
+        return cb->part;
+    cudaStreamSynchronize(cb->stream);
+    cudaFree(cb->part);
+    cb->part_bytes = 0;
+    if (cudaMalloc((void **)&cb->part, bytes) != cudaSuccess) {
+        cb->part = NULL;
+        cuda_fail(cb, "%s: cannot allocate %zu bytes of scratch", op, bytes);
+        return NULL;
+    }
+    cb->part_bytes = bytes;
+    return cb->part;
+}
+
 static int report(cuda_backend *cb, llmq_err *err)
 {
     if (!cb->failed)
@@ -453,6 +472,13 @@ static void cu_attention(backend *be, const be_kv *kv, int32_t layer, const floa
     out->q_valid = false;
 }
 
+static void cu_argmax(backend *be, const float *x, int32_t rows, int32_t n, int32_t *out)
+{
+    cuda_backend *cb = cb_of(be);
+    if (!cb->failed && rows > 0)
+        launch_argmax(cb, x, rows, n, out);
+}
+
 /* ---- lifetime ---- */
 
 static void cu_destroy(backend *be)
@@ -474,6 +500,7 @@ static const backend_ops cuda_ops = {
     cu_sync,        cu_weight_load, cu_weight_free, cu_act_create,   cu_act_destroy,
     cu_kv_create,   cu_kv_destroy,  cu_embed,      cu_gather_rows,   cu_rmsnorm,
     cu_matmul,      cu_rope,        cu_kv_write,   cu_attention,     cu_swiglu,
+    cu_argmax,
 };
 
 extern "C" int backend_cuda_create(backend **out, int gpu, llmq_err *err)

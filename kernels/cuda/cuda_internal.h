@@ -77,7 +77,7 @@ struct cuda_backend {
     cudaStream_t stream;
     uint8_t *stage;       /* pinned ring for small uploads */
     size_t stage_size, stage_off;
-    float *part;          /* the GEMM's split-k partial sums (gemm.cu) */
+    float *part;          /* scratch: split-k sums, split-KV partials (cuda_scratch) */
     size_t part_bytes;
     bool failed;
     llmq_err first_err;
@@ -90,6 +90,9 @@ static inline int64_t act_f16_stride(int64_t cols)
 
 /* Records the first failure (printf format); later ones are dropped. */
 void cuda_fail(cuda_backend *cb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Device scratch of at least `bytes` (cb->part), valid until the next call;
+ * NULL after recording a failure that names op. */
+float *cuda_scratch(cuda_backend *cb, const char *op, size_t bytes);
 /* After a launch: a launch error becomes the backend's error, naming op. */
 void cuda_check_launch(cuda_backend *cb, const char *op);
 
@@ -122,6 +125,8 @@ void launch_matvec(cuda_backend *cb, const be_weight *w, const be_act *in, float
 /* gemm.cu: out (rows x w->rows) from the f16 copy of in. */
 void launch_gemm(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
                  bool accumulate);
+/* sampling.cu: the first maximum of each row (backend.h, argmax). */
+void launch_argmax(cuda_backend *cb, const float *x, int32_t rows, int32_t n, int32_t *out);
 /* attention.cu */
 void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const float *q,
                       const be_attn_batch *b, const be_attn_shape *sh, float *out);

@@ -372,23 +372,6 @@ cudaError_t gemm_configure(void)
     return e;
 }
 
-/* The partial-sum scratch, grown (after draining the stream) when short. */
-static float *part_buffer(cuda_backend *cb, size_t bytes)
-{
-    if (bytes <= cb->part_bytes)
-        return cb->part;
-    cudaStreamSynchronize(cb->stream);
-    cudaFree(cb->part);
-    cb->part_bytes = 0;
-    if (cudaMalloc((void **)&cb->part, bytes) != cudaSuccess) {
-        cb->part = NULL;
-        cuda_fail(cb, "matmul: cannot allocate %zu bytes of split-k scratch", bytes);
-        return NULL;
-    }
-    cb->part_bytes = bytes;
-    return cb->part;
-}
-
 template <int T, int BM, int BN>
 static void launch_tile(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
                         bool accumulate, int splits)
@@ -398,7 +381,7 @@ static void launch_tile(cuda_backend *cb, const be_weight *w, const be_act *in, 
     const int nk = (int)(lda / GEMM_BK), kt_per = (nk + splits - 1) / splits;
     splits = (nk + kt_per - 1) / kt_per; /* no empty split */
     float *part = NULL;
-    if (splits > 1 && !(part = part_buffer(cb, (size_t)splits * m * n * sizeof(float))))
+    if (splits > 1 && !(part = cuda_scratch(cb, "matmul", (size_t)splits * m * n * sizeof(float))))
         return;
     dim3 grid((unsigned)((n + BN - 1) / BN), (unsigned)((m + BM - 1) / BM), (unsigned)splits);
     gemm_kernel<T, BM, BN><<<grid, BM * BN / 64, gemm_smem<BM, BN>(), cb->stream>>>(

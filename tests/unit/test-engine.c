@@ -9,7 +9,12 @@
  *  - max_tokens, context length and cancel finish a sequence with the right
  *    reason; a cancelled sequence frees its slot;
  *  - bad requests are refused with an error naming the field, and the
- *    engine keeps serving the others. */
+ *    engine keeps serving the others;
+ *  - greedy sequences take the backend's argmax (no logits copied) and get
+ *    the tokens the host sampler picks from the logits, also when batched
+ *    with sampled sequences; the argmax follows the sampler's rule on ties,
+ *    NaN and -inf. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,6 +285,78 @@ static void check_bad_requests(const fixture *fx)
     engine_free(e);
 }
 
+/* The backend's argmax is the sampler's greedy choice on rows built to
+ * split them: ties, NaNs before and among the values, -inf only, NaN only. */
+static void check_argmax_rule(backend *be)
+{
+    enum { N = 6 };
+    const float nan = NAN, inf = INFINITY;
+    static const char *what[] = {"a tie (lower id)", "NaN first", "NaN only", "-inf only",
+                                 "NaN then -inf", "+inf after a NaN"};
+    const float rows[][N] = {{1, 3, 2, 3, 0, 3}, {nan, 1, 5, nan, 5, 2}, {nan, nan, nan, nan, nan, nan},
+                             {-inf, -inf, -inf, -inf, -inf, -inf}, {nan, -inf, nan, -inf, nan, nan},
+                             {0, nan, inf, 1, inf, 2}};
+    const int32_t n_rows = (int32_t)(sizeof rows / sizeof rows[0]);
+    int32_t got[sizeof rows / sizeof rows[0]];
+    be->ops->argmax(be, &rows[0][0], n_rows, N, got);
+    sampler *smp;
+    llmq_err err;
+    if (sampler_create(&smp, N, &err) != 0)
+        return;
+    sampler_params greedy = sampler_default_params();
+    for (int32_t r = 0; r < n_rows; r++) {
+        float copy[N];
+        memcpy(copy, rows[r], sizeof copy);
+        int32_t want = sampler_sample(smp, &greedy, copy, NULL, 0, 0);
+        CHECK(got[r] == want, "argmax of %s is the sampler's greedy token (%d, sampler %d)",
+              what[r], got[r], want);
+    }
+    sampler_free(smp);
+}
+
+static void count_rows(void *ctx, uint64_t id, int32_t step, const float *logits, int32_t n)
+{
+    (void)id, (void)step, (void)logits, (void)n;
+    (*(int *)ctx)++;
+}
+
+/* Even sequences greedy, odd ones sampled, all in one batch: once as the
+ * worker runs them (greedy rows by argmax), once with an observer that
+ * makes every row's logits come back (greedy rows by the host sampler). */
+static void check_greedy_on_backend(const fixture *fx)
+{
+    static outcome by_argmax[N_SEQ], by_logits[N_SEQ];
+    outcome *runs[2] = {by_argmax, by_logits};
+    int observed = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        memset(runs[pass], 0, sizeof by_argmax);
+        engine *e = make_engine(fx, N_SEQ, 0, 256);
+        if (!e)
+            return;
+        if (pass == 1)
+            engine_set_logits_observer(e, count_rows, &observed);
+        for (int i = 0; i < N_SEQ; i++) {
+            engine_request req;
+            int32_t *ids;
+            llmq_err err;
+            if (request(fx, (uint64_t)i, prompts[i], 40, i % 2 ? 0.9f : 0.0f, NULL, &req, &ids) ||
+                engine_add(e, &req, &err) != 0)
+                printf("# add %d failed\n", i);
+            free(ids);
+        }
+        drain(e, runs[pass]);
+        engine_free(e);
+    }
+    int same = 0;
+    for (int i = 0; i < N_SEQ; i++)
+        same += by_argmax[i].done && by_argmax[i].n_tokens == by_logits[i].n_tokens &&
+                memcmp(by_argmax[i].tokens, by_logits[i].tokens,
+                       (size_t)by_logits[i].n_tokens * sizeof(int32_t)) == 0;
+    CHECK(observed >= N_SEQ * 40, "the observer saw every row (%d)", observed);
+    CHECK(same == N_SEQ, "%d of %d sequences (half greedy by argmax, half sampled) generate the "
+          "same tokens as when every row's logits come back", same, N_SEQ);
+}
+
 int main(void)
 {
     char path[512];
@@ -298,6 +375,8 @@ int main(void)
     check_stops(&fx);
     check_cancel(&fx);
     check_bad_requests(&fx);
+    check_argmax_rule(be);
+    check_greedy_on_backend(&fx);
     tok_free(fx.vocab);
     model_free(fx.m);
     backend_destroy(be);

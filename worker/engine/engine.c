@@ -52,7 +52,9 @@ struct engine {
     int32_t *b_tokens, *b_pos, *b_slot, *b_row_seq, *b_table, *b_seq_len, *b_logit_rows;
     seq **b_seqs;
     int32_t *b_chunk;
-    float *logits;
+    int32_t *b_greedy;     /* the backend's greedy token of each logit row */
+    bool *b_wants_logits; /* whether sampling logit row li needs its logits */
+    float *logits;     /* host copies of the logit rows that need them */
     engine_event *events;
     int32_t n_events;
 };
@@ -452,12 +454,16 @@ static void fill_final(seq *s, engine_event *ev)
 
 /* Samples, appends and checks the stop rules of one sequence; returns the
  * finish reason (ENGINE_RUNNING to go on) or -1 on memory exhaustion. */
-static int advance(engine *e, seq *s, float *logits, engine_event *ev, llmq_err *err)
+static int advance(engine *e, seq *s, float *logits, int32_t greedy, engine_event *ev,
+                   llmq_err *err)
 {
     const int32_t step = s->n_tokens - s->n_prompt;
-    if (e->observer)
-        e->observer(e->observer_ctx, s->id, step, logits, e->n_vocab);
-    int32_t tok = sampler_sample(e->smp, &s->sp, logits, s->tokens, s->n_tokens, (uint64_t)step);
+    int32_t tok = greedy;
+    if (logits) {
+        if (e->observer)
+            e->observer(e->observer_ctx, s->id, step, logits, e->n_vocab);
+        tok = sampler_sample(e->smp, &s->sp, logits, s->tokens, s->n_tokens, (uint64_t)step);
+    }
     ev->token = tok;
     if (step == 0)
         s->timing.first_token_ms = engine_now_ms();
@@ -500,8 +506,42 @@ static int find_live(const engine *e, const seq *s)
     return -1;
 }
 
+/* Does sampling this sequence need its logits on the host?  Not when its
+ * token is the greedy one, which the backend picks (a step then copies back
+ * ids, not n_vocab floats per row), unless an observer wants to see them. */
+static bool needs_logits(const engine *e, const seq *s)
+{
+    return e->observer || !sampler_is_greedy(&s->sp);
+}
+
+/* Brings back what sampling the batch's logit rows needs: the greedy tokens
+ * when any row takes them, the logits of the rows that need them (in one copy
+ * when all do).  Fills wants[li] = needs_logits of logit row li. */
+static int read_outputs(engine *e, int32_t n_seqs, bool *wants, llmq_err *err)
+{
+    int32_t n_logits = 0, n_wanting = 0;
+    for (int32_t b = 0; b < n_seqs; b++) {
+        const seq *s = e->b_seqs[b];
+        if (s->n_computed + e->b_chunk[b] < s->n_tokens)
+            continue;
+        wants[n_logits] = needs_logits(e, s);
+        n_wanting += wants[n_logits++];
+    }
+    if (n_wanting < n_logits && model_read_greedy(e->m, e->st, e->b_greedy, err) != 0)
+        return -1;
+    if (n_wanting == n_logits && n_logits > 0)
+        return model_read_logits(e->m, e->st, 0, n_logits, e->logits, err);
+    for (int32_t li = 0; li < n_logits; li++)
+        if (wants[li] &&
+            model_read_logits(e->m, e->st, li, 1, e->logits + (size_t)li * e->n_vocab, err) != 0)
+            return -1;
+    return 0;
+}
+
 static int after_forward(engine *e, int32_t n_seqs, llmq_err *err)
 {
+    if (read_outputs(e, n_seqs, e->b_wants_logits, err) != 0)
+        return -1;
     int32_t li = 0;
     for (int32_t b = 0; b < n_seqs; b++) {
         seq *s = e->b_seqs[b];
@@ -509,7 +549,9 @@ static int after_forward(engine *e, int32_t n_seqs, llmq_err *err)
         if (s->n_computed < s->n_tokens)
             continue; /* a prompt chunk that is not the last */
         engine_event *ev = new_event(e, s);
-        int fin = advance(e, s, e->logits + (size_t)li++ * e->n_vocab, ev, err);
+        float *logits = e->b_wants_logits[li] ? e->logits + (size_t)li * e->n_vocab : NULL;
+        int fin = advance(e, s, logits, e->b_greedy[li], ev, err);
+        li++;
         if (fin < 0)
             return -1;
         emit_text(s, ev, fin != ENGINE_RUNNING);
@@ -551,7 +593,7 @@ int engine_step(engine *e, const engine_event **events, int32_t *n_events, llmq_
             .row_seq = e->b_row_seq, .n_seqs = n_seqs, .block_table = e->b_table,
             .seq_len = e->b_seq_len, .max_blocks = kvpool_blocks_for(e->pool, e->cfg.n_ctx),
             .n_logits = n_logits, .logit_rows = e->b_logit_rows};
-        if (model_forward(e->m, e->st, e->kv, &batch, e->logits, err) != 0)
+        if (model_forward(e->m, e->st, e->kv, &batch, NULL, err) != 0)
             return -1;
         e->stats.steps++;
         if (after_forward(e, n_seqs, err) != 0)
@@ -613,10 +655,12 @@ int engine_create(engine **out, model *m, const tok_vocab *vocab, const engine_c
     e->b_logit_rows = malloc(seqs * sizeof(int32_t));
     e->b_seqs = malloc(seqs * sizeof *e->b_seqs);
     e->b_chunk = malloc(seqs * sizeof(int32_t));
+    e->b_greedy = malloc(seqs * sizeof(int32_t));
+    e->b_wants_logits = malloc(seqs * sizeof(bool));
     e->logits = malloc(seqs * (size_t)mc->n_vocab * sizeof(float));
     if (!e->live || !e->done || !e->events || !e->b_tokens || !e->b_pos || !e->b_slot ||
         !e->b_row_seq || !e->b_table || !e->b_seq_len || !e->b_logit_rows || !e->b_seqs ||
-        !e->b_chunk || !e->logits) {
+        !e->b_chunk || !e->b_greedy || !e->b_wants_logits || !e->logits) {
         llmq_errf(err, "engine: out of memory");
         goto fail;
     }
@@ -653,6 +697,8 @@ void engine_free(engine *e)
     free(e->b_logit_rows);
     free(e->b_seqs);
     free(e->b_chunk);
+    free(e->b_greedy);
+    free(e->b_wants_logits);
     free(e->logits);
     free(e);
 }

@@ -138,6 +138,11 @@ static bool penalties_off(const sampler_params *p)
             p->presence_penalty == 0.0f);
 }
 
+bool sampler_is_greedy(const sampler_params *p)
+{
+    return !(p->temperature > 0.0f) && penalties_off(p);
+}
+
 /* llama.cpp's llama_sampler_penalties, counting in s->count (left zeroed) so
  * the cost is the window's length, not the vocabulary's. */
 static void apply_penalties(sampler *s, const sampler_params *p, float *logits,

@@ -21,6 +21,7 @@
 #ifndef LLMQ_ENGINE_SAMPLER_H
 #define LLMQ_ENGINE_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/err.h"
@@ -44,6 +45,11 @@ sampler_params sampler_default_params(void);
  * repeat_penalty > 0, finite penalties, penalty_last_n >= -1); the error
  * names the field. */
 int sampler_check_params(const sampler_params *p, llmq_err *err);
+
+/* True when the token is always the lowest id of the row's maximum logit
+ * (temperature <= 0 and no penalty active), which needs no logits on the
+ * host: a backend's argmax gives it. */
+bool sampler_is_greedy(const sampler_params *p);
 
 typedef struct sampler sampler;
 

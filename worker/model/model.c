@@ -25,7 +25,9 @@ struct model_state {
     int32_t max_rows, max_seqs, max_blocks, max_logits;
     float *x, *q, *k, *v, *g, *u, *xg, *logits; /* backend memory */
     be_act act_dim, act_ffn;
-    int32_t *tokens, *pos, *slot, *row_seq, *block_table, *seq_len, *logit_rows;
+    int32_t *tokens, *pos, *slot, *row_seq, *block_table, *seq_len, *logit_rows, *greedy, *alone;
+    int32_t *alone_host; /* host copy of alone (be_attn_batch.alone_rows_dev) */
+    int32_t n_logits;    /* logit rows of the last forward pass */
 };
 
 /* ---- configuration ---- */
@@ -318,7 +320,13 @@ int model_state_create(model_state **out, const model *m, int32_t max_rows, int3
         {(void **)&st->block_table, (size_t)max_seqs * max_blocks * sizeof(int32_t)},
         {(void **)&st->seq_len, (size_t)max_seqs * sizeof(int32_t)},
         {(void **)&st->logit_rows, (size_t)max_logits * sizeof(int32_t)},
+        {(void **)&st->greedy, (size_t)max_logits * sizeof(int32_t)},
+        {(void **)&st->alone, rows * sizeof(int32_t)},
     };
+    if (!(st->alone_host = malloc(rows * sizeof(int32_t)))) {
+        llmq_errf(err, "out of memory");
+        goto fail;
+    }
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         *bufs[i].p = be->ops->alloc(be, bufs[i].bytes, err);
         if (!*bufs[i].p)
@@ -343,7 +351,7 @@ void model_state_free(model_state *st)
     backend *be = st->be;
     void *bufs[] = {st->x, st->q, st->k, st->v, st->g, st->u, st->xg, st->logits, st->tokens,
                     st->pos, st->slot, st->row_seq, st->block_table, st->seq_len,
-                    st->logit_rows};
+                    st->logit_rows, st->greedy, st->alone};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
@@ -351,6 +359,7 @@ void model_state_free(model_state *st)
         be->ops->act_destroy(be, &st->act_dim);
     if (st->act_ffn.x)
         be->ops->act_destroy(be, &st->act_ffn);
+    free(st->alone_host);
     free(st);
 }
 
@@ -369,7 +378,8 @@ static int check_batch(const model_state *st, const model_batch *b, llmq_err *er
     return 0;
 }
 
-static int upload_batch(backend *be, model_state *st, const model_batch *b, llmq_err *err)
+/* Returns the number of rows alone in their sequence (listed in st->alone), or -1. */
+static int32_t upload_batch(backend *be, model_state *st, const model_batch *b, llmq_err *err)
 {
     const size_t rows = (size_t)b->n_rows * sizeof(int32_t);
     const backend_ops *o = be->ops;
@@ -382,7 +392,11 @@ static int upload_batch(backend *be, model_state *st, const model_batch *b, llmq
         (b->n_logits > 0 &&
          o->upload(be, st->logit_rows, b->logit_rows, (size_t)b->n_logits * sizeof(int32_t), err)))
         return -1;
-    return 0;
+    const int32_t n_alone = be_attn_alone_rows(b->row_seq, b->n_rows, st->alone_host);
+    if (n_alone > 0 &&
+        o->upload(be, st->alone, st->alone_host, (size_t)n_alone * sizeof(int32_t), err) != 0)
+        return -1;
+    return n_alone;
 }
 
 static void forward_layer(model *m, model_state *st, be_kv *kv, int32_t il,
@@ -415,7 +429,9 @@ int model_forward(model *m, model_state *st, be_kv *kv, const model_batch *b, fl
     const model_config *c = &m->cfg;
     backend *be = m->be;
     const backend_ops *o = be->ops;
-    if (check_batch(st, b, err) != 0 || upload_batch(be, st, b, err) != 0)
+    st->n_logits = 0;
+    int32_t n_alone;
+    if (check_batch(st, b, err) != 0 || (n_alone = upload_batch(be, st, b, err)) < 0)
         return -1;
     int32_t max_len = 0;
     for (int32_t s = 0; s < b->n_seqs; s++)
@@ -423,7 +439,8 @@ int model_forward(model *m, model_state *st, be_kv *kv, const model_batch *b, fl
     const be_attn_batch ab = {.n_rows = b->n_rows, .n_seqs = b->n_seqs, .row_seq_dev = st->row_seq,
                               .row_pos_dev = st->pos, .block_table_dev = st->block_table,
                               .seq_len_dev = st->seq_len, .max_blocks = b->max_blocks,
-                              .max_seq_len = max_len};
+                              .max_seq_len = max_len, .alone_rows_dev = st->alone,
+                              .n_alone = n_alone};
     const be_attn_shape shape = {.n_head = c->n_head, .n_head_kv = c->n_head_kv,
                                  .head_dim = c->head_dim};
 
@@ -436,6 +453,26 @@ int model_forward(model *m, model_state *st, be_kv *kv, const model_batch *b, fl
     o->gather_rows(be, st->x, st->logit_rows, b->n_logits, c->dim, st->xg);
     o->rmsnorm(be, st->xg, m->output_norm, c->norm_eps, b->n_logits, c->dim, &st->act_dim);
     o->matmul(be, m->output, &st->act_dim, st->logits, false);
-    return o->download(be, logits, st->logits, (size_t)b->n_logits * c->n_vocab * sizeof(float),
-                       err);
+    st->n_logits = b->n_logits;
+    return logits ? model_read_logits(m, st, 0, b->n_logits, logits, err) : 0;
+}
+
+int model_read_logits(model *m, model_state *st, int32_t first, int32_t n, float *logits,
+                      llmq_err *err)
+{
+    if (first < 0 || n < 0 || first + n > st->n_logits)
+        return llmq_errf(err, "logit rows %d..%d asked of the %d the last forward pass made",
+                         first, first + n - 1, st->n_logits);
+    const size_t row = (size_t)m->cfg.n_vocab;
+    return m->be->ops->download(m->be, logits, st->logits + first * row,
+                                (size_t)n * row * sizeof(float), err);
+}
+
+int model_read_greedy(model *m, model_state *st, int32_t *tokens, llmq_err *err)
+{
+    backend *be = m->be;
+    if (st->n_logits == 0)
+        return 0;
+    be->ops->argmax(be, st->logits, st->n_logits, m->cfg.n_vocab, st->greedy);
+    return be->ops->download(be, tokens, st->greedy, (size_t)st->n_logits * sizeof(int32_t), err);
 }

@@ -72,8 +72,20 @@ int model_state_create(model_state **out, const model *m, int32_t max_rows, int3
                        int32_t max_blocks, int32_t max_logits, llmq_err *err);
 void model_state_free(model_state *st);
 
-/* Runs the batch; writes n_logits x n_vocab floats into logits (host). */
+/* Runs the batch; writes n_logits x n_vocab floats into logits (host), or,
+ * with logits NULL, leaves them in the backend for the two readers below
+ * (valid until the next forward pass on st). */
 int model_forward(model *m, model_state *st, be_kv *kv, const model_batch *batch, float *logits,
                   llmq_err *err);
+
+/* Copies logit rows [first, first + n) of the last forward pass to logits
+ * (host, n x n_vocab floats). */
+int model_read_logits(model *m, model_state *st, int32_t first, int32_t n, float *logits,
+                      llmq_err *err);
+
+/* The greedy token of every logit row of the last forward pass (the lowest
+ * id of its maximum, as sampler_sample without penalties at temperature 0),
+ * chosen by the backend so only the ids are copied: n_logits into tokens. */
+int model_read_greedy(model *m, model_state *st, int32_t *tokens, llmq_err *err);
 
 #endif
