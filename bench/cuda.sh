@@ -2,14 +2,16 @@
 # bench/cuda.sh: the CUDA benchmarks on a model file (the 7B Q4_K_M of
 # tests/gpu/run.sh): per-op times against the roofline (bench-cuda-ops),
 # then llmq-run --bench (pp512, tg128, decode at 1..256 sequences).
-# Tables to OUT/ops.md, OUT/bench.md and OUT/bench.json.
+# Tables to OUT/ops[-TAG].md, OUT/bench[-TAG].md and OUT/bench[-TAG].json;
+# each run's samples go to OUT/log.txt as they come, so a run cut short by
+# its timeout still leaves them.
 #
-# usage: bench/cuda.sh BIN MODEL OUT
+# usage: bench/cuda.sh BIN MODEL OUT [TAG]
 set -u
-BIN=$1 MODEL=$2 OUT=$3
+BIN=$1 MODEL=$2 OUT=$3 SUFFIX=${4:+-$4}
 REPS=${REPS:-3}
-timeout 120 "$BIN/bench-cuda-ops" "$MODEL" > "$OUT/ops.md" 2>> "$OUT/log.txt"
-echo "$(date +%T) bench-cuda-ops exit $?" >> "$OUT/log.txt"
-timeout 240 "$BIN/llmq-run" -m "$MODEL" --bench --reps "$REPS" --json "$OUT/bench.json" \
-    > "$OUT/bench.md" 2>> "$OUT/log.txt"
-echo "$(date +%T) llmq-run --bench exit $?" >> "$OUT/log.txt"
+timeout 120 "$BIN/bench-cuda-ops" "$MODEL" > "$OUT/ops$SUFFIX.md" 2>> "$OUT/log.txt"
+echo "$(date +%T) bench-cuda-ops$SUFFIX exit $?" >> "$OUT/log.txt"
+timeout 240 "$BIN/llmq-run" -m "$MODEL" --bench --reps "$REPS" --json "$OUT/bench$SUFFIX.json" \
+    > "$OUT/bench$SUFFIX.md" 2>> "$OUT/log.txt"
+echo "$(date +%T) llmq-run --bench$SUFFIX exit $?" >> "$OUT/log.txt"

@@ -14,6 +14,8 @@ export LD_LIBRARY_PATH="$PWD/.device-libs:${LD_LIBRARY_PATH:-}"
 export LLMQ_TEST_DATA="$PWD/tests/data"
 VOCAB=tests/data/vocab/ggml-vocab-llama-spm.gguf
 SHAPE7B="--dim 4096 --heads 32 --kv-heads 32 --ff 11008 --ctx 4096 --mix q4_k_m --seed 1"
+# The Llama-3-8B-like GQA shape of ../shared/anchors (8 KV heads, ffn 14336, vocab 32000).
+SHAPE8B="--dim 4096 --heads 32 --kv-heads 8 --ff 14336 --ctx 4096 --mix q4_k_m --seed 1"
 log() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/log.txt"; }
 
 # 1. build check: every binary starts, the GPU is there, kernel resources.
@@ -53,8 +55,20 @@ log "parity (models) exit $?"
 wait $MK
 log "7B model written ($(du -h /tmp/m7b.gguf | cut -f1))"
 
-# 3. benchmarks.
+# 3. benchmarks: the 7B shape, then (GQA=0 skips it) the GQA shape, written
+#    while the first runs.
+if [ "${GQA:-1}" = 1 ]; then
+    "$BIN/llmq-mkmodel" --vocab "$VOCAB" --layers 32 $SHAPE8B -o /tmp/m8b-gqa.gguf \
+        >> "$OUT/log.txt" 2>&1 &
+    MK8=$!
+fi
 sh bench/cuda.sh "$BIN" /tmp/m7b.gguf "$OUT"
+if [ "${GQA:-1}" = 1 ]; then
+    wait $MK8
+    log "GQA model written ($(du -h /tmp/m8b-gqa.gguf | cut -f1))"
+    sh bench/cuda.sh "$BIN" /tmp/m8b-gqa.gguf "$OUT" gqa
+    rm -f /tmp/m8b-gqa.gguf
+fi
 
 # 4. Nsight Compute on three kernels of bench-cuda-ops (clocks left alone):
 #    the q4_K matvec at 1 row, the GEMM at 512 rows, decode attention at 64.
@@ -80,6 +94,6 @@ fi
 
 echo "== parity"; grep -E "FAIL|passed" "$OUT/parity.md" | head -40
 echo "== ops"; cat "$OUT/ops.md" 2>/dev/null
-echo "== bench"; cat "$OUT/bench.md" 2>/dev/null
+echo "== bench"; cat "$OUT/bench.md" "$OUT/bench-gqa.md" 2>/dev/null
 echo "== sanitizer"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed," "$OUT/sanitizer.txt" 2>/dev/null
 cat "$OUT/log.txt"
