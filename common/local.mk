@@ -4,4 +4,5 @@ common_libllmq_common_a_SOURCES = \
 	common/utf8.c common/utf8.h \
 	common/json.c common/json.h \
 	common/file.c common/file.h \
-	common/cli.c common/cli.h
+	common/cli.c common/cli.h \
+	common/topk.c common/topk.h

@@ -78,6 +78,8 @@ typedef struct be_attn_shape {
 
 typedef enum be_kv_type { BE_KV_F32 = 0, BE_KV_F16 = 1 } be_kv_type;
 
+#define BE_TOP_K_MAX 256 /* the most candidates backend_ops.top_k returns per row */
+
 typedef struct backend_ops {
     void (*destroy)(backend *be);
 
@@ -132,6 +134,13 @@ typedef struct backend_ops {
      * never the maximum, 0 for a row of NaNs: the greedy token, so that a
      * decode step copies back ids instead of logits. */
     void (*argmax)(backend *be, const float *x_dev, int32_t rows, int32_t n, int32_t *out_dev);
+    /* Each row's k best values (rows x n) -- larger first, ties to the lower
+     * index, as common/topk.h orders them -- into ids and vals (rows x k,
+     * best first), so that a sampled row copies back k candidates instead of
+     * n logits; a row holding a NaN gets ids[r * k] = -1 (it has no such
+     * order).  1 <= k <= min(n, BE_TOP_K_MAX).  NULL where a backend lacks it. */
+    void (*top_k)(backend *be, const float *x_dev, int32_t rows, int32_t n, int32_t k,
+                  int32_t *ids_dev, float *vals_dev);
 } backend_ops;
 
 struct backend {

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/topk.h"
 #include "kernels/cpu/dot.h"
 #include "kernels/cpu/threadpool.h"
 
@@ -745,6 +746,31 @@ static void cpu_argmax(backend *be, const float *x, int32_t rows, int32_t n, int
     }
 }
 
+/* ---- top_k: a sampled row's candidates ---- */
+
+static void cpu_top_k(backend *be, const float *x, int32_t rows, int32_t n, int32_t k,
+                      int32_t *ids, float *vals)
+{
+    (void)be;
+    topk_entry best[BE_TOP_K_MAX];
+    for (int32_t r = 0; r < rows; r++) {
+        const float *row = x + (size_t)r * n;
+        int32_t *out_ids = ids + (size_t)r * k;
+        bool nan = false;
+        for (int32_t i = 0; i < n && !nan; i++)
+            nan = isnan(row[i]);
+        if (nan) {
+            out_ids[0] = -1;
+            continue;
+        }
+        topk_select(best, row, NULL, n, k);
+        for (int32_t i = 0; i < k; i++) {
+            out_ids[i] = best[i].id;
+            vals[(size_t)r * k + i] = best[i].value;
+        }
+    }
+}
+
 static const backend_ops cpu_ops = {
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
@@ -767,6 +793,7 @@ static const backend_ops cpu_ops = {
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
     .argmax = cpu_argmax,
+    .top_k = cpu_top_k,
 };
 
 int backend_cpu_create(backend **out, int n_threads, llmq_err *err)

@@ -500,7 +500,7 @@ static const backend_ops cuda_ops = {
     cu_sync,        cu_weight_load, cu_weight_free, cu_act_create,   cu_act_destroy,
     cu_kv_create,   cu_kv_destroy,  cu_embed,      cu_gather_rows,   cu_rmsnorm,
     cu_matmul,      cu_rope,        cu_kv_write,   cu_attention,     cu_swiglu,
-    cu_argmax,
+    cu_argmax,      NULL, /* top_k: not yet on the GPU; sampled rows copy their logits */
 };
 
 extern "C" int backend_cuda_create(backend **out, int gpu, llmq_err *err)

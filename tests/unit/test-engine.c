@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "common/topk.h"
 #include "kernels/backend.h"
 #include "worker/engine/engine.h"
 #include "worker/model/model.h"
@@ -314,15 +315,41 @@ static void check_argmax_rule(backend *be)
     sampler_free(smp);
 }
 
+/* The backend's top_k gives each row's best entries by (value, lower id),
+ * best first, as the sampler's own selection would; a row with a NaN is
+ * flagged with id -1. */
+static void check_top_k_rule(backend *be)
+{
+    enum { N = 300, K = 20, ROWS = 3 };
+    float x[ROWS * N];
+    for (int32_t i = 0; i < ROWS * N; i++)
+        x[i] = (float)((i * 7919) % 61) - 30.0f; /* many ties */
+    x[2 * N + 150] = NAN;
+    int32_t ids[ROWS * K];
+    float vals[ROWS * K];
+    be->ops->top_k(be, x, ROWS, N, K, ids, vals);
+    int same = 0;
+    for (int r = 0; r < 2; r++) {
+        topk_entry want[K];
+        topk_select(want, x + r * N, NULL, N, K);
+        for (int i = 0; i < K; i++)
+            same += ids[r * K + i] == want[i].id && vals[r * K + i] == want[i].value;
+    }
+    CHECK(same == 2 * K, "top_k: rows full of ties give the best %d by value then lower id, best "
+          "first (%d/%d)", K, same, 2 * K);
+    CHECK(ids[2 * K] == -1, "top_k: a row holding a NaN is flagged (id %d)", ids[2 * K]);
+}
+
 static void count_rows(void *ctx, uint64_t id, int32_t step, const float *logits, int32_t n)
 {
     (void)id, (void)step, (void)logits, (void)n;
     (*(int *)ctx)++;
 }
 
-/* Even sequences greedy, odd ones sampled, all in one batch: once as the
- * worker runs them (greedy rows by argmax), once with an observer that
- * makes every row's logits come back (greedy rows by the host sampler). */
+/* Even sequences greedy, odd ones sampled (top-k 40, half of them with
+ * penalties), all in one batch: once as the worker runs them (greedy rows
+ * by the backend's argmax, sampled ones from its top_k candidates), once
+ * with an observer that makes every row's logits come back. */
 static void check_greedy_on_backend(const fixture *fx)
 {
     static outcome by_argmax[N_SEQ], by_logits[N_SEQ];
@@ -339,8 +366,13 @@ static void check_greedy_on_backend(const fixture *fx)
             engine_request req;
             int32_t *ids;
             llmq_err err;
-            if (request(fx, (uint64_t)i, prompts[i], 40, i % 2 ? 0.9f : 0.0f, NULL, &req, &ids) ||
-                engine_add(e, &req, &err) != 0)
+            if (request(fx, (uint64_t)i, prompts[i], 40, i % 2 ? 0.9f : 0.0f, NULL, &req, &ids))
+                printf("# request %d failed\n", i);
+            if (i % 4 == 3) { /* top-k with penalties: top_k + the window's candidates */
+                req.sampling.repeat_penalty = 1.3f;
+                req.sampling.frequency_penalty = 0.4f;
+            }
+            if (engine_add(e, &req, &err) != 0)
                 printf("# add %d failed\n", i);
             free(ids);
         }
@@ -353,8 +385,8 @@ static void check_greedy_on_backend(const fixture *fx)
                 memcmp(by_argmax[i].tokens, by_logits[i].tokens,
                        (size_t)by_logits[i].n_tokens * sizeof(int32_t)) == 0;
     CHECK(observed >= N_SEQ * 40, "the observer saw every row (%d)", observed);
-    CHECK(same == N_SEQ, "%d of %d sequences (half greedy by argmax, half sampled) generate the "
-          "same tokens as when every row's logits come back", same, N_SEQ);
+    CHECK(same == N_SEQ, "%d of %d sequences (half greedy by argmax, half sampled from top_k "
+          "candidates) generate the same tokens as when every row's logits come back", same, N_SEQ);
 }
 
 int main(void)
@@ -376,6 +408,7 @@ int main(void)
     check_cancel(&fx);
     check_bad_requests(&fx);
     check_argmax_rule(be);
+    check_top_k_rule(be);
     check_greedy_on_backend(&fx);
     tok_free(fx.vocab);
     model_free(fx.m);

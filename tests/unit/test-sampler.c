@@ -1,6 +1,7 @@
 /* test-sampler: the sampling chain against hand-computed sets and exact
- * softmax distributions, its random stream, and its independence from the
- * other sequences that share a sampler. */
+ * softmax distributions, its random stream, its independence from the
+ * other sequences that share a sampler, and the same tokens from a row's
+ * best logits as from the whole row. */
 #include "worker/engine/sampler.h"
 
 #include <math.h>
@@ -8,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/topk.h"
 #include "tests/unit/check.h"
 
 enum { MAX_V = 1024, MAX_SIZES = 16 };
@@ -591,6 +593,102 @@ static void test_against_reference(samplers *ss)
           agree, rows);
 }
 
+/* From the row's best logits (sampler_sample_top, the path a GPU's top_k
+ * candidates take) the same token as from the whole row, over top-k with
+ * and without top-p, min-p, lowering penalties whose window holds tokens
+ * inside and outside the candidates, ties at the cut, and rows given with
+ * exactly sampler_top_needed candidates in shuffled order. */
+static void test_from_top(samplers *ss)
+{
+    enum { V = 1000 };
+    struct {
+        int32_t top_k;
+        float top_p, min_p, repeat, presence, frequency;
+        int32_t last_n;
+    } cases[] = {
+        {40, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 64},    {1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 64},
+        {40, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 64},    {40, 1.0f, 0.05f, 1.0f, 0.0f, 0.0f, 64},
+        {40, 0.95f, 0.02f, 1.3f, 0.0f, 0.0f, 64},  {10, 1.0f, 0.0f, 1.1f, 0.5f, 0.2f, 32},
+        {100, 0.8f, 0.0f, 1.0f, 1.0f, 0.0f, -1},   {5, 1.0f, 0.0f, 2.0f, 0.0f, 1.0f, 16},
+    };
+    const int32_t max_k = 256;
+    int rows = 0, agree = 0, exact_n = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        sampler_params p = at_temperature(0.8f);
+        p.top_k = cases[c].top_k;
+        p.top_p = cases[c].top_p;
+        p.min_p = cases[c].min_p;
+        p.repeat_penalty = cases[c].repeat;
+        p.presence_penalty = cases[c].presence;
+        p.frequency_penalty = cases[c].frequency;
+        p.penalty_last_n = cases[c].last_n;
+        for (int r = 0; r < 12; r++) {
+            float l[V];
+            fill_logits(l, V, (uint64_t)(700 + 13 * c + r), r % 3 == 0 ? 1.0f : 6.0f);
+            if (r % 4 == 1) /* ties across the cut: the lower id must win */
+                for (int32_t i = 0; i < V; i += 7)
+                    l[i] = l[3];
+            /* A history of the row's 48 best tokens (on every other row
+             * every other one random): penalties push them out of the top
+             * k, so the candidates past top_k decide the token. */
+            topk_entry best48[48];
+            topk_select(best48, l, NULL, V, 48);
+            int32_t history[48];
+            for (int i = 0; i < 48; i++)
+                history[i] = r % 2 && i % 2 ? (int32_t)((uint64_t)(i * 7919 + r * 104729) % V)
+                                            : best48[(i * 5) % 48].id;
+            const int32_t need = sampler_top_needed(&p, 48, V, max_k);
+            if (need <= 0)
+                continue;
+            topk_entry top[V];
+            topk_select(top, l, NULL, V, need);
+            int32_t ids[V];
+            float vals[V];
+            for (int32_t i = 0; i < need; i++) { /* handed over reversed and rotated */
+                const int32_t j = (need - 1 - i + r) % need;
+                ids[i] = top[j].id;
+                vals[i] = top[j].value;
+            }
+            bool same = true;
+            for (int step = 0; step < 30; step++) {
+                p.seed = (uint64_t)(c * 1000 + r * 30 + step);
+                const int32_t want = sample_copy(ss, &p, l, V, history, 48, (uint64_t)step);
+                const int32_t got = sampler_sample_top(samplers_get(ss, V), &p, ids, vals, need,
+                                                       history, 48, (uint64_t)step);
+                same = same && got == want;
+            }
+            rows++;
+            agree += same;
+            const bool penalties = p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f ||
+                                   p.frequency_penalty != 0.0f;
+            const int32_t window = p.penalty_last_n < 0 || p.penalty_last_n > 48 ? 48
+                                                                                 : p.penalty_last_n;
+            exact_n += need == p.top_k + (penalties ? window : 0);
+        }
+    }
+    CHECK(rows == 96 && agree == rows, "from the row's best logits, the whole row's token (%d/%d "
+          "rows x 30 steps)", agree, rows);
+    CHECK(exact_n == rows, "sampler_top_needed asks top_k + the penalty window (%d/%d)", exact_n,
+          rows);
+    sampler_params p = at_temperature(0.8f);
+    p.top_k = 40;
+    CHECK(sampler_top_needed(&p, 10, V, max_k) == 40, "no penalties: top_k candidates");
+    p.repeat_penalty = 0.9f;
+    CHECK(sampler_top_needed(&p, 10, V, max_k) == 0, "a repeat penalty < 1 needs the whole row");
+    p.repeat_penalty = 1.1f;
+    p.presence_penalty = -0.5f;
+    CHECK(sampler_top_needed(&p, 10, V, max_k) == 0, "a negative presence penalty needs the whole row");
+    p.presence_penalty = 0.0f;
+    p.penalty_last_n = -1;
+    CHECK(sampler_top_needed(&p, 1000, V, max_k) == 0,
+          "a window past max_k candidates needs the whole row");
+    p = at_temperature(0.0f);
+    p.top_k = 40;
+    CHECK(sampler_top_needed(&p, 10, V, max_k) == 0, "greedy is not a candidate row");
+    p = at_temperature(0.8f);
+    CHECK(sampler_top_needed(&p, 10, V, max_k) == 0, "no top_k: the whole row");
+}
+
 /* One sequence of the independence test: its parameters, history, and the
  * logits it would get at each step (a function of its own key and step). */
 typedef struct seq {
@@ -709,6 +807,7 @@ int main(void)
     test_determinism(&ss);
     test_draw_order(&ss);
     test_against_reference(&ss);
+    test_from_top(&ss);
     test_independence(&ss);
     test_robustness(&ss);
     samplers_free(&ss);

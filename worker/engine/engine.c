@@ -31,6 +31,13 @@ typedef struct seq {
     engine_timing timing;
 } seq;
 
+/* Where a sequence's next token comes from.  The backend's argmax for a
+ * greedy one, its best logits for a top-k one (sampler_top_needed of them),
+ * the whole row otherwise -- and always while an observer wants to see the
+ * logits.  A step copies back ids and candidates, not n_vocab floats per
+ * row, wherever it can. */
+typedef enum row_source { FROM_GREEDY, FROM_TOP, FROM_LOGITS } row_source;
+
 struct engine {
     engine_config cfg;
     model *m;
@@ -52,8 +59,12 @@ struct engine {
     int32_t *b_tokens, *b_pos, *b_slot, *b_row_seq, *b_table, *b_seq_len, *b_logit_rows;
     seq **b_seqs;
     int32_t *b_chunk;
-    int32_t *b_greedy;     /* the backend's greedy token of each logit row */
-    bool *b_wants_logits; /* whether sampling logit row li needs its logits */
+    /* What sampling each logit row li reads, and the step's copies of it. */
+    uint8_t *b_source;   /* row_source */
+    int32_t *b_greedy;   /* FROM_GREEDY: the backend's argmax */
+    int32_t b_top_k;     /* FROM_TOP: candidates per row this step */
+    int32_t *b_top_ids;  /* max_seqs x BE_TOP_K_MAX */
+    float *b_top_vals;
     float *logits;     /* host copies of the logit rows that need them */
     engine_event *events;
     int32_t n_events;
@@ -454,12 +465,18 @@ static void fill_final(seq *s, engine_event *ev)
 
 /* Samples, appends and checks the stop rules of one sequence; returns the
  * finish reason (ENGINE_RUNNING to go on) or -1 on memory exhaustion. */
-static int advance(engine *e, seq *s, float *logits, int32_t greedy, engine_event *ev,
-                   llmq_err *err)
+static int advance(engine *e, seq *s, int32_t li, engine_event *ev, llmq_err *err)
 {
     const int32_t step = s->n_tokens - s->n_prompt;
-    int32_t tok = greedy;
-    if (logits) {
+    int32_t tok;
+    if (e->b_source[li] == FROM_GREEDY) {
+        tok = e->b_greedy[li];
+    } else if (e->b_source[li] == FROM_TOP) {
+        const size_t at = (size_t)li * e->b_top_k;
+        tok = sampler_sample_top(e->smp, &s->sp, e->b_top_ids + at, e->b_top_vals + at,
+                                 e->b_top_k, s->tokens, s->n_tokens, (uint64_t)step);
+    } else {
+        float *logits = e->logits + (size_t)li * e->n_vocab;
         if (e->observer)
             e->observer(e->observer_ctx, s->id, step, logits, e->n_vocab);
         tok = sampler_sample(e->smp, &s->sp, logits, s->tokens, s->n_tokens, (uint64_t)step);
@@ -506,33 +523,54 @@ static int find_live(const engine *e, const seq *s)
     return -1;
 }
 
-/* Does sampling this sequence need its logits on the host?  Not when its
- * token is the greedy one, which the backend picks (a step then copies back
- * ids, not n_vocab floats per row), unless an observer wants to see them. */
-static bool needs_logits(const engine *e, const seq *s)
+/* (See row_source.) */
+static row_source source_of(const engine *e, const seq *s, int32_t *top_needed)
 {
-    return e->observer || !sampler_is_greedy(&s->sp);
+    *top_needed = 0;
+    if (e->observer)
+        return FROM_LOGITS;
+    if (sampler_is_greedy(&s->sp))
+        return FROM_GREEDY;
+    if (model_can_read_top(e->m) &&
+        (*top_needed = sampler_top_needed(&s->sp, s->n_tokens, e->n_vocab, BE_TOP_K_MAX)) > 0)
+        return FROM_TOP;
+    return FROM_LOGITS;
 }
 
-/* Brings back what sampling the batch's logit rows needs: the greedy tokens
- * when any row takes them, the logits of the rows that need them (in one copy
- * when all do).  Fills wants[li] = needs_logits of logit row li. */
-static int read_outputs(engine *e, int32_t n_seqs, bool *wants, llmq_err *err)
+/* Brings back what sampling the batch's logit rows reads: the greedy tokens,
+ * the candidates (as many per row as the neediest row wants; a row holding a
+ * NaN falls back to its logits), and the logits of the rest (in one copy
+ * when every row needs them). */
+static int read_outputs(engine *e, int32_t n_seqs, llmq_err *err)
 {
-    int32_t n_logits = 0, n_wanting = 0;
+    int32_t n_logits = 0, n_greedy = 0, n_full = 0, top_k = 0;
     for (int32_t b = 0; b < n_seqs; b++) {
         const seq *s = e->b_seqs[b];
         if (s->n_computed + e->b_chunk[b] < s->n_tokens)
             continue;
-        wants[n_logits] = needs_logits(e, s);
-        n_wanting += wants[n_logits++];
+        int32_t need;
+        const row_source src = source_of(e, s, &need);
+        e->b_source[n_logits++] = (uint8_t)src;
+        n_greedy += src == FROM_GREEDY;
+        n_full += src == FROM_LOGITS;
+        top_k = need > top_k ? need : top_k;
     }
-    if (n_wanting < n_logits && model_read_greedy(e->m, e->st, e->b_greedy, err) != 0)
+    if (n_greedy > 0 && model_read_greedy(e->m, e->st, e->b_greedy, err) != 0)
         return -1;
-    if (n_wanting == n_logits && n_logits > 0)
+    e->b_top_k = top_k;
+    if (top_k > 0) {
+        if (model_read_top(e->m, e->st, top_k, e->b_top_ids, e->b_top_vals, err) != 0)
+            return -1;
+        for (int32_t li = 0; li < n_logits; li++)
+            if (e->b_source[li] == FROM_TOP && e->b_top_ids[(size_t)li * top_k] < 0) {
+                e->b_source[li] = FROM_LOGITS;
+                n_full++;
+            }
+    }
+    if (n_full == n_logits && n_logits > 0)
         return model_read_logits(e->m, e->st, 0, n_logits, e->logits, err);
     for (int32_t li = 0; li < n_logits; li++)
-        if (wants[li] &&
+        if (e->b_source[li] == FROM_LOGITS &&
             model_read_logits(e->m, e->st, li, 1, e->logits + (size_t)li * e->n_vocab, err) != 0)
             return -1;
     return 0;
@@ -540,7 +578,7 @@ static int read_outputs(engine *e, int32_t n_seqs, bool *wants, llmq_err *err)
 
 static int after_forward(engine *e, int32_t n_seqs, llmq_err *err)
 {
-    if (read_outputs(e, n_seqs, e->b_wants_logits, err) != 0)
+    if (read_outputs(e, n_seqs, err) != 0)
         return -1;
     int32_t li = 0;
     for (int32_t b = 0; b < n_seqs; b++) {
@@ -549,9 +587,7 @@ static int after_forward(engine *e, int32_t n_seqs, llmq_err *err)
         if (s->n_computed < s->n_tokens)
             continue; /* a prompt chunk that is not the last */
         engine_event *ev = new_event(e, s);
-        float *logits = e->b_wants_logits[li] ? e->logits + (size_t)li * e->n_vocab : NULL;
-        int fin = advance(e, s, logits, e->b_greedy[li], ev, err);
-        li++;
+        int fin = advance(e, s, li++, ev, err);
         if (fin < 0)
             return -1;
         emit_text(s, ev, fin != ENGINE_RUNNING);
@@ -655,12 +691,15 @@ int engine_create(engine **out, model *m, const tok_vocab *vocab, const engine_c
     e->b_logit_rows = malloc(seqs * sizeof(int32_t));
     e->b_seqs = malloc(seqs * sizeof *e->b_seqs);
     e->b_chunk = malloc(seqs * sizeof(int32_t));
+    e->b_source = malloc(seqs);
     e->b_greedy = malloc(seqs * sizeof(int32_t));
-    e->b_wants_logits = malloc(seqs * sizeof(bool));
+    e->b_top_ids = malloc(seqs * BE_TOP_K_MAX * sizeof(int32_t));
+    e->b_top_vals = malloc(seqs * BE_TOP_K_MAX * sizeof(float));
     e->logits = malloc(seqs * (size_t)mc->n_vocab * sizeof(float));
     if (!e->live || !e->done || !e->events || !e->b_tokens || !e->b_pos || !e->b_slot ||
         !e->b_row_seq || !e->b_table || !e->b_seq_len || !e->b_logit_rows || !e->b_seqs ||
-        !e->b_chunk || !e->b_greedy || !e->b_wants_logits || !e->logits) {
+        !e->b_chunk || !e->b_source || !e->b_greedy || !e->b_top_ids || !e->b_top_vals ||
+        !e->logits) {
         llmq_errf(err, "engine: out of memory");
         goto fail;
     }
@@ -697,8 +736,10 @@ void engine_free(engine *e)
     free(e->b_logit_rows);
     free(e->b_seqs);
     free(e->b_chunk);
+    free(e->b_source);
     free(e->b_greedy);
-    free(e->b_wants_logits);
+    free(e->b_top_ids);
+    free(e->b_top_vals);
     free(e->logits);
     free(e);
 }

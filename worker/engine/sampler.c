@@ -1,14 +1,13 @@
 #include "worker/engine/sampler.h"
 
+#include "common/topk.h"
+
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 
-/* A surviving token with its (penalized, unscaled) logit. */
-typedef struct cand {
-    float logit;
-    int32_t id;
-} cand;
+/* A surviving token with its (penalized, unscaled) logit as value. */
+typedef topk_entry cand;
 
 /* Which tokens survive truncation, and in what order s->cand holds them. */
 typedef enum kept_order {
@@ -143,13 +142,14 @@ bool sampler_is_greedy(const sampler_params *p)
     return !(p->temperature > 0.0f) && penalties_off(p);
 }
 
-/* llama.cpp's llama_sampler_penalties, counting in s->count (left zeroed) so
- * the cost is the window's length, not the vocabulary's. */
-static void apply_penalties(sampler *s, const sampler_params *p, float *logits,
-                            const int32_t *history, int64_t n_history)
+/* The penalty window's tokens counted into s->count (zero between calls),
+ * the distinct ones listed in s->seen; returns how many.  Tokens outside
+ * the vocabulary are not counted: there is nothing to penalize. */
+static int32_t count_window(sampler *s, const sampler_params *p, const int32_t *history,
+                            int64_t n_history)
 {
     if (penalties_off(p) || n_history <= 0)
-        return;
+        return 0;
     int64_t n = p->penalty_last_n < 0 || p->penalty_last_n > n_history ? n_history
                                                                        : p->penalty_last_n;
     if (n > INT32_MAX) /* keeps every count within int32_t */
@@ -157,23 +157,40 @@ static void apply_penalties(sampler *s, const sampler_params *p, float *logits,
     int32_t n_seen = 0;
     for (int64_t i = n_history - n; i < n_history; i++) {
         int32_t t = history[i];
-        if (t < 0 || t >= s->n_vocab)
-            continue; /* not a token of this vocabulary: nothing to penalize */
-        if (s->count[t]++ == 0)
+        if (t >= 0 && t < s->n_vocab && s->count[t]++ == 0)
             s->seen[n_seen++] = t;
     }
-    for (int32_t j = 0; j < n_seen; j++) {
-        int32_t t = s->seen[j];
-        int32_t c = s->count[t];
-        float l = logits[t];
-        /* Dividing a negative logit would make the token more likely. */
-        l = l <= 0.0f ? l * p->repeat_penalty : l / p->repeat_penalty;
-        logits[t] = l - ((float)c * p->frequency_penalty + p->presence_penalty);
-        s->count[t] = 0;
-    }
+    return n_seen;
 }
 
-/* ---- ordering and partial selection ------------------------------------- */
+static void clear_window(sampler *s, int32_t n_seen)
+{
+    for (int32_t j = 0; j < n_seen; j++)
+        s->count[s->seen[j]] = 0;
+}
+
+/* llama.cpp's llama_sampler_penalties for a token seen c > 0 times. */
+static float penalized(float l, int32_t c, const sampler_params *p)
+{
+    /* Dividing a negative logit would make the token more likely. */
+    l = l <= 0.0f ? l * p->repeat_penalty : l / p->repeat_penalty;
+    return l - ((float)c * p->frequency_penalty + p->presence_penalty);
+}
+
+/* Penalties over the whole row: the cost is the window's length, not the
+ * vocabulary's. */
+static void apply_penalties(sampler *s, const sampler_params *p, float *logits,
+                            const int32_t *history, int64_t n_history)
+{
+    int32_t n_seen = count_window(s, p, history, n_history);
+    for (int32_t j = 0; j < n_seen; j++) {
+        int32_t t = s->seen[j];
+        logits[t] = penalized(logits[t], s->count[t], p);
+    }
+    clear_window(s, n_seen);
+}
+
+/* ---- ordering (common/topk.h) ------------------------------------------- */
 
 /* Eight running maxima: one would chain every compare through the last. */
 static float max_logit(const float *logits, int32_t n)
@@ -201,62 +218,6 @@ static int32_t first_max(const float *logits, int32_t n, float max)
     return 0;
 }
 
-/* The total order of truncation: higher logit first, ties to the lower id,
- * so the kept set never depends on the selection algorithm. */
-static bool better(cand a, cand b)
-{
-    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-}
-
-/* Sift-down in a heap whose root is the *worst* element. */
-static void sift_down(cand *h, int32_t n, int32_t i)
-{
-    cand x = h[i];
-    for (;;) {
-        int32_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && better(h[c], h[c + 1]))
-            c++;
-        if (!better(x, h[c]))
-            break;
-        h[i] = h[c];
-        i = c;
-    }
-    h[i] = x;
-}
-
-/* The k best tokens of the vocabulary, best first, into h[0..k): one pass
- * with a size-k heap (most tokens cost one comparison with its root), then
- * a heapsort of the k survivors. */
-static void select_top(cand *h, const float *logits, int32_t n_vocab, int32_t k)
-{
-    for (int32_t i = 0; i < k; i++)
-        h[i] = (cand){logits[i], i};
-    for (int32_t i = k / 2 - 1; i >= 0; i--)
-        sift_down(h, k, i);
-    for (int32_t i = k; i < n_vocab; i++) {
-        cand c = {logits[i], i};
-        if (better(c, h[0])) {
-            h[0] = c;
-            sift_down(h, k, 0);
-        }
-    }
-    for (int32_t n = k; n > 1; n--) {
-        cand worst = h[0];
-        h[0] = h[n - 1];
-        h[n - 1] = worst;
-        sift_down(h, n - 1, 0);
-    }
-}
-
-static int cmp_better(const void *a, const void *b)
-{
-    return better(*(const cand *)a, *(const cand *)b) ? -1
-           : better(*(const cand *)b, *(const cand *)a) ? 1
-                                                        : 0;
-}
-
 static int cmp_id(const void *a, const void *b)
 {
     int32_t x = ((const cand *)a)->id, y = ((const cand *)b)->id;
@@ -272,7 +233,7 @@ static int32_t nucleus_len(const cand *c, int32_t n, float max, double sum, floa
 {
     double need = (double)p * sum, cum = 0.0;
     for (int32_t i = 0; i < n; i++) {
-        cum += expf(c[i].logit - max);
+        cum += expf(c[i].value - max);
         if (cum >= need)
             return i + 1;
     }
@@ -281,10 +242,10 @@ static int32_t nucleus_len(const cand *c, int32_t n, float max, double sum, floa
 
 static kept top_p_sorted(const sampler *s, kept k, float p)
 {
-    float max = s->cand[0].logit;
+    float max = s->cand[0].value;
     double sum = 0.0;
     for (int32_t i = 0; i < k.n; i++)
-        sum += expf(s->cand[i].logit - max);
+        sum += expf(s->cand[i].value - max);
     int32_t n = nucleus_len(s->cand, k.n, max, sum, p);
     if (n > 0) /* else rounding kept the mass short of p: keep everything */
         k.n = n;
@@ -324,10 +285,10 @@ static kept top_p_vocab(sampler *s, const float *logits, float max, float p)
             s->cand[n++] = (cand){logits[i], i};
     if (n == 0) /* rounding ran past every bucket: all of them are kept */
         return (kept){v, KEPT_ALL};
-    qsort(s->cand, (size_t)n, sizeof *s->cand, cmp_better);
+    qsort(s->cand, (size_t)n, sizeof *s->cand, topk_cmp);
     int32_t cut = n - 1; /* if rounding keeps the mass short, the whole bucket */
     for (int32_t j = 0; j < n; j++) {
-        ahead += expf(s->cand[j].logit - max);
+        ahead += expf(s->cand[j].value - max);
         if (ahead >= need) {
             cut = j;
             break;
@@ -337,7 +298,7 @@ static kept top_p_vocab(sampler *s, const float *logits, float max, float p)
     n = 0;
     for (int32_t i = 0; i < v; i++) {
         cand c = {logits[i], i};
-        if (better(c, edge) || i == edge.id)
+        if (topk_better(c, edge) || i == edge.id)
             s->cand[n++] = c;
     }
     return (kept){n, KEPT_BY_ID};
@@ -347,9 +308,9 @@ static kept top_p_vocab(sampler *s, const float *logits, float max, float p)
  * when logit_i >= logit_max + log(min_p), and no softmax is needed. */
 static kept min_p_sorted(const sampler *s, kept k, float min_p)
 {
-    float cutoff = s->cand[0].logit + logf(min_p);
+    float cutoff = s->cand[0].value + logf(min_p);
     int32_t n = 1;
-    while (n < k.n && s->cand[n].logit >= cutoff)
+    while (n < k.n && s->cand[n].value >= cutoff)
         n++;
     k.n = n;
     return k;
@@ -365,15 +326,11 @@ static kept min_p_vocab(sampler *s, const float *logits, float max, float min_p)
     return (kept){n, KEPT_BY_ID};
 }
 
-/* Every step keeps the best token, so `max` stays the survivors' max. */
-static kept truncate_candidates(sampler *s, const sampler_params *p, const float *logits,
-                                float max)
+/* Top-p and min-p after top-k (k: what top-k kept).  Every step keeps the
+ * best token, so `max` stays the survivors' max. */
+static kept truncate_rest(sampler *s, const sampler_params *p, const float *logits, float max,
+                          kept k)
 {
-    kept k = {s->n_vocab, KEPT_ALL};
-    if (p->top_k > 0 && p->top_k < s->n_vocab) {
-        select_top(s->cand, logits, s->n_vocab, p->top_k);
-        k = (kept){p->top_k, KEPT_BY_LOGIT};
-    }
     if (p->top_p < 1.0f)
         k = k.order == KEPT_ALL ? top_p_vocab(s, logits, max, p->top_p)
                                 : top_p_sorted(s, k, p->top_p);
@@ -381,6 +338,17 @@ static kept truncate_candidates(sampler *s, const sampler_params *p, const float
         k = k.order == KEPT_ALL ? min_p_vocab(s, logits, max, p->min_p)
                                 : min_p_sorted(s, k, p->min_p);
     return k;
+}
+
+static kept truncate_candidates(sampler *s, const sampler_params *p, const float *logits,
+                                float max)
+{
+    kept k = {s->n_vocab, KEPT_ALL};
+    if (p->top_k > 0 && p->top_k < s->n_vocab) {
+        topk_select(s->cand, logits, NULL, s->n_vocab, p->top_k);
+        k = (kept){p->top_k, KEPT_BY_LOGIT};
+    }
+    return truncate_rest(s, p, logits, max, k);
 }
 
 /* ---- the draw ----------------------------------------------------------- */
@@ -401,7 +369,7 @@ static int32_t draw(sampler *s, const sampler_params *p, const float *logits, fl
     const float *x = logits;
     if (k.order != KEPT_ALL) { /* gather, so one branch-free loop serves both */
         for (int32_t i = 0; i < k.n; i++)
-            s->weight[i] = s->cand[i].logit;
+            s->weight[i] = s->cand[i].value;
         x = s->weight;
     }
     float t = p->temperature, x_max = max / t;
@@ -416,8 +384,7 @@ static int32_t draw(sampler *s, const sampler_params *p, const float *logits, fl
         if (cum > target)
             return cand_id(s, k, i);
     }
-    /* Reached only when a NaN logit made the total NaN. */
-    return first_max(logits, s->n_vocab, max);
+    return -1; /* reached only when a NaN logit made the total NaN */
 }
 
 int32_t sampler_sample(sampler *s, const sampler_params *p, float *logits,
@@ -431,5 +398,59 @@ int32_t sampler_sample(sampler *s, const sampler_params *p, float *logits,
     if (!(p->temperature > 0.0f) || !isfinite(max))
         return first_max(logits, s->n_vocab, max);
     kept k = truncate_candidates(s, p, logits, max);
-    return draw(s, p, logits, max, k, step);
+    int32_t t = draw(s, p, logits, max, k, step);
+    return t >= 0 ? t : first_max(logits, s->n_vocab, max);
+}
+
+/* ---- from a row's best logits -------------------------------------------- */
+
+int32_t sampler_top_needed(const sampler_params *p, int64_t n_history, int32_t n_vocab,
+                           int32_t max_k)
+{
+    if (!(p->temperature > 0.0f) || p->top_k <= 0 || p->top_k >= n_vocab)
+        return 0;
+    int64_t window = 0;
+    if (!penalties_off(p)) {
+        /* A penalty that raises a logit could lift any token into the top k. */
+        if (p->repeat_penalty < 1.0f || p->presence_penalty < 0.0f ||
+            p->frequency_penalty < 0.0f)
+            return 0;
+        window = p->penalty_last_n < 0 || p->penalty_last_n > n_history ? n_history
+                                                                        : p->penalty_last_n;
+    }
+    int64_t k = (int64_t)p->top_k + window;
+    if (k > n_vocab)
+        k = n_vocab;
+    return k <= max_k ? (int32_t)k : 0;
+}
+
+/* The lowest id among the n entries holding max; 0 if none does (NaNs). */
+static int32_t first_max_of(const int32_t *ids, const float *v, int32_t n, float max)
+{
+    int32_t best = -1;
+    for (int32_t i = 0; i < n; i++)
+        if (v[i] == max && (best < 0 || ids[i] < best))
+            best = ids[i];
+    return best < 0 ? 0 : best;
+}
+
+int32_t sampler_sample_top(sampler *s, const sampler_params *p, const int32_t *ids,
+                           const float *logits, int32_t n, const int32_t *history,
+                           int64_t n_history, uint64_t step)
+{
+    /* Penalized copies in s->weight, which the draw reuses only after
+     * topk_select has copied the survivors out. */
+    int32_t n_seen = count_window(s, p, history, n_history);
+    for (int32_t i = 0; i < n; i++) {
+        const int32_t c = n_seen > 0 && ids[i] >= 0 && ids[i] < s->n_vocab ? s->count[ids[i]] : 0;
+        s->weight[i] = c > 0 ? penalized(logits[i], c, p) : logits[i];
+    }
+    clear_window(s, n_seen);
+    float max = max_logit(s->weight, n);
+    if (!(p->temperature > 0.0f) || !isfinite(max) || p->top_k <= 0 || p->top_k > n)
+        return first_max_of(ids, s->weight, n, max);
+    topk_select(s->cand, s->weight, ids, n, p->top_k);
+    kept k = truncate_rest(s, p, NULL, max, (kept){p->top_k, KEPT_BY_LOGIT});
+    int32_t t = draw(s, p, NULL, max, k, step);
+    return t >= 0 ? t : s->cand[0].id;
 }

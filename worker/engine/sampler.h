@@ -62,6 +62,24 @@ void sampler_free(sampler *s);
 int32_t sampler_sample(sampler *s, const sampler_params *p, float *logits,
                        const int32_t *history, int64_t n_history, uint64_t step);
 
+/* How many of a row's best logits -- larger first, ties to the lower id,
+ * before penalties -- sampler_sample_top needs to pick exactly the token
+ * sampler_sample would pick from the whole row: top_k plus the penalty
+ * window (a penalized token can leave the top k, letting the next ones
+ * in).  0 when the row is needed whole: greedy (a backend's argmax serves
+ * it), no top_k, a penalty that can raise a logit (repeat_penalty < 1,
+ * negative presence or frequency penalty), or more than max_k. */
+int32_t sampler_top_needed(const sampler_params *p, int64_t n_history, int32_t n_vocab,
+                           int32_t max_k);
+
+/* sampler_sample from the row's n best logits (ids and raw logits, in any
+ * order, n >= sampler_top_needed, no NaN among the row's logits): penalties,
+ * top-k, top-p, min-p, temperature and the draw as sampler_sample, so the
+ * same token. */
+int32_t sampler_sample_top(sampler *s, const sampler_params *p, const int32_t *ids,
+                           const float *logits, int32_t n, const int32_t *history,
+                           int64_t n_history, uint64_t step);
+
 /* The uniform draw in [0, 1) for (seed, step): exposed so tests and the GPU
  * sampler use the very same stream.  64-bit integer arithmetic only:
  *   mix(z) = splitmix64's finalizer (z ^= z>>30; z *= 0xbf58476d1ce4e5b9;

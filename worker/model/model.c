@@ -26,6 +26,8 @@ struct model_state {
     float *x, *q, *k, *v, *g, *u, *xg, *logits; /* backend memory */
     be_act act_dim, act_ffn;
     int32_t *tokens, *pos, *slot, *row_seq, *block_table, *seq_len, *logit_rows, *greedy, *alone;
+    int32_t *top_ids; /* max_logits x BE_TOP_K_MAX (backends with top_k) */
+    float *top_vals;
     int32_t *alone_host; /* host copy of alone (be_attn_batch.alone_rows_dev) */
     int32_t n_logits;    /* logit rows of the last forward pass */
 };
@@ -301,6 +303,7 @@ int model_state_create(model_state **out, const model *m, int32_t max_rows, int3
     *st = (model_state){.be = be, .max_rows = max_rows, .max_seqs = max_seqs, .max_blocks = max_blocks,
                         .max_logits = max_logits};
     const size_t rows = (size_t)max_rows, kv_dim = (size_t)c->n_head_kv * c->head_dim;
+    const size_t top_bytes = (size_t)max_logits * BE_TOP_K_MAX * sizeof(int32_t);
     struct {
         void **p;
         size_t bytes;
@@ -322,12 +325,16 @@ int model_state_create(model_state **out, const model *m, int32_t max_rows, int3
         {(void **)&st->logit_rows, (size_t)max_logits * sizeof(int32_t)},
         {(void **)&st->greedy, (size_t)max_logits * sizeof(int32_t)},
         {(void **)&st->alone, rows * sizeof(int32_t)},
+        {(void **)&st->top_ids, be->ops->top_k ? top_bytes : 0},
+        {(void **)&st->top_vals, be->ops->top_k ? top_bytes : 0},
     };
     if (!(st->alone_host = malloc(rows * sizeof(int32_t)))) {
         llmq_errf(err, "out of memory");
         goto fail;
     }
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (bufs[i].bytes == 0) /* a buffer this backend has no use for */
+            continue;
         *bufs[i].p = be->ops->alloc(be, bufs[i].bytes, err);
         if (!*bufs[i].p)
             goto fail;
@@ -351,7 +358,7 @@ void model_state_free(model_state *st)
     backend *be = st->be;
     void *bufs[] = {st->x, st->q, st->k, st->v, st->g, st->u, st->xg, st->logits, st->tokens,
                     st->pos, st->slot, st->row_seq, st->block_table, st->seq_len,
-                    st->logit_rows, st->greedy, st->alone};
+                    st->logit_rows, st->greedy, st->alone, st->top_ids, st->top_vals};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
@@ -466,6 +473,24 @@ int model_read_logits(model *m, model_state *st, int32_t first, int32_t n, float
     const size_t row = (size_t)m->cfg.n_vocab;
     return m->be->ops->download(m->be, logits, st->logits + first * row,
                                 (size_t)n * row * sizeof(float), err);
+}
+
+bool model_can_read_top(const model *m) { return m->be->ops->top_k != NULL; }
+
+int model_read_top(model *m, model_state *st, int32_t k, int32_t *ids, float *logits,
+                   llmq_err *err)
+{
+    backend *be = m->be;
+    if (!be->ops->top_k || k < 1 || k > BE_TOP_K_MAX || k > m->cfg.n_vocab)
+        return llmq_errf(err, "top %d logits asked of a %s backend (it gives 1 to %d)", k,
+                         be->name, be->ops->top_k ? BE_TOP_K_MAX : 0);
+    if (st->n_logits == 0)
+        return 0;
+    const size_t n = (size_t)st->n_logits * k;
+    be->ops->top_k(be, st->logits, st->n_logits, m->cfg.n_vocab, k, st->top_ids, st->top_vals);
+    if (be->ops->download(be, ids, st->top_ids, n * sizeof(int32_t), err) != 0)
+        return -1;
+    return be->ops->download(be, logits, st->top_vals, n * sizeof(float), err);
 }
 
 int model_read_greedy(model *m, model_state *st, int32_t *tokens, llmq_err *err)

@@ -88,4 +88,14 @@ int model_read_logits(model *m, model_state *st, int32_t first, int32_t n, float
  * chosen by the backend so only the ids are copied: n_logits into tokens. */
 int model_read_greedy(model *m, model_state *st, int32_t *tokens, llmq_err *err);
 
+/* Whether the backend can choose candidates (backend_ops.top_k). */
+bool model_can_read_top(const model *m);
+
+/* The k best logits of every logit row of the last forward pass (larger
+ * first, ties to the lower id), as ids and logits (n_logits x k, best
+ * first); a row holding a NaN gets ids[row * k] = -1.  1 <= k <=
+ * BE_TOP_K_MAX. */
+int model_read_top(model *m, model_state *st, int32_t k, int32_t *ids, float *logits,
+                   llmq_err *err);
+
 #endif
