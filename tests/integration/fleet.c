@@ -61,18 +61,9 @@ void fleet_start(harness *h, fleet_worker *w, const char *name, const char *cons
 
 int fleet_reap(fleet_worker *w, int wait_ms)
 {
-    int status = -1;
     if (w->pid <= 0)
         return -1;
-    int64_t end = h_now_ms() + wait_ms;
-    bool gone = false;
-    while (!(gone = waitpid(w->pid, &status, WNOHANG) == w->pid) && h_now_ms() < end)
-        h_sleep_ms(10);
-    if (!gone) {
-        kill(w->pid, SIGKILL);
-        waitpid(w->pid, NULL, 0);
-        status = -1;
-    }
+    const int status = h_reap(w->pid, wait_ms);
     w->pid = 0;
     return status;
 }
@@ -89,8 +80,7 @@ void fleet_kill9(fleet_worker *w)
     if (w->pid <= 0)
         return;
     kill(w->pid, SIGKILL);
-    waitpid(w->pid, NULL, 0);
-    w->pid = 0;
+    fleet_reap(w, 0);
 }
 
 int fleet_log_has(const fleet_worker *w, const char *text)

@@ -66,28 +66,28 @@ void h_start(harness *h, const char *const *extra)
     }
 }
 
-static int wait_exit(pid_t pid, int wait_ms, int *status)
+int h_reap(pid_t pid, int wait_ms)
 {
-    int64_t end = h_now_ms() + wait_ms;
-    while (h_now_ms() < end) {
-        if (waitpid(pid, status, WNOHANG) == pid)
-            return 0;
+    int status = -1;
+    const int64_t end = h_now_ms() + wait_ms;
+    for (;;) {
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            return status;
+        if (h_now_ms() >= end)
+            break;
         h_sleep_ms(10);
     }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
     return -1;
 }
 
 int h_stop(harness *h, int wait_ms)
 {
-    int status = -1;
     if (h->broker <= 0)
         return -1;
     kill(h->broker, SIGTERM);
-    if (wait_exit(h->broker, wait_ms, &status) != 0) {
-        kill(h->broker, SIGKILL);
-        waitpid(h->broker, NULL, 0);
-        status = -1;
-    }
+    const int status = h_reap(h->broker, wait_ms);
     h->broker = 0;
     return status;
 }
@@ -97,7 +97,7 @@ void h_kill9(harness *h)
     if (h->broker <= 0)
         return;
     kill(h->broker, SIGKILL);
-    waitpid(h->broker, NULL, 0);
+    h_reap(h->broker, 0);
     h->broker = 0;
 }
 

@@ -8,28 +8,17 @@
 # --detokenize gives the text back; --help, bad flags and missing files give
 # the documented exit status (0, 2, 1) and say what is wrong.
 
-if [ -z "$LLMQ_TEST_DATA" ] || [ -z "$LLMQ_BUILDDIR" ]; then
-    echo "LLMQ_TEST_DATA and LLMQ_BUILDDIR must be set: run through 'make check'" >&2
+if [ -z "$LLMQ_TEST_DATA" ] || [ -z "$LLMQ_BUILDDIR" ] || [ -z "$LLMQ_SRCDIR" ]; then
+    echo "LLMQ_TEST_DATA, LLMQ_BUILDDIR and LLMQ_SRCDIR must be set: run through 'make check'" >&2
     exit 77
 fi
+. "$LLMQ_SRCDIR/tests/unit/check.sh"
 
 RUN="$LLMQ_BUILDDIR/tools/llmq-run"
 STORIES="$LLMQ_TEST_DATA/models/stories260K.gguf"
 GPT2="$LLMQ_TEST_DATA/vocab/ggml-vocab-gpt-2.gguf"
 TMP=$(mktemp -d) || exit 99
 trap 'rm -rf "$TMP"' EXIT
-failed=0
-passed=0
-
-check() { # check CONDITION-STATUS DESCRIPTION
-    if [ "$1" -eq 0 ]; then
-        echo "ok - $2"
-        passed=$((passed + 1))
-    else
-        echo "FAIL - $2"
-        failed=$((failed + 1))
-    fi
-}
 
 same() { [ "$1" = "$2" ]; }
 
@@ -104,5 +93,4 @@ r=$?
 [ $r -eq 1 ] && grep -q "99999" "$TMP/err"
 check $? "--detokenize of an id past the vocabulary exits 1 and names it ($r)"
 
-echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+check_done
