@@ -17,9 +17,15 @@ kernels_libllmq_cuda_a_SOURCES = \
 	kernels/cuda/attention.cu \
 	kernels/cuda/sampling.cu \
 	kernels/cuda/devices.cu kernels/cuda/devices.h
-# What a program linking the CUDA backend adds after the model libraries.
 LLMQ_CUDA_LIBS = kernels/libllmq_cuda.a $(CUDA_LIBS)
 else
 LLMQ_CUDA_LIBS =
 endif
 # ---- end CUDA backend ----
+
+# The choice of backend (kernels/select.c) calls into the CUDA library, so it
+# is linked ahead of it: what a program that opens a backend adds before the
+# model libraries.
+noinst_LIBRARIES += kernels/libllmq_select.a
+kernels_libllmq_select_a_SOURCES = kernels/select.c kernels/select.h
+LLMQ_BACKEND_LIBS = kernels/libllmq_select.a $(LLMQ_CUDA_LIBS)

@@ -27,6 +27,7 @@
 #include "common/err.h"
 #include "common/file.h"
 #include "kernels/backend.h"
+#include "kernels/select.h"
 #include "tools/run_engine.h"
 #include "worker/model/gguf.h"
 #include "worker/model/tokenizer.h"
@@ -426,16 +427,15 @@ static int run_tokenizer_mode(const run_opts *o)
 /* --gpu N, or by default the first GPU when there is one, else the CPU. */
 static int make_backend(const run_opts *o, backend **be, llmq_err *err)
 {
-#ifdef LLMQ_HAVE_CUDA
-    if (!o->force_cpu) {
-        if (backend_cuda_create(be, o->gpu < 0 ? 0 : o->gpu, err) == 0)
-            return 0;
-        if (o->gpu >= 0)
-            return -1;
-        fprintf(stderr, "llmq-run: %s; running on the CPU\n", err->msg);
-    }
-#endif
-    return backend_cpu_create(be, o->gen.threads, err);
+    const backend_request req = {.cpu_only = o->force_cpu, .gpu = o->gpu,
+                                 .threads = o->gen.threads};
+    char fallback[LLMQ_ERR_MAX];
+    int gpu_used;
+    if (backend_select(be, &req, &gpu_used, fallback, sizeof fallback, err) != 0)
+        return -1;
+    if (fallback[0])
+        fprintf(stderr, "llmq-run: %s; running on the CPU\n", fallback);
+    return 0;
 }
 
 static int run_engine_mode(run_opts *o)

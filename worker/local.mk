@@ -31,8 +31,8 @@ worker_libllmq_worker_a_SOURCES = \
 worker_libllmq_worker_a_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(MSGPACK_CFLAGS)
 
 # Link order: worker needs engine needs model needs kernels needs common; proto
-# for the wire.  LLMQ_CUDA_LIBS (kernels/local.mk) is empty without CUDA.
-LLMQ_WORKER_LIBS = worker/libllmq_worker.a worker/libllmq_engine.a $(LLMQ_CUDA_LIBS) \
+# for the wire.  LLMQ_BACKEND_LIBS (kernels/local.mk) has no CUDA in a build without it.
+LLMQ_WORKER_LIBS = worker/libllmq_worker.a worker/libllmq_engine.a $(LLMQ_BACKEND_LIBS) \
 	$(LLMQ_MODEL_LIBS) $(LLMQ_PROTO_LIBS) $(ZMQ_LIBS)
 
 bin_PROGRAMS += worker/llmq-worker

@@ -28,6 +28,7 @@
 
 #include "common/cli.h"
 #include "kernels/backend.h"
+#include "kernels/select.h"
 #include "worker/engine/engine.h"
 #include "worker/identity.h"
 #include "worker/link.h"
@@ -246,26 +247,16 @@ typedef struct parts {
 } parts;
 
 /* --gpu N, or by default the first GPU when there is one, else the CPU
- * engine (the same rule as llmq-run): a CUDA build still serves on a machine
- * without a GPU, and says so. */
+ * engine (kernels/select.h: the same rule as llmq-run). */
 static int open_backend(const options *o, parts *p, llmq_err *err)
 {
-#ifdef LLMQ_HAVE_CUDA
-    if (!o->cpu) {
-        p->gpu_index = o->gpu < 0 ? 0 : o->gpu;
-        if (backend_cuda_create(&p->be, p->gpu_index, err) == 0)
-            return 0;
-        if (o->gpu >= 0)
-            return -1;
-        fprintf(stderr, "llmq-worker: %s; running the CPU engine\n", err->msg);
-    }
-#else
-    if (o->gpu >= 0)
-        fprintf(stderr, "llmq-worker: built without CUDA: --gpu %d ignored, running the CPU"
-                        " engine\n", o->gpu);
-#endif
-    p->gpu_index = -1;
-    return backend_cpu_create(&p->be, o->threads, err);
+    const backend_request req = {.cpu_only = o->cpu, .gpu = o->gpu, .threads = o->threads};
+    char fallback[LLMQ_ERR_MAX];
+    if (backend_select(&p->be, &req, &p->gpu_index, fallback, sizeof fallback, err) != 0)
+        return -1;
+    if (fallback[0])
+        fprintf(stderr, "llmq-worker: %s; running the CPU engine\n", fallback);
+    return 0;
 }
 
 static int open_engine(const options *o, parts *p, llmq_err *err)

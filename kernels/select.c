@@ -1,0 +1,26 @@
+#include "config.h"
+
+#include "kernels/select.h"
+
+#include <stdio.h>
+
+int backend_select(backend **out, const backend_request *req, int *gpu_used, char *fallback,
+                   size_t fallback_size, llmq_err *err)
+{
+    fallback[0] = '\0';
+#ifdef LLMQ_HAVE_CUDA
+    if (!req->cpu_only) {
+        *gpu_used = req->gpu < 0 ? 0 : req->gpu;
+        if (backend_cuda_create(out, *gpu_used, err) == 0)
+            return 0;
+        if (req->gpu >= 0)
+            return -1;
+        snprintf(fallback, fallback_size, "%s", err->msg);
+    }
+#else
+    if (!req->cpu_only && req->gpu >= 0)
+        snprintf(fallback, fallback_size, "built without CUDA: --gpu %d ignored", req->gpu);
+#endif
+    *gpu_used = -1;
+    return backend_cpu_create(out, req->threads, err);
+}
