@@ -105,9 +105,13 @@ sql "SELECT substr(j.client_key, 6) AS job, w.name AS worker, r.prompt_tokens AS
      FROM jobs j JOIN results r ON r.job_id = j.id JOIN workers w ON w.id = r.worker_id
      WHERE j.batch_id = 'demo' ORDER BY j.id"
 
+# The view's busy_ms is the span from a worker's first dispatch to its last
+# result (idle gaps included); llmq-stats below reports busy time as the
+# union of the worker's attempts.  Named for what it is here.
 say "per worker (view v_worker_stats)"
-sql "SELECT name AS worker, engine, slots, jobs_done, prompt_tokens, generated_tokens, busy_ms,
-            round(gen_tok_s, 1) AS gen_tok_s, round(avg_decode_tok_s, 1) AS avg_decode_tok_s
+sql "SELECT name AS worker, engine, slots, jobs_done, prompt_tokens, generated_tokens,
+            busy_ms AS first_to_last_ms, round(gen_tok_s, 1) AS tok_s_over_span,
+            round(avg_decode_tok_s, 1) AS avg_decode_tok_s
      FROM v_worker_stats ORDER BY name"
 
 say "the batch (view v_batch_stats)"
