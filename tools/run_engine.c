@@ -232,6 +232,7 @@ typedef struct bench_run {
     double prefill_ms;  /* until every sequence has its first token */
     double decode_ms;   /* the rest */
     uint64_t decode_rows;
+    engine_stats decode; /* the decode phase's share of the engine's counters */
 } bench_run;
 
 /* B sequences of n_prompt tokens each generating n_gen tokens. */
@@ -258,7 +259,7 @@ static int bench_once(model *m, const tok_vocab *v, const engine_config *base, i
     free(ids);
     const double t0 = engine_now_ms();
     double t_first = 0;
-    uint64_t rows_at_first = 0;
+    engine_stats at_first = {0};
     while (rc == 0 && engine_has_work(e)) {
         const engine_event *ev;
         int32_t n_ev;
@@ -267,15 +268,20 @@ static int bench_once(model *m, const tok_vocab *v, const engine_config *base, i
         if (rc == 0 && t_first == 0 &&
             engine_get_stats(e).prefill_rows >= (uint64_t)b * (uint64_t)n_prompt) {
             t_first = engine_now_ms();
-            rows_at_first = engine_get_stats(e).decode_rows;
+            at_first = engine_get_stats(e);
         }
     }
     const double t1 = engine_now_ms();
     if (rc == 0) {
         if (t_first == 0)
             t_first = t1; /* n_gen == 1: no decode phase */
+        const engine_stats end = engine_get_stats(e);
         *out = (bench_run){.prefill_ms = t_first - t0, .decode_ms = t1 - t_first,
-                           .decode_rows = engine_get_stats(e).decode_rows - rows_at_first};
+                           .decode_rows = end.decode_rows - at_first.decode_rows,
+                           .decode = {.steps = end.steps - at_first.steps,
+                                      .issue_ms = end.issue_ms - at_first.issue_ms,
+                                      .read_ms = end.read_ms - at_first.read_ms,
+                                      .host_ms = end.host_ms - at_first.host_ms}};
     }
     engine_free(e);
     return rc;
@@ -308,7 +314,13 @@ static int bench_case_run(model *m, const tok_vocab *v, const run_gen_opts *o, b
             c->samples[r] = (double)c->n_gen * 1e3 / (br.prefill_ms + br.decode_ms);
         else
             c->samples[r] = br.decode_ms > 0 ? (double)br.decode_rows * 1e3 / br.decode_ms : 0;
-        fprintf(stderr, "llmq-run: bench %s run %d: %.1f tok/s\n", c->name, r + 1, c->samples[r]);
+        fprintf(stderr, "llmq-run: bench %s run %d: %.1f tok/s", c->name, r + 1, c->samples[r]);
+        const engine_stats *d = &br.decode;
+        if (!c->prefill && d->steps > 0) /* where a decode step's time goes */
+            fprintf(stderr, "; per decode step %.3f ms: issue %.3f, wait+copy %.3f, host %.3f",
+                    br.decode_ms / (double)d->steps, d->issue_ms / (double)d->steps,
+                    d->read_ms / (double)d->steps, d->host_ms / (double)d->steps);
+        fputc('\n', stderr);
     }
     double sorted[32];
     memcpy(sorted, c->samples, (size_t)reps * sizeof *sorted);

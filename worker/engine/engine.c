@@ -578,8 +578,6 @@ static int read_outputs(engine *e, int32_t n_seqs, llmq_err *err)
 
 static int after_forward(engine *e, int32_t n_seqs, llmq_err *err)
 {
-    if (read_outputs(e, n_seqs, err) != 0)
-        return -1;
     int32_t li = 0;
     for (int32_t b = 0; b < n_seqs; b++) {
         seq *s = e->b_seqs[b];
@@ -611,6 +609,7 @@ static void report_cancelled(engine *e)
 
 int engine_step(engine *e, const engine_event **events, int32_t *n_events, llmq_err *err)
 {
+    const double t_start = engine_now_ms();
     for (int32_t i = 0; i < e->n_done; i++)
         seq_free(e->done[i]);
     e->n_done = 0;
@@ -629,11 +628,20 @@ int engine_step(engine *e, const engine_event **events, int32_t *n_events, llmq_
             .row_seq = e->b_row_seq, .n_seqs = n_seqs, .block_table = e->b_table,
             .seq_len = e->b_seq_len, .max_blocks = kvpool_blocks_for(e->pool, e->cfg.n_ctx),
             .n_logits = n_logits, .logit_rows = e->b_logit_rows};
+        const double t_issue = engine_now_ms();
         if (model_forward(e->m, e->st, e->kv, &batch, NULL, err) != 0)
             return -1;
+        const double t_read = engine_now_ms();
+        if (read_outputs(e, n_seqs, err) != 0)
+            return -1;
+        const double t_host = engine_now_ms();
         e->stats.steps++;
+        e->stats.issue_ms += t_read - t_issue;
+        e->stats.read_ms += t_host - t_read;
+        e->stats.host_ms += t_issue - t_start;
         if (after_forward(e, n_seqs, err) != 0)
             return -1;
+        e->stats.host_ms += engine_now_ms() - t_host;
     }
     *n_events = e->n_events;
     return 0;

@@ -118,12 +118,19 @@ bool engine_has_work(const engine *e);
 /* How many more sequences could be added now without waiting. */
 int32_t engine_free_slots(const engine *e);
 
-/* Steps run and rows computed so far (for benchmarks). */
+/* Steps run and rows computed so far, and where the steps' wall time went
+ * (for benchmarks): issuing the forward pass (uploads and launches; on the
+ * CPU, the computation itself), waiting for and copying back what sampling
+ * reads (on a GPU: the rest of the computation), and the host's own work
+ * (scheduling, sampling, text, stop rules), during which a GPU idles. */
 typedef struct engine_stats {
     uint64_t steps;
     uint64_t prefill_rows;
     uint64_t decode_rows;
     uint64_t preemptions;
+    double issue_ms;
+    double read_ms;
+    double host_ms;
 } engine_stats;
 
 engine_stats engine_get_stats(const engine *e);
