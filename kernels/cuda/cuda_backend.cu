@@ -45,7 +45,6 @@ void cuda_check_launch(cuda_backend *cb, const char *op)
         cuda_fail(cb, "%s: %s", op, cudaGetErrorString(e));
 }
 
-/* The first error so far into err (and -1), or 0. */
 /* Ops run one after another on the stream, so one scratch serves the GEMM's
  * split-k sums and attention's split-KV partials; growing it drains the
  * stream first (it happens while the first batches of a new size run). */
@@ -65,6 +64,7 @@ float *cuda_scratch(cuda_backend *cb, const char *op, size_t bytes)
     return cb->part;
 }
 
+/* The first error so far into err (and -1), or 0. */
 static int report(cuda_backend *cb, llmq_err *err)
 {
     if (!cb->failed)
