@@ -130,6 +130,9 @@ check_PROGRAMS += tests/unit/test-engine
 TESTS += tests/unit/test-engine
 tests_unit_test_engine_SOURCES = tests/unit/test-engine.c tests/unit/check.h
 tests_unit_test_engine_LDADD = worker/libllmq_engine.a $(LLMQ_MODEL_LIBS)
+# llmq-run --bench: its table, JSON and step accounting (tools/run_engine.c)
+TESTS += tests/unit/test-cli-bench.sh
+EXTRA_DIST += tests/unit/test-cli-bench.sh
 # ---- end engine scheduling rules ----
 
 # ---- llmq-stats: reports on a store-written database, CLI, plot (tools/stats/) ----

@@ -342,6 +342,21 @@ static void bench_report(FILE *f, const model *m, const run_gen_opts *o, const b
     fprintf(f, "}}\n");
 }
 
+/* One unmeasured pass over the shapes the cases use -- a 512-token prefill
+ * and decode steps of 1 and 8 rows -- so that no case's first run pays for
+ * loading kernels, growing scratch or first-touching memory (llama-bench
+ * warms up the same way). */
+static int bench_warm_up(model *m, const tok_vocab *v, const run_gen_opts *o, llmq_err *err)
+{
+    bench_run br;
+    const double t0 = engine_now_ms();
+    if (bench_once(m, v, &o->engine, 1, BENCH_PP, 8, &br, err) != 0 ||
+        bench_once(m, v, &o->engine, 8, BENCH_BATCH_PROMPT, 8, &br, err) != 0)
+        return llmq_err_prefix(err, "warm-up");
+    fprintf(stderr, "llmq-run: bench warm-up (not counted): %.1f s\n", (engine_now_ms() - t0) / 1e3);
+    return 0;
+}
+
 int run_bench(const run_gen_opts *o, model *m, const tok_vocab *v)
 {
     static const int32_t cpu_batches[] = {1, 8, 64}, gpu_batches[] = {1, 8, 32, 64, 128, 256};
@@ -361,6 +376,8 @@ int run_bench(const run_gen_opts *o, model *m, const tok_vocab *v)
     }
     const int n = 2 + n_batches;
     llmq_err err;
+    if (bench_warm_up(m, v, o, &err) != 0)
+        return fail("bench", &err);
     for (int i = 0; i < n; i++)
         if (bench_case_run(m, v, o, &cases[i], &err) != 0)
             return fail("bench", &err);
