@@ -22,12 +22,14 @@ broker_llmq_broker_LDADD = $(LLMQ_BROKER_LIBS)
 
 check_PROGRAMS += tests/unit/test-store
 TESTS += tests/unit/test-store
-tests_unit_test_store_SOURCES = tests/unit/test-store.c tests/unit/check.h
+tests_unit_test_store_SOURCES = tests/unit/test-store.c tests/unit/check.h \
+	tests/unit/sql_read.c tests/unit/sql_read.h
 tests_unit_test_store_CFLAGS = $(AM_CFLAGS) $(SQLITE_CFLAGS)
 tests_unit_test_store_LDADD = $(LLMQ_BROKER_LIBS)
 
 # Integration tests: a real llmq-broker on ipc:// endpoints in a temp dir.
-LLMQ_HARNESS = tests/integration/harness.c tests/integration/harness.h tests/unit/check.h
+LLMQ_HARNESS = tests/integration/harness.c tests/integration/harness.h tests/unit/check.h \
+	tests/unit/sql_read.c tests/unit/sql_read.h
 LLMQ_HARNESS_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(MSGPACK_CFLAGS) $(SQLITE_CFLAGS)
 LLMQ_HARNESS_LIBS = $(LLMQ_PROTO_LIBS) $(ZMQ_LIBS) $(SQLITE_LIBS)
 

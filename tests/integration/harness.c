@@ -1,8 +1,8 @@
 #include "tests/integration/harness.h"
+#include "tests/unit/sql_read.h"
 
 #include <errno.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,22 +192,4 @@ void h_job(wire_job *j, const char *key, const char *prompt)
     j->sampling = wire_sampling_default();
 }
 
-int64_t h_sql(const harness *h, const char *sql)
-{
-    sqlite3 *db;
-    sqlite3_stmt *s;
-    int64_t v = INT64_MIN;
-    if (sqlite3_open_v2(h->db, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-        sqlite3_close(db);
-        return v;
-    }
-    if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) == SQLITE_OK) {
-        if (sqlite3_step(s) == SQLITE_ROW)
-            v = sqlite3_column_int64(s, 0);
-        sqlite3_finalize(s);
-    } else {
-        fprintf(stderr, "h_sql: %s: %s\n", sql, sqlite3_errmsg(db));
-    }
-    sqlite3_close(db);
-    return v;
-}
+int64_t h_sql(const harness *h, const char *sql) { return sql_first_int(h->db, sql); }

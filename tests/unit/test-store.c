@@ -16,6 +16,7 @@
 
 #include "broker/store.h"
 #include "tests/unit/check.h"
+#include "tests/unit/sql_read.h"
 
 static char dir[256];
 static char path[300];
@@ -59,25 +60,8 @@ static int64_t submit(store *st, const store_job *j, int64_t now)
     return id;
 }
 
-/* Runs one SQL query on a separate read-only connection and returns the
- * first column of the first row as int64 (as an outside reader would). */
-static int64_t sql_int(const char *sql)
-{
-    sqlite3 *db;
-    sqlite3_stmt *s;
-    int64_t v = INT64_MIN;
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
-        return v;
-    if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) == SQLITE_OK) {
-        if (sqlite3_step(s) == SQLITE_ROW)
-            v = sqlite3_column_int64(s, 0);
-        sqlite3_finalize(s);
-    } else {
-        printf("sql: %s: %s\n", sql, sqlite3_errmsg(db));
-    }
-    sqlite3_close(db);
-    return v;
-}
+/* The first column of the first row of sql, read as an outside reader would. */
+static int64_t sql_int(const char *sql) { return sql_first_int(path, sql); }
 
 static void sql_text(const char *sql, char *out, size_t size)
 {
