@@ -142,6 +142,12 @@ bool sampler_is_greedy(const sampler_params *p)
     return !(p->temperature > 0.0f) && penalties_off(p);
 }
 
+/* How many of the last tokens the penalties look at. */
+static int64_t window_len(const sampler_params *p, int64_t n_history)
+{
+    return p->penalty_last_n < 0 || p->penalty_last_n > n_history ? n_history : p->penalty_last_n;
+}
+
 /* The penalty window's tokens counted into s->count (zero between calls),
  * the distinct ones listed in s->seen; returns how many.  Tokens outside
  * the vocabulary are not counted: there is nothing to penalize. */
@@ -150,8 +156,7 @@ static int32_t count_window(sampler *s, const sampler_params *p, const int32_t *
 {
     if (penalties_off(p) || n_history <= 0)
         return 0;
-    int64_t n = p->penalty_last_n < 0 || p->penalty_last_n > n_history ? n_history
-                                                                       : p->penalty_last_n;
+    int64_t n = window_len(p, n_history);
     if (n > INT32_MAX) /* keeps every count within int32_t */
         n = INT32_MAX;
     int32_t n_seen = 0;
@@ -415,8 +420,7 @@ int32_t sampler_top_needed(const sampler_params *p, int64_t n_history, int32_t n
         if (p->repeat_penalty < 1.0f || p->presence_penalty < 0.0f ||
             p->frequency_penalty < 0.0f)
             return 0;
-        window = p->penalty_last_n < 0 || p->penalty_last_n > n_history ? n_history
-                                                                        : p->penalty_last_n;
+        window = window_len(p, n_history);
     }
     int64_t k = (int64_t)p->top_k + window;
     if (k > n_vocab)

@@ -73,8 +73,8 @@ int model_state_create(model_state **out, const model *m, int32_t max_rows, int3
 void model_state_free(model_state *st);
 
 /* Runs the batch; writes n_logits x n_vocab floats into logits (host), or,
- * with logits NULL, leaves them in the backend for the two readers below
- * (valid until the next forward pass on st). */
+ * with logits NULL, leaves them in the backend for the readers below (valid
+ * until the next forward pass on st). */
 int model_forward(model *m, model_state *st, be_kv *kv, const model_batch *batch, float *logits,
                   llmq_err *err);
 
