@@ -539,11 +539,11 @@ static row_source source_of(const engine *e, const seq *s, int32_t *top_needed)
 
 /* Brings back what sampling the batch's logit rows reads: the greedy tokens,
  * the candidates (as many per row as the neediest row wants; a row holding a
- * NaN falls back to its logits), and the logits of the rest (in one copy
- * when every row needs them). */
+ * NaN falls back to its logits), and the logits of the rest, in one copy of
+ * the span of rows from the first to the last that needs them. */
 static int read_outputs(engine *e, int32_t n_seqs, llmq_err *err)
 {
-    int32_t n_logits = 0, n_greedy = 0, n_full = 0, top_k = 0;
+    int32_t n_logits = 0, n_greedy = 0, top_k = 0;
     for (int32_t b = 0; b < n_seqs; b++) {
         const seq *s = e->b_seqs[b];
         if (s->n_computed + e->b_chunk[b] < s->n_tokens)
@@ -552,7 +552,6 @@ static int read_outputs(engine *e, int32_t n_seqs, llmq_err *err)
         const row_source src = source_of(e, s, &need);
         e->b_source[n_logits++] = (uint8_t)src;
         n_greedy += src == FROM_GREEDY;
-        n_full += src == FROM_LOGITS;
         top_k = need > top_k ? need : top_k;
     }
     if (n_greedy > 0 && model_read_greedy(e->m, e->st, e->b_greedy, err) != 0)
@@ -562,18 +561,19 @@ static int read_outputs(engine *e, int32_t n_seqs, llmq_err *err)
         if (model_read_top(e->m, e->st, top_k, e->b_top_ids, e->b_top_vals, err) != 0)
             return -1;
         for (int32_t li = 0; li < n_logits; li++)
-            if (e->b_source[li] == FROM_TOP && e->b_top_ids[(size_t)li * top_k] < 0) {
+            if (e->b_source[li] == FROM_TOP && e->b_top_ids[(size_t)li * top_k] < 0)
                 e->b_source[li] = FROM_LOGITS;
-                n_full++;
-            }
     }
-    if (n_full == n_logits && n_logits > 0)
-        return model_read_logits(e->m, e->st, 0, n_logits, e->logits, err);
+    int32_t first = n_logits, last = -1;
     for (int32_t li = 0; li < n_logits; li++)
-        if (e->b_source[li] == FROM_LOGITS &&
-            model_read_logits(e->m, e->st, li, 1, e->logits + (size_t)li * e->n_vocab, err) != 0)
-            return -1;
-    return 0;
+        if (e->b_source[li] == FROM_LOGITS) {
+            first = li < first ? li : first;
+            last = li;
+        }
+    if (last < 0)
+        return 0;
+    return model_read_logits(e->m, e->st, first, last - first + 1,
+                             e->logits + (size_t)first * e->n_vocab, err);
 }
 
 static int after_forward(engine *e, int32_t n_seqs, llmq_err *err)
