@@ -141,6 +141,11 @@ typedef struct backend_ops {
      * order).  1 <= k <= min(n, BE_TOP_K_MAX).  NULL where a backend lacks it. */
     void (*top_k)(backend *be, const float *x_dev, int32_t rows, int32_t n, int32_t k,
                   int32_t *ids_dev, float *vals_dev);
+    /* out[i] = in . w[i]^T for the n projections that read one activation
+     * (q, k, v; gate, up), each exactly as matmul computes it; a backend may
+     * run several in one launch. */
+    void (*matmul_many)(backend *be, int n, const be_weight *const *w, be_act *in,
+                        float *const *out_dev);
 } backend_ops;
 
 struct backend {

@@ -726,6 +726,15 @@ static void cpu_destroy(backend *be)
     free(cb);
 }
 
+/* ---- matmul_many: one at a time (each already spreads over the pool) ---- */
+
+static void cpu_matmul_many(backend *be, int n, const be_weight *const *w, be_act *in,
+                            float *const *out)
+{
+    for (int i = 0; i < n; i++)
+        cpu_matmul(be, w[i], in, out[i], false);
+}
+
 /* ---- argmax: the greedy token of each row ---- */
 
 static void cpu_argmax(backend *be, const float *x, int32_t rows, int32_t n, int32_t *out)
@@ -794,6 +803,7 @@ static const backend_ops cpu_ops = {
     .swiglu = cpu_swiglu,
     .argmax = cpu_argmax,
     .top_k = cpu_top_k,
+    .matmul_many = cpu_matmul_many,
 };
 
 int backend_cpu_create(backend **out, int n_threads, llmq_err *err)

@@ -420,26 +420,56 @@ static void cu_swiglu(backend *be, const float *g, const float *u, int32_t rows,
 }
 
 /* Decode-sized inputs go to the matvec (quantized weights read q8_1
- * activations, float weights the f32 rows), larger ones to the GEMM (f16). */
-static void cu_matmul(backend *be, const be_weight *w, be_act *in, float *out, bool accumulate)
+ * activations, float weights the f32 rows), larger ones to the GEMM (f16);
+ * the quantized copy is made here unless the producer left it valid. */
+static bool matmul_prepare(cuda_backend *cb, const be_weight *w, be_act *in)
 {
-    cuda_backend *cb = cb_of(be);
     if (cb->failed || in->rows <= 0)
-        return;
+        return false;
     if (in->cols != w->cols) {
         cuda_fail(cb, "matmul: activations of %d columns against a %lld x %lld weight", in->cols,
                   (long long)w->rows, (long long)w->cols);
-        return;
+        return false;
     }
     cuda_actq *aq = (cuda_actq *)in->q;
     const bool quantized = w->type != QUANT_F32 && w->type != QUANT_F16;
     int need = in->rows <= MV_MAX_ROWS ? (quantized ? ACT_Q8 : ACT_NONE) : ACT_F16;
     if (need != ACT_NONE && (!in->q_valid || aq->fmt != need))
         launch_act_quantize(cb, in, need);
+    return true;
+}
+
+static void cu_matmul(backend *be, const be_weight *w, be_act *in, float *out, bool accumulate)
+{
+    cuda_backend *cb = cb_of(be);
+    if (!matmul_prepare(cb, w, in))
+        return;
     if (in->rows <= MV_MAX_ROWS)
         launch_matvec(cb, w, in, out, accumulate);
     else
         launch_gemm(cb, w, in, out, accumulate);
+}
+
+/* Runs of consecutive weights of one type and width that the matvec can
+ * group go out as one launch each; the rest one by one. */
+static void cu_matmul_many(backend *be, int n, const be_weight *const *w, be_act *in,
+                           float *const *out)
+{
+    cuda_backend *cb = cb_of(be);
+    for (int i = 0, j; i < n; i = j) {
+        j = i + 1;
+        if (!matvec_groups(w[i], in)) {
+            cu_matmul(be, w[i], in, out[i], false);
+            continue;
+        }
+        while (j < n && j - i < MV_GROUP_MAX && w[j]->type == w[i]->type &&
+               w[j]->cols == w[i]->cols)
+            j++;
+        if (j - i == 1)
+            cu_matmul(be, w[i], in, out[i], false);
+        else if (matmul_prepare(cb, w[i], in))
+            launch_matvec_group(cb, j - i, w + i, in, out + i);
+    }
 }
 
 static void cu_rope(backend *be, float *q, float *k, const int32_t *pos, int32_t rows,
@@ -501,6 +531,7 @@ static const backend_ops cuda_ops = {
     cu_kv_create,   cu_kv_destroy,  cu_embed,      cu_gather_rows,   cu_rmsnorm,
     cu_matmul,      cu_rope,        cu_kv_write,   cu_attention,     cu_swiglu,
     cu_argmax,      NULL, /* top_k: not yet on the GPU; sampled rows copy their logits */
+    cu_matmul_many,
 };
 
 extern "C" int backend_cuda_create(backend **out, int gpu, llmq_err *err)

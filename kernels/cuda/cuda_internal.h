@@ -119,7 +119,20 @@ void launch_rope(cuda_backend *cb, float *q, float *k, const int32_t *pos, int32
 void launch_kv_write(cuda_backend *cb, be_kv *kv, int32_t layer, const float *k, const float *v,
                      const int32_t *slot, int32_t rows);
 
-/* matvec.cu: out (rows x w->rows) for rows <= MV_MAX_ROWS. */
+/* matvec.cu, for rows <= MV_MAX_ROWS.  A group: out[i] (rows x w[i]->rows)
+ * = in . w[i]^T for i < n <= MV_GROUP_MAX weights of one type and width, in
+ * one launch. */
+#define MV_GROUP_MAX 3
+struct mv_group {
+    be_weight w[MV_GROUP_MAX];
+    float *out[MV_GROUP_MAX];
+    unsigned first[MV_GROUP_MAX]; /* first block of each weight; UINT32_MAX past n */
+};
+/* Whether launch_matvec_group takes weights like w for activations like in. */
+bool matvec_groups(const be_weight *w, const be_act *in);
+void launch_matvec_group(cuda_backend *cb, int n, const be_weight *const *w, const be_act *in,
+                         float *const *out);
+/* One weight: out (+)= in . w^T. */
 void launch_matvec(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
                    bool accumulate);
 /* gemm.cu: out (rows x w->rows) from the f16 copy of in. */

@@ -13,6 +13,13 @@
  * Shared memory: none (activations are re-read through L1: a 4096-wide
  * q8_1 row is 4.5 KB).
  *
+ * Groups: at 1-2 activation rows, up to MV_GROUP_MAX quantized weights of
+ * one type and width that read the same activations (q and k; gate and up)
+ * run as one launch, their blocks end to end, each row computed exactly as
+ * alone.  One launch instead of two or three, and a 4096-row matvec's 0.78
+ * of a wave no longer ends with most SMs idle: the next weight fills them.
+ * At 4-8 rows a launch is long enough that its tail matters less.
+ *
  * Roofline (batch 1, 7B q4_K): 4096 x 4096 reads 9.4 MB, 2.2 us at the
  * 4.24 TB/s copy bandwidth; 11008 x 4096 reads 25.4 MB, 6.0 us.  At R = 8
  * a 16-byte q4_K chunk costs 64 dp4a: still below the issue rate that the
@@ -21,10 +28,17 @@
  * hold loads on the smaller shapes (docs/perf/02). */
 #include "kernels/cuda/cuda_internal.h"
 
+#include <stdint.h>
+
 #define MV_WARPS 4
 #define MV_NW 2 /* weight rows per warp: the activation loads serve both */
 #define MV_U 2  /* chunks per lane in flight before the first use (4 measured
                  * slower for q6_K: docs/perf/01) */
+/* Resident blocks per SM asked of ptxas at 1-2 rows: left alone it gives the
+ * 1-row q4_K kernel 95 registers (5 blocks, 20 warps per SM), and 109 to
+ * its group variant (4 blocks); asked for 6 it fits both in <= 80 without
+ * spilling, and warps holding loads are what bounds these shapes (02). */
+#define MV_MIN_BLOCKS(R) ((R) == 1 ? 6 : (R) == 2 ? 4 : (R) == 4 ? 3 : 2)
 
 static __device__ __forceinline__ int dot4x4(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                              uint4 x)
@@ -165,10 +179,10 @@ static __device__ __forceinline__ float warp_sum(float v)
     return v;
 }
 
-/* The first of this warp's MV_NW weight rows. */
-static __device__ __forceinline__ int64_t warp_row0(void)
+/* The first of this warp's MV_NW weight rows, block b of its weight. */
+static __device__ __forceinline__ int64_t warp_row0(unsigned b)
 {
-    return ((int64_t)blockIdx.x * MV_WARPS + threadIdx.x / 32) * MV_NW;
+    return ((int64_t)b * MV_WARPS + threadIdx.x / 32) * MV_NW;
 }
 
 /* Rows past the end are computed on a clamped copy and never stored. */
@@ -188,14 +202,15 @@ static __device__ __forceinline__ void store_rows(float (*acc)[R], int64_t row0,
         }
 }
 
+/* This warp's rows of w from row0 on, against the q8_1 activations. */
 template <int T, int R>
-__global__ void __launch_bounds__(MV_WARPS * 32)
-matvec_q_kernel(be_weight w, const int8_t *aq, const float2 *ads, int m, float *out,
-                bool accumulate)
+static __device__ __forceinline__ void matvec_q_rows(const be_weight &w, int64_t row0,
+                                                     const int8_t *aq, const float2 *ads, int m,
+                                                     float *out, bool accumulate)
 {
     typedef typename chunk_of<T>::type chunk;
     const int lane = threadIdx.x % 32;
-    const int64_t n = w.rows, k = w.cols, row0 = warp_row0();
+    const int64_t n = w.rows, k = w.cols;
     const int nch = (int)(T == QUANT_Q8_0 ? w.nb * 2 : w.nb * 8);
     float acc[MV_NW][R] = {};
     for (int base = lane; base < nch; base += 32 * MV_U) {
@@ -230,6 +245,28 @@ matvec_q_kernel(be_weight w, const int8_t *aq, const float2 *ads, int m, float *
     store_rows<R>(acc, row0, n, m, out, accumulate);
 }
 
+template <int T, int R>
+__global__ void __launch_bounds__(MV_WARPS * 32, MV_MIN_BLOCKS(R))
+matvec_q_kernel(be_weight w, const int8_t *aq, const float2 *ads, int m, float *out,
+                bool accumulate)
+{
+    matvec_q_rows<T, R>(w, warp_row0(blockIdx.x), aq, ads, m, out, accumulate);
+}
+
+/* A group: blocks [first[i], first[i + 1]) work on weight i.  Selects, not
+ * an indexed load, keep the group in the parameter bank. */
+template <int T, int R>
+__global__ void __launch_bounds__(MV_WARPS * 32, MV_MIN_BLOCKS(R))
+matvec_q_group_kernel(mv_group g, const int8_t *aq, const float2 *ads, int m, bool accumulate)
+{
+    const unsigned b = blockIdx.x;
+    const int i = (b >= g.first[1]) + (b >= g.first[2]);
+    const be_weight &w = i == 0 ? g.w[0] : i == 1 ? g.w[1] : g.w[2];
+    float *out = i == 0 ? g.out[0] : i == 1 ? g.out[1] : g.out[2];
+    const unsigned first = i == 0 ? 0u : i == 1 ? g.first[1] : g.first[2];
+    matvec_q_rows<T, R>(w, warp_row0(b - first), aq, ads, m, out, accumulate);
+}
+
 /* f16 / f32 weights against the f32 rows: 16 bytes of weights per chunk. */
 template <int T, int R>
 __global__ void __launch_bounds__(MV_WARPS * 32)
@@ -237,7 +274,7 @@ matvec_f_kernel(be_weight w, const float *x, int m, float *out, bool accumulate)
 {
     constexpr int PER = T == QUANT_F16 ? 8 : 4; /* values per chunk */
     const int lane = threadIdx.x % 32;
-    const int64_t n = w.rows, k = w.cols, row0 = warp_row0();
+    const int64_t n = w.rows, k = w.cols, row0 = warp_row0(blockIdx.x);
     const int nch = (int)(k / PER);
     float acc[MV_NW][R] = {};
     for (int cc = lane; cc < nch; cc += 32) {
@@ -284,12 +321,17 @@ matvec_f_kernel(be_weight w, const float *x, int m, float *out, bool accumulate)
     store_rows<R>(acc, row0, n, m, out, accumulate);
 }
 
+static unsigned mv_blocks(const be_weight *w)
+{
+    return (unsigned)((w->rows + MV_WARPS * MV_NW - 1) / (MV_WARPS * MV_NW));
+}
+
 template <int R>
 static void launch_r(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
                      bool accumulate)
 {
     const cuda_actq *aq = (const cuda_actq *)in->q;
-    const unsigned blocks = (unsigned)((w->rows + MV_WARPS * MV_NW - 1) / (MV_WARPS * MV_NW));
+    const unsigned blocks = mv_blocks(w);
     const int m = in->rows;
     cudaStream_t s = cb->stream;
     switch (w->type) {
@@ -316,6 +358,55 @@ static void launch_r(cuda_backend *cb, const be_weight *w, const be_act *in, flo
     default: cuda_fail(cb, "matmul: type %s", quant_type_name(w->type)); return;
     }
     cuda_check_launch(cb, "matmul (matvec)");
+}
+
+template <int R>
+static void launch_group_r(cuda_backend *cb, const mv_group &g, unsigned blocks,
+                           const be_act *in)
+{
+    const cuda_actq *aq = (const cuda_actq *)in->q;
+    cudaStream_t s = cb->stream;
+    switch (g.w[0].type) {
+    case QUANT_Q4_K:
+        matvec_q_group_kernel<QUANT_Q4_K, R><<<blocks, MV_WARPS * 32, 0, s>>>(
+            g, aq->qs, aq->ds, in->rows, false);
+        break;
+    case QUANT_Q6_K:
+        matvec_q_group_kernel<QUANT_Q6_K, R><<<blocks, MV_WARPS * 32, 0, s>>>(
+            g, aq->qs, aq->ds, in->rows, false);
+        break;
+    case QUANT_Q8_0:
+        matvec_q_group_kernel<QUANT_Q8_0, R><<<blocks, MV_WARPS * 32, 0, s>>>(
+            g, aq->qs, aq->ds, in->rows, false);
+        break;
+    default: cuda_fail(cb, "matmul group: type %s", quant_type_name(g.w[0].type)); return;
+    }
+    cuda_check_launch(cb, "matmul (matvec group)");
+}
+
+bool matvec_groups(const be_weight *w, const be_act *in)
+{
+    return in->rows <= 2 &&
+           (w->type == QUANT_Q4_K || w->type == QUANT_Q6_K || w->type == QUANT_Q8_0);
+}
+
+void launch_matvec_group(cuda_backend *cb, int n, const be_weight *const *w, const be_act *in,
+                         float *const *out)
+{
+    mv_group g = {};
+    unsigned blocks = 0;
+    for (int i = 0; i < MV_GROUP_MAX; i++) {
+        g.first[i] = i < n ? blocks : UINT32_MAX;
+        if (i < n) {
+            g.w[i] = *w[i];
+            g.out[i] = out[i];
+            blocks += mv_blocks(w[i]);
+        }
+    }
+    if (in->rows <= 1)
+        launch_group_r<1>(cb, g, blocks, in);
+    else
+        launch_group_r<2>(cb, g, blocks, in);
 }
 
 /* R is the row count rounded up to 1, 2, 4 or 8: extra rows are clamped

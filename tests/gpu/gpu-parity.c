@@ -16,7 +16,8 @@
  *     3e-2 quantized, 1e-5 / 2e-3 float weights;
  *   attention: tensor-core kernel (f16 Q and P) 5e-3, split-KV decode
  *     kernel (f32 scores and P) and plain kernel 1e-5;
- *   argmax: the same ids.
+ *   argmax: the same ids; matmul_many: the same bits as one matmul per
+ *     weight.
  * Models (tests/data/models and any GGUF given as an argument): teacher-
  * forced logits of one sequence, as one prefill and as single-row decode
  * steps, within 5e-2 of the CPU; a top-1 disagreement passes only where the
@@ -373,6 +374,79 @@ static void test_gather(ctx *c)
         c->cpu->ops->free(c->cpu, cb[i]);
         c->gpu->ops->free(c->gpu, gb[i]);
     }
+}
+
+/* matmul_many (q, k, v of mixed types; gate, up) against one matmul per
+ * weight on the GPU: the same bits, at the row counts the matvec groups (1,
+ * 2) and those it does not (5, 20: one launch each). */
+static void test_matmul_many(ctx *c)
+{
+    enum { K = 1024, NW = 3 };
+    static const struct { quant_type t; int64_t n; } ws[NW] = {
+        {QUANT_Q4_K, 1000}, {QUANT_Q4_K, 600}, {QUANT_Q6_K, 300}};
+    static const int32_t row_counts[] = {1, 2, 5, 20};
+    be_weight *w[NW] = {NULL};
+    float *x = malloc((size_t)20 * K * sizeof *x);
+    bool ok = x != NULL;
+    for (int i = 0; i < NW && ok; i++) {
+        size_t bytes;
+        uint8_t *h = make_weight(c, ws[i].t, ws[i].n, K, &bytes);
+        llmq_err err;
+        ok = h && c->gpu->ops->weight_load(c->gpu, ws[i].t, ws[i].n, K, h, &w[i], &err) == 0;
+        free(h);
+    }
+    if (!ok) {
+        fail_row(c, "matmul_many", "setup", "out of memory or weight_load failed");
+        goto out;
+    }
+    fill_random(c, x, (size_t)20 * K, 1.0f);
+    for (size_t rc = 0; rc < sizeof row_counts / sizeof *row_counts; rc++) {
+        const int32_t m = row_counts[rc];
+        llmq_err err;
+        be_act a;
+        if (c->gpu->ops->act_create(c->gpu, m, K, &a, &err) != 0)
+            continue;
+        float *dev[2][NW] = {{NULL}};
+        float *host[2][NW] = {{NULL}};
+        bool ran = c->gpu->ops->upload(c->gpu, a.x, x, (size_t)m * K * sizeof *x, &err) == 0;
+        for (int v = 0; v < 2; v++)
+            for (int i = 0; i < NW; i++) {
+                dev[v][i] = dev_poison(c->gpu, (size_t)m * ws[i].n);
+                host[v][i] = malloc((size_t)m * ws[i].n * sizeof(float));
+                ran = ran && dev[v][i] && host[v][i];
+            }
+        if (ran) {
+            a.rows = m;
+            a.cols = K;
+            a.q_valid = false;
+            c->gpu->ops->matmul_many(c->gpu, NW, (const be_weight *const *)w, &a, dev[0]);
+            for (int i = 0; i < NW; i++)
+                c->gpu->ops->matmul(c->gpu, w[i], &a, dev[1][i], false);
+            for (int v = 0; v < 2 && ran; v++)
+                for (int i = 0; i < NW && ran; i++)
+                    ran = fetch(c->gpu, host[v][i], dev[v][i], (size_t)m * ws[i].n) == 0;
+        }
+        int same = 0;
+        for (int i = 0; ran && i < NW; i++)
+            same += memcmp(host[0][i], host[1][i], (size_t)m * ws[i].n * sizeof(float)) == 0;
+        printf("| matmul_many | q4_K 1000 + q4_K 600 + q6_K 300 (x 1024), %d rows | %s | | | | "
+               "%s |\n", m, !ran ? "run failed" : same == NW ? "bit-identical to one matmul each"
+                                                             : "DIFFERS", ran && same == NW ? "ok"
+                                                                                          : "FAIL");
+        ran && same == NW ? c->passed++ : c->failed++;
+        for (int v = 0; v < 2; v++)
+            for (int i = 0; i < NW; i++) {
+                if (dev[v][i])
+                    c->gpu->ops->free(c->gpu, dev[v][i]);
+                free(host[v][i]);
+            }
+        c->gpu->ops->act_destroy(c->gpu, &a);
+    }
+out:
+    for (int i = 0; i < NW; i++)
+        if (w[i])
+            c->gpu->ops->weight_free(c->gpu, w[i]);
+    free(x);
 }
 
 /* argmax: the same ids as the CPU on random rows with planted ties (the
@@ -799,6 +873,7 @@ static void test_ops(ctx *c, bool large)
     test_attention(c, 12, 4, 64, att_decode, n_decode, 1e-5);
     test_argmax(c, 64, 32000);
     test_argmax(c, 5, 1001);
+    test_matmul_many(c);
 }
 
 /* ---- whole models ---- */

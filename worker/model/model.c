@@ -415,17 +415,18 @@ static void forward_layer(model *m, model_state *st, be_kv *kv, int32_t il,
     const layer_weights *l = &m->layers[il];
 
     o->rmsnorm(be, st->x, l->attn_norm, c->norm_eps, rows, c->dim, &st->act_dim);
-    o->matmul(be, l->wq, &st->act_dim, st->q, false);
-    o->matmul(be, l->wk, &st->act_dim, st->k, false);
-    o->matmul(be, l->wv, &st->act_dim, st->v, false);
+    const be_weight *qkv[] = {l->wq, l->wk, l->wv};
+    float *const qkv_out[] = {st->q, st->k, st->v};
+    o->matmul_many(be, 3, qkv, &st->act_dim, qkv_out);
     o->rope(be, st->q, st->k, st->pos, rows, shape, c->rope_dim, c->rope_freq_base);
     o->kv_write(be, kv, il, st->k, st->v, st->slot, rows);
     o->attention(be, kv, il, st->q, ab, shape, &st->act_dim);
     o->matmul(be, l->wo, &st->act_dim, st->x, true);
 
     o->rmsnorm(be, st->x, l->ffn_norm, c->norm_eps, rows, c->dim, &st->act_dim);
-    o->matmul(be, l->wg, &st->act_dim, st->g, false);
-    o->matmul(be, l->wu, &st->act_dim, st->u, false);
+    const be_weight *gate_up[] = {l->wg, l->wu};
+    float *const gate_up_out[] = {st->g, st->u};
+    o->matmul_many(be, 2, gate_up, &st->act_dim, gate_up_out);
     o->swiglu(be, st->g, st->u, rows, c->ffn_dim, &st->act_ffn);
     o->matmul(be, l->wd, &st->act_ffn, st->x, true);
 }
