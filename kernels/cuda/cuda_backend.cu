@@ -509,6 +509,19 @@ static void cu_argmax(backend *be, const float *x, int32_t rows, int32_t n, int3
         launch_argmax(cb, x, rows, n, out);
 }
 
+static void cu_top_k(backend *be, const float *x, int32_t rows, int32_t n, int32_t k,
+                     int32_t *ids, float *vals)
+{
+    cuda_backend *cb = cb_of(be);
+    if (cb->failed || rows <= 0)
+        return;
+    if (k < 1 || k > BE_TOP_K_MAX || k > n) {
+        cuda_fail(cb, "top_k: %d of %d (1 to %d)", k, n, BE_TOP_K_MAX);
+        return;
+    }
+    launch_top_k(cb, x, rows, n, k, ids, vals);
+}
+
 /* ---- lifetime ---- */
 
 static void cu_destroy(backend *be)
@@ -530,7 +543,7 @@ static const backend_ops cuda_ops = {
     cu_sync,        cu_weight_load, cu_weight_free, cu_act_create,   cu_act_destroy,
     cu_kv_create,   cu_kv_destroy,  cu_embed,      cu_gather_rows,   cu_rmsnorm,
     cu_matmul,      cu_rope,        cu_kv_write,   cu_attention,     cu_swiglu,
-    cu_argmax,      NULL, /* top_k: not yet on the GPU; sampled rows copy their logits */
+    cu_argmax,      cu_top_k,
     cu_matmul_many,
 };
 

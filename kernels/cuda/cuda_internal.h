@@ -140,6 +140,9 @@ void launch_gemm(cuda_backend *cb, const be_weight *w, const be_act *in, float *
                  bool accumulate);
 /* sampling.cu: the first maximum of each row (backend.h, argmax). */
 void launch_argmax(cuda_backend *cb, const float *x, int32_t rows, int32_t n, int32_t *out);
+/* sampling.cu: each row's k best (backend.h, top_k). */
+void launch_top_k(cuda_backend *cb, const float *x, int32_t rows, int32_t n, int32_t k,
+                  int32_t *ids, float *vals);
 /* attention.cu */
 void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const float *q,
                       const be_attn_batch *b, const be_attn_shape *sh, float *out);

@@ -449,6 +449,73 @@ out:
     free(x);
 }
 
+/* top_k: the same ids and values as the CPU, best first: random rows,
+ * rows of heavy ties (few distinct values), -0 beside +0, all -inf, a NaN
+ * row (flagged), k of 1, 40, 104 and 256. */
+static void test_top_k(ctx *c, int32_t rows, int32_t n)
+{
+    static const int32_t ks[] = {1, 40, 104, 256};
+    const size_t count = (size_t)rows * n;
+    float *x = malloc(count * sizeof *x);
+    int32_t *ids[2] = {malloc((size_t)rows * 256 * 4), malloc((size_t)rows * 256 * 4)};
+    float *vals[2] = {malloc((size_t)rows * 256 * 4), malloc((size_t)rows * 256 * 4)};
+    if (!x || !ids[0] || !ids[1] || !vals[0] || !vals[1]) {
+        fail_row(c, "top_k", "setup", "out of memory");
+        goto done;
+    }
+    fill_random(c, x, count, 4.0f);
+    for (int32_t r = 0; r < rows; r++) {
+        float *row_x = x + (size_t)r * n;
+        switch (r % 5) {
+        case 1: for (int32_t i = 0; i < n; i++) row_x[i] = roundf(row_x[i]); break; /* ties */
+        case 2: for (int32_t i = 0; i < n; i++) row_x[i] = i % 2 ? 0.0f : -0.0f; break;
+        case 3: for (int32_t i = 0; i < n; i++) row_x[i] = -INFINITY; break;
+        case 4: if (r % 10 == 4) row_x[n / 2] = NAN; break;
+        }
+    }
+    for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++) {
+        const int32_t k = ks[ki];
+        backend *be[2] = {c->cpu, c->gpu};
+        bool ran = true;
+        for (int b = 0; b < 2; b++) {
+            float *dx = dev_copy(be[b], x, count * sizeof *x);
+            int32_t *di = (int32_t *)dev_poison(be[b], (size_t)rows * k);
+            float *dv = dev_poison(be[b], (size_t)rows * k);
+            llmq_err err;
+            if (dx && di && dv)
+                be[b]->ops->top_k(be[b], dx, rows, n, k, di, dv);
+            if (!dx || !di || !dv ||
+                be[b]->ops->download(be[b], ids[b], di, (size_t)rows * k * 4, &err) ||
+                be[b]->ops->download(be[b], vals[b], dv, (size_t)rows * k * 4, &err))
+                ran = false;
+            void *bufs[] = {dx, di, dv};
+            for (int j = 0; j < 3; j++)
+                if (bufs[j])
+                    be[b]->ops->free(be[b], bufs[j]);
+        }
+        int32_t differ = 0;
+        for (int32_t r = 0; ran && r < rows; r++) {
+            const size_t at = (size_t)r * k;
+            if (ids[0][at] < 0 || ids[1][at] < 0) { /* flagged: only the flag counts */
+                differ += ids[0][at] != ids[1][at];
+                continue;
+            }
+            differ += memcmp(ids[0] + at, ids[1] + at, (size_t)k * 4) != 0 ||
+                      memcmp(vals[0] + at, vals[1] + at, (size_t)k * 4) != 0;
+        }
+        printf("| top_k | %d x %d, k %d (ties, -0/+0, -inf, NaN rows) | %s%d rows differ (== 0) | | "
+               "| | %s |\n", rows, n, k, ran ? "" : "run failed; ", differ,
+               ran && !differ ? "ok" : "FAIL");
+        ran && !differ ? c->passed++ : c->failed++;
+    }
+done:
+    free(x);
+    for (int b = 0; b < 2; b++) {
+        free(ids[b]);
+        free(vals[b]);
+    }
+}
+
 /* argmax: the same ids as the CPU on random rows with planted ties (the
  * maximum copied to a later id), NaN and -inf rows; exact. */
 static void test_argmax(ctx *c, int32_t rows, int32_t n)
@@ -873,6 +940,8 @@ static void test_ops(ctx *c, bool large)
     test_attention(c, 12, 4, 64, att_decode, n_decode, 1e-5);
     test_argmax(c, 64, 32000);
     test_argmax(c, 5, 1001);
+    test_top_k(c, 20, 32000);
+    test_top_k(c, 10, 300);
     test_matmul_many(c);
 }
 
