@@ -78,6 +78,18 @@ typedef struct be_attn_shape {
 
 typedef enum be_kv_type { BE_KV_F32 = 0, BE_KV_F16 = 1 } be_kv_type;
 
+/* What a decode step's kernels depend on besides the contents of the batch
+ * arrays (which stay at fixed addresses): steps of one key launch the same
+ * kernels with the same arguments.  owner names the buffers the step uses
+ * (the model's scratch); a backend also forgets its recordings whenever it
+ * frees memory, so a reused address never replays a stale step. */
+typedef struct be_graph_key {
+    uint64_t owner;
+    int32_t n_rows, n_logits, max_seq_len, head_dim;
+} be_graph_key;
+
+enum { BE_GRAPH_DONE = 0, BE_GRAPH_REDO = 1 };
+
 #define BE_TOP_K_MAX 256 /* the most candidates backend_ops.top_k returns per row */
 
 typedef struct backend_ops {
@@ -146,6 +158,15 @@ typedef struct backend_ops {
      * run several in one launch. */
     void (*matmul_many)(backend *be, int n, const be_weight *const *w, be_act *in,
                         float *const *out_dev);
+
+    /* ---- recorded steps (NULL where a backend has none) ---- */
+    /* Brackets the kernels of a decode step: 1 when the step recorded under
+     * key ran (the caller issues none of its ops and skips graph_end), else
+     * 0: the caller issues them, then calls graph_end, which may record
+     * them and returns BE_GRAPH_DONE, or BE_GRAPH_REDO when none of them
+     * ran and the caller must issue them again. */
+    int (*graph_begin)(backend *be, const be_graph_key *key);
+    int (*graph_end)(backend *be);
 } backend_ops;
 
 struct backend {

@@ -16,6 +16,7 @@ kernels_libllmq_cuda_a_SOURCES = \
 	kernels/cuda/gemm.cu \
 	kernels/cuda/attention.cu \
 	kernels/cuda/sampling.cu \
+	kernels/cuda/graphs.cu \
 	kernels/cuda/devices.cu kernels/cuda/devices.h
 LLMQ_CUDA_LIBS = kernels/libllmq_cuda.a $(CUDA_LIBS)
 else

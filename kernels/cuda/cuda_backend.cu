@@ -52,6 +52,11 @@ float *cuda_scratch(cuda_backend *cb, const char *op, size_t bytes)
 {
     if (bytes <= cb->part_bytes)
         return cb->part;
+    if (cb->recording) { /* no allocation while recording: graph_end reruns the step */
+        cb->record_broken = true;
+        return NULL;
+    }
+    cuda_graphs_drop(cb); /* recorded steps point into the old buffer */
     cudaStreamSynchronize(cb->stream);
     cudaFree(cb->part);
     cb->part_bytes = 0;
@@ -94,11 +99,15 @@ static void *cu_alloc(backend *, size_t bytes, llmq_err *err)
 }
 
 /* Work still queued may use p: the stream drains first. */
+/* Every free goes through here: recorded steps may point into the memory,
+ * so they are dropped (graphs.cu). */
 static void cu_free(backend *be, void *p)
 {
     if (!p)
         return;
-    cudaStreamSynchronize(cb_of(be)->stream);
+    cuda_backend *cb = cb_of(be);
+    cuda_graphs_drop(cb);
+    cudaStreamSynchronize(cb->stream);
     cudaFree(p);
 }
 
@@ -532,6 +541,7 @@ static void cu_destroy(backend *be)
         cudaStreamSynchronize(cb->stream);
         cudaStreamDestroy(cb->stream);
     }
+    cuda_graphs_drop(cb);
     if (cb->stage)
         cudaFreeHost(cb->stage);
     cudaFree(cb->part);
@@ -544,7 +554,7 @@ static const backend_ops cuda_ops = {
     cu_kv_create,   cu_kv_destroy,  cu_embed,      cu_gather_rows,   cu_rmsnorm,
     cu_matmul,      cu_rope,        cu_kv_write,   cu_attention,     cu_swiglu,
     cu_argmax,      cu_top_k,
-    cu_matmul_many,
+    cu_matmul_many, cu_graph_begin, cu_graph_end,
 };
 
 extern "C" int backend_cuda_create(backend **out, int gpu, llmq_err *err)
@@ -577,6 +587,7 @@ extern "C" int backend_cuda_create(backend **out, int gpu, llmq_err *err)
         (e = cudaMallocHost((void **)&cb->stage, cb->stage_size)) != cudaSuccess ||
         (e = gemm_configure()) != cudaSuccess || (e = attention_configure()) != cudaSuccess)
         goto fail;
+    cuda_graphs_init(cb);
     cb->base.ops = &cuda_ops;
     cb->base.name = "cuda";
     *out = &cb->base;

@@ -70,6 +70,16 @@ struct cuda_actq {
     int fmt;      /* valid only while be_act.q_valid */
 };
 
+/* One recorded decode step (graphs.cu). */
+#define GRAPH_SLOTS 32
+struct cuda_graph_slot {
+    uint64_t owner;               /* the key: be_graph_key.owner, */
+    int32_t rows, logits, splits; /* rows, logit rows, split-KV grid */
+    int state;                    /* empty, seen once, recorded */
+    cudaGraphExec_t exec;
+    uint64_t last_use;
+};
+
 struct cuda_backend {
     backend base;
     int gpu;
@@ -81,6 +91,12 @@ struct cuda_backend {
     size_t part_bytes;
     bool failed;
     llmq_err first_err;
+    /* graphs.cu */
+    bool graphs_on;
+    cuda_graph_slot graphs[GRAPH_SLOTS];
+    cuda_graph_slot *recording; /* the slot the stream is recording, or NULL */
+    bool record_broken;         /* an op could not be recorded: graph_end reruns the step */
+    uint64_t graph_clock;
 };
 
 static inline int64_t act_f16_stride(int64_t cols)
@@ -95,6 +111,12 @@ void cuda_fail(cuda_backend *cb, const char *fmt, ...) __attribute__((format(pri
 float *cuda_scratch(cuda_backend *cb, const char *op, size_t bytes);
 /* After a launch: a launch error becomes the backend's error, naming op. */
 void cuda_check_launch(cuda_backend *cb, const char *op);
+
+/* graphs.cu: decode steps as CUDA graphs (backend.h, graph_begin). */
+void cuda_graphs_init(cuda_backend *cb);
+void cuda_graphs_drop(cuda_backend *cb);
+int cu_graph_begin(backend *be, const be_graph_key *key);
+int cu_graph_end(backend *be);
 
 /* ---- launchers (each enqueues on cb->stream) ---- */
 

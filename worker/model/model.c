@@ -431,6 +431,24 @@ static void forward_layer(model *m, model_state *st, be_kv *kv, int32_t il,
     o->matmul(be, l->wd, &st->act_ffn, st->x, true);
 }
 
+/* Every kernel of a step: the layers, then the logits of the rows that
+ * want them. */
+static void issue_step(model *m, model_state *st, be_kv *kv, const model_batch *b,
+                       const be_attn_batch *ab, const be_attn_shape *shape)
+{
+    const model_config *c = &m->cfg;
+    backend *be = m->be;
+    const backend_ops *o = be->ops;
+    o->embed(be, m->tok_embd, st->tokens, b->n_rows, st->x);
+    for (int32_t il = 0; il < c->n_layers; il++)
+        forward_layer(m, st, kv, il, ab, shape, b->n_rows);
+    if (b->n_logits == 0)
+        return;
+    o->gather_rows(be, st->x, st->logit_rows, b->n_logits, c->dim, st->xg);
+    o->rmsnorm(be, st->xg, m->output_norm, c->norm_eps, b->n_logits, c->dim, &st->act_dim);
+    o->matmul(be, m->output, &st->act_dim, st->logits, false);
+}
+
 int model_forward(model *m, model_state *st, be_kv *kv, const model_batch *b, float *logits,
                   llmq_err *err)
 {
@@ -452,15 +470,19 @@ int model_forward(model *m, model_state *st, be_kv *kv, const model_batch *b, fl
     const be_attn_shape shape = {.n_head = c->n_head, .n_head_kv = c->n_head_kv,
                                  .head_dim = c->head_dim};
 
-    o->embed(be, m->tok_embd, st->tokens, b->n_rows, st->x);
-    for (int32_t il = 0; il < c->n_layers; il++)
-        forward_layer(m, st, kv, il, &ab, &shape, b->n_rows);
+    /* A decode step (one row per sequence, all with logits) may be recorded
+     * and replayed by the backend: the same kernels for the same key. */
+    const bool decode_step = o->graph_begin && n_alone == b->n_rows && b->n_logits == b->n_rows;
+    const be_graph_key key = {.owner = (uint64_t)(uintptr_t)st, .n_rows = b->n_rows,
+                              .n_logits = b->n_logits,
+                              .max_seq_len = max_len, .head_dim = c->head_dim};
+    if (!decode_step || o->graph_begin(be, &key) != 1) {
+        issue_step(m, st, kv, b, &ab, &shape);
+        if (decode_step && o->graph_end(be) == BE_GRAPH_REDO)
+            issue_step(m, st, kv, b, &ab, &shape);
+    }
     if (b->n_logits == 0)
         return o->sync(be, err);
-
-    o->gather_rows(be, st->x, st->logit_rows, b->n_logits, c->dim, st->xg);
-    o->rmsnorm(be, st->xg, m->output_norm, c->norm_eps, b->n_logits, c->dim, &st->act_dim);
-    o->matmul(be, m->output, &st->act_dim, st->logits, false);
     st->n_logits = b->n_logits;
     return logits ? model_read_logits(m, st, 0, b->n_logits, logits, err) : 0;
 }
