@@ -235,11 +235,17 @@ typedef struct bench_run {
     engine_stats decode; /* the decode phase's share of the engine's counters */
 } bench_run;
 
-/* B sequences of n_prompt tokens each generating n_gen tokens. */
+/* B sequences of n_prompt tokens each generating n_gen tokens, in
+ * llama-batched-bench's order (every prompt, then all B decoding together),
+ * so that decode tok/s is its S_TG: B x (n_gen - 1) rows over n_gen - 1
+ * steps of B rows.  (The engine's own order starts a sequence's decoding
+ * while later prompts are still running; measured that way the decode phase
+ * is a ramp-down of ever fewer rows, not B.) */
 static int bench_once(model *m, const tok_vocab *v, const engine_config *base, int32_t b,
                       int32_t n_prompt, int32_t n_gen, bench_run *out, llmq_err *err)
 {
     engine_config cfg = *base;
+    cfg.prefill_first = true;
     cfg.max_seqs = b;
     cfg.n_ctx = n_prompt + n_gen + 1;
     cfg.max_batch_tokens = cfg.max_batch_tokens > b ? cfg.max_batch_tokens : b;

@@ -10,6 +10,8 @@
  *    reason; a cancelled sequence frees its slot;
  *  - bad requests are refused with an error naming the field, and the
  *    engine keeps serving the others;
+ *  - prefill_first runs every prompt before any decode row, then all the
+ *    sequences decode together, and generates what the default order does;
  *  - greedy sequences take the backend's argmax (no logits copied) and get
  *    the tokens the host sampler picks from the logits, also when batched
  *    with sampled sequences; the argmax follows the sampler's rule on ties,
@@ -119,7 +121,7 @@ static engine *make_engine(const fixture *fx, int32_t max_seqs, int32_t n_blocks
     return e;
 }
 
-static void run_all(const fixture *fx, engine *e, outcome *out, float temp, int32_t max_tokens)
+static void add_all(const fixture *fx, engine *e, float temp, int32_t max_tokens)
 {
     for (int i = 0; i < N_SEQ; i++) {
         engine_request req;
@@ -130,6 +132,11 @@ static void run_all(const fixture *fx, engine *e, outcome *out, float temp, int3
             printf("# add %d failed\n", i);
         free(ids);
     }
+}
+
+static void run_all(const fixture *fx, engine *e, outcome *out, float temp, int32_t max_tokens)
+{
+    add_all(fx, e, temp, max_tokens);
     drain(e, out);
 }
 
@@ -170,6 +177,66 @@ static void check_preemption(const fixture *fx, float temp)
                        memcmp(crowded[i].streamed, crowded[i].text, crowded[i].streamed_len) == 0;
     CHECK(streamed_ok == N_SEQ, "streamed text pieces add up to the final text (%d of %d)",
           streamed_ok, N_SEQ);
+}
+
+/* llama-batched-bench's order, which llmq-run --bench measures decode in. */
+static void check_prefill_first(const fixture *fx)
+{
+    static outcome mixed[N_SEQ], ordered[N_SEQ];
+    memset(mixed, 0, sizeof mixed);
+    memset(ordered, 0, sizeof ordered);
+    engine *e = make_engine(fx, N_SEQ, 0, 256);
+    run_all(fx, e, mixed, 0.0f, 20);
+    engine_stats st = engine_get_stats(e);
+    engine_free(e);
+    CHECK(st.prefill_rows > 32, "the prompts take more than one 32-row step (%llu rows)",
+          (unsigned long long)st.prefill_rows);
+
+    engine_config cfg = engine_default_config();
+    cfg.max_seqs = N_SEQ;
+    cfg.n_ctx = 256;
+    cfg.max_batch_tokens = 32;
+    cfg.prefill_first = true;
+    llmq_err err;
+    if (engine_create(&e, fx->m, fx->vocab, &cfg, &err) != 0) {
+        CHECK(false, "engine_create with prefill_first: %s", err.msg);
+        return;
+    }
+    add_all(fx, e, 0.0f, 20);
+    int mixed_steps = 0, prompt_after_decode = 0, decode_steps = 0, full_decode_steps = 0;
+    engine_stats before = engine_get_stats(e);
+    while (engine_has_work(e)) {
+        const engine_event *ev;
+        int32_t n;
+        if (engine_step(e, &ev, &n, &err) != 0) {
+            CHECK(false, "engine_step with prefill_first: %s", err.msg);
+            break;
+        }
+        for (int32_t i = 0; i < n; i++)
+            record(ordered, &ev[i]);
+        const engine_stats now = engine_get_stats(e);
+        const uint64_t pre = now.prefill_rows - before.prefill_rows,
+                       dec = now.decode_rows - before.decode_rows;
+        mixed_steps += pre > 0 && dec > 0;
+        prompt_after_decode += pre > 0 && decode_steps > 0;
+        decode_steps += dec > 0;
+        full_decode_steps += dec == N_SEQ;
+        before = now;
+    }
+    engine_free(e);
+    CHECK(mixed_steps == 0 && prompt_after_decode == 0,
+          "prefill_first: no step mixes prompt and decode rows (%d), no prompt row after a "
+          "decode (%d)", mixed_steps, prompt_after_decode);
+    CHECK(full_decode_steps == 19 && decode_steps == 19,
+          "prefill_first: 8 sequences of 20 tokens decode together in 19 steps of 8 rows "
+          "(%d steps, %d of 8 rows)", decode_steps, full_decode_steps);
+    int same = 0;
+    for (int i = 0; i < N_SEQ; i++)
+        same += ordered[i].done && ordered[i].n_tokens == mixed[i].n_tokens &&
+                memcmp(ordered[i].tokens, mixed[i].tokens,
+                       (size_t)mixed[i].n_tokens * sizeof(int32_t)) == 0;
+    CHECK(same == N_SEQ, "prefill_first: %d of %d sequences generate what the default order does",
+          same, N_SEQ);
 }
 
 static outcome *run_one(const fixture *fx, int32_t n_ctx, int32_t max_tokens, const char *stop,
@@ -407,6 +474,7 @@ int main(void)
     check_stops(&fx);
     check_cancel(&fx);
     check_bad_requests(&fx);
+    check_prefill_first(&fx);
     check_argmax_rule(be);
     check_top_k_rule(be);
     check_greedy_on_backend(&fx);

@@ -375,15 +375,27 @@ static void make_room_for_decodes(engine *e)
     }
 }
 
-/* Decode rows first (each running sequence with one token left), then
- * prompt chunks in admission order until the budget is spent. */
+/* Whether a running sequence still has more than one prompt (or
+ * recomputation) token to run: the work prefill_first puts before decodes. */
+static bool prompt_work_left(const engine *e)
+{
+    for (int32_t i = n_waiting(e); i < e->n_live; i++)
+        if (e->live[i]->n_tokens - e->live[i]->n_computed > 1)
+            return true;
+    return false;
+}
+
+/* Decode rows first (each running sequence with one token left; none while
+ * prompt work is left under prefill_first), then prompt chunks in admission
+ * order until the budget is spent. */
 static void schedule(engine *e, int32_t *n_rows, int32_t *n_seqs, int32_t *n_logits)
 {
     *n_rows = *n_seqs = *n_logits = 0;
     make_room_for_decodes(e);
     int32_t budget = e->cfg.max_batch_tokens;
     const int32_t first_running = n_waiting(e);
-    for (int32_t i = first_running; i < e->n_live && budget > 0; i++) {
+    const bool hold_decodes = e->cfg.prefill_first && prompt_work_left(e);
+    for (int32_t i = first_running; i < e->n_live && budget > 0 && !hold_decodes; i++) {
         seq *s = e->live[i];
         if (s->n_tokens - s->n_computed == 1) {
             add_rows(e, s, 1, n_rows, n_seqs, n_logits);

@@ -37,6 +37,11 @@ typedef struct engine_config {
     int32_t max_batch_tokens; /* rows per forward pass (default 512) */
     int32_t n_ctx;            /* tokens per sequence (default: the model's training context) */
     be_kv_type kv_type;       /* default BE_KV_F16 */
+    /* false (default): decode rows ride in the steps that run prompt chunks,
+     * so a sequence starts generating as soon as its prompt is in.  true: a
+     * step with prompt work carries no decode rows (llama-batched-bench's
+     * order: every prompt, then every sequence decoding together). */
+    bool prefill_first;
 } engine_config;
 
 engine_config engine_default_config(void);
