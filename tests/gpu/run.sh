@@ -6,6 +6,8 @@
 # go to $OUT (default /tmp/llmq-gpu); a summary is printed last.
 #
 # usage: tests/gpu/run.sh [BIN]        (default .gpu-bin)
+# Knobs (environment): GQA=0 skips the GQA shape, BASELINE=DIR benches DIR's
+# llmq-run too, NCU=1 and SANITIZE=0 (sections 4-5).
 set -u
 BIN=${1:-.gpu-bin}
 OUT=${OUT:-/tmp/llmq-gpu}
@@ -63,6 +65,13 @@ if [ "${GQA:-1}" = 1 ]; then
     MK8=$!
 fi
 sh bench/cuda.sh "$BIN" /tmp/m7b.gguf "$OUT"
+# BASELINE=DIR: the same llmq-run --bench with DIR's llmq-run, on this machine
+# in this run (an A/B of a round's change free of machine-to-machine spread).
+if [ -n "${BASELINE:-}" ]; then
+    timeout 240 "$BASELINE/llmq-run" -m /tmp/m7b.gguf --bench --reps "${REPS:-3}" \
+        --json "$OUT/bench-base.json" > "$OUT/bench-base.md" 2>> "$OUT/log.txt"
+    log "baseline llmq-run --bench exit $?"
+fi
 if [ "${GQA:-1}" = 1 ]; then
     wait $MK8
     log "GQA model written ($(du -h /tmp/m8b-gqa.gguf | cut -f1))"
@@ -94,6 +103,6 @@ fi
 
 echo "== parity"; grep -E "FAIL|passed" "$OUT/parity.md" | head -40
 echo "== ops"; cat "$OUT/ops.md" 2>/dev/null
-echo "== bench"; cat "$OUT/bench.md" "$OUT/bench-gqa.md" 2>/dev/null
+echo "== bench"; cat "$OUT/bench.md" "$OUT/bench-base.md" "$OUT/bench-gqa.md" 2>/dev/null
 echo "== sanitizer"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed," "$OUT/sanitizer.txt" 2>/dev/null
 cat "$OUT/log.txt"
