@@ -7,6 +7,8 @@
  * with std about 1/sqrt(fan_in):
  *   q4_K  w = d*sc*q - dmin*m with m = sc and dmin = 7.5*d, so each 32-weight
  *         sub-block is centred: w = d*sc*(q - 7.5), q uniform in 0..15;
+ *   q5_K  the same with a fifth bit and dmin = 15.5*d: w = d*sc*(q - 15.5),
+ *         q uniform in 0..31;
  *   q6_K  w = d*sc*(q - 32), q uniform in 0..63, sc = +-(64..127);
  *   q8_0  w = d*q, q uniform in -127..127;
  *   f16/f32 uniform in [-a, a).
@@ -49,13 +51,15 @@ typedef struct options {
 typedef struct mix_def {
     const char *name;
     uint32_t file_type; /* llama_ftype */
-    quant_type base;    /* type of every matrix, unless q4km */
-    bool q4km;          /* llama.cpp's Q4_K_M choice per tensor */
+    quant_type base;    /* type of every matrix, unless k_m picks q6_K */
+    bool k_m;           /* llama.cpp's _K_M choice per tensor (Q4_K_M, Q5_K_M) */
 } mix_def;
 
 static const mix_def MIXES[] = {
     {"q4_k_m", 15, QUANT_Q4_K, true}, /* LLAMA_FTYPE_MOSTLY_Q4_K_M */
     {"q4_k", 14, QUANT_Q4_K, false},  /* every matrix q4_K; labelled MOSTLY_Q4_K_S */
+    {"q5_k_m", 17, QUANT_Q5_K, true}, /* LLAMA_FTYPE_MOSTLY_Q5_K_M */
+    {"q5_k", 16, QUANT_Q5_K, false},  /* every matrix q5_K; labelled MOSTLY_Q5_K_S */
     {"q6_k", 18, QUANT_Q6_K, false},  /* LLAMA_FTYPE_MOSTLY_Q6_K */
     {"q8_0", 7, QUANT_Q8_0, false},   /* LLAMA_FTYPE_MOSTLY_Q8_0 */
     {"f16", 1, QUANT_F16, false},     /* LLAMA_FTYPE_MOSTLY_F16 */
@@ -77,8 +81,9 @@ static void usage(FILE *to)
             "  --kv-heads K   key/value heads (divide H)\n"
             "  --ff F         feed-forward width (same block rule as D)\n"
             "  --ctx C        context length written to the metadata\n"
-            "  --mix MIX      q4_k_m (llama.cpp's Q4_K_M), or one type for every matrix:\n"
-            "                 q4_k, q6_k, q8_0, f16 or f32 (norms are always f32)\n"
+            "  --mix MIX      q4_k_m or q5_k_m (llama.cpp's Q4_K_M, Q5_K_M), or one type\n"
+            "                 for every matrix: q4_k, q5_k, q6_k, q8_0, f16 or f32\n"
+            "                 (norms are always f32)\n"
             "  --seed S       random seed: same seed, same bytes (whatever the thread count)\n"
             "  -o, --output OUT.gguf  output, written as OUT.gguf.tmp and renamed when complete\n"
             "  --threads N    worker threads (default: all cores)\n"
@@ -189,10 +194,21 @@ static const mix_def *find_mix(const char *name)
     return NULL;
 }
 
+/* Lists MIXES[] itself, so that the message names every mix there is. */
+static int unknown_mix(const char *name, llmq_err *err)
+{
+    char names[128] = "";
+    for (size_t i = 0; i < sizeof MIXES / sizeof MIXES[0]; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                 MIXES[i].name);
+    return llmq_errf(err, "--mix '%s' is not one of %s", name, names);
+}
+
 /* The shape rules llama.cpp and our kernels rely on. */
 static int check_shape(const options *o, const mix_def *mix, llmq_err *err)
 {
-    /* Every matrix row is dim or ff long; q4_k_m also uses q6_K (same block). */
+    /* Every matrix row is dim or ff long; the _k_m mixes also use q6_K, whose
+     * block is that of their q4_K or q5_K base. */
     uint64_t block = quant_block_elems(mix->base);
     const char *tname = quant_type_name(mix->base);
     if (o->dim % block)
@@ -239,13 +255,13 @@ static bool use_more_bits(uint64_t i, uint64_t n)
 static quant_type matrix_type(const mix_def *mix, const char *role, uint64_t layer,
                               uint64_t n_layers)
 {
-    if (!mix->q4km)
+    if (!mix->k_m)
         return mix->base;
     if (!strcmp(role, "output"))
         return QUANT_Q6_K;
     if ((!strcmp(role, "attn_v") || !strcmp(role, "ffn_down")) && use_more_bits(layer, n_layers))
         return QUANT_Q6_K;
-    return QUANT_Q4_K;
+    return mix->base;
 }
 
 static void plan_add(plan *p, quant_type type, uint64_t ne0, uint64_t ne1, const char *fmt, ...)
@@ -334,6 +350,7 @@ static void rng_fill(rng *r, uint8_t *p, size_t n)
  * (n^2 - 1)/12 for n levels, plus 1/4 for q6_K's off-centre -32..31, and
  * 127*128/3 for q8_0's -127..127. */
 #define Q4_K_VAR 21.25f
+#define Q5_K_VAR 85.25f
 #define Q6_K_VAR 341.5f
 #define Q8_0_VAR (127.0f * 128.0f / 3.0f)
 
@@ -346,7 +363,12 @@ static quant_f16 block_d(float std, float msc, float var)
     return quant_f32_to_f16(std / sqrtf(msc * var));
 }
 
-static void gen_q4_K(rng *r, block_q4_K *b, float std)
+/* The scales of a q4_K or q5_K block, whose quants q have second moment var
+ * about their middle `centre`: 6-bit scales in 32..63, d fitted to them, and
+ * mins m = sc with dmin = centre * d, so min = dmin * m = centre * d * sc and
+ * each 32-weight sub-block is d*sc*(q - centre). */
+static void gen_k4_scales(rng *r, float std, float var, float centre, quant_f16 *d,
+                          quant_f16 *dmin, uint8_t scales[K_SCALE_SIZE])
 {
     uint8_t sc[8];
     uint64_t bits = rng_next(r);
@@ -355,10 +377,22 @@ static void gen_q4_K(rng *r, block_q4_K *b, float std)
         sc[j] = (uint8_t)(32 + ((bits >> (5 * j)) & 31));
         sum += (float)(sc[j] * sc[j]);
     }
-    b->d = block_d(std, sum / 8, Q4_K_VAR);
-    /* min = dmin * m = 7.5 * d * sc: each sub-block is d*sc*(q - 7.5) */
-    b->dmin = quant_f32_to_f16(7.5f * quant_f16_to_f32(b->d));
-    quant_pack_scale_min_k4(sc, sc, b->scales);
+    *d = block_d(std, sum / 8, var);
+    *dmin = quant_f32_to_f16(centre * quant_f16_to_f32(*d));
+    quant_pack_scale_min_k4(sc, sc, scales);
+}
+
+static void gen_q4_K(rng *r, block_q4_K *b, float std)
+{
+    gen_k4_scales(r, std, Q4_K_VAR, 7.5f, &b->d, &b->dmin, b->scales);
+    rng_fill(r, b->qs, sizeof b->qs);
+}
+
+/* Random low nibbles and fifth bits: q uniform in 0..31. */
+static void gen_q5_K(rng *r, block_q5_K *b, float std)
+{
+    gen_k4_scales(r, std, Q5_K_VAR, 15.5f, &b->d, &b->dmin, b->scales);
+    rng_fill(r, b->qh, sizeof b->qh);
     rng_fill(r, b->qs, sizeof b->qs);
 }
 
@@ -414,6 +448,10 @@ static void gen_row(const tensor_plan *t, uint64_t seed, uint64_t row, uint8_t *
     case QUANT_Q4_K:
         for (uint64_t b = 0; b < nb; b++)
             gen_q4_K(&r, (block_q4_K *)dst + b, t->std);
+        return;
+    case QUANT_Q5_K:
+        for (uint64_t b = 0; b < nb; b++)
+            gen_q5_K(&r, (block_q5_K *)dst + b, t->std);
         return;
     case QUANT_Q6_K:
         for (uint64_t b = 0; b < nb; b++)
@@ -776,7 +814,7 @@ int main(int argc, char **argv)
     }
     const mix_def *mix = rc ? NULL : find_mix(o.mix);
     if (!rc && !mix)
-        rc = llmq_errf(&err, "--mix '%s' is not one of q4_k_m, q4_k, q6_k, q8_0, f16, f32", o.mix);
+        rc = unknown_mix(o.mix, &err);
     if (rc || check_shape(&o, mix, &err)) {
         fprintf(stderr, "llmq-mkmodel: %s\n", err.msg);
         return EXIT_USAGE;

@@ -3,7 +3,7 @@
  * Runs the built tool on small shapes with the stories260K vocab (512
  * tokens), then reads each file with our GGUF reader: metadata keys, order
  * and values, the tokenizer copied from the vocab file, tensor names, shapes
- * and per-mix types, the weights' statistics (row std, centred q4_K
+ * and per-mix types, the weights' statistics (row std, centred q4_K and q5_K
  * sub-blocks), determinism across runs and thread counts, layout equality
  * with llama.cpp-loaded synth fixtures, the command-line errors, and that an
  * interrupted run leaves no file behind. */
@@ -113,23 +113,27 @@ typedef struct expect {
     const char *mix;
     uint32_t file_type;
     quant_type base;
+    bool k_m; /* llama.cpp's _K_M choice per tensor */
 } expect;
 
 static const expect MIXES[] = {
-    {"q4_k_m", 15, QUANT_Q4_K}, {"q4_k", 14, QUANT_Q4_K}, {"q6_k", 18, QUANT_Q6_K},
-    {"q8_0", 7, QUANT_Q8_0},    {"f16", 1, QUANT_F16},    {"f32", 0, QUANT_F32},
+    {"q4_k_m", 15, QUANT_Q4_K, true}, {"q4_k", 14, QUANT_Q4_K, false},
+    {"q5_k_m", 17, QUANT_Q5_K, true}, {"q5_k", 16, QUANT_Q5_K, false},
+    {"q6_k", 18, QUANT_Q6_K, false},  {"q8_0", 7, QUANT_Q8_0, false},
+    {"f16", 1, QUANT_F16, false},     {"f32", 0, QUANT_F32, false},
 };
 
-/* Matrix type under a mix.  For q4_k_m with 2 layers, llama.cpp's
- * use_more_bits(i, 2) (i < 0 || i >= 1 || (i - 0) % 3 == 2) picks layer 1. */
+/* Matrix type under a mix.  For q4_k_m and q5_k_m with 2 layers, llama.cpp's
+ * use_more_bits(i, 2) (i < 0 || i >= 1 || (i - 0) % 3 == 2) picks layer 1
+ * for q6_K attn_v and ffn_down. */
 static quant_type want_type(const expect *x, const char *role, int layer)
 {
-    if (strcmp(x->mix, "q4_k_m"))
+    if (!x->k_m)
         return x->base;
     if (!strcmp(role, "output") ||
         ((!strcmp(role, "attn_v") || !strcmp(role, "ffn_down")) && layer == 1))
         return QUANT_Q6_K;
-    return QUANT_Q4_K;
+    return x->base;
 }
 
 static void check_metadata(const gguf_file *f, const gguf_file *vocab, const expect *x)
@@ -237,34 +241,59 @@ static void row_stats(const float *w, uint64_t n, double *mean, double *std)
     *std = sqrt(s2 / (double)n);
 }
 
-/* q4_K rows: min = dmin*m must be 7.5*d*sc (up to the f16 rounding of dmin),
- * so every sub-block is d*sc*(q - 7.5); and the sub-block means, in units of
- * d*sc, must look like those of 32 uniform q in 0..15 (std 0.82), not of an
- * uncentred block (7.5). */
+/* q4_K and q5_K rows, whose q run over 0..2*centre (centre 7.5 and 15.5):
+ * min = dmin*m must be centre*d*sc (up to the f16 rounding of dmin), so every
+ * sub-block is d*sc*(q - centre); and the sub-block means, in units of d*sc,
+ * must look like those of 32 uniform q (std `spread`: 0.82 for q4_K, 1.63
+ * for q5_K), not of an uncentred block (centre). */
 typedef struct centring {
+    quant_type type;
+    double centre, spread;
     uint64_t subblocks, off_centre, far;
     double sum_sq, negative, total;
 } centring;
 
-static void q4_centring(const block_q4_K *b, const float *w, centring *c)
+static centring centring_for(quant_type type)
 {
-    float d = quant_f16_to_f32(b->d), dmin = quant_f16_to_f32(b->dmin);
+    double centre = type == QUANT_Q5_K ? 15.5 : 7.5, levels = 2 * centre + 1;
+    return (centring){.type = type, .centre = centre,
+                      .spread = sqrt((levels * levels - 1) / 12 / 32)};
+}
+
+static void k4_centring(quant_f16 d16, quant_f16 dmin16, const uint8_t *scales, const float *w,
+                        centring *c)
+{
+    float d = quant_f16_to_f32(d16), dmin = quant_f16_to_f32(dmin16);
     for (int j = 0; j < 8; j++) {
         uint8_t sc, m;
-        quant_get_scale_min_k4(j, b->scales, &sc, &m);
+        quant_get_scale_min_k4(j, scales, &sc, &m);
         double unit = (double)d * sc, min = (double)dmin * m;
-        c->off_centre += fabs(min - 7.5 * unit) > 7.5 * unit * 0x1p-10;
+        c->off_centre += fabs(min - c->centre * unit) > c->centre * unit * 0x1p-10;
         double mean = 0;
         for (int l = 0; l < 32; l++) {
             mean += w[32 * j + l];
             c->negative += w[32 * j + l] < 0;
         }
-        mean /= 32 * unit;
-        c->far += fabs(mean) > 4.5;
+        mean /= 32 * unit; /* in units of d*sc */
+        c->far += fabs(mean) > 5.5 * c->spread;
         c->sum_sq += mean * mean;
         c->subblocks++;
         c->total += 32;
     }
+}
+
+/* One row of n weights w, dequantized from src. */
+static void row_centring(quant_type type, const uint8_t *src, const float *w, uint64_t n,
+                         centring *c)
+{
+    for (uint64_t b = 0; b < n / QK_K; b++, w += QK_K)
+        if (type == QUANT_Q4_K) {
+            const block_q4_K *k = (const block_q4_K *)src + b;
+            k4_centring(k->d, k->dmin, k->scales, w, c);
+        } else {
+            const block_q5_K *k = (const block_q5_K *)src + b;
+            k4_centring(k->d, k->dmin, k->scales, w, c);
+        }
 }
 
 static void check_tensor_weights(const gguf_tensor *t, const expect *x, int *bad_rows,
@@ -296,9 +325,8 @@ static void check_tensor_weights(const gguf_tensor *t, const expect *x, int *bad
                        target);
             (*bad_rows)++;
         }
-        if (t->type == QUANT_Q4_K)
-            for (uint64_t b = 0; b < n / QK_K; b++)
-                q4_centring((const block_q4_K *)src + b, w + b * QK_K, c);
+        if (t->type == c->type)
+            row_centring(t->type, src, w, n, c);
     }
     free(w);
 }
@@ -347,19 +375,20 @@ static void check_tensors(const gguf_file *f, const expect *x)
           "%s: 21 tensors with llama.cpp's names, shapes and the mix's types, in order", x->mix);
 
     int bad_rows = 0, bad_norms = 0;
-    centring c = {0};
+    centring c = centring_for(x->base);
     for (uint64_t k = 0; k < gguf_tensor_count(f); k++)
         check_tensor_weights(gguf_tensor_at(f, k), x, &bad_rows, &bad_norms, &c);
     CHECK(bad_rows == 0 && bad_norms == 0,
           "%s: every matrix row has std within 20%% of 1/sqrt(fan_in) (%d off); norms are 1.0 "
           "(%d not)", x->mix, bad_rows, bad_norms);
-    if (x->base == QUANT_Q4_K) {
+    if (x->base == QUANT_Q4_K || x->base == QUANT_Q5_K) {
         double rms = sqrt(c.sum_sq / (double)c.subblocks), neg = c.negative / c.total;
-        CHECK(c.subblocks > 1000 && c.off_centre == 0 && c.far == 0 && rms < 1.0 &&
+        CHECK(c.subblocks > 1000 && c.off_centre == 0 && c.far == 0 && rms < 1.25 * c.spread &&
                   neg > 0.45 && neg < 0.55,
-              "%s: all %" PRIu64 " q4_K sub-blocks are centred: min = 7.5*d*sc (%" PRIu64
-              " not), |mean| < 4.5 d*sc (%" PRIu64 " not), rms mean %.3f d*sc, %.1f%% negative",
-              x->mix, c.subblocks, c.off_centre, c.far, rms, 100 * neg);
+              "%s: all %" PRIu64 " %s sub-blocks are centred: min = %.1f*d*sc (%" PRIu64
+              " not), |mean| < %.1f d*sc (%" PRIu64 " not), rms mean %.3f d*sc (uniform q: "
+              "%.3f), %.1f%% negative", x->mix, c.subblocks, quant_type_name(x->base), c.centre,
+              c.off_centre, 5.5 * c.spread, c.far, rms, c.spread, 100 * neg);
     }
 }
 
@@ -516,7 +545,8 @@ static void test_bad_values(const env *e)
         {"256", "3", "1", "f32", "1", "heads not dividing dim", "--heads 3 does not divide --dim 256"},
         {"256", "4", "3", "f32", "1", "kv-heads not dividing heads",
          "--kv-heads 3 does not divide --heads 4"},
-        {"256", "4", "2", "q5_k", "1", "unknown mix", "--mix 'q5_k' is not one of"},
+        {"256", "4", "2", "q3_k_m", "1", "unknown mix",
+         "--mix 'q3_k_m' is not one of q4_k_m, q4_k, q5_k_m, q5_k, q6_k, q8_0, f16, f32"},
         {"25x", "4", "2", "f32", "1", "non-numeric dim", "--dim: '25x' is not a whole number"},
         {"256", "4", "2", "f32", "0", "zero threads", "--threads: 0 is out of range"},
     };
