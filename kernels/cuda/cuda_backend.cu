@@ -208,7 +208,8 @@ static plane_plan plan_planes(quant_type t, int64_t rows, int64_t cols, size_t r
     return p;
 }
 
-/* The device image of a tensor: ggml's bytes, or the repacked planes. */
+/* The device image of a tensor: ggml's bytes, the repacked planes, or
+ * bf16 widened to f32 (row_bytes: the stored row's). */
 static void fill_image(quant_type t, int64_t rows, int64_t cols, size_t row_bytes,
                        const plane_plan *p, const uint8_t *src, uint8_t *img)
 {
@@ -224,6 +225,9 @@ static void fill_image(quant_type t, int64_t rows, int64_t cols, size_t row_byte
             memcpy(img + i * 32, b[i].qs, 32);
             ((quant_f16 *)(img + p->d))[i] = b[i].d;
         }
+    } else if (t == QUANT_BF16) {
+        for (int64_t r = 0; r < rows; r++)
+            quant_dequantize_row(t, src + (size_t)r * row_bytes, (float *)img + r * cols, cols);
     } else {
         memcpy(img, src, (size_t)rows * row_bytes);
     }
@@ -234,14 +238,16 @@ static int check_weight_shape(quant_type t, int64_t cols, llmq_err *err)
 {
     int64_t mult;
     switch (t) {
-    case QUANT_F32: mult = 4; break;
+    case QUANT_F32:
+    case QUANT_BF16: mult = 4; break; /* kept as f32 */
     case QUANT_F16: mult = 8; break;
     case QUANT_Q8_0: mult = 32; break;
     case QUANT_Q4_K:
+    case QUANT_Q5_K:
     case QUANT_Q6_K: mult = QK_K; break;
     default:
-        return llmq_errf(err, "cuda backend: no kernels for type %s (supported: f32, f16, q8_0, "
-                              "q4_K, q6_K)", quant_type_name(t));
+        return llmq_errf(err, "cuda backend: no kernels for type %s (supported: f32, f16, bf16, "
+                              "q8_0, q4_K, q5_K, q6_K)", quant_type_name(t));
     }
     if (cols % mult != 0)
         return llmq_errf(err, "cuda backend: %s rows of %lld values (need a multiple of %lld)",
@@ -257,7 +263,9 @@ static int cu_weight_load(backend *be, quant_type type, int64_t rows, int64_t co
     if (quant_row_bytes(type, (uint64_t)cols, &row_bytes, err) != 0 ||
         check_weight_shape(type, cols, err) != 0)
         return -1;
-    const plane_plan p = plan_planes(type, rows, cols, row_bytes);
+    /* bf16 has no kernels of its own: its values widen to f32 exactly. */
+    const quant_type kept = type == QUANT_BF16 ? QUANT_F32 : type;
+    const plane_plan p = plan_planes(kept, rows, cols, type == QUANT_BF16 ? 2 * row_bytes : row_bytes);
     be_weight *w = (be_weight *)calloc(1, sizeof *w);
     uint8_t *img = (uint8_t *)malloc(p.total);
     void *mem = NULL;
@@ -280,10 +288,10 @@ static int cu_weight_load(backend *be, quant_type type, int64_t rows, int64_t co
                   cudaGetErrorString(e));
         goto done;
     }
-    w->type = type;
+    w->type = kept;
     w->rows = rows;
     w->cols = cols;
-    w->nb = type == QUANT_Q8_0 ? cols / 32 : (type == QUANT_Q4_K || type == QUANT_Q6_K) ? cols / QK_K : 0;
+    w->nb = kept == QUANT_Q8_0 ? cols / 32 : quant_block_elems(kept) == QK_K ? cols / QK_K : 0;
     w->mem = mem;
     w->q = (const uint8_t *)mem;
     w->qh = (const uint8_t *)mem + p.qh;

@@ -47,7 +47,7 @@ extern "C" {
 struct be_weight {
     quant_type type;
     int64_t rows, cols;
-    int64_t nb;           /* blocks per row: of 256 (q4_K, q6_K) or 32 (q8_0); 0 for floats */
+    int64_t nb;           /* blocks per row: of 256 (k-quants) or 32 (q8_0); 0 for floats */
     const uint8_t *q;     /* q4_K blocks; q6_K ql4 plane; q8_0 quants; f16/f32 values */
     const uint8_t *qh;    /* q6_K: high bits, 64 B per block */
     const int8_t *sc;     /* q6_K: 16 scales per block */

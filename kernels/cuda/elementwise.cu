@@ -40,16 +40,21 @@ static __device__ __forceinline__ float dequant_one(const be_weight &w, int64_t 
         const int64_t b = row * w.nb + k / 32;
         return __fmul_rn((float)(int8_t)w.q[b * 32 + k % 32], __half2float(w.d[b]));
     }
-    if (T == QUANT_Q4_K) {
-        const uint8_t *blk = w.q + (row * w.nb + k / QK_K) * sizeof(block_q4_K);
+    if (T == QUANT_Q4_K || T == QUANT_Q5_K) {
+        constexpr size_t bytes = T == QUANT_Q4_K ? sizeof(block_q4_K) : sizeof(block_q5_K);
+        constexpr int qs = T == QUANT_Q4_K ? 16 : 48; /* q5_K: qh[32] comes first */
+        const uint8_t *blk = w.q + (row * w.nb + k / QK_K) * bytes;
         const int i = (int)(k % QK_K), j = i / 64, hi = (i % 64) / 32, l = i % 32;
         const uint32_t *s = (const uint32_t *)(blk + 4);
         int sc, m;
         k4_scale_min(2 * j + hi, s[0], s[1], s[2], &sc, &m);
         const float d1 = __fmul_rn(__half2float(((const __half *)blk)[0]), (float)sc);
         const float m1 = __fmul_rn(__half2float(((const __half *)blk)[1]), (float)m);
-        const uint8_t qb = blk[16 + 32 * j + l];
-        return __fsub_rn(__fmul_rn(d1, (float)(hi ? qb >> 4 : qb & 15)), m1);
+        const uint8_t qb = blk[qs + 32 * j + l];
+        int q = hi ? qb >> 4 : qb & 15;
+        if (T == QUANT_Q5_K)
+            q += (blk[16 + l] >> (2 * j + hi) & 1) << 4;
+        return __fsub_rn(__fmul_rn(d1, (float)q), m1);
     }
     /* QUANT_Q6_K */
     const int64_t b = row * w.nb + k / QK_K;
@@ -74,6 +79,7 @@ void launch_embed(cuda_backend *cb, const be_weight *w, const int32_t *ids, int3
     case QUANT_F16: embed_kernel<QUANT_F16><<<grid, block, 0, cb->stream>>>(*w, ids, out); break;
     case QUANT_Q8_0: embed_kernel<QUANT_Q8_0><<<grid, block, 0, cb->stream>>>(*w, ids, out); break;
     case QUANT_Q4_K: embed_kernel<QUANT_Q4_K><<<grid, block, 0, cb->stream>>>(*w, ids, out); break;
+    case QUANT_Q5_K: embed_kernel<QUANT_Q5_K><<<grid, block, 0, cb->stream>>>(*w, ids, out); break;
     case QUANT_Q6_K: embed_kernel<QUANT_Q6_K><<<grid, block, 0, cb->stream>>>(*w, ids, out); break;
     default: cuda_fail(cb, "embed: type %s", quant_type_name(w->type)); return;
     }

@@ -2,7 +2,7 @@
  * quantized), on f16 tensor cores (mma.sync m16n8k16, f32 accumulate).
  *
  * Why f16 and not int8 MMQ first: one mma type serves every weight type
- * (q4_K, q6_K, q8_0, f16, f32 dequantize into the same f16 tile), the
+ * (q4_K, q5_K, q6_K, q8_0, f16, f32 dequantize into the same f16 tile), the
  * q4_K mins need no second rescale term, activations keep 11 bits instead
  * of 8, and the dequantization costs ~3 ALU instructions per weight per
  * BM activation rows (64-128), small beside the mma work.  The int8 path
@@ -11,7 +11,7 @@
  *
  * Layout invariants: a CTA computes a BM x BN tile of out with BM*BN/64
  * threads; warp (wm, wn) owns rows 32wm..+32 and columns 64wn..+64 (2 x 8
- * mma tiles).  The k loop walks GEMM_BK = 64 values: a q4_K/q6_K quarter
+ * mma tiles).  The k loop walks GEMM_BK = 64 values: a k-quant quarter
  * super-block, two q8_0 blocks.  A tile task (row n, half h) dequantizes 32
  * weights: for k-quants the 16 low nibbles of chunk 2j+h (columns 16h..+16)
  * and its 16 high nibbles (columns 32+16h..+16); for the others columns
@@ -47,12 +47,14 @@
 
 /* What a thread holds of one (row, half) task for the next k tile. */
 struct frag_q4k { uint4 hdr, qs; };
+struct frag_q5k { uint4 hdr, qh, qs; };
 struct frag_q6k { uint4 ql; uint2 qh; uint32_t sc; float d; };
 struct frag_q8 { uint4 q0, q1; float d; };
 struct frag_raw { uint4 v[8]; }; /* f16: 4 used, f32: 8 */
 
 template <int T> struct frag_of { typedef frag_raw type; };
 template <> struct frag_of<QUANT_Q4_K> { typedef frag_q4k type; };
+template <> struct frag_of<QUANT_Q5_K> { typedef frag_q5k type; };
 template <> struct frag_of<QUANT_Q6_K> { typedef frag_q6k type; };
 template <> struct frag_of<QUANT_Q8_0> { typedef frag_q8 type; };
 
@@ -62,6 +64,17 @@ static __device__ __forceinline__ void fetch(const be_weight &w, int64_t n, int 
     const uint8_t *blk = w.q + (n * w.nb + kt / 4) * sizeof(block_q4_K);
     f->hdr = __ldg((const uint4 *)blk);
     f->qs = __ldg((const uint4 *)(blk + 16 + 16 * (2 * (kt % 4) + h)));
+}
+
+/* q5_K: the fifth bits of the task's 16 quant bytes are the qh bytes at the
+ * same offset within the 32-byte group. */
+static __device__ __forceinline__ void fetch(const be_weight &w, int64_t n, int kt, int h,
+                                             frag_q5k *f)
+{
+    const uint8_t *blk = w.q + (n * w.nb + kt / 4) * sizeof(block_q5_K);
+    f->hdr = __ldg((const uint4 *)blk);
+    f->qh = __ldg((const uint4 *)(blk + 16 + 16 * h));
+    f->qs = __ldg((const uint4 *)(blk + 48 + 16 * (2 * (kt % 4) + h)));
 }
 
 static __device__ __forceinline__ void fetch(const be_weight &w, int64_t n, int kt, int h,
@@ -129,21 +142,40 @@ static __device__ __forceinline__ void store16(__half *dst, const uint4 &q, F va
     store8(dst + 8, v + 8);
 }
 
-static __device__ __forceinline__ void dequant(const frag_q4k &f, int kt, int h, __half *row)
+/* A q4_K/q5_K task: sub-blocks 2j (low nibbles) and 2j + 1 (high), each
+ * scaled and shifted by its min; fifth(i, b, s) adds the fifth bit of byte
+ * b of word i to sub-block 2j + s (0 for q4_K). */
+template <typename F>
+static __device__ __forceinline__ void dequant_k4(const uint4 &hdr, const uint4 &qs, int kt, int h,
+                                                  __half *row, F fifth)
 {
     const int j = kt % 4;
-    const float d = __half2float(__ushort_as_half((unsigned short)(f.hdr.x & 0xffffu)));
-    const float dmin = __half2float(__ushort_as_half((unsigned short)(f.hdr.x >> 16)));
+    const float d = __half2float(__ushort_as_half((unsigned short)(hdr.x & 0xffffu)));
+    const float dmin = __half2float(__ushort_as_half((unsigned short)(hdr.x >> 16)));
     int sc0, m0, sc1, m1;
-    k4_scale_min(2 * j, f.hdr.y, f.hdr.z, f.hdr.w, &sc0, &m0);
-    k4_scale_min(2 * j + 1, f.hdr.y, f.hdr.z, f.hdr.w, &sc1, &m1);
+    k4_scale_min(2 * j, hdr.y, hdr.z, hdr.w, &sc0, &m0);
+    k4_scale_min(2 * j + 1, hdr.y, hdr.z, hdr.w, &sc1, &m1);
     const float d0 = d * (float)sc0, n0 = dmin * (float)m0;
     const float d1 = d * (float)sc1, n1 = dmin * (float)m1;
-    store16(row + 16 * h, f.qs, [&](uint32_t w, int, int b) {
-        return d0 * (float)((w >> (8 * b)) & 15) - n0;
+    store16(row + 16 * h, qs, [&](uint32_t w, int i, int b) {
+        return d0 * (float)(((w >> (8 * b)) & 15) | fifth(i, b, 0)) - n0;
     });
-    store16(row + 32 + 16 * h, f.qs, [&](uint32_t w, int, int b) {
-        return d1 * (float)((w >> (8 * b + 4)) & 15) - n1;
+    store16(row + 32 + 16 * h, qs, [&](uint32_t w, int i, int b) {
+        return d1 * (float)(((w >> (8 * b + 4)) & 15) | fifth(i, b, 1)) - n1;
+    });
+}
+
+static __device__ __forceinline__ void dequant(const frag_q4k &f, int kt, int h, __half *row)
+{
+    dequant_k4(f.hdr, f.qs, kt, h, row, [](int, int, int) { return 0u; });
+}
+
+static __device__ __forceinline__ void dequant(const frag_q5k &f, int kt, int h, __half *row)
+{
+    const uint32_t qh[4] = {f.qh.x, f.qh.y, f.qh.z, f.qh.w};
+    const int bit = 2 * (kt % 4);
+    dequant_k4(f.hdr, f.qs, kt, h, row, [&](int i, int b, int s) {
+        return ((qh[i] >> (8 * b + bit + s)) & 1u) << 4;
     });
 }
 
@@ -362,6 +394,8 @@ cudaError_t gemm_configure(void)
 {
     cudaError_t e = configure_type<QUANT_Q4_K>();
     if (e == cudaSuccess)
+        e = configure_type<QUANT_Q5_K>();
+    if (e == cudaSuccess)
         e = configure_type<QUANT_Q6_K>();
     if (e == cudaSuccess)
         e = configure_type<QUANT_Q8_0>();
@@ -416,6 +450,7 @@ void launch_gemm(cuda_backend *cb, const be_weight *w, const be_act *in, float *
 {
     switch (w->type) {
     case QUANT_Q4_K: launch_type<QUANT_Q4_K>(cb, w, in, out, accumulate); break;
+    case QUANT_Q5_K: launch_type<QUANT_Q5_K>(cb, w, in, out, accumulate); break;
     case QUANT_Q6_K: launch_type<QUANT_Q6_K>(cb, w, in, out, accumulate); break;
     case QUANT_Q8_0: launch_type<QUANT_Q8_0>(cb, w, in, out, accumulate); break;
     case QUANT_F16: launch_type<QUANT_F16>(cb, w, in, out, accumulate); break;

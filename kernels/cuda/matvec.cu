@@ -3,7 +3,7 @@
  * Layout invariants: a warp owns NW consecutive weight rows; its lanes walk
  * the row in 16-byte chunks of the main quant plane (lane, lane + 32, ...),
  * so a warp's loads of one row are contiguous and every load is 16 bytes.
- * A q4_K/q6_K chunk c (0..7) of a 256-block holds the nibbles of values
+ * A q4_K/q5_K/q6_K chunk c (0..7) of a 256-block holds the nibbles of values
  * 64(c/2) + 16(c%2) + [0,16) (low) and the same + 32 (high): the matching
  * q8_1 activations are two 16-byte loads, in blocks 2(c/2) and 2(c/2) + 1.
  * A q8_0 chunk is half a 32-block; f16/f32 chunks meet the f32 rows.
@@ -37,8 +37,10 @@
 /* Resident blocks per SM asked of ptxas at 1-2 rows: left alone it gives the
  * 1-row q4_K kernel 95 registers (5 blocks, 20 warps per SM), and 109 to
  * its group variant (4 blocks); asked for 6 it fits both in <= 80 without
- * spilling, and warps holding loads are what bounds these shapes (02). */
-#define MV_MIN_BLOCKS(R) ((R) == 1 ? 6 : (R) == 2 ? 4 : (R) == 4 ? 3 : 2)
+ * spilling, and warps holding loads are what bounds these shapes (02).
+ * q5_K's fifth bits need more: 6 blocks spill 104 bytes, 5 none. */
+#define MV_MIN_BLOCKS(T, R) \
+    ((R) == 1 ? ((T) == QUANT_Q5_K ? 5 : 6) : (R) == 2 ? 4 : (R) == 4 ? 3 : 2)
 
 static __device__ __forceinline__ int dot4x4(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                              uint4 x)
@@ -51,11 +53,13 @@ static __device__ __forceinline__ int dot4x4(uint32_t a0, uint32_t a1, uint32_t 
 
 /* The raw bytes one lane needs for one chunk of one weight row. */
 struct chunk_q4k { uint4 hdr, qs; };
+struct chunk_q5k { uint4 hdr, qh, qs; };
 struct chunk_q6k { uint4 ql; uint2 qh; uint32_t sc; float d; };
 struct chunk_q8 { uint4 qs; float d; };
 
 template <int T> struct chunk_of;
 template <> struct chunk_of<QUANT_Q4_K> { typedef chunk_q4k type; };
+template <> struct chunk_of<QUANT_Q5_K> { typedef chunk_q5k type; };
 template <> struct chunk_of<QUANT_Q6_K> { typedef chunk_q6k type; };
 template <> struct chunk_of<QUANT_Q8_0> { typedef chunk_q8 type; };
 
@@ -65,6 +69,17 @@ static __device__ __forceinline__ void load_chunk(const be_weight &w, int64_t ro
     const uint8_t *blk = w.q + (row * w.nb + cc / 8) * sizeof(block_q4_K);
     f->hdr = __ldg((const uint4 *)blk);
     f->qs = __ldg((const uint4 *)(blk + 16 + 16 * (cc % 8)));
+}
+
+/* q5_K: the fifth bits of chunk cc's 16 quant bytes are the 16 qh bytes at
+ * the same offset within its 32-byte group. */
+static __device__ __forceinline__ void load_chunk(const be_weight &w, int64_t row, int cc,
+                                                  chunk_q5k *f)
+{
+    const uint8_t *blk = w.q + (row * w.nb + cc / 8) * sizeof(block_q5_K);
+    f->hdr = __ldg((const uint4 *)blk);
+    f->qh = __ldg((const uint4 *)(blk + 16 + 16 * (cc % 2)));
+    f->qs = __ldg((const uint4 *)(blk + 48 + 16 * (cc % 8)));
 }
 
 static __device__ __forceinline__ void load_chunk(const be_weight &w, int64_t row, int cc,
@@ -111,24 +126,48 @@ static __device__ __forceinline__ act_chunk load_act(const int8_t *aq, const flo
 /* Per-chunk weight terms that do not depend on the activation row. */
 struct chunk_terms { float f0, f1, g0, g1; uint4 lo, hi; };
 
-static __device__ __forceinline__ chunk_terms terms(const chunk_q4k &f, int cc)
+/* The scale and min terms of a q4_K/q5_K chunk (header hdr). */
+static __device__ __forceinline__ chunk_terms k4_terms(const uint4 &hdr, int cc)
 {
     chunk_terms t;
     const int j = (cc % 8) / 2;
-    const float d = __half2float(__ushort_as_half((unsigned short)(f.hdr.x & 0xffffu)));
-    const float dmin = __half2float(__ushort_as_half((unsigned short)(f.hdr.x >> 16)));
+    const float d = __half2float(__ushort_as_half((unsigned short)(hdr.x & 0xffffu)));
+    const float dmin = __half2float(__ushort_as_half((unsigned short)(hdr.x >> 16)));
     int sc0, m0, sc1, m1;
-    k4_scale_min(2 * j, f.hdr.y, f.hdr.z, f.hdr.w, &sc0, &m0);
-    k4_scale_min(2 * j + 1, f.hdr.y, f.hdr.z, f.hdr.w, &sc1, &m1);
+    k4_scale_min(2 * j, hdr.y, hdr.z, hdr.w, &sc0, &m0);
+    k4_scale_min(2 * j + 1, hdr.y, hdr.z, hdr.w, &sc1, &m1);
     t.f0 = d * (float)sc0;
     t.f1 = d * (float)sc1;
     /* The min term needs the whole 32-block's sum: the even chunk adds it. */
     const bool even = cc % 2 == 0;
     t.g0 = even ? dmin * (float)m0 : 0.0f;
     t.g1 = even ? dmin * (float)m1 : 0.0f;
+    return t;
+}
+
+static __device__ __forceinline__ chunk_terms terms(const chunk_q4k &f, int cc)
+{
+    chunk_terms t = k4_terms(f.hdr, cc);
     const uint32_t m = 0x0f0f0f0fu;
     t.lo = make_uint4(f.qs.x & m, f.qs.y & m, f.qs.z & m, f.qs.w & m);
     t.hi = make_uint4((f.qs.x >> 4) & m, (f.qs.y >> 4) & m, (f.qs.z >> 4) & m, (f.qs.w >> 4) & m);
+    return t;
+}
+
+/* Four 5-bit quants: nibbles of qs at bit `nib`, fifth bits of qh at bit b. */
+static __device__ __forceinline__ uint32_t q5_word(uint32_t qs, uint32_t qh, int nib, int b)
+{
+    return ((qs >> nib) & 0x0f0f0f0fu) | (((qh >> b) & 0x01010101u) << 4);
+}
+
+static __device__ __forceinline__ chunk_terms terms(const chunk_q5k &f, int cc)
+{
+    chunk_terms t = k4_terms(f.hdr, cc);
+    const int b = 2 * ((cc % 8) / 2); /* sub-block 2j's bit; 2j + 1's is next */
+    t.lo = make_uint4(q5_word(f.qs.x, f.qh.x, 0, b), q5_word(f.qs.y, f.qh.y, 0, b),
+                      q5_word(f.qs.z, f.qh.z, 0, b), q5_word(f.qs.w, f.qh.w, 0, b));
+    t.hi = make_uint4(q5_word(f.qs.x, f.qh.x, 4, b + 1), q5_word(f.qs.y, f.qh.y, 4, b + 1),
+                      q5_word(f.qs.z, f.qh.z, 4, b + 1), q5_word(f.qs.w, f.qh.w, 4, b + 1));
     return t;
 }
 
@@ -169,7 +208,7 @@ static __device__ __forceinline__ float chunk_dot(const chunk_terms &t, const ac
         return t.f0 * (a.ds0.x * (float)i0);
     const int i1 = dot4x4(t.hi.x, t.hi.y, t.hi.z, t.hi.w, a.x1);
     const float v = t.f0 * (a.ds0.x * (float)i0) + t.f1 * (a.ds1.x * (float)i1);
-    return T == QUANT_Q4_K ? v - (t.g0 * a.ds0.y + t.g1 * a.ds1.y) : v;
+    return T == QUANT_Q4_K || T == QUANT_Q5_K ? v - (t.g0 * a.ds0.y + t.g1 * a.ds1.y) : v;
 }
 
 static __device__ __forceinline__ float warp_sum(float v)
@@ -246,7 +285,7 @@ static __device__ __forceinline__ void matvec_q_rows(const be_weight &w, int64_t
 }
 
 template <int T, int R>
-__global__ void __launch_bounds__(MV_WARPS * 32, MV_MIN_BLOCKS(R))
+__global__ void __launch_bounds__(MV_WARPS * 32, MV_MIN_BLOCKS(T, R))
 matvec_q_kernel(be_weight w, const int8_t *aq, const float2 *ads, int m, float *out,
                 bool accumulate)
 {
@@ -256,7 +295,7 @@ matvec_q_kernel(be_weight w, const int8_t *aq, const float2 *ads, int m, float *
 /* A group: blocks [first[i], first[i + 1]) work on weight i.  Selects, not
  * an indexed load, keep the group in the parameter bank. */
 template <int T, int R>
-__global__ void __launch_bounds__(MV_WARPS * 32, MV_MIN_BLOCKS(R))
+__global__ void __launch_bounds__(MV_WARPS * 32, MV_MIN_BLOCKS(T, R))
 matvec_q_group_kernel(mv_group g, const int8_t *aq, const float2 *ads, int m, bool accumulate)
 {
     const unsigned b = blockIdx.x;
@@ -339,6 +378,10 @@ static void launch_r(cuda_backend *cb, const be_weight *w, const be_act *in, flo
         matvec_q_kernel<QUANT_Q4_K, R><<<blocks, MV_WARPS * 32, 0, s>>>(*w, aq->qs, aq->ds, m,
                                                                        out, accumulate);
         break;
+    case QUANT_Q5_K:
+        matvec_q_kernel<QUANT_Q5_K, R><<<blocks, MV_WARPS * 32, 0, s>>>(*w, aq->qs, aq->ds, m,
+                                                                       out, accumulate);
+        break;
     case QUANT_Q6_K:
         matvec_q_kernel<QUANT_Q6_K, R><<<blocks, MV_WARPS * 32, 0, s>>>(*w, aq->qs, aq->ds, m,
                                                                        out, accumulate);
@@ -371,6 +414,10 @@ static void launch_group_r(cuda_backend *cb, const mv_group &g, unsigned blocks,
         matvec_q_group_kernel<QUANT_Q4_K, R><<<blocks, MV_WARPS * 32, 0, s>>>(
             g, aq->qs, aq->ds, in->rows, false);
         break;
+    case QUANT_Q5_K:
+        matvec_q_group_kernel<QUANT_Q5_K, R><<<blocks, MV_WARPS * 32, 0, s>>>(
+            g, aq->qs, aq->ds, in->rows, false);
+        break;
     case QUANT_Q6_K:
         matvec_q_group_kernel<QUANT_Q6_K, R><<<blocks, MV_WARPS * 32, 0, s>>>(
             g, aq->qs, aq->ds, in->rows, false);
@@ -387,7 +434,8 @@ static void launch_group_r(cuda_backend *cb, const mv_group &g, unsigned blocks,
 bool matvec_groups(const be_weight *w, const be_act *in)
 {
     return in->rows <= 2 &&
-           (w->type == QUANT_Q4_K || w->type == QUANT_Q6_K || w->type == QUANT_Q8_0);
+           (w->type == QUANT_Q4_K || w->type == QUANT_Q5_K || w->type == QUANT_Q6_K ||
+            w->type == QUANT_Q8_0);
 }
 
 void launch_matvec_group(cuda_backend *cb, int n, const be_weight *const *w, const be_act *in,

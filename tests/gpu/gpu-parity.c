@@ -11,7 +11,7 @@
  *   rmsnorm, swiglu 1e-6; rope 1e-5 (sinf/cosf ulps);
  *   matmul against an f64 reference (dequantized weights, f32 inputs):
  *     quantized weights, <= 8 rows (q8_1 activations): 2e-2; > 8 rows (f16
- *     activations and f16 weight tiles): 2e-3; f16/f32 weights, <= 8 rows:
+ *     activations and f16 weight tiles): 2e-3; f16/bf16/f32 weights, <= 8 rows:
  *     1e-5.  Against the CPU (whose own q8_K activations carry ~0.7%):
  *     3e-2 quantized, 1e-5 / 2e-3 float weights;
  *   attention: tensor-core kernel (f16 Q and P) 5e-3, split-KV decode
@@ -99,6 +99,13 @@ static uint8_t *make_weight(ctx *c, quant_type t, int64_t rows, int64_t cols, si
     } else if (t == QUANT_F16) {
         for (size_t i = 0; i < n; i++)
             fill_f16(c, (quant_f16 *)w + i, -0.2f, 0.2f);
+    } else if (t == QUANT_BF16) { /* the top half of an f32 */
+        for (size_t i = 0; i < n; i++) {
+            const float v = 0.2f * uniform(c);
+            uint32_t bits;
+            memcpy(&bits, &v, sizeof bits);
+            ((quant_bf16 *)w)[i] = (quant_bf16)(bits >> 16);
+        }
     } else if (t == QUANT_Q8_0) {
         for (size_t i = 0; i < n / 32; i++)
             fill_f16(c, &((block_q8_0 *)w)[i].d, 1e-3f, 4e-3f);
@@ -106,6 +113,11 @@ static uint8_t *make_weight(ctx *c, quant_type t, int64_t rows, int64_t cols, si
         for (size_t i = 0; i < n / QK_K; i++) {
             fill_f16(c, &((block_q4_K *)w)[i].d, 1e-3f, 4e-3f);
             fill_f16(c, &((block_q4_K *)w)[i].dmin, 1e-3f, 4e-3f);
+        }
+    } else if (t == QUANT_Q5_K) { /* quants twice q4_K's range: half the scales */
+        for (size_t i = 0; i < n / QK_K; i++) {
+            fill_f16(c, &((block_q5_K *)w)[i].d, 5e-4f, 2e-3f);
+            fill_f16(c, &((block_q5_K *)w)[i].dmin, 1e-3f, 4e-3f);
         }
     } else if (t == QUANT_Q6_K) {
         for (size_t i = 0; i < n / QK_K; i++)
@@ -605,7 +617,7 @@ typedef struct mm_case {
 /* Bounds of the GPU against the f64 reference and against the CPU. */
 static void mm_bounds(quant_type t, int32_t m, double *vs_ref, double *vs_cpu)
 {
-    const bool quantized = t != QUANT_F32 && t != QUANT_F16;
+    const bool quantized = t != QUANT_F32 && t != QUANT_F16 && t != QUANT_BF16;
     if (m > 8) {
         *vs_ref = 2e-3;
         *vs_cpu = quantized ? 3e-2 : 2e-3;
@@ -907,7 +919,8 @@ static void test_ops(ctx *c, bool large)
     printf("\n## Ops (relative L2 error; bounds in brackets)\n\n");
     printf("| op | case | vs CPU | max abs | vs f64 reference | non-finite | |\n");
     printf("| --- | --- | --- | --- | --- | --- | --- |\n");
-    static const quant_type types[] = {QUANT_Q4_K, QUANT_Q6_K, QUANT_Q8_0, QUANT_F16, QUANT_F32};
+    static const quant_type types[] = {QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_Q8_0,
+                                       QUANT_F16,  QUANT_BF16, QUANT_F32};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         test_embed(c, types[i]);
     test_gather(c);
@@ -920,9 +933,11 @@ static void test_ops(ctx *c, bool large)
     test_rope(c, 128, 10000.0f);
     test_rope(c, 64, 500000.0f);
     static const mm_case mms[] = {
-        {QUANT_Q4_K, 1000, 1024, false}, {QUANT_Q6_K, 1000, 1024, false},
+        {QUANT_Q4_K, 1000, 1024, false}, {QUANT_Q5_K, 1000, 1024, false},
+        {QUANT_Q6_K, 1000, 1024, false},
         {QUANT_Q8_0, 300, 544, false},   {QUANT_F16, 300, 136, false},
-        {QUANT_F32, 300, 172, false},    {QUANT_Q4_K, 4096, 4096, true},
+        {QUANT_F32, 300, 172, false},    {QUANT_BF16, 300, 172, false},
+        {QUANT_Q4_K, 4096, 4096, true},
         {QUANT_Q6_K, 4096, 11008, true},
     };
     for (size_t i = 0; i < sizeof mms / sizeof mms[0]; i++)
