@@ -389,10 +389,10 @@ int main(int argc, char **argv)
     printf("| --- | --- | --- | --- | --- | --- | --- |\n");
     static const char *const roles[] = {"attn_q", "attn_k", "attn_v", "attn_output",
                                         "ffn_gate", "ffn_up", "ffn_down", "output"};
-    for (size_t r = 0; r < sizeof roles / sizeof roles[0]; r++) {
-        bench_role(be, f, roles[r], QUANT_Q4_K, (int)n_layers);
-        bench_role(be, f, roles[r], QUANT_Q6_K, (int)n_layers);
-    }
+    static const quant_type types[] = {QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_Q8_0, QUANT_F16};
+    for (size_t r = 0; r < sizeof roles / sizeof roles[0]; r++)
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+            bench_role(be, f, roles[r], types[t], (int)n_layers);
     bench_floor(be);
     const int hd = (int)(dim / heads);
     bench_attention(be, (int)heads, (int)heads_kv, hd, 1, 576, 1);
