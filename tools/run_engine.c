@@ -340,11 +340,19 @@ static void bench_report(FILE *f, const model *m, const run_gen_opts *o, const b
 {
     const model_config *c = model_get_config(m);
     fprintf(f, "{\"model\": \"%s\", \"weights\": \"%s\", \"bytes\": %llu, \"backend\": \"%s\", "
-               "\"threads\": %d, \"reps\": %d, \"results\": {",
+               "\"threads\": %d, \"reps\": %d, \"decode_order\": \"prefill_first\", "
+               "\"results\": {",
             c->name, quant_type_name(c->weight_type), (unsigned long long)c->weight_bytes,
             model_backend(m)->name, threads, o->bench_reps);
     for (int i = 0; i < n; i++)
         fprintf(f, "%s\"%s\": %.1f", i ? ", " : "", cases[i].name, cases[i].median);
+    fprintf(f, "}, \"samples\": {");
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "%s\"%s\": [", i ? ", " : "", cases[i].name);
+        for (int r = 0; r < o->bench_reps; r++)
+            fprintf(f, "%s%.1f", r ? ", " : "", cases[i].samples[r]);
+        fputc(']', f);
+    }
     fprintf(f, "}}\n");
 }
 
