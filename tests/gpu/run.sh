@@ -8,6 +8,9 @@
 # usage: tests/gpu/run.sh [BIN]        (default .gpu-bin)
 # Knobs (environment): GQA=0 skips the GQA shape, BASELINE=DIR benches DIR's
 # llmq-run too, NCU=1 and SANITIZE=0 (sections 4-5).
+# Through the device tool, which brings back only a few files, keep OUT off
+# its folder and bring one archive back:
+#   OUT=/tmp/res sh tests/gpu/run.sh; tar czf "$OUT/results.tgz" -C /tmp/res .
 set -u
 BIN=${1:-.gpu-bin}
 OUT=${OUT:-/tmp/llmq-gpu}
