@@ -265,7 +265,8 @@ static int cu_weight_load(backend *be, quant_type type, int64_t rows, int64_t co
         return -1;
     /* bf16 has no kernels of its own: its values widen to f32 exactly. */
     const quant_type kept = type == QUANT_BF16 ? QUANT_F32 : type;
-    const plane_plan p = plan_planes(kept, rows, cols, type == QUANT_BF16 ? 2 * row_bytes : row_bytes);
+    const size_t kept_row_bytes = type == QUANT_BF16 ? 2 * row_bytes : row_bytes;
+    const plane_plan p = plan_planes(kept, rows, cols, kept_row_bytes);
     be_weight *w = (be_weight *)calloc(1, sizeof *w);
     uint8_t *img = (uint8_t *)malloc(p.total);
     void *mem = NULL;
