@@ -101,6 +101,9 @@ typedef struct backend_ops {
     int (*upload)(backend *be, void *dst_dev, const void *src, size_t bytes, llmq_err *err);
     int (*download)(backend *be, void *dst, const void *src_dev, size_t bytes, llmq_err *err);
     int (*sync)(backend *be, llmq_err *err);
+    /* Bytes the backend could still allocate: free device memory on a GPU,
+     * the system's available memory on the CPU. */
+    int (*mem_available)(backend *be, size_t *bytes, llmq_err *err);
 
     /* ---- weights: rows x cols, row-major in ggml's block layout ---- */
     int (*weight_load)(backend *be, quant_type type, int64_t rows, int64_t cols,

@@ -9,8 +9,11 @@
 #include "kernels/backend.h"
 
 #include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/topk.h"
 #include "kernels/cpu/dot.h"
@@ -125,6 +128,30 @@ static int cpu_sync(backend *be, llmq_err *err)
 {
     (void)be;
     (void)err;
+    return 0;
+}
+
+/* MemAvailable of /proc/meminfo (what can be allocated without swapping
+ * others out), else the free physical pages. */
+static int cpu_mem_available(backend *be, size_t *bytes, llmq_err *err)
+{
+    (void)be;
+    FILE *f = fopen("/proc/meminfo", "r");
+    unsigned long long kb = 0;
+    bool found = false;
+    char line[128];
+    while (f && !found && fgets(line, sizeof line, f))
+        found = sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+    if (f)
+        fclose(f);
+    if (found) {
+        *bytes = (size_t)kb * 1024;
+        return 0;
+    }
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages < 0 || page < 0)
+        return llmq_errf(err, "cpu backend: cannot tell how much memory is available");
+    *bytes = (size_t)pages * (size_t)page;
     return 0;
 }
 
@@ -787,6 +814,7 @@ static const backend_ops cpu_ops = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .sync = cpu_sync,
+    .mem_available = cpu_mem_available,
     .weight_load = cpu_weight_load,
     .weight_free = cpu_weight_free,
     .act_create = cpu_act_create,

@@ -154,6 +154,13 @@ static int cu_sync(backend *be, llmq_err *err)
     return check_call(cb, cudaStreamSynchronize(cb->stream), "sync", err);
 }
 
+static int cu_mem_available(backend *be, size_t *bytes, llmq_err *err)
+{
+    cuda_backend *cb = cb_of(be);
+    size_t total = 0;
+    return check_call(cb, cudaMemGetInfo(bytes, &total), "mem_available", err);
+}
+
 /* ---- weights ---- */
 
 /* Native q6_K block -> planes (see the file comment). */
@@ -559,7 +566,8 @@ static void cu_destroy(backend *be)
 
 static const backend_ops cuda_ops = {
     cu_destroy,     cu_alloc,       cu_free,       cu_upload,        cu_download,
-    cu_sync,        cu_weight_load, cu_weight_free, cu_act_create,   cu_act_destroy,
+    cu_sync,        cu_mem_available, cu_weight_load, cu_weight_free, cu_act_create,
+    cu_act_destroy,
     cu_kv_create,   cu_kv_destroy,  cu_embed,      cu_gather_rows,   cu_rmsnorm,
     cu_matmul,      cu_rope,        cu_kv_write,   cu_attention,     cu_swiglu,
     cu_argmax,      cu_top_k,

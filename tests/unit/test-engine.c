@@ -10,6 +10,8 @@
  *    reason; a cancelled sequence frees its slot;
  *  - bad requests are refused with an error naming the field, and the
  *    engine keeps serving the others;
+ *  - the default KV pool is a full context per sequence, capped to 90% of
+ *    the memory the backend has left;
  *  - prefill_first runs every prompt before any decode row, then all the
  *    sequences decode together, and generates what the default order does;
  *  - greedy sequences take the backend's argmax (no logits copied) and get
@@ -177,6 +179,27 @@ static void check_preemption(const fixture *fx, float temp)
                        memcmp(crowded[i].streamed, crowded[i].text, crowded[i].streamed_len) == 0;
     CHECK(streamed_ok == N_SEQ, "streamed text pieces add up to the final text (%d of %d)",
           streamed_ok, N_SEQ);
+}
+
+/* The default KV pool: a full context per sequence unless the memory left
+ * cannot hold it.  7B numbers: 32 layers x 4096 x f16 x K and V, 16-token
+ * blocks of 8 MiB; 64 sequences of 4,096 tokens want 16,384 of them. */
+static void check_default_pool(const fixture *fx)
+{
+    const size_t block = (size_t)8 << 20;
+    CHECK(engine_default_blocks(16384, block, (size_t)200 << 30) == 16384,
+          "a pool that fits in 90%% of 200 GiB is a full context per sequence");
+    const size_t left = (size_t)130 << 30;
+    const int32_t capped = engine_default_blocks(16384, block, left);
+    const double share = 0.9 * (double)left;
+    CHECK(capped < 16384 && (double)capped * block <= share && (double)(capped + 1) * block > share,
+          "with 130 GiB left it is the most blocks that fit in 90%% of them (%d)", capped);
+    engine *e = make_engine(fx, N_SEQ, 0, 256);
+    const engine_config *c = e ? engine_get_config(e) : NULL;
+    CHECK(c && c->n_blocks == N_SEQ * 256 / 16,
+          "on the CPU, with memory to spare, n_blocks 0 gives every sequence its context (%d)",
+          c ? c->n_blocks : -1);
+    engine_free(e);
 }
 
 /* llama-batched-bench's order, which llmq-run --bench measures decode in. */
@@ -475,6 +498,7 @@ int main(void)
     check_cancel(&fx);
     check_bad_requests(&fx);
     check_prefill_first(&fx);
+    check_default_pool(&fx);
     check_argmax_rule(be);
     check_top_k_rule(be);
     check_greedy_on_backend(&fx);

@@ -77,6 +77,29 @@ double engine_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+int32_t engine_default_blocks(int32_t wanted, size_t block_bytes, size_t available)
+{
+    const double fit = (double)available * ENGINE_KV_MEMORY_SHARE / (double)block_bytes;
+    return fit < (double)wanted ? (int32_t)fit : wanted;
+}
+
+/* cfg->n_blocks when it is 0 (see engine_default_blocks). */
+static int size_pool(engine_config *cfg, const model_config *mc, backend *be, int32_t per_seq,
+                     llmq_err *err)
+{
+    size_t available;
+    if (be->ops->mem_available(be, &available, err) != 0)
+        return llmq_err_prefix(err, "engine: sizing the KV cache");
+    const size_t elem = cfg->kv_type == BE_KV_F16 ? 2 : 4, kv_dim = (size_t)mc->n_head_kv * mc->head_dim;
+    const size_t block_bytes = 2 * (size_t)mc->n_layers * (size_t)cfg->block_size * kv_dim * elem;
+    cfg->n_blocks = engine_default_blocks(per_seq * cfg->max_seqs, block_bytes, available);
+    if (cfg->n_blocks < per_seq)
+        return llmq_errf(err, "engine: the %.1f GB the %s backend has left hold %d KV blocks of %d "
+                              "tokens, fewer than one sequence of %d tokens needs",
+                         available / 1e9, be->name, cfg->n_blocks, cfg->block_size, cfg->n_ctx);
+    return 0;
+}
+
 engine_config engine_default_config(void)
 {
     return (engine_config){.block_size = 16, .n_blocks = 0, .max_seqs = 16,
@@ -674,8 +697,8 @@ int engine_create(engine **out, model *m, const tok_vocab *vocab, const engine_c
         return llmq_errf(err, "engine: bad configuration (block %d, sequences %d, batch %d)",
                          cfg.block_size, cfg.max_seqs, cfg.max_batch_tokens);
     const int32_t per_seq = (cfg.n_ctx + cfg.block_size - 1) / cfg.block_size;
-    if (cfg.n_blocks <= 0)
-        cfg.n_blocks = per_seq * cfg.max_seqs;
+    if (cfg.n_blocks <= 0 && size_pool(&cfg, mc, model_backend(m), per_seq, err) != 0)
+        return -1;
     if (cfg.n_blocks < per_seq)
         return llmq_errf(err, "engine: %d KV blocks cannot hold one sequence of %d tokens",
                          cfg.n_blocks, cfg.n_ctx);

@@ -32,7 +32,7 @@
 
 typedef struct engine_config {
     int32_t block_size;       /* tokens per KV block (default 16) */
-    int32_t n_blocks;         /* KV pool size; 0: max_seqs sequences of n_ctx tokens */
+    int32_t n_blocks;         /* KV pool size; 0: engine_default_blocks */
     int32_t max_seqs;         /* sequences running at once (default 16) */
     int32_t max_batch_tokens; /* rows per forward pass (default 512) */
     int32_t n_ctx;            /* tokens per sequence (default: the model's training context) */
@@ -45,6 +45,13 @@ typedef struct engine_config {
 } engine_config;
 
 engine_config engine_default_config(void);
+
+/* The KV pool an engine takes when engine_config.n_blocks is 0: `wanted`
+ * blocks (a full context per sequence), or as many blocks of block_bytes as
+ * fit in ENGINE_KV_MEMORY_SHARE of `available`, the bytes the backend can
+ * still allocate once the weights are in, if fewer. */
+#define ENGINE_KV_MEMORY_SHARE 0.9
+int32_t engine_default_blocks(int32_t wanted, size_t block_bytes, size_t available);
 
 typedef enum engine_finish {
     ENGINE_RUNNING = 0,
