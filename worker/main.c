@@ -58,11 +58,12 @@ static const char usage[] =
     "      --gpus all|N,...    supervise one worker process per GPU (CUDA builds), each\n"
     "                          run with --gpu N, and --id ID-gpuN when --id ID is given;\n"
     "                          a crashed one is restarted after 1, 2, 4 ... 60 s\n"
-    "  -s, --slots N           jobs run at once, 1..4096 (default 16)\n"
+    "  -s, --slots N           jobs run at once, 1..4096 (default 64 on a GPU, 16 on the CPU)\n"
     "  -t, --threads N         CPU engine threads (default: all cores)\n"
     "  -c, --ctx N             context per job in tokens (default: the model's)\n"
     "      --batch N           tokens per forward pass (default 512)\n"
-    "      --kv-blocks N       KV cache blocks of 16 tokens (default: a full context per slot)\n"
+    "      --kv-blocks N       KV cache blocks of 16 tokens (default: a full context per slot,\n"
+    "                          at most 90% of the memory left after the weights)\n"
     "      --id NAME           worker id, unique per broker (default HOST:gpuN, HOST:cpu-PID)\n"
     "      --model-name NAME   model name announced for routing (default: the file name\n"
     "                          without .gguf)\n"
@@ -201,7 +202,7 @@ static int check_gpus(const options *o)
 static int parse_args(int argc, char **argv, options *o)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    *o = (options){.broker = "tcp://127.0.0.1:5556", .gpu = -1, .slots = 16,
+    *o = (options){.broker = "tcp://127.0.0.1:5556", .gpu = -1, .slots = 0,
                    .threads = cores > 0 ? (int32_t)cores : 1, .batch = 512,
                    .heartbeat_ms = WIRE_HEARTBEAT_MS, .grace_ms = 10000};
     int opt;
@@ -259,11 +260,19 @@ static int open_backend(const options *o, parts *p, llmq_err *err)
     return 0;
 }
 
+/* --slots, else what the engine is good at: a GPU's decode throughput keeps
+ * rising to 64 sequences and beyond (docs/OPERATIONS.md), a CPU's does not. */
+static int32_t slots_of(const options *o, const parts *p)
+{
+    return o->slots > 0 ? o->slots : p->gpu_index >= 0 ? 64 : 16;
+}
+
 static int open_engine(const options *o, parts *p, llmq_err *err)
 {
     engine_config cfg = engine_default_config();
-    cfg.max_seqs = o->slots;
-    cfg.max_batch_tokens = o->batch > o->slots ? o->batch : o->slots;
+    const int32_t slots = slots_of(o, p);
+    cfg.max_seqs = slots;
+    cfg.max_batch_tokens = o->batch > slots ? o->batch : slots;
     cfg.n_ctx = o->ctx;
     cfg.n_blocks = o->kv_blocks;
     return engine_create(&p->eng, p->m, p->vocab, &cfg, err);
@@ -276,7 +285,8 @@ static int open_session(const options *o, parts *p, llmq_err *err)
     sc.hello.engine = p->be->name;
     /* Never more than the engine can hold at once. */
     int32_t free_slots = engine_free_slots(p->eng);
-    sc.hello.slots = (uint32_t)(o->slots < free_slots ? o->slots : free_slots);
+    const int32_t slots = slots_of(o, p);
+    sc.hello.slots = (uint32_t)(slots < free_slots ? slots : free_slots);
     sc.hello.n_ctx = (uint32_t)engine_get_config(p->eng)->n_ctx;
     return session_create(&p->sess, &sc, p->link, p->eng, p->vocab, err);
 }
@@ -332,11 +342,12 @@ static void say_ready(const options *o, const parts *p)
     else
         snprintf(where, sizeof where, "the CPU, %d threads", o->threads);
     fprintf(stderr,
-            "llmq-worker %s: %s (%s, %d layers, %.1f MB %s, %s) on %s, %u slots of %d tokens;"
-            " broker %s\n",
+            "llmq-worker %s: %s (%s, %d layers, %.1f MB %s, %s) on %s, %u slots of %d tokens,"
+            " a KV cache of %d tokens; broker %s\n",
             p->id.worker, o->model, c->name, c->n_layers, c->weight_bytes / 1e6,
-            quant_type_name(c->weight_type), p->id.model_hash, where,
-            session_slots(p->sess), engine_get_config(p->eng)->n_ctx, o->broker);
+            quant_type_name(c->weight_type), p->id.model_hash, where, session_slots(p->sess),
+            engine_get_config(p->eng)->n_ctx,
+            engine_get_config(p->eng)->n_blocks * engine_get_config(p->eng)->block_size, o->broker);
 }
 
 /* ---- --gpus: one worker process per GPU ----------------------------------------- */
@@ -377,7 +388,8 @@ static void child_command(const options *o, const char *exe, int gpu, child_cmd 
     add_arg(c, "--broker", o->broker);
     add_arg(c, "--model", o->model);
     add_num(c, "--gpu", gpu);
-    add_num(c, "--slots", o->slots);
+    if (o->slots > 0)
+        add_num(c, "--slots", o->slots);
     add_num(c, "--threads", o->threads);
     add_num(c, "--batch", o->batch);
     add_num(c, "--heartbeat-ms", o->heartbeat_ms);
