@@ -28,6 +28,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 /* The seam's headers are C11; their _Static_assert is C++'s static_assert. */
 #define _Static_assert static_assert
 extern "C" {
@@ -35,6 +37,23 @@ extern "C" {
 #include "kernels/backend.h"
 }
 #undef _Static_assert
+
+/* The weight types the kernels are built for, in one place: calls
+ * f(std::integral_constant<int, T>{}) for t and returns true, or returns
+ * false for a type without kernels. */
+template <typename F>
+static bool with_weight_type(quant_type t, F f)
+{
+    switch (t) {
+    case QUANT_Q4_K: f(std::integral_constant<int, QUANT_Q4_K>{}); return true;
+    case QUANT_Q5_K: f(std::integral_constant<int, QUANT_Q5_K>{}); return true;
+    case QUANT_Q6_K: f(std::integral_constant<int, QUANT_Q6_K>{}); return true;
+    case QUANT_Q8_0: f(std::integral_constant<int, QUANT_Q8_0>{}); return true;
+    case QUANT_F16: f(std::integral_constant<int, QUANT_F16>{}); return true;
+    case QUANT_F32: f(std::integral_constant<int, QUANT_F32>{}); return true;
+    default: return false;
+    }
+}
 
 /* Matmuls of at most this many activation rows take the matvec path (q8_1
  * activations, integer dot products); more rows take the f16 tensor-core

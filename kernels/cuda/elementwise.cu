@@ -74,14 +74,12 @@ __global__ void embed_kernel(be_weight w, const int32_t *ids, float *out)
 void launch_embed(cuda_backend *cb, const be_weight *w, const int32_t *ids, int32_t n, float *out)
 {
     dim3 grid(n), block(ROW_THREADS);
-    switch (w->type) {
-    case QUANT_F32: embed_kernel<QUANT_F32><<<grid, block, 0, cb->stream>>>(*w, ids, out); break;
-    case QUANT_F16: embed_kernel<QUANT_F16><<<grid, block, 0, cb->stream>>>(*w, ids, out); break;
-    case QUANT_Q8_0: embed_kernel<QUANT_Q8_0><<<grid, block, 0, cb->stream>>>(*w, ids, out); break;
-    case QUANT_Q4_K: embed_kernel<QUANT_Q4_K><<<grid, block, 0, cb->stream>>>(*w, ids, out); break;
-    case QUANT_Q5_K: embed_kernel<QUANT_Q5_K><<<grid, block, 0, cb->stream>>>(*w, ids, out); break;
-    case QUANT_Q6_K: embed_kernel<QUANT_Q6_K><<<grid, block, 0, cb->stream>>>(*w, ids, out); break;
-    default: cuda_fail(cb, "embed: type %s", quant_type_name(w->type)); return;
+    const bool known = with_weight_type(w->type, [&](auto t) {
+        embed_kernel<decltype(t)::value><<<grid, block, 0, cb->stream>>>(*w, ids, out);
+    });
+    if (!known) {
+        cuda_fail(cb, "embed: type %s", quant_type_name(w->type));
+        return;
     }
     cuda_check_launch(cb, "embed");
 }

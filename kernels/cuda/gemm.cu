@@ -392,17 +392,11 @@ static cudaError_t configure_type(void)
 
 cudaError_t gemm_configure(void)
 {
-    cudaError_t e = configure_type<QUANT_Q4_K>();
-    if (e == cudaSuccess)
-        e = configure_type<QUANT_Q5_K>();
-    if (e == cudaSuccess)
-        e = configure_type<QUANT_Q6_K>();
-    if (e == cudaSuccess)
-        e = configure_type<QUANT_Q8_0>();
-    if (e == cudaSuccess)
-        e = configure_type<QUANT_F16>();
-    if (e == cudaSuccess)
-        e = configure_type<QUANT_F32>();
+    static const quant_type types[] = {QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K,
+                                       QUANT_Q8_0, QUANT_F16,  QUANT_F32};
+    cudaError_t e = cudaSuccess;
+    for (size_t i = 0; i < sizeof types / sizeof *types && e == cudaSuccess; i++)
+        with_weight_type(types[i], [&](auto t) { e = configure_type<decltype(t)::value>(); });
     return e;
 }
 
@@ -448,14 +442,12 @@ static void launch_type(cuda_backend *cb, const be_weight *w, const be_act *in, 
 void launch_gemm(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
                  bool accumulate)
 {
-    switch (w->type) {
-    case QUANT_Q4_K: launch_type<QUANT_Q4_K>(cb, w, in, out, accumulate); break;
-    case QUANT_Q5_K: launch_type<QUANT_Q5_K>(cb, w, in, out, accumulate); break;
-    case QUANT_Q6_K: launch_type<QUANT_Q6_K>(cb, w, in, out, accumulate); break;
-    case QUANT_Q8_0: launch_type<QUANT_Q8_0>(cb, w, in, out, accumulate); break;
-    case QUANT_F16: launch_type<QUANT_F16>(cb, w, in, out, accumulate); break;
-    case QUANT_F32: launch_type<QUANT_F32>(cb, w, in, out, accumulate); break;
-    default: cuda_fail(cb, "matmul: type %s", quant_type_name(w->type)); return;
+    const bool known = with_weight_type(w->type, [&](auto t) {
+        launch_type<decltype(t)::value>(cb, w, in, out, accumulate);
+    });
+    if (!known) {
+        cuda_fail(cb, "matmul: type %s", quant_type_name(w->type));
+        return;
     }
     cuda_check_launch(cb, "matmul (gemm)");
 }

@@ -373,32 +373,17 @@ static void launch_r(cuda_backend *cb, const be_weight *w, const be_act *in, flo
     const unsigned blocks = mv_blocks(w);
     const int m = in->rows;
     cudaStream_t s = cb->stream;
-    switch (w->type) {
-    case QUANT_Q4_K:
-        matvec_q_kernel<QUANT_Q4_K, R><<<blocks, MV_WARPS * 32, 0, s>>>(*w, aq->qs, aq->ds, m,
-                                                                       out, accumulate);
-        break;
-    case QUANT_Q5_K:
-        matvec_q_kernel<QUANT_Q5_K, R><<<blocks, MV_WARPS * 32, 0, s>>>(*w, aq->qs, aq->ds, m,
-                                                                       out, accumulate);
-        break;
-    case QUANT_Q6_K:
-        matvec_q_kernel<QUANT_Q6_K, R><<<blocks, MV_WARPS * 32, 0, s>>>(*w, aq->qs, aq->ds, m,
-                                                                       out, accumulate);
-        break;
-    case QUANT_Q8_0:
-        matvec_q_kernel<QUANT_Q8_0, R><<<blocks, MV_WARPS * 32, 0, s>>>(*w, aq->qs, aq->ds, m,
-                                                                       out, accumulate);
-        break;
-    case QUANT_F16:
-        matvec_f_kernel<QUANT_F16, R><<<blocks, MV_WARPS * 32, 0, s>>>(*w, in->x, m, out,
-                                                                      accumulate);
-        break;
-    case QUANT_F32:
-        matvec_f_kernel<QUANT_F32, R><<<blocks, MV_WARPS * 32, 0, s>>>(*w, in->x, m, out,
-                                                                      accumulate);
-        break;
-    default: cuda_fail(cb, "matmul: type %s", quant_type_name(w->type)); return;
+    const bool known = with_weight_type(w->type, [&](auto t) {
+        constexpr int T = decltype(t)::value;
+        if constexpr (T == QUANT_F16 || T == QUANT_F32)
+            matvec_f_kernel<T, R><<<blocks, MV_WARPS * 32, 0, s>>>(*w, in->x, m, out, accumulate);
+        else
+            matvec_q_kernel<T, R><<<blocks, MV_WARPS * 32, 0, s>>>(*w, aq->qs, aq->ds, m, out,
+                                                                  accumulate);
+    });
+    if (!known) {
+        cuda_fail(cb, "matmul: type %s", quant_type_name(w->type));
+        return;
     }
     cuda_check_launch(cb, "matmul (matvec)");
 }
@@ -409,33 +394,26 @@ static void launch_group_r(cuda_backend *cb, const mv_group &g, unsigned blocks,
 {
     const cuda_actq *aq = (const cuda_actq *)in->q;
     cudaStream_t s = cb->stream;
-    switch (g.w[0].type) {
-    case QUANT_Q4_K:
-        matvec_q_group_kernel<QUANT_Q4_K, R><<<blocks, MV_WARPS * 32, 0, s>>>(
-            g, aq->qs, aq->ds, in->rows, false);
-        break;
-    case QUANT_Q5_K:
-        matvec_q_group_kernel<QUANT_Q5_K, R><<<blocks, MV_WARPS * 32, 0, s>>>(
-            g, aq->qs, aq->ds, in->rows, false);
-        break;
-    case QUANT_Q6_K:
-        matvec_q_group_kernel<QUANT_Q6_K, R><<<blocks, MV_WARPS * 32, 0, s>>>(
-            g, aq->qs, aq->ds, in->rows, false);
-        break;
-    case QUANT_Q8_0:
-        matvec_q_group_kernel<QUANT_Q8_0, R><<<blocks, MV_WARPS * 32, 0, s>>>(
-            g, aq->qs, aq->ds, in->rows, false);
-        break;
-    default: cuda_fail(cb, "matmul group: type %s", quant_type_name(g.w[0].type)); return;
+    bool launched = false; /* groups are of q8_1-activation types (matvec_groups) */
+    with_weight_type(g.w[0].type, [&](auto t) {
+        constexpr int T = decltype(t)::value;
+        if constexpr (T != QUANT_F16 && T != QUANT_F32) {
+            matvec_q_group_kernel<T, R><<<blocks, MV_WARPS * 32, 0, s>>>(g, aq->qs, aq->ds,
+                                                                        in->rows, false);
+            launched = true;
+        }
+    });
+    if (!launched) {
+        cuda_fail(cb, "matmul group: type %s", quant_type_name(g.w[0].type));
+        return;
     }
     cuda_check_launch(cb, "matmul (matvec group)");
 }
 
 bool matvec_groups(const be_weight *w, const be_act *in)
 {
-    return in->rows <= 2 &&
-           (w->type == QUANT_Q4_K || w->type == QUANT_Q5_K || w->type == QUANT_Q6_K ||
-            w->type == QUANT_Q8_0);
+    const bool float_weights = w->type == QUANT_F16 || w->type == QUANT_F32;
+    return in->rows <= 2 && !float_weights && with_weight_type(w->type, [](auto) {});
 }
 
 void launch_matvec_group(cuda_backend *cb, int n, const be_weight *const *w, const be_act *in,
