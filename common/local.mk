@@ -5,4 +5,5 @@ common_libllmq_common_a_SOURCES = \
 	common/json.c common/json.h \
 	common/file.c common/file.h \
 	common/cli.c common/cli.h \
+	common/clock.c common/clock.h \
 	common/topk.c common/topk.h

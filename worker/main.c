@@ -27,6 +27,7 @@
 #include <zmq.h>
 
 #include "common/cli.h"
+#include "common/clock.h"
 #include "kernels/backend.h"
 #include "kernels/select.h"
 #include "worker/engine/engine.h"
@@ -86,6 +87,7 @@ typedef struct options {
     bool cpu, verbose;
     int32_t gpu; /* -1: not given */
     int32_t slots, threads, ctx, batch, kv_blocks, heartbeat_ms, grace_ms;
+    int32_t min_step_ms; /* LLMQ_TEST_MIN_STEP_MS: tests only, see serve() */
 } options;
 
 enum {
@@ -231,6 +233,22 @@ static int parse_args(int argc, char **argv, options *o)
         return -1;
     }
     return o->gpus ? check_gpus(o) : 0;
+}
+
+/* LLMQ_TEST_MIN_STEP_MS=N (tests only, llmq-worker(1)): no engine step
+ * starts sooner than N ms after the previous one, so a test can act on a
+ * job that provably cannot have finished, on a machine of any speed. */
+static int read_environment(options *o)
+{
+    const char *text = getenv("LLMQ_TEST_MIN_STEP_MS");
+    int64_t v = 0;
+    llmq_err err;
+    if (text && cli_int("LLMQ_TEST_MIN_STEP_MS", text, 0, 60000, &v, &err) != 0) {
+        fprintf(stderr, "llmq-worker: %s\n", err.msg);
+        return -1;
+    }
+    o->min_step_ms = (int32_t)v;
+    return 0;
 }
 
 /* ---- set-up ------------------------------------------------------------------------- */
@@ -493,21 +511,34 @@ static int step(parts *p, llmq_err *err)
     return session_on_events(p->sess, ev, n, err);
 }
 
-static int serve(parts *p, int sigfd, llmq_err *err)
+/* How long the loop may wait for a message: not at all while the engine
+ * has work, unless a minimum step period (tests only) says to wait. */
+static long poll_timeout(const parts *p, int64_t next_step_at)
 {
+    if (!engine_has_work(p->eng))
+        return IDLE_POLL_MS;
+    const int64_t wait = next_step_at - clock_mono_ms();
+    return wait > 0 ? (long)wait : 0;
+}
+
+static int serve(parts *p, int32_t min_step_ms, int sigfd, llmq_err *err)
+{
+    int64_t next_step_at = 0;
     while (!session_done(p->sess)) {
         zmq_pollitem_t items[2] = {{link_socket(p->link), 0, ZMQ_POLLIN, 0},
                                    {NULL, sigfd, ZMQ_POLLIN, 0}};
-        long timeout = engine_has_work(p->eng) ? 0 : IDLE_POLL_MS;
-        if (zmq_poll(items, 2, timeout) < 0 && errno != EINTR)
+        if (zmq_poll(items, 2, poll_timeout(p, next_step_at)) < 0 && errno != EINTR)
             return llmq_errf(err, "zmq_poll: %s", zmq_strerror(errno));
         struct signalfd_siginfo si;
         if ((items[1].revents & ZMQ_POLLIN) && read(sigfd, &si, sizeof si) == sizeof si)
             session_stop(p->sess);
         if (read_messages(p, err) != 0 || session_tick(p->sess, err) != 0)
             return -1;
-        if (!session_done(p->sess) && engine_has_work(p->eng) &&
-            step(p, err) != 0)
+        if (session_done(p->sess) || !engine_has_work(p->eng) ||
+            clock_mono_ms() < next_step_at)
+            continue;
+        next_step_at = clock_mono_ms() + min_step_ms;
+        if (step(p, err) != 0)
             return -1;
     }
     return 0;
@@ -517,6 +548,8 @@ int main(int argc, char **argv)
 {
     options o;
     int rc = parse_args(argc, argv, &o);
+    if (rc == 0 && read_environment(&o) != 0)
+        return EXIT_USAGE;
     if (rc != 0) {
         if (rc < 0)
             fputs("Try 'llmq-worker --help'.\n", stderr);
@@ -539,7 +572,7 @@ int main(int argc, char **argv)
     rc = open_parts(&o, &p, &err);
     if (rc == 0) {
         say_ready(&o, &p);
-        rc = serve(&p, sigfd, &err);
+        rc = serve(&p, o.min_step_ms, sigfd, &err);
     }
     if (rc != 0)
         fprintf(stderr, "llmq-worker: %s\n", err.msg);

@@ -6,6 +6,9 @@
 #   it_broker [FLAG]...    llmq-broker on them ($db, $clients, $workers)
 #   it_worker ID [FLAG]... llmq-worker --cpu -t 1 on stories260K
 #   it_wait_workers N      until the broker reports N connected workers
+#   it_wait_listening      until the broker last started says it is listening
+#   it_eventually CMD...   runs CMD until it succeeds (30 s at most): for
+#                          what a process logs a moment after the event
 #   check STATUS WHAT      "ok - WHAT" when STATUS is 0, else "FAIL - WHAT"
 #                          (tests/unit/check.sh)
 #   it_done                the tally; exit status 0 when nothing failed
@@ -53,6 +56,7 @@ it_init() {
 }
 
 it_broker() {
+    broker_log_mark=$(cat "$dir/broker.log" 2>/dev/null | wc -l)
     "$LLMQ_BUILDDIR/broker/llmq-broker" --db "$db" --clients "$clients" --workers "$workers" \
         "$@" 2>>"$dir/broker.log" &
     broker_pid=$!
@@ -80,6 +84,24 @@ it_wait_workers() {
         tries=$((tries + 1))
     done
     return 1
+}
+
+# Until the broker started last has logged "listening" (or exited: status 1).
+it_wait_listening() {
+    while kill -0 "$broker_pid" 2>/dev/null; do
+        tail -n +"$((broker_log_mark + 1))" "$dir/broker.log" | grep -q "listening:" && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+it_eventually() {
+    tries=0
+    until "$@"; do
+        tries=$((tries + 1))
+        [ $tries -ge 600 ] && return 1
+        sleep 0.05
+    done
 }
 
 # SIGTERM, then the exit status (0 after a clean stop).

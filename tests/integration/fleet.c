@@ -29,14 +29,19 @@ static void model_path(char *out, size_t cap)
 
 /* ---- processes ---------------------------------------------------------------------- */
 
-/* fork + exec with stdout/stderr redirected; the child dies with the test. */
-static pid_t spawn(const char *const *argv, const char *out, const char *err_log)
+/* fork + exec with stdout/stderr redirected and, when env_min_step_ms > 0,
+ * LLMQ_TEST_MIN_STEP_MS set in the child; the child dies with the test. */
+static pid_t spawn(const char *const *argv, const char *out, const char *err_log,
+                   int env_min_step_ms)
 {
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if ((out && !freopen(out, "w", stdout)) || !freopen(err_log, "a", stderr))
+        char pace[32];
+        snprintf(pace, sizeof pace, "%d", env_min_step_ms);
+        if ((out && !freopen(out, "w", stdout)) || !freopen(err_log, "a", stderr) ||
+            (env_min_step_ms > 0 && setenv("LLMQ_TEST_MIN_STEP_MS", pace, 1) != 0))
             _exit(98);
         execv(argv[0], (char *const *)argv);
         _exit(97);
@@ -45,6 +50,12 @@ static pid_t spawn(const char *const *argv, const char *out, const char *err_log
 }
 
 void fleet_start(harness *h, fleet_worker *w, const char *name, const char *const *extra)
+{
+    fleet_start_paced(h, w, name, extra, 0);
+}
+
+void fleet_start_paced(harness *h, fleet_worker *w, const char *name, const char *const *extra,
+                       int min_step_ms)
 {
     char exe[512], model[512];
     snprintf(exe, sizeof exe, "%s/worker/llmq-worker", need_env("LLMQ_BUILDDIR"));
@@ -56,7 +67,7 @@ void fleet_start(harness *h, fleet_worker *w, const char *name, const char *cons
     for (; extra && *extra && n < 39; extra++)
         argv[n++] = *extra;
     argv[n] = NULL;
-    w->pid = spawn(argv, NULL, w->log);
+    w->pid = spawn(argv, NULL, w->log, min_step_ms);
 }
 
 int fleet_reap(fleet_worker *w, int wait_ms)
@@ -172,7 +183,7 @@ int fleet_reference(harness *h, char **prompts, size_t n, int max_tokens, char *
     const char *argv[] = {exe, "-m", model, "--parallel", "16", "-f", file, "-n", ntok,
                           "--temp", "0", "-t", "1", NULL};
     int status;
-    pid_t pid = spawn(argv, out, log);
+    pid_t pid = spawn(argv, out, log, 0);
     if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         return -1;
     char *text;
@@ -255,4 +266,17 @@ int64_t fleet_sqlf(const harness *h, const char *fmt, ...)
     vsnprintf(sql, sizeof sql, fmt, ap);
     va_end(ap);
     return h_sql(h, sql);
+}
+
+bool fleet_sql_becomes(const harness *h, int timeout_ms, const char *fmt, ...)
+{
+    char sql[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    for (int64_t end = h_now_ms() + timeout_ms; h_now_ms() < end; h_sleep_ms(20))
+        if (h_sql(h, sql) == 1)
+            return true;
+    return false;
 }

@@ -9,6 +9,7 @@
 #ifndef LLMQ_TESTS_FLEET_H
 #define LLMQ_TESTS_FLEET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -24,6 +25,11 @@ typedef struct fleet_worker {
 /* Starts llmq-worker on stories260K (under $LLMQ_TEST_DATA) with --cpu
  * -t 1 --id NAME and extra flags (NULL-ended). */
 void fleet_start(harness *h, fleet_worker *w, const char *name, const char *const *extra);
+/* The same, with LLMQ_TEST_MIN_STEP_MS=min_step_ms: no engine step starts
+ * sooner than that after the previous one, so a job of N tokens provably
+ * runs for N * min_step_ms or more, on a machine of any speed. */
+void fleet_start_paced(harness *h, fleet_worker *w, const char *name, const char *const *extra,
+                       int min_step_ms);
 /* Waits up to wait_ms for the worker to exit: the waitpid status, or -1 if
  * it had to be killed.  fleet_stop sends SIGTERM first. */
 int fleet_reap(fleet_worker *w, int wait_ms);
@@ -52,6 +58,11 @@ size_t fleet_wait(llmq_client *c, const uint64_t *ids, size_t n, int timeout_ms,
 /* Runs a shell command (printf format): its exit status, -1 when it did
  * not exit normally. */
 int fleet_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Polls the query (printf format) until it reads 1 or timeout_ms passes:
+ * true when it did. */
+bool fleet_sql_becomes(const harness *h, int timeout_ms, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* h_sql with a printf format. */
 int64_t fleet_sqlf(const harness *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

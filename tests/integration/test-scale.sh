@@ -64,8 +64,7 @@ fi
 
 it_broker --workers "$wbind" --curve-secret broker.secret --allow-workers workers.allow \
     --allow-clients clients.allow --model-window-ms 60000
-sleep 0.3
-kill -0 "$broker_pid" 2>/dev/null
+it_wait_listening
 check $? "a broker on $wbind with CURVE and allow-lists starts"
 wlocal=$wbind
 it_worker w1 --broker "$wlocal" --broker-key broker.public --curve-secret w1.secret --slots 2
@@ -93,12 +92,14 @@ until [ "$(py_client alice 2000 'print(len(c.stats()["workers"]))' 2>/dev/null)"
 done
 [ $tries -le 100 ]
 check $? "three workers with allowed keys connect (w3 from the namespace: $netns)"
-grep "refused a workers connection from" broker.log | grep -qF "key $(cat intruder.public) is not allowed"
+refused_logged() { # SIDE KEY
+    grep "refused a $1 connection from" broker.log | grep -qF "key $(cat "$2.public") is not allowed"
+}
+it_eventually refused_logged workers intruder
 check $? "a worker with a key not on the allow-list is refused and logged"
 
 py_client mallory 1500 'c.stats()' > mallory.out 2>&1
-[ $? -ne 0 ] && grep -q timeout mallory.out &&
-    grep "refused a clients connection from" broker.log | grep -qF "key $(cat mallory.public) is not allowed"
+[ $? -ne 0 ] && grep -q timeout mallory.out && it_eventually refused_logged clients mallory
 check $? "a client with an unknown key gets no answer (timeout), and is logged"
 
 # The batch: greedy, so each text depends on its prompt only.
@@ -119,7 +120,7 @@ print(d.execute(\"SELECT count(DISTINCT w.name) FROM jobs j JOIN workers w ON w.
 check $? "its jobs ran on all three workers ($spread)"
 
 kill -TERM "$w2_pid" "$w3_pid" 2>/dev/null
-sleep 1.5
+wait "$w2_pid" "$w3_pid"
 "$SUBMIT" -b "$clients" --broker-key broker.public --curve-secret alice.secret -i jobs.jsonl \
     -o alone.jsonl --batch alone --timeout 120 2>> submit.err
 "$PY" - fleet.jsonl alone.jsonl <<'PYEOF'
@@ -131,7 +132,13 @@ check $? "the same batch on one worker alone gives identical texts"
 
 # Model routing: a second model on a fourth worker.
 it_worker q8 --broker "$wlocal" --broker-key broker.public --curve-secret w2.secret -m "$Q8"
-sleep 1.5
+tries=0
+until [ "$(py_client alice 2000 'print(sorted(w["worker"] for w in c.stats()["workers"]))' \
+    2>/dev/null)" = "['q8', 'w1']" ]; do
+    tries=$((tries + 1))
+    [ $tries -gt 300 ] && break
+    sleep 0.1
+done
 { for i in 1 2 3 4; do
     echo "{\"id\": $i, \"prompt\": \"Hello\", \"max_tokens\": 4, \"model\": \"tinystories-656k-q8_0\"}"
     echo "{\"id\": $((i + 4)), \"prompt\": \"Hello\", \"max_tokens\": 4, \"model\": \"stories260K\"}"
@@ -156,7 +163,7 @@ check $? "the broker kept serving through every refusal"
 
 it_stop "$broker_pid"
 it_broker --clients "ipc://$dir/c2" --workers "ipc://$dir/w2" --db "$dir/q.db" --queue-unknown-models
-sleep 0.3
+it_wait_listening
 clients=ipc://$dir/c2
 "$SUBMIT" -b "$clients" -i unknown.jsonl --no-wait > queued.out 2>> submit.err
 check $? "with --queue-unknown-models the same job is queued"
