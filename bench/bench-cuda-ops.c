@@ -20,7 +20,7 @@
 #include <time.h>
 
 #include "kernels/backend.h"
-#include "worker/model/gguf.h"
+#include "model/gguf.h"
 
 #define COPY_BW 4.24e12
 #define ROUNDS 7

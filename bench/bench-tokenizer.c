@@ -11,8 +11,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "worker/model/gguf.h"
-#include "worker/model/tokenizer.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
 
 #define TEXT_BYTES (1u << 20)
 #define RUNS 7

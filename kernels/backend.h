@@ -1,6 +1,6 @@
 /* backend: the seam between the LLaMA forward pass and the hardware.
  *
- * The forward pass (worker/model/model.c) is written once against these ops;
+ * The forward pass (model/model.c) is written once against these ops;
  * kernels/cpu implements them in C (the numerical oracle), kernels/cuda on
  * the GPU.  A backend is a plain struct of function pointers plus its own
  * state behind `impl`.  All pointers named *_dev are backend memory (host

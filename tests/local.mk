@@ -1,6 +1,6 @@
 # tests: rules are added as the room grows
 
-# ---- GGUF reader (worker/model/gguf.c) ----
+# ---- GGUF reader (model/gguf.c) ----
 check_PROGRAMS += tests/unit/test-gguf
 TESTS += tests/unit/test-gguf
 tests_unit_test_gguf_SOURCES = tests/unit/test-gguf.c tests/unit/check.h
@@ -9,18 +9,18 @@ tests_unit_test_gguf_LDADD = $(LLMQ_MODEL_LIBS)
 FUZZ_TARGETS += tests/fuzz/fuzz-gguf
 EXTRA_DIST += tests/fuzz/fuzz-gguf.c tests/fuzz/corpus-gguf
 FUZZ_GGUF_SRCS = $(top_srcdir)/tests/fuzz/fuzz-gguf.c $(top_srcdir)/common/err.c \
-	$(top_srcdir)/kernels/quant.c $(top_srcdir)/worker/model/gguf.c
+	$(top_srcdir)/kernels/quant.c $(top_srcdir)/model/gguf.c
 tests/fuzz/fuzz-gguf: $(FUZZ_GGUF_SRCS)
 	@$(MKDIR_P) tests/fuzz
 	$(AM_V_GEN)$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(FUZZ_GGUF_SRCS) -lm
 CLEANFILES += tests/fuzz/fuzz-gguf
 # ---- end GGUF reader ----
 
-# ---- sampler (worker/engine/sampler.c) ----
+# ---- sampler (engine/sampler.c) ----
 check_PROGRAMS += tests/unit/test-sampler
 TESTS += tests/unit/test-sampler
 tests_unit_test_sampler_SOURCES = tests/unit/test-sampler.c tests/unit/check.h
-tests_unit_test_sampler_LDADD = worker/libllmq_engine.a common/libllmq_common.a -lm
+tests_unit_test_sampler_LDADD = engine/libllmq_engine.a common/libllmq_common.a -lm
 # ---- end sampler ----
 
 # ---- proto: wire protocol (proto/wire.c) ----
@@ -31,11 +31,11 @@ tests_unit_test_wire_CFLAGS = $(AM_CFLAGS) $(MSGPACK_CFLAGS)
 tests_unit_test_wire_LDADD = $(LLMQ_PROTO_LIBS)
 # ---- end proto: wire ----
 
-# ---- CPU engine parity with llama.cpp (worker/model, worker/engine, kernels/cpu) ----
+# ---- CPU engine parity with llama.cpp (model/, engine/, kernels/cpu) ----
 check_PROGRAMS += tests/unit/test-parity
 TESTS += tests/unit/test-parity
 tests_unit_test_parity_SOURCES = tests/unit/test-parity.c tests/unit/check.h
-tests_unit_test_parity_LDADD = worker/libllmq_engine.a $(LLMQ_MODEL_LIBS)
+tests_unit_test_parity_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
 # ---- end CPU engine parity ----
 
 # ---- common: JSON reader (common/json.c) ----
@@ -67,7 +67,7 @@ tests_unit_test_jobfile_SOURCES = tests/unit/test-jobfile.c tests/unit/check.h \
 tests_unit_test_jobfile_LDADD = proto/libllmq.la common/libllmq_common.a
 # ---- end llmq-submit input and output ----
 
-# ---- tokenizer (worker/model/tokenizer.c, pretok.c; tools/llmq-run) ----
+# ---- tokenizer (model/tokenizer.c, pretok.c; tools/llmq-run) ----
 check_PROGRAMS += tests/unit/test-tokenizer
 TESTS += tests/unit/test-tokenizer tests/unit/test-cli-tokenize.sh
 tests_unit_test_tokenizer_SOURCES = tests/unit/test-tokenizer.c tests/unit/check.h
@@ -77,8 +77,8 @@ EXTRA_DIST += tests/unit/test-cli-tokenize.sh
 FUZZ_TARGETS += tests/fuzz/fuzz-tokenizer
 EXTRA_DIST += tests/fuzz/fuzz-tokenizer.c
 FUZZ_TOKENIZER_SRCS = $(top_srcdir)/tests/fuzz/fuzz-tokenizer.c \
-	$(top_srcdir)/worker/model/tokenizer.c $(top_srcdir)/worker/model/pretok.c \
-	$(top_srcdir)/worker/model/gguf.c $(top_srcdir)/kernels/quant.c \
+	$(top_srcdir)/model/tokenizer.c $(top_srcdir)/model/pretok.c \
+	$(top_srcdir)/model/gguf.c $(top_srcdir)/kernels/quant.c \
 	$(top_srcdir)/common/err.c $(top_srcdir)/common/utf8.c
 tests/fuzz/fuzz-tokenizer: $(FUZZ_TOKENIZER_SRCS)
 	@$(MKDIR_P) tests/fuzz
@@ -125,11 +125,11 @@ tests_unit_test_worker_parts_CFLAGS = $(AM_CFLAGS) $(MSGPACK_CFLAGS)
 tests_unit_test_worker_parts_LDADD = $(LLMQ_WORKER_LIBS)
 # ---- end worker ----
 
-# ---- engine scheduling rules (worker/engine/engine.c) ----
+# ---- engine scheduling rules (engine/engine.c) ----
 check_PROGRAMS += tests/unit/test-engine
 TESTS += tests/unit/test-engine
 tests_unit_test_engine_SOURCES = tests/unit/test-engine.c tests/unit/check.h
-tests_unit_test_engine_LDADD = worker/libllmq_engine.a $(LLMQ_MODEL_LIBS)
+tests_unit_test_engine_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
 # llmq-run --bench: its table, JSON and step accounting (tools/run_engine.c)
 TESTS += tests/unit/test-cli-bench.sh
 EXTRA_DIST += tests/unit/test-cli-bench.sh
@@ -177,7 +177,7 @@ tests_unit_test_cpu_kernels_LDADD = $(LLMQ_MODEL_LIBS)
 if HAVE_CUDA
 noinst_PROGRAMS += tests/gpu/gpu-parity
 tests_gpu_gpu_parity_SOURCES = tests/gpu/gpu-parity.c
-tests_gpu_gpu_parity_LDADD = worker/libllmq_engine.a $(LLMQ_CUDA_LIBS) $(LLMQ_MODEL_LIBS)
+tests_gpu_gpu_parity_LDADD = engine/libllmq_engine.a $(LLMQ_CUDA_LIBS) $(LLMQ_MODEL_LIBS)
 endif
 EXTRA_DIST += tests/gpu/run.sh tests/gpu/gpus.sh
 # ---- end CUDA backend parity ----

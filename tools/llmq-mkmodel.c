@@ -33,8 +33,8 @@
 
 #include "common/err.h"
 #include "kernels/quant.h"
-#include "worker/model/gguf.h"
-#include "worker/model/gguf_writer.h"
+#include "model/gguf.h"
+#include "model/gguf_writer.h"
 
 #define EXIT_USAGE 2
 #define UNIT_BYTES (4u << 20) /* rows generated and written per work unit */

@@ -29,8 +29,8 @@
 #include "kernels/backend.h"
 #include "kernels/select.h"
 #include "tools/run_engine.h"
-#include "worker/model/gguf.h"
-#include "worker/model/tokenizer.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
 
 #define EXIT_USAGE 2
 

@@ -1,9 +1,9 @@
 # tools: rules are added as the room grows
 
-# ---- llmq-mkmodel (tools/llmq-mkmodel.c, worker/model/gguf_writer.c) ----
+# ---- llmq-mkmodel (tools/llmq-mkmodel.c, model/gguf_writer.c) ----
 bin_PROGRAMS += tools/llmq-mkmodel
 tools_llmq_mkmodel_SOURCES = tools/llmq-mkmodel.c \
-	worker/model/gguf_writer.c worker/model/gguf_writer.h
+	model/gguf_writer.c model/gguf_writer.h
 tools_llmq_mkmodel_LDADD = $(LLMQ_MODEL_LIBS)
 # ---- end llmq-mkmodel ----
 
@@ -16,7 +16,7 @@ tools_llmq_submit_LDADD = proto/libllmq.la common/libllmq_common.a -lm
 # ---- llmq-run (tools/llmq-run.c) ----
 bin_PROGRAMS += tools/llmq-run
 tools_llmq_run_SOURCES = tools/llmq-run.c tools/run_engine.c tools/run_engine.h
-tools_llmq_run_LDADD = worker/libllmq_engine.a $(LLMQ_BACKEND_LIBS) $(LLMQ_MODEL_LIBS)
+tools_llmq_run_LDADD = engine/libllmq_engine.a $(LLMQ_BACKEND_LIBS) $(LLMQ_MODEL_LIBS)
 # ---- end llmq-run ----
 
 # ---- llmq-stats (tools/llmq-stats.c, tools/stats/) ----

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "common/file.h"
-#include "worker/engine/perplexity.h"
+#include "engine/perplexity.h"
 
 static int fail(const char *what, const llmq_err *err)
 {

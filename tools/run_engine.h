@@ -10,10 +10,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "worker/engine/engine.h"
-#include "worker/engine/sampler.h"
-#include "worker/model/model.h"
-#include "worker/model/tokenizer.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
 
 typedef struct run_gen_opts {
     const char *prompt;       /* generate */

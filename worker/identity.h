@@ -19,7 +19,7 @@
 
 #include "common/err.h"
 #include "proto/wire.h"
-#include "worker/model/gguf.h"
+#include "model/gguf.h"
 
 typedef struct identity {
     char *worker, *host, *model, *model_hash;

@@ -16,8 +16,8 @@
 
 #include "common/err.h"
 #include "proto/wire.h"
-#include "worker/engine/engine.h"
-#include "worker/model/tokenizer.h"
+#include "engine/engine.h"
+#include "model/tokenizer.h"
 
 typedef struct jobconv_request {
     engine_request req; /* id = the job id; prompt points into ids */

@@ -1,23 +1,3 @@
-noinst_LIBRARIES += worker/libllmq_model.a
-worker_libllmq_model_a_SOURCES = \
-	worker/model/gguf.c worker/model/gguf.h \
-	worker/model/tokenizer.c worker/model/tokenizer.h \
-	worker/model/pretok.c worker/model/pretok.h \
-	worker/model/model.c worker/model/model.h
-
-worker_libllmq_model_a_CPPFLAGS = $(AM_CPPFLAGS) $(UTF8PROC_CFLAGS)
-
-# Link order: model needs kernels needs common.
-LLMQ_MODEL_LIBS = worker/libllmq_model.a kernels/libllmq_kernels.a common/libllmq_common.a -lm \
-	$(UTF8PROC_LIBS)
-
-noinst_LIBRARIES += worker/libllmq_engine.a
-worker_libllmq_engine_a_SOURCES = \
-	worker/engine/sampler.c worker/engine/sampler.h \
-	worker/engine/kvpool.c worker/engine/kvpool.h \
-	worker/engine/engine.c worker/engine/engine.h \
-	worker/engine/perplexity.c worker/engine/perplexity.h
-
 # ---- llmq-worker (worker/main.c over libllmq_worker: link, session, jobs, jobconv, ...) ----
 noinst_LIBRARIES += worker/libllmq_worker.a
 worker_libllmq_worker_a_SOURCES = \
@@ -32,7 +12,7 @@ worker_libllmq_worker_a_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(MSGPACK_CFLAGS)
 
 # Link order: worker needs engine needs model needs kernels needs common; proto
 # for the wire.  LLMQ_BACKEND_LIBS (kernels/local.mk) has no CUDA in a build without it.
-LLMQ_WORKER_LIBS = worker/libllmq_worker.a worker/libllmq_engine.a $(LLMQ_BACKEND_LIBS) \
+LLMQ_WORKER_LIBS = worker/libllmq_worker.a engine/libllmq_engine.a $(LLMQ_BACKEND_LIBS) \
 	$(LLMQ_MODEL_LIBS) $(LLMQ_PROTO_LIBS) $(ZMQ_LIBS)
 
 bin_PROGRAMS += worker/llmq-worker

@@ -35,9 +35,9 @@
 
 #include "common/err.h"
 #include "proto/wire.h"
-#include "worker/engine/engine.h"
+#include "engine/engine.h"
 #include "worker/link.h"
-#include "worker/model/tokenizer.h"
+#include "model/tokenizer.h"
 
 typedef struct session_config {
     wire_hello hello;  /* what the worker announces; slots is its capacity */

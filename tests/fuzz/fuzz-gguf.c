@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/model/gguf.h"
+#include "model/gguf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "common/utf8.h"
-#include "worker/model/gguf.h"
-#include "worker/model/tokenizer.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

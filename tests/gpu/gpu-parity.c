@@ -43,10 +43,10 @@
 
 #include "common/file.h"
 #include "kernels/backend.h"
-#include "worker/engine/engine.h"
-#include "worker/engine/perplexity.h"
-#include "worker/model/model.h"
-#include "worker/model/tokenizer.h"
+#include "engine/engine.h"
+#include "engine/perplexity.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
 
 typedef struct ctx {
     backend *cpu, *gpu;

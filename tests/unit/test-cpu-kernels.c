@@ -10,7 +10,7 @@
 
 #include "kernels/backend.h"
 #include "tests/unit/check.h"
-#include "worker/model/model.h"
+#include "model/model.h"
 
 #define PROMPT 37
 #define STEPS 2

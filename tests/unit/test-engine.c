@@ -26,9 +26,9 @@
 #include "check.h"
 #include "common/topk.h"
 #include "kernels/backend.h"
-#include "worker/engine/engine.h"
-#include "worker/model/model.h"
-#include "worker/model/tokenizer.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
 
 #define N_SEQ 8
 #define MAX_OUT 4096

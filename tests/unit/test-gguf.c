@@ -8,7 +8,7 @@
  * alignment, duplicates, magic, version).  Each must be refused with a message
  * naming what is wrong and where.  Field offsets come from a small walker
  * below that trusts its input (it only ever reads the real files). */
-#include "worker/model/gguf.h"
+#include "model/gguf.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

@@ -22,7 +22,7 @@
 
 #include "kernels/quant.h"
 #include "tests/unit/check.h"
-#include "worker/model/gguf.h"
+#include "model/gguf.h"
 
 typedef struct env {
     char exe[512];

@@ -27,10 +27,10 @@
 #include "check.h"
 #include "common/json.h"
 #include "kernels/backend.h"
-#include "worker/engine/engine.h"
-#include "worker/engine/perplexity.h"
-#include "worker/model/model.h"
-#include "worker/model/tokenizer.h"
+#include "engine/engine.h"
+#include "engine/perplexity.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
 
 #define MAX_STEPS 32
 #define MAX_PROMPTS 32

@@ -14,7 +14,7 @@
 
 #include "kernels/quant.h"
 #include "tests/unit/check.h"
-#include "worker/model/gguf.h"
+#include "model/gguf.h"
 
 static uint32_t bits_of(float f)
 {

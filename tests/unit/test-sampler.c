@@ -2,7 +2,7 @@
  * softmax distributions, its random stream, its independence from the
  * other sequences that share a sampler, and the same tokens from a row's
  * best logits as from the whole row. */
-#include "worker/engine/sampler.h"
+#include "engine/sampler.h"
 
 #include <math.h>
 #include <stdbool.h>

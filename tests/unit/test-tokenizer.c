@@ -16,9 +16,9 @@
 
 #include "common/json.h"
 #include "tests/unit/check.h"
-#include "worker/model/gguf.h"
-#include "worker/model/pretok.h"
-#include "worker/model/tokenizer.h"
+#include "model/gguf.h"
+#include "model/pretok.h"
+#include "model/tokenizer.h"
 
 /* ---- helpers ---- */
 

@@ -1,4 +1,4 @@
-#include "worker/engine/perplexity.h"
+#include "engine/perplexity.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-#include "worker/model/model.h"
+#include "model/model.h"
 
 #include <math.h>
 #include <stdio.h>

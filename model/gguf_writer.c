@@ -3,7 +3,7 @@
  *   "GGUF" u32 3, u64 n_tensors, u64 n_kv, key-values, tensor infos,
  *   zero padding to 32, data section (each tensor at a 32-aligned offset and
  *   padded to 32, as ggml's own writer does). */
-#include "worker/model/gguf_writer.h"
+#include "model/gguf_writer.h"
 
 #include <errno.h>
 #include <fcntl.h>

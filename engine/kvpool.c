@@ -1,4 +1,4 @@
-#include "worker/engine/kvpool.h"
+#include "engine/kvpool.h"
 
 #include <stdlib.h>
 

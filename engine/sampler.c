@@ -1,4 +1,4 @@
-#include "worker/engine/sampler.h"
+#include "engine/sampler.h"
 
 #include "common/topk.h"
 

@@ -1,4 +1,4 @@
-#include "worker/model/tokenizer.h"
+#include "model/tokenizer.h"
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/model/pretok.h"
+#include "model/pretok.h"
 
 /* Token attributes, llama.cpp's llama_token_attr bits. */
 enum {

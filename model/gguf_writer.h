@@ -19,7 +19,7 @@
 
 #include "common/err.h"
 #include "kernels/quant.h"
-#include "worker/model/gguf.h"
+#include "model/gguf.h"
 
 typedef struct gw_writer gw_writer;
 

@@ -26,9 +26,9 @@
 
 #include "common/err.h"
 #include "kernels/backend.h"
-#include "worker/engine/sampler.h"
-#include "worker/model/model.h"
-#include "worker/model/tokenizer.h"
+#include "engine/sampler.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
 
 typedef struct engine_config {
     int32_t block_size;       /* tokens per KV block (default 16) */

@@ -7,7 +7,7 @@
  *            of unknown characters as <0xNN> tokens (else the unknown token).
  *   "gpt2"   byte-level BPE: bytes mapped to printable code points, text cut
  *            into words by the pre-tokenizer named by tokenizer.ggml.pre
- *            (worker/model/pretok.h), lowest-rank merges of .merges.
+ *            (model/pretok.h), lowest-rank merges of .merges.
  * Special tokens (control, user-defined, unknown) written in the text are
  * recognised before either algorithm runs: user-defined ones always, control
  * and unknown ones when parse_special is set (llama.cpp's rules).
@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
-#include "worker/model/gguf.h"
+#include "model/gguf.h"
 
 #define TOK_NONE (-1)
 

@@ -12,8 +12,8 @@
 #include <stdint.h>
 
 #include "common/err.h"
-#include "worker/model/model.h"
-#include "worker/model/tokenizer.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
 
 /* Called after each chunk with the running estimate. */
 typedef void (*ppl_progress_fn)(void *ctx, int32_t chunk, int32_t n_chunks, double ppl);

@@ -1,10 +1,10 @@
-#include "worker/engine/engine.h"
+#include "engine/engine.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "worker/engine/kvpool.h"
+#include "engine/kvpool.h"
 
 typedef enum seq_state { SEQ_WAITING, SEQ_RUNNING, SEQ_DONE } seq_state;
 

@@ -1,4 +1,4 @@
-#include "worker/model/pretok.h"
+#include "model/pretok.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -18,7 +18,7 @@
 
 #include "common/err.h"
 #include "kernels/backend.h"
-#include "worker/model/gguf.h"
+#include "model/gguf.h"
 
 typedef struct model_config {
     char name[128];

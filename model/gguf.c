@@ -12,7 +12,7 @@
  * Memory is bounded by the bytes actually parsed, never by a count read from
  * the file: entry tables grow as entries are read, and a string array's table
  * is allocated only after all its strings were found in the file. */
-#include "worker/model/gguf.h"
+#include "model/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>
