@@ -12,8 +12,10 @@
 
 /* The hot loops are compiled for several x86-64 levels and picked at load
  * time; every clone performs the same operations in the same order, and
- * fmaf is correctly rounded everywhere, so the clones agree bit for bit. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+ * fmaf is correctly rounded everywhere, so the clones agree bit for bit.
+ * Not under ThreadSanitizer: the clones' resolvers run before its runtime
+ * is set up, and crash. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define DOT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define DOT_CLONES
