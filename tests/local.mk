@@ -171,6 +171,10 @@ check_PROGRAMS += tests/unit/test-cpu-kernels
 TESTS += tests/unit/test-cpu-kernels
 tests_unit_test_cpu_kernels_SOURCES = tests/unit/test-cpu-kernels.c tests/unit/check.h
 tests_unit_test_cpu_kernels_LDADD = $(LLMQ_MODEL_LIBS)
+check_PROGRAMS += tests/unit/test-threadpool
+TESTS += tests/unit/test-threadpool
+tests_unit_test_threadpool_SOURCES = tests/unit/test-threadpool.c tests/unit/check.h
+tests_unit_test_threadpool_LDADD = kernels/libllmq_kernels.a common/libllmq_common.a
 # ---- end CPU dot kernels ----
 
 # ---- CUDA backend parity (tests/gpu; needs a GPU, so not in TESTS: tests/gpu/run.sh) ----

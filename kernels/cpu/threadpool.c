@@ -31,7 +31,15 @@ struct pool {
      * generation, read by a worker only after a successful claim. */
     _Atomic(pool_fn) fn;
     _Atomic(void *) ctx;
-    atomic_int_fast64_t n_tasks;
+    /* Task counts by generation parity.  A worker that claimed the last
+     * task of generation g may look for more while the caller is already
+     * setting up g + 1 but has not yet published it: the claim word still
+     * reads (g, n_g), and with one shared count that worker would see
+     * n_{g+1}, claim task n_g "of g" and run it with g + 1's function, a
+     * call too many that also ends g + 1 early.  With one count per parity
+     * it reads g's own count, unchanged until g + 2 is set up, by which time
+     * the claim word no longer says g. */
+    atomic_int_fast64_t n_tasks[2];
 };
 
 /* A decode step of a small model is hundreds of short parallel loops, each a
@@ -61,7 +69,7 @@ static void drain(pool *p, uint32_t gen, int thread)
         if (generation_of(c) != gen)
             return;
         const int64_t i = (int64_t)(c & 0xffffffffu);
-        if (i >= atomic_load_explicit(&p->n_tasks, memory_order_relaxed))
+        if (i >= atomic_load_explicit(&p->n_tasks[gen & 1], memory_order_relaxed))
             return;
         if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
@@ -174,14 +182,15 @@ void pool_run(pool *p, pool_fn fn, void *ctx, int64_t n_tasks, int64_t work)
             fn(ctx, i, 0);
         return;
     }
-    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
-    atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
-    atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);
-    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-    /* Generation 0 is never used: it is the workers' "nothing seen yet". */
+    /* Generation 0 is never used: it is the workers' "nothing seen yet".
+     * At the wrap 0 becomes 2, so that parities still alternate. */
     uint32_t gen = generation_of(atomic_load_explicit(&p->claim, memory_order_relaxed)) + 1;
     if (gen == 0)
-        gen = 1;
+        gen = 2;
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
+    atomic_store_explicit(&p->n_tasks[gen & 1], n_tasks, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     atomic_store_explicit(&p->claim, (uint64_t)gen << 32, memory_order_release);
     pthread_mutex_lock(&p->mu);
     if (p->sleepers > 0)
