@@ -45,6 +45,13 @@ tests_unit_test_json_SOURCES = tests/unit/test-json.c tests/unit/check.h
 tests_unit_test_json_LDADD = common/libllmq_common.a
 # ---- end common: JSON ----
 
+# ---- common: invariant assertions (common/check.c) ----
+check_PROGRAMS += tests/unit/test-check
+TESTS += tests/unit/test-check
+tests_unit_test_check_SOURCES = tests/unit/test-check.c tests/unit/check.h
+tests_unit_test_check_LDADD = common/libllmq_common.a
+# ---- end common: invariant assertions ----
+
 # ---- tensor types (kernels/quant.c) ----
 check_PROGRAMS += tests/unit/test-quant
 TESTS += tests/unit/test-quant
