@@ -16,10 +16,10 @@
  * Job life: queued -> running -> done | failed | cancelled; running -> queued
  * when its worker is lost, fails it, or hands it back; queued -> cancelled.
  * Every transition goes through this module, which therefore keeps exact
- * counts of queued and running jobs without querying.  A job fails once
- * `max_attempts` of its attempts have ended in a fault (worker lost, worker
- * failure), or at once on a permanent failure; hand-backs (worker shutting
- * down, broker restart) are not faults.
+ * counts of the jobs in each state without querying (store_counts_all).
+ * A job fails once `max_attempts` of its attempts have ended in a fault
+ * (worker lost, worker failure), or at once on a permanent failure;
+ * hand-backs (worker shutting down, broker restart) are not faults.
  *
  * Results: the first result recorded wins.  A result (or failure) counts only
  * if the job is still running on that worker session and attempt; anything

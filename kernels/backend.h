@@ -5,8 +5,10 @@
  * the GPU.  A backend is a plain struct of function pointers plus its own
  * state behind `impl`.  All pointers named *_dev are backend memory (host
  * memory for the CPU backend, device memory for CUDA), allocated with
- * backend_alloc; ops are enqueued in order and may run asynchronously until
- * backend_sync / download.
+ * ops->alloc; ops are enqueued in order and may run asynchronously until
+ * ops->sync or ops->download.  An op returns nothing: a backend that can
+ * fail inside one (CUDA) keeps the first failure and returns it from the
+ * next sync, download or upload.
  *
  * Batch invariance contract: every op computes each row with a fixed
  * reduction order that does not depend on how many rows are in the batch or

@@ -10,8 +10,8 @@
  * run never leaves a partial file under either name.
  *
  * Ownership: the writer copies every key, value and name it is given. */
-#ifndef LLMQ_WORKER_GGUF_WRITER_H
-#define LLMQ_WORKER_GGUF_WRITER_H
+#ifndef LLMQ_MODEL_GGUF_WRITER_H
+#define LLMQ_MODEL_GGUF_WRITER_H
 
 #include <stdbool.h>
 #include <stddef.h>

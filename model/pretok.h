@@ -14,8 +14,8 @@
  *
  * Ownership: pretok_find returns a pointer to a constant table entry; the
  * arrays the other functions return are malloc'd and owned by the caller. */
-#ifndef LLMQ_WORKER_PRETOK_H
-#define LLMQ_WORKER_PRETOK_H
+#ifndef LLMQ_MODEL_PRETOK_H
+#define LLMQ_MODEL_PRETOK_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -18,8 +18,8 @@
  * Malformed metadata (missing or mistyped arrays, lengths that disagree,
  * merges that are not "left right", special ids past the vocabulary) is
  * refused at load with an error naming the key and index. */
-#ifndef LLMQ_WORKER_TOKENIZER_H
-#define LLMQ_WORKER_TOKENIZER_H
+#ifndef LLMQ_MODEL_TOKENIZER_H
+#define LLMQ_MODEL_TOKENIZER_H
 
 #include <stdbool.h>
 #include <stddef.h>
