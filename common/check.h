@@ -14,14 +14,18 @@
  * wants them out passes CPPFLAGS=-DNDEBUG to configure.  Off, cond and the
  * message are not evaluated (cond is still type-checked), so an assertion
  * must have no side effects.  Keep them cheap: at most linear in what the
- * code around them walks anyway. */
+ * code around them walks anyway.  A check that must compute before it can
+ * assert (a count of a table) runs under `if (LLMQ_ASSERTS_ON)`, which
+ * keeps it compiled, and dropped, in both builds. */
 #ifndef LLMQ_COMMON_CHECK_H
 #define LLMQ_COMMON_CHECK_H
 
 #ifndef NDEBUG
+#define LLMQ_ASSERTS_ON 1
 #define LLMQ_ASSERT(cond, ...)                                                                    \
     ((cond) ? (void)0 : llmq_assert_fail(__FILE__, __LINE__, __func__, #cond, __VA_ARGS__))
 #else
+#define LLMQ_ASSERTS_ON 0
 #define LLMQ_ASSERT(cond, ...) ((void)sizeof(!(cond)))
 #endif
 

@@ -70,15 +70,9 @@ static void check_broken(void)
           "it says where (line %ld), which invariant and the message: %s", line, out);
 }
 
-#ifdef NDEBUG
-#define ASSERTIONS_ON 0
-#else
-#define ASSERTIONS_ON 1
-#endif
-
 int main(void)
 {
-    if (!ASSERTIONS_ON) {
+    if (!LLMQ_ASSERTS_ON) {
         printf("built with NDEBUG: LLMQ_ASSERT is compiled out, nothing to test\n");
         return 77;
     }
