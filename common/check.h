@@ -12,7 +12,7 @@
  * On unless NDEBUG is defined.  configure's default flags do not define it,
  * so the default build and `make check` run every assertion; a build that
  * wants them out passes CPPFLAGS=-DNDEBUG to configure.  Off, cond and the
- * message are not evaluated (cond is still type-checked), so an assertion
+ * message are not evaluated (both are still type-checked), so an assertion
  * must have no side effects.  Keep them cheap: at most linear in what the
  * code around them walks anyway.  A check that must compute before it can
  * assert (a count of a table) runs under `if (LLMQ_ASSERTS_ON)`, which
@@ -26,7 +26,9 @@
     ((cond) ? (void)0 : llmq_assert_fail(__FILE__, __LINE__, __func__, #cond, __VA_ARGS__))
 #else
 #define LLMQ_ASSERTS_ON 0
-#define LLMQ_ASSERT(cond, ...) ((void)sizeof(!(cond)))
+#define LLMQ_ASSERT(cond, ...)                                                                    \
+    ((void)sizeof((cond) ? 0                                                                      \
+                         : (llmq_assert_fail(__FILE__, __LINE__, __func__, #cond, __VA_ARGS__), 0)))
 #endif
 
 /* Prints the broken invariant (printf format for the message) and aborts. */

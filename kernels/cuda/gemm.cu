@@ -44,6 +44,8 @@
 #include <algorithm>
 
 #define LDS (GEMM_BK + 8)
+static_assert(GEMM_BK * 4 == QK_K && GEMM_BK == 2 * QK8_0,
+              "a k tile is a quarter of a k-quant super-block, two q8_0 blocks (fetch, dequant)");
 
 /* What a thread holds of one (row, half) task for the next k tile. */
 struct frag_q4k { uint4 hdr, qs; };

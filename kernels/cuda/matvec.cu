@@ -294,6 +294,7 @@ matvec_q_kernel(be_weight w, const int8_t *aq, const float2 *ads, int m, float *
 
 /* A group: blocks [first[i], first[i + 1]) work on weight i.  Selects, not
  * an indexed load, keep the group in the parameter bank. */
+static_assert(MV_GROUP_MAX == 3, "matvec_q_group_kernel selects among exactly three weights");
 template <int T, int R>
 __global__ void __launch_bounds__(MV_WARPS * 32, MV_MIN_BLOCKS(T, R))
 matvec_q_group_kernel(mv_group g, const int8_t *aq, const float2 *ads, int m, bool accumulate)
@@ -437,6 +438,7 @@ void launch_matvec_group(cuda_backend *cb, int n, const be_weight *const *w, con
 
 /* R is the row count rounded up to 1, 2, 4 or 8: extra rows are clamped
  * copies (see store_rows), and results do not depend on R. */
+static_assert(MV_MAX_ROWS <= 8, "launch_matvec has kernels for at most 8 rows");
 void launch_matvec(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
                    bool accumulate)
 {
