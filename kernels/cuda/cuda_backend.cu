@@ -240,22 +240,35 @@ static void fill_image(quant_type t, int64_t rows, int64_t cols, size_t row_byte
     }
 }
 
-/* Row lengths every kernel can take in whole 16-byte pieces. */
+/* bf16 has no kernels of its own: its values widen to f32 exactly. */
+static quant_type kept_type(quant_type t) { return t == QUANT_BF16 ? QUANT_F32 : t; }
+
+/* "q4_K, q5_K, ..., bf16": the types with kernels (CUDA_WEIGHT_TYPES). */
+static void name_weight_types(char *out, size_t size)
+{
+    size_t n = 0;
+    for_each_weight_type([&](auto t) {
+        if (n < size)
+            n += (size_t)snprintf(out + n, size - n, "%s, ",
+                                  quant_type_name((quant_type)decltype(t)::value));
+    });
+    if (n < size)
+        snprintf(out + n, size - n, "%s", quant_type_name(QUANT_BF16));
+}
+
+/* Row lengths every kernel can take in whole 16-byte pieces: whole blocks,
+ * and float rows of a multiple of 16 bytes. */
 static int check_weight_shape(quant_type t, int64_t cols, llmq_err *err)
 {
-    int64_t mult;
-    switch (t) {
-    case QUANT_F32:
-    case QUANT_BF16: mult = 4; break; /* kept as f32 */
-    case QUANT_F16: mult = 8; break;
-    case QUANT_Q8_0: mult = 32; break;
-    case QUANT_Q4_K:
-    case QUANT_Q5_K:
-    case QUANT_Q6_K: mult = QK_K; break;
-    default:
-        return llmq_errf(err, "cuda backend: no kernels for type %s (supported: f32, f16, bf16, "
-                              "q8_0, q4_K, q5_K, q6_K)", quant_type_name(t));
+    const quant_type kept = kept_type(t);
+    if (!with_weight_type(kept, [](auto) {})) {
+        char names[128];
+        name_weight_types(names, sizeof names);
+        return llmq_errf(err, "cuda backend: no kernels for type %s (supported: %s)",
+                         quant_type_name(t), names);
     }
+    const int64_t elems = (int64_t)quant_block_elems(kept);
+    const int64_t mult = elems > 1 ? elems : 16 / (int64_t)quant_block_bytes(kept);
     if (cols % mult != 0)
         return llmq_errf(err, "cuda backend: %s rows of %lld values (need a multiple of %lld)",
                          quant_type_name(t), (long long)cols, (long long)mult);
@@ -270,8 +283,7 @@ static int cu_weight_load(backend *be, quant_type type, int64_t rows, int64_t co
     if (quant_row_bytes(type, (uint64_t)cols, &row_bytes, err) != 0 ||
         check_weight_shape(type, cols, err) != 0)
         return -1;
-    /* bf16 has no kernels of its own: its values widen to f32 exactly. */
-    const quant_type kept = type == QUANT_BF16 ? QUANT_F32 : type;
+    const quant_type kept = kept_type(type);
     const size_t kept_row_bytes = type == QUANT_BF16 ? 2 * row_bytes : row_bytes;
     const plane_plan p = plan_planes(kept, rows, cols, kept_row_bytes);
     be_weight *w = (be_weight *)calloc(1, sizeof *w);

@@ -40,21 +40,34 @@ extern "C" {
 }
 #undef _Static_assert
 
-/* The weight types the kernels are built for, in one place: calls
- * f(std::integral_constant<int, T>{}) for t and returns true, or returns
- * false for a type without kernels. */
+/* The weight types the kernels are built for, in one place (bf16 is
+ * widened to f32 at load and has none of its own).  Every launch site,
+ * the GEMM's set-up and the load-time check go through the two walks
+ * below, so a type added here gets kernels everywhere or fails to build. */
+#define CUDA_WEIGHT_TYPES(X) X(QUANT_Q4_K) X(QUANT_Q5_K) X(QUANT_Q6_K) X(QUANT_Q8_0) \
+    X(QUANT_F16) X(QUANT_F32)
+
+/* Calls f(std::integral_constant<int, T>{}) for t and returns true, or
+ * returns false for a type without kernels. */
 template <typename F>
 static bool with_weight_type(quant_type t, F f)
 {
+#define CUDA_WEIGHT_CASE(T) \
+    case T: f(std::integral_constant<int, T>{}); return true;
     switch (t) {
-    case QUANT_Q4_K: f(std::integral_constant<int, QUANT_Q4_K>{}); return true;
-    case QUANT_Q5_K: f(std::integral_constant<int, QUANT_Q5_K>{}); return true;
-    case QUANT_Q6_K: f(std::integral_constant<int, QUANT_Q6_K>{}); return true;
-    case QUANT_Q8_0: f(std::integral_constant<int, QUANT_Q8_0>{}); return true;
-    case QUANT_F16: f(std::integral_constant<int, QUANT_F16>{}); return true;
-    case QUANT_F32: f(std::integral_constant<int, QUANT_F32>{}); return true;
+    CUDA_WEIGHT_TYPES(CUDA_WEIGHT_CASE)
     default: return false;
     }
+#undef CUDA_WEIGHT_CASE
+}
+
+/* Calls f(std::integral_constant<int, T>{}) for every type of the list. */
+template <typename F>
+static void for_each_weight_type(F f)
+{
+#define CUDA_WEIGHT_CALL(T) f(std::integral_constant<int, T>{});
+    CUDA_WEIGHT_TYPES(CUDA_WEIGHT_CALL)
+#undef CUDA_WEIGHT_CALL
 }
 
 /* Matmuls of at most this many activation rows take the matvec path (q8_1

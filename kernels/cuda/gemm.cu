@@ -394,11 +394,11 @@ static cudaError_t configure_type(void)
 
 cudaError_t gemm_configure(void)
 {
-    static const quant_type types[] = {QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K,
-                                       QUANT_Q8_0, QUANT_F16,  QUANT_F32};
     cudaError_t e = cudaSuccess;
-    for (size_t i = 0; i < sizeof types / sizeof *types && e == cudaSuccess; i++)
-        with_weight_type(types[i], [&](auto t) { e = configure_type<decltype(t)::value>(); });
+    for_each_weight_type([&](auto t) {
+        if (e == cudaSuccess)
+            e = configure_type<decltype(t)::value>();
+    });
     return e;
 }
 
