@@ -576,14 +576,37 @@ static void cu_destroy(backend *be)
     free(cb);
 }
 
+/* By name: upload and download share a signature, so a table filled by
+ * position would swap them silently if the struct were reordered.  nvcc
+ * refuses designators out of the struct's order, so a reordered struct
+ * fails to build here instead. */
 static const backend_ops cuda_ops = {
-    cu_destroy,     cu_alloc,       cu_free,       cu_upload,        cu_download,
-    cu_sync,        cu_mem_available, cu_weight_load, cu_weight_free, cu_act_create,
-    cu_act_destroy,
-    cu_kv_create,   cu_kv_destroy,  cu_embed,      cu_gather_rows,   cu_rmsnorm,
-    cu_matmul,      cu_rope,        cu_kv_write,   cu_attention,     cu_swiglu,
-    cu_argmax,      cu_top_k,
-    cu_matmul_many, cu_graph_begin, cu_graph_end,
+    .destroy = cu_destroy,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .upload = cu_upload,
+    .download = cu_download,
+    .sync = cu_sync,
+    .mem_available = cu_mem_available,
+    .weight_load = cu_weight_load,
+    .weight_free = cu_weight_free,
+    .act_create = cu_act_create,
+    .act_destroy = cu_act_destroy,
+    .kv_create = cu_kv_create,
+    .kv_destroy = cu_kv_destroy,
+    .embed = cu_embed,
+    .gather_rows = cu_gather_rows,
+    .rmsnorm = cu_rmsnorm,
+    .matmul = cu_matmul,
+    .rope = cu_rope,
+    .kv_write = cu_kv_write,
+    .attention = cu_attention,
+    .swiglu = cu_swiglu,
+    .argmax = cu_argmax,
+    .top_k = cu_top_k,
+    .matmul_many = cu_matmul_many,
+    .graph_begin = cu_graph_begin,
+    .graph_end = cu_graph_end,
 };
 
 extern "C" int backend_cuda_create(backend **out, int gpu, llmq_err *err)
