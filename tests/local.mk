@@ -52,6 +52,13 @@ tests_unit_test_check_SOURCES = tests/unit/test-check.c tests/unit/check.h
 tests_unit_test_check_LDADD = common/libllmq_common.a
 # ---- end common: invariant assertions ----
 
+# ---- the backend seam: GPUs, the backend chosen (kernels/select.c) ----
+check_PROGRAMS += tests/unit/test-backend
+TESTS += tests/unit/test-backend
+tests_unit_test_backend_SOURCES = tests/unit/test-backend.c tests/unit/check.h
+tests_unit_test_backend_LDADD = $(LLMQ_BACKEND_LIBS) $(LLMQ_MODEL_LIBS)
+# ---- end the backend seam ----
+
 # ---- tensor types (kernels/quant.c) ----
 check_PROGRAMS += tests/unit/test-quant
 TESTS += tests/unit/test-quant
