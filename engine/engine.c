@@ -88,11 +88,11 @@ int32_t engine_default_blocks(int32_t wanted, size_t block_bytes, size_t availab
 static int size_pool(engine_config *cfg, const model_config *mc, backend *be, int32_t per_seq,
                      llmq_err *err)
 {
-    size_t available;
-    if (be->ops->mem_available(be, &available, err) != 0)
+    size_t available, block_bytes;
+    if (be->ops->mem_available(be, &available, err) != 0 ||
+        be->ops->kv_block_bytes(be, mc->n_layers, cfg->block_size, mc->n_head_kv * mc->head_dim,
+                                cfg->kv_type, &block_bytes, err) != 0)
         return llmq_err_prefix(err, "engine: sizing the KV cache");
-    const size_t elem = cfg->kv_type == BE_KV_F16 ? 2 : 4, kv_dim = (size_t)mc->n_head_kv * mc->head_dim;
-    const size_t block_bytes = 2 * (size_t)mc->n_layers * (size_t)cfg->block_size * kv_dim * elem;
     cfg->n_blocks = engine_default_blocks(per_seq * cfg->max_seqs, block_bytes, available);
     if (cfg->n_blocks < per_seq)
         return llmq_errf(err, "engine: the %.1f GB the %s backend has left hold %d KV blocks of %d "

@@ -120,6 +120,11 @@ typedef struct backend_ops {
     int (*kv_create)(backend *be, int32_t n_layers, int32_t n_blocks, int32_t block_size,
                      int32_t kv_dim, be_kv_type type, be_kv **out, llmq_err *err);
     void (*kv_destroy)(backend *be, be_kv *kv);
+    /* The backend memory one block of such a cache takes (keys and values
+     * of block_size tokens in every layer), so that a caller can size a
+     * pool to the memory left; fails for a type kv_create refuses. */
+    int (*kv_block_bytes)(backend *be, int32_t n_layers, int32_t block_size, int32_t kv_dim,
+                          be_kv_type type, size_t *bytes, llmq_err *err);
 
     /* ---- ops ---- */
     /* out[r] = dequantized row ids[r] of the embedding table (rows x cols). */

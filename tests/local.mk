@@ -52,7 +52,7 @@ tests_unit_test_check_SOURCES = tests/unit/test-check.c tests/unit/check.h
 tests_unit_test_check_LDADD = common/libllmq_common.a
 # ---- end common: invariant assertions ----
 
-# ---- the backend seam: GPUs, the backend chosen (kernels/select.c) ----
+# ---- the backend seam: GPUs, the backend chosen, a KV block's bytes (kernels/select.c, cpu) ----
 check_PROGRAMS += tests/unit/test-backend
 TESTS += tests/unit/test-backend
 tests_unit_test_backend_SOURCES = tests/unit/test-backend.c tests/unit/check.h

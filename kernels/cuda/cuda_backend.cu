@@ -387,17 +387,40 @@ static void cu_kv_destroy(backend *be, be_kv *kv)
     free(kv);
 }
 
-static int cu_kv_create(backend *be, int32_t n_layers, int32_t n_blocks, int32_t block_size,
-                        int32_t kv_dim, be_kv_type type, be_kv **out, llmq_err *err)
+static int check_kv_type(be_kv_type type, llmq_err *err)
 {
     if (type != BE_KV_F16)
         return llmq_errf(err, "cuda backend: the KV cache is f16 only (f32 was asked; drop "
                               "--kv-f32)");
+    return 0;
+}
+
+/* One of the cache's two planes (keys, or values). */
+static size_t kv_plane_bytes(int32_t n_layers, int32_t n_blocks, int32_t block_size,
+                             int32_t kv_dim)
+{
+    return (size_t)n_layers * n_blocks * block_size * kv_dim * sizeof(__half);
+}
+
+static int cu_kv_block_bytes(backend *, int32_t n_layers, int32_t block_size, int32_t kv_dim,
+                             be_kv_type type, size_t *bytes, llmq_err *err)
+{
+    if (check_kv_type(type, err) != 0)
+        return -1;
+    *bytes = 2 * kv_plane_bytes(n_layers, 1, block_size, kv_dim);
+    return 0;
+}
+
+static int cu_kv_create(backend *be, int32_t n_layers, int32_t n_blocks, int32_t block_size,
+                        int32_t kv_dim, be_kv_type type, be_kv **out, llmq_err *err)
+{
+    if (check_kv_type(type, err) != 0)
+        return -1;
     be_kv *kv = (be_kv *)calloc(1, sizeof *kv);
     if (!kv)
         return llmq_errf(err, "cuda backend: out of memory");
     *kv = (be_kv){n_layers, n_blocks, block_size, kv_dim, NULL, NULL};
-    const size_t bytes = (size_t)n_layers * n_blocks * block_size * kv_dim * sizeof(__half);
+    const size_t bytes = kv_plane_bytes(n_layers, n_blocks, block_size, kv_dim);
     kv->k = (__half *)cu_alloc(be, bytes, err);
     kv->v = (__half *)cu_alloc(be, bytes, err);
     /* Zeroed (on the stream, before any kv_write) so that no kernel can
@@ -594,6 +617,7 @@ static const backend_ops cuda_ops = {
     .act_destroy = cu_act_destroy,
     .kv_create = cu_kv_create,
     .kv_destroy = cu_kv_destroy,
+    .kv_block_bytes = cu_kv_block_bytes,
     .embed = cu_embed,
     .gather_rows = cu_gather_rows,
     .rmsnorm = cu_rmsnorm,

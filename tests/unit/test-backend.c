@@ -1,11 +1,13 @@
-/* test-backend: what the backend seam says about the machine
- * (kernels/select.h), in either build.
+/* test-backend: what the backend seam says about the machine and its
+ * memory (kernels/select.h, backend_ops.kv_block_bytes), in either build.
  *
  * Pins: a build says whether it has a GPU backend, and one without sees no
  * GPU; an index past the visible GPUs is refused, naming it; every visible
  * GPU has a name and a UUID as nvidia-smi prints it; cpu_only opens the
  * CPU, and the default opens GPU 0 when there is one, else the CPU with the
- * reason when a GPU backend was built. */
+ * reason when a GPU backend was built; a KV block of the CPU backend is the
+ * keys and values of its tokens in every layer, 2 bytes a value in f16 and
+ * 4 in f32. */
 #include "config.h"
 
 #include <string.h>
@@ -63,6 +65,23 @@ static void check_select(int n_gpus)
     backend_destroy(be);
 }
 
+static void check_kv_block_bytes(void)
+{
+    backend *be = NULL;
+    llmq_err err = {{0}};
+    if (backend_cpu_create(&be, 1, &err) != 0) {
+        CHECK(0, "cpu backend: %s", err.msg);
+        return;
+    }
+    size_t f16 = 0, f32 = 0;
+    const int rc = be->ops->kv_block_bytes(be, 32, 16, 1024, BE_KV_F16, &f16, &err) |
+                   be->ops->kv_block_bytes(be, 32, 16, 1024, BE_KV_F32, &f32, &err);
+    CHECK(rc == 0 && f16 == (size_t)2 * 32 * 16 * 1024 * 2 && f32 == 2 * f16,
+          "a CPU block of 16 tokens, 32 layers, 1024 values a row: %zu bytes f16, %zu f32", f16,
+          f32);
+    backend_destroy(be);
+}
+
 int main(void)
 {
     llmq_err err = {{0}};
@@ -71,5 +90,6 @@ int main(void)
         printf("# counting GPUs: %s\n", err.msg);
     check_gpus(n);
     check_select(n);
+    check_kv_block_bytes();
     return check_done();
 }
