@@ -32,7 +32,6 @@ const pretok *pretok_find(const char *name, size_t len);
 /* Comma-separated names of every known pre-tokenizer (for error messages). */
 const char *pretok_known_names(void);
 
-const char *pretok_name(const pretok *p);
 /* A word that is itself a token is emitted whole, without merging (llama3). */
 bool pretok_ignore_merges(const pretok *p);
 /* The vocabulary adds BOS unless tokenizer.ggml.add_bos_token says otherwise. */
