@@ -81,8 +81,10 @@ int broker_decode(broker *b, void *sock, const net_peer *from, const void *body,
 wire_state broker_wire_state(store_state s)
 {
     static const wire_state map[STORE_N_STATES] = {
-        [STORE_QUEUED] = WIRE_STATE_QUEUED, [STORE_RUNNING] = WIRE_STATE_RUNNING,
-        [STORE_DONE] = WIRE_STATE_DONE,     [STORE_FAILED] = WIRE_STATE_FAILED,
+        [STORE_QUEUED] = WIRE_STATE_QUEUED,
+        [STORE_RUNNING] = WIRE_STATE_RUNNING,
+        [STORE_DONE] = WIRE_STATE_DONE,
+        [STORE_FAILED] = WIRE_STATE_FAILED,
         [STORE_CANCELLED] = WIRE_STATE_CANCELLED,
     };
     return (unsigned)s < STORE_N_STATES ? map[s] : WIRE_STATE_NONE;

@@ -275,8 +275,8 @@ typedef struct states {
 static void count_state(wire_counts *c, store_state s)
 {
     uint64_t *slot[STORE_N_STATES] = {
-        [STORE_QUEUED] = &c->queued, [STORE_RUNNING] = &c->running,
-        [STORE_DONE] = &c->done,     [STORE_FAILED] = &c->failed,
+        [STORE_QUEUED] = &c->queued,       [STORE_RUNNING] = &c->running,
+        [STORE_DONE] = &c->done,           [STORE_FAILED] = &c->failed,
         [STORE_CANCELLED] = &c->cancelled,
     };
     if ((unsigned)s < STORE_N_STATES)

@@ -22,13 +22,13 @@
 
 #ifndef NDEBUG
 #define LLMQ_ASSERTS_ON 1
-#define LLMQ_ASSERT(cond, ...)                                                                    \
+#define LLMQ_ASSERT(cond, ...) \
     ((cond) ? (void)0 : llmq_assert_fail(__FILE__, __LINE__, __func__, #cond, __VA_ARGS__))
 #else
 #define LLMQ_ASSERTS_ON 0
-#define LLMQ_ASSERT(cond, ...)                                                                    \
-    ((void)sizeof((cond) ? 0                                                                      \
-                         : (llmq_assert_fail(__FILE__, __LINE__, __func__, #cond, __VA_ARGS__), 0)))
+#define LLMQ_ASSERT(cond, ...) \
+    ((void)sizeof(             \
+        (cond) ? 0 : (llmq_assert_fail(__FILE__, __LINE__, __func__, #cond, __VA_ARGS__), 0)))
 #endif
 
 /* Prints the broken invariant (printf format for the message) and aborts. */

@@ -139,8 +139,8 @@ static void assert_invariants(const engine *e)
 {
     const int32_t waiting = n_waiting(e), ctx_blocks = kvpool_blocks_for(e->pool, e->cfg.n_ctx);
     LLMQ_ASSERT(e->n_live <= e->max_live && e->n_live - waiting <= e->cfg.max_seqs,
-                "%d sequences live (at most %d), %d running (at most %d)", e->n_live,
-                e->max_live, e->n_live - waiting, e->cfg.max_seqs);
+                "%d sequences live (at most %d), %d running (at most %d)", e->n_live, e->max_live,
+                e->n_live - waiting, e->cfg.max_seqs);
     int64_t held = 0;
     for (int32_t i = 0; i < e->n_live; i++) {
         const seq *s = e->live[i];
@@ -152,14 +152,16 @@ static void assert_invariants(const engine *e)
                         s->n_computed);
             continue;
         }
-        LLMQ_ASSERT(s->state == SEQ_RUNNING, "job %llu at live[%d], after the waiting ones, is "
-                    "not running (state %d)", id, i, (int)s->state);
+        LLMQ_ASSERT(s->state == SEQ_RUNNING,
+                    "job %llu at live[%d], after the waiting ones, is "
+                    "not running (state %d)",
+                    id, i, (int)s->state);
         LLMQ_ASSERT(i == waiting || e->live[i - 1]->admitted < s->admitted,
                     "job %llu at live[%d] was admitted before the one ahead of it", id, i);
         LLMQ_ASSERT(kvpool_blocks_for(e->pool, s->n_computed) <= s->n_blocks &&
                         s->n_blocks <= ctx_blocks,
-                    "job %llu holds %d blocks for %d computed tokens (a context is %d blocks)",
-                    id, s->n_blocks, s->n_computed, ctx_blocks);
+                    "job %llu holds %d blocks for %d computed tokens (a context is %d blocks)", id,
+                    s->n_blocks, s->n_computed, ctx_blocks);
     }
     LLMQ_ASSERT(held + kvpool_n_free(e->pool) == kvpool_n_blocks(e->pool),
                 "sequences hold %lld blocks and %d are free, of %d", (long long)held,
@@ -391,8 +393,8 @@ static void add_rows(engine *e, seq *s, int32_t n, int32_t *n_rows, int32_t *n_s
     const int32_t max_blocks = kvpool_blocks_for(e->pool, e->cfg.n_ctx);
     const int32_t b = (*n_seqs)++;
     LLMQ_ASSERT(kvpool_blocks_for(e->pool, s->n_computed + n) <= s->n_blocks,
-                "job %llu: rows up to position %d, blocks for %d tokens",
-                (unsigned long long)s->id, s->n_computed + n - 1, s->n_blocks * bs);
+                "job %llu: rows up to position %d, blocks for %d tokens", (unsigned long long)s->id,
+                s->n_computed + n - 1, s->n_blocks * bs);
     for (int32_t k = 0; k < n; k++) {
         const int32_t r = (*n_rows)++, pos = s->n_computed + k;
         e->b_tokens[r] = s->tokens[pos];

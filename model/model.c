@@ -399,8 +399,8 @@ static void assert_batch_order(const model_batch *b)
                     "row %d: position %d, its sequence caches %d tokens", r, b->pos[r],
                     b->seq_len[s]);
         LLMQ_ASSERT(r == 0 || b->row_seq[r - 1] != s || b->pos[r - 1] < b->pos[r],
-                    "rows %d and %d of sequence %d: positions %d, %d", r - 1, r, s,
-                    b->pos[r - 1], b->pos[r]);
+                    "rows %d and %d of sequence %d: positions %d, %d", r - 1, r, s, b->pos[r - 1],
+                    b->pos[r]);
     }
     for (int32_t i = 0; i < b->n_logits; i++)
         LLMQ_ASSERT(b->logit_rows[i] >= 0 && b->logit_rows[i] < b->n_rows &&

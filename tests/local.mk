@@ -52,6 +52,12 @@ tests_unit_test_check_SOURCES = tests/unit/test-check.c tests/unit/check.h
 tests_unit_test_check_LDADD = common/libllmq_common.a
 # ---- end common: invariant assertions ----
 
+# ---- tools/format-check.sh (.clang-format), on a scratch git repository ----
+TESTS += tests/unit/test-format-check.sh
+EXTRA_DIST += tests/unit/test-format-check.sh tools/format-check.sh .clang-format \
+	broker/.clang-format
+# ---- end tools/format-check.sh ----
+
 # ---- the backend seam: GPUs, the backend chosen, a KV block's bytes (kernels/select.c, cpu) ----
 check_PROGRAMS += tests/unit/test-backend
 TESTS += tests/unit/test-backend

@@ -53,8 +53,7 @@ uint32_t jobs_grantable(const jobs *t)
 
 void jobs_granted(jobs *t, uint32_t n)
 {
-    LLMQ_ASSERT(n <= jobs_grantable(t), "%u credits granted, %u grantable", n,
-                jobs_grantable(t));
+    LLMQ_ASSERT(n <= jobs_grantable(t), "%u credits granted, %u grantable", n, jobs_grantable(t));
     t->credits += n;
 }
 

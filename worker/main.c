@@ -316,9 +316,8 @@ static int open_parts(const options *o, parts *p, llmq_err *err)
     /* The name and UUID make the workers table's accounting per physical
      * GPU, whatever the index under CUDA_VISIBLE_DEVICES. */
     char gpu_name[WIRE_MAX_NAME_BYTES + 1], gpu_uuid[64];
-    if (p->gpu_index >= 0 &&
-        backend_gpu_info(p->gpu_index, gpu_name, sizeof gpu_name, gpu_uuid, sizeof gpu_uuid,
-                         err) == 0) {
+    if (p->gpu_index >= 0 && backend_gpu_info(p->gpu_index, gpu_name, sizeof gpu_name, gpu_uuid,
+                                              sizeof gpu_uuid, err) == 0) {
         io.gpu_name = gpu_name;
         io.gpu_uuid = gpu_uuid;
     }

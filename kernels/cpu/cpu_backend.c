@@ -250,8 +250,8 @@ static size_t kv_elem_bytes(be_kv_type type)
 }
 
 /* One of the cache's two planes (keys, or values). */
-static size_t kv_plane_bytes(int32_t n_layers, int32_t n_blocks, int32_t block_size,
-                             int32_t kv_dim, be_kv_type type)
+static size_t kv_plane_bytes(int32_t n_layers, int32_t n_blocks, int32_t block_size, int32_t kv_dim,
+                             be_kv_type type)
 {
     return (size_t)n_layers * n_blocks * block_size * kv_dim * kv_elem_bytes(type);
 }
@@ -271,8 +271,12 @@ static int cpu_kv_create(backend *be, int32_t n_layers, int32_t n_blocks, int32_
     be_kv *kv = calloc(1, sizeof *kv);
     if (!kv)
         return llmq_errf(err, "cpu backend: out of memory");
-    *kv = (be_kv){.n_layers = n_layers, .n_blocks = n_blocks, .block_size = block_size,
-                  .kv_dim = kv_dim, .type = type, .elem = kv_elem_bytes(type)};
+    *kv = (be_kv){.n_layers = n_layers,
+                  .n_blocks = n_blocks,
+                  .block_size = block_size,
+                  .kv_dim = kv_dim,
+                  .type = type,
+                  .elem = kv_elem_bytes(type)};
     size_t bytes = kv_plane_bytes(n_layers, n_blocks, block_size, kv_dim, type);
     kv->k = cpu_alloc(be, bytes, err);
     kv->v = cpu_alloc(be, bytes, err);

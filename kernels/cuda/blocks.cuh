@@ -20,6 +20,8 @@
 
 #include "kernels/cuda/cuda_internal.h"
 
+/* Tables of one-line structs, laid out by hand: */
+/* clang-format off */
 struct chunk_q4k { uint4 hdr, qs; };
 struct chunk_q5k { uint4 hdr, qh, qs; };
 struct chunk_q6k { uint4 ql; uint2 qh; uint32_t sc; float d; };
@@ -29,6 +31,7 @@ template <int T> struct kquant_chunk;
 template <> struct kquant_chunk<QUANT_Q4_K> { typedef chunk_q4k type; };
 template <> struct kquant_chunk<QUANT_Q5_K> { typedef chunk_q5k type; };
 template <> struct kquant_chunk<QUANT_Q6_K> { typedef chunk_q6k type; };
+/* clang-format on */
 
 static __device__ __forceinline__ void load_chunk(const be_weight &w, int64_t row, int sb, int j,
                                                   int h, chunk_q4k *f)

@@ -241,7 +241,10 @@ static void fill_image(quant_type t, int64_t rows, int64_t cols, size_t row_byte
 }
 
 /* bf16 has no kernels of its own: its values widen to f32 exactly. */
-static quant_type kept_type(quant_type t) { return t == QUANT_BF16 ? QUANT_F32 : t; }
+static quant_type kept_type(quant_type t)
+{
+    return t == QUANT_BF16 ? QUANT_F32 : t;
+}
 
 /* "q4_K, q5_K, ..., bf16": the types with kernels (CUDA_WEIGHT_TYPES). */
 static void name_weight_types(char *out, size_t size)
@@ -249,8 +252,7 @@ static void name_weight_types(char *out, size_t size)
     size_t n = 0;
     for_each_weight_type([&](auto t) {
         if (n < size)
-            n += (size_t)snprintf(out + n, size - n, "%s, ",
-                                  quant_type_name((quant_type)decltype(t)::value));
+            n += (size_t)snprintf(out + n, size - n, "%s, ", quant_type_name((quant_type)t.value));
     });
     if (n < size)
         snprintf(out + n, size - n, "%s", quant_type_name(QUANT_BF16));
@@ -396,8 +398,7 @@ static int check_kv_type(be_kv_type type, llmq_err *err)
 }
 
 /* One of the cache's two planes (keys, or values). */
-static size_t kv_plane_bytes(int32_t n_layers, int32_t n_blocks, int32_t block_size,
-                             int32_t kv_dim)
+static size_t kv_plane_bytes(int32_t n_layers, int32_t n_blocks, int32_t block_size, int32_t kv_dim)
 {
     return (size_t)n_layers * n_blocks * block_size * kv_dim * sizeof(__half);
 }

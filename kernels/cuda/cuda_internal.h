@@ -44,8 +44,8 @@ extern "C" {
  * widened to f32 at load and has none of its own).  Every launch site,
  * the GEMM's set-up and the load-time check go through the two walks
  * below, so a type added here gets kernels everywhere or fails to build. */
-#define CUDA_WEIGHT_TYPES(X) X(QUANT_Q4_K) X(QUANT_Q5_K) X(QUANT_Q6_K) X(QUANT_Q8_0) \
-    X(QUANT_F16) X(QUANT_F32)
+#define CUDA_WEIGHT_TYPES(X) \
+    X(QUANT_Q4_K) X(QUANT_Q5_K) X(QUANT_Q6_K) X(QUANT_Q8_0) X(QUANT_F16) X(QUANT_F32)
 
 /* Calls f(std::integral_constant<int, T>{}) for t and returns true, or
  * returns false for a type without kernels. */
@@ -55,7 +55,7 @@ static bool with_weight_type(quant_type t, F f)
 #define CUDA_WEIGHT_CASE(T) \
     case T: f(std::integral_constant<int, T>{}); return true;
     switch (t) {
-    CUDA_WEIGHT_TYPES(CUDA_WEIGHT_CASE)
+        CUDA_WEIGHT_TYPES(CUDA_WEIGHT_CASE)
     default: return false;
     }
 #undef CUDA_WEIGHT_CASE

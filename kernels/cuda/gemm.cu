@@ -49,6 +49,8 @@ static_assert(GEMM_BK * 4 == QK_K && GEMM_BK == 2 * QK8_0,
 
 /* What a thread holds of one (row, half) task for the next k tile: for a
  * k-quant, chunk (kt % 4, h) of super-block kt / 4 (blocks.cuh). */
+/* Tables of one-line structs, laid out by hand: */
+/* clang-format off */
 struct frag_q8 { uint4 q0, q1; float d; };
 struct frag_raw { uint4 v[8]; }; /* f16: 4 used, f32: 8 */
 
@@ -56,6 +58,7 @@ template <int T> struct frag_of : kquant_chunk<T> {};
 template <> struct frag_of<QUANT_Q8_0> { typedef frag_q8 type; };
 template <> struct frag_of<QUANT_F16> { typedef frag_raw type; };
 template <> struct frag_of<QUANT_F32> { typedef frag_raw type; };
+/* clang-format on */
 
 static __device__ __forceinline__ void fetch_q8(const be_weight &w, int64_t n, int kt, int h,
                                                 frag_q8 *f)

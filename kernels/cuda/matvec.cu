@@ -53,10 +53,13 @@ static __device__ __forceinline__ int dot4x4(uint32_t a0, uint32_t a1, uint32_t 
 
 /* The raw bytes one lane needs for one chunk of one weight row: the
  * k-quants' chunks (blocks.cuh), or half a q8_0 block. */
+/* Tables of one-line structs, laid out by hand: */
+/* clang-format off */
 struct chunk_q8 { uint4 qs; float d; };
 
 template <int T> struct chunk_of : kquant_chunk<T> {};
 template <> struct chunk_of<QUANT_Q8_0> { typedef chunk_q8 type; };
+/* clang-format on */
 
 /* Chunk cc of a row: chunk cc % 8 of super-block cc / 8 (blocks.cuh). */
 template <typename C>

@@ -55,13 +55,12 @@ static void check_select(int n_gpus)
     const backend_request any = {.cpu_only = false, .gpu = -1, .threads = 1};
     int rc = backend_select(&be, &any, &gpu, fallback, sizeof fallback, &err);
     if (n_gpus > 0)
-        CHECK(rc == 0 && strcmp(be->name, "cuda") == 0 && gpu == 0,
-              "by default, GPU 0 of %d (%s)", n_gpus, rc == 0 ? be->name : err.msg);
+        CHECK(rc == 0 && strcmp(be->name, "cuda") == 0 && gpu == 0, "by default, GPU 0 of %d (%s)",
+              n_gpus, rc == 0 ? be->name : err.msg);
     else
         CHECK(rc == 0 && strcmp(be->name, "cpu") == 0 && gpu == -1 &&
                   (fallback[0] != '\0') == CUDA_BUILT,
-              "by default without a GPU, the CPU, saying why when CUDA was built: '%s'",
-              fallback);
+              "by default without a GPU, the CPU, saying why when CUDA was built: '%s'", fallback);
     backend_destroy(be);
 }
 
