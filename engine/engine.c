@@ -132,9 +132,10 @@ static int32_t n_waiting(const engine *e)
     return n;
 }
 
-/* Only running sequences hold KV blocks, each enough for the tokens it has
- * computed and no more than a context; with the pool's free blocks they
- * make up the whole pool (a block held twice, or lost, breaks the sum). */
+/* What holds between calls besides that order: only running sequences
+ * hold KV blocks, each enough for the tokens it has computed and no more
+ * than a context; with the pool's free blocks they make up the whole pool
+ * (a block held twice, or lost, breaks the sum). */
 static void assert_invariants(const engine *e)
 {
     const int32_t waiting = n_waiting(e), ctx_blocks = kvpool_blocks_for(e->pool, e->cfg.n_ctx);
@@ -153,9 +154,7 @@ static void assert_invariants(const engine *e)
             continue;
         }
         LLMQ_ASSERT(s->state == SEQ_RUNNING,
-                    "job %llu at live[%d], after the waiting ones, is "
-                    "not running (state %d)",
-                    id, i, (int)s->state);
+                    "job %llu at live[%d], behind the waiting, in state %d", id, i, (int)s->state);
         LLMQ_ASSERT(i == waiting || e->live[i - 1]->admitted < s->admitted,
                     "job %llu at live[%d] was admitted before the one ahead of it", id, i);
         LLMQ_ASSERT(kvpool_blocks_for(e->pool, s->n_computed) <= s->n_blocks &&
