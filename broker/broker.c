@@ -80,12 +80,14 @@ int broker_decode(broker *b, void *sock, const net_peer *from, const void *body,
 
 wire_state broker_wire_state(store_state s)
 {
-    static const wire_state map[5] = {
-        [STORE_QUEUED] = WIRE_STATE_QUEUED, [STORE_RUNNING] = WIRE_STATE_RUNNING,
-        [STORE_DONE] = WIRE_STATE_DONE,     [STORE_FAILED] = WIRE_STATE_FAILED,
+    static const wire_state map[STORE_N_STATES] = {
+        [STORE_QUEUED] = WIRE_STATE_QUEUED,
+        [STORE_RUNNING] = WIRE_STATE_RUNNING,
+        [STORE_DONE] = WIRE_STATE_DONE,
+        [STORE_FAILED] = WIRE_STATE_FAILED,
         [STORE_CANCELLED] = WIRE_STATE_CANCELLED,
     };
-    return (unsigned)s < 5 ? map[s] : WIRE_STATE_NONE;
+    return (unsigned)s < STORE_N_STATES ? map[s] : WIRE_STATE_NONE;
 }
 
 int broker_job_final(broker *b, int64_t job_id, llmq_err *err)
@@ -231,7 +233,7 @@ int broker_open(broker **out, const broker_config *cfg, llmq_err *err)
         return -1;
     }
     log_security(b);
-    int64_t counts[5];
+    int64_t counts[STORE_N_STATES];
     store_counts_all(b->st, counts);
     log_line("listening: clients %s, workers %s; database %s (synchronous=%s):"
              " %" PRId64 " queued, %" PRId64 " done, %" PRId64 " failed",

@@ -274,9 +274,12 @@ typedef struct states {
 
 static void count_state(wire_counts *c, store_state s)
 {
-    uint64_t *slot[5] = {&c->queued, &c->running, &c->done, &c->failed,
-                         &c->cancelled};
-    if ((unsigned)s < 5)
+    uint64_t *slot[STORE_N_STATES] = {
+        [STORE_QUEUED] = &c->queued,       [STORE_RUNNING] = &c->running,
+        [STORE_DONE] = &c->done,           [STORE_FAILED] = &c->failed,
+        [STORE_CANCELLED] = &c->cancelled,
+    };
+    if ((unsigned)s < STORE_N_STATES)
         (*slot[s])++;
 }
 
@@ -635,7 +638,7 @@ static int on_wait(broker *b, const net_peer *from, const wire_msg *m,
 static int on_stats(broker *b, const net_peer *from, const wire_msg *m,
                     llmq_err *err)
 {
-    int64_t n[5];
+    int64_t n[STORE_N_STATES];
     store_counts_all(b->st, n);
     size_t nw = b->pool.n < WIRE_MAX_WORKERS ? b->pool.n : WIRE_MAX_WORKERS;
     wire_worker_stat *ws = calloc(nw ? nw : 1, sizeof *ws);

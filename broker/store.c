@@ -11,6 +11,7 @@
 
 #include "broker/checkpointer.h"
 #include "broker/schema.sql.h"
+#include "common/check.h"
 
 #define N_MIGRATIONS (sizeof store_migrations / sizeof store_migrations[0])
 _Static_assert(N_MIGRATIONS == STORE_SCHEMA_VERSION,
@@ -132,13 +133,15 @@ struct store {
     int lock_fd;
     store_opts opts;
     bool in_tx;
-    int64_t count[5]; /* jobs per state, kept exact by every transition */
-    int64_t count_at_begin[5], count_at_mark[5]; /* restored on rollback */
+    /* Jobs per state, kept exact by every transition; the copies are
+     * restored on rollback. */
+    int64_t count[STORE_N_STATES];
+    int64_t count_at_begin[STORE_N_STATES], count_at_mark[STORE_N_STATES];
     strbuf json_a, json_b; /* scratch for JSON columns being bound */
     sqlite3_stmt *stmt[S_COUNT];
 };
 
-static const char *const state_names[5] = {
+static const char *const state_names[STORE_N_STATES] = {
     [STORE_QUEUED] = "queued",       [STORE_RUNNING] = "running",
     [STORE_DONE] = "done",           [STORE_FAILED] = "failed",
     [STORE_CANCELLED] = "cancelled",
@@ -146,12 +149,12 @@ static const char *const state_names[5] = {
 
 const char *store_state_name(store_state s)
 {
-    return (unsigned)s < 5 ? state_names[s] : "?";
+    return (unsigned)s < STORE_N_STATES ? state_names[s] : "?";
 }
 
 static int state_parse(const unsigned char *text, store_state *out)
 {
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < STORE_N_STATES; i++) {
         if (text && strcmp((const char *)text, state_names[i]) == 0) {
             *out = (store_state)i;
             return 0;
@@ -497,8 +500,10 @@ static int recover(store *st, int64_t now, llmq_err *err)
     return 0;
 }
 
-static int load_counts(store *st, llmq_err *err)
+/* Jobs per state as the jobs table has them (a scan of the table). */
+static int count_table(store *st, int64_t count[STORE_N_STATES], llmq_err *err)
 {
+    memset(count, 0, STORE_N_STATES * sizeof *count);
     sqlite3_stmt *s;
     const char *sql = "SELECT state, count(*) FROM jobs GROUP BY state";
     if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK)
@@ -507,10 +512,23 @@ static int load_counts(store *st, llmq_err *err)
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         store_state state;
         if (state_parse(sqlite3_column_text(s, 0), &state) == 0)
-            st->count[state] = sqlite3_column_int64(s, 1);
+            count[state] = sqlite3_column_int64(s, 1);
     }
     sqlite3_finalize(s);
     return rc == SQLITE_DONE ? 0 : db_fail(st, err, sql);
+}
+
+/* The counts kept since store_open against the table: a scan, so once, as
+ * the store closes (every test that runs a broker ends there). */
+static void assert_counts(store *st)
+{
+    int64_t table[STORE_N_STATES];
+    if (count_table(st, table, NULL) != 0)
+        return; /* a read that fails says nothing about the counts */
+    for (int s = 0; s < STORE_N_STATES; s++)
+        LLMQ_ASSERT(st->count[s] == table[s],
+                    "%s: %" PRId64 " jobs counted, %" PRId64 " in the table",
+                    state_names[s], st->count[s], table[s]);
 }
 
 /* Two brokers on one file would requeue each other's running jobs: the
@@ -551,12 +569,28 @@ static int open_steps(store *st, const char *path, int64_t now, llmq_err *err)
         return llmq_errf(err, "%s: %s", path,
                          st->db ? sqlite3_errmsg(st->db) : "out of memory");
     if (configure(st, err) || migrate(st, err) || prepare_all(st, err) ||
-        recover(st, now, err) || load_counts(st, err) ||
+        recover(st, now, err) || count_table(st, st->count, err) ||
         ckpt_start(&st->ckpt, path, err))
         return llmq_err_prefix(err, "%s", path);
     /* Replaces SQLite's automatic checkpoint, which would run in commits. */
     sqlite3_wal_hook(st->db, wal_grew, st);
     return 0;
+}
+
+/* Everything open_steps made, in any state it left them. */
+static void release(store *st)
+{
+    for (int i = 0; i < S_COUNT; i++)
+        sqlite3_finalize(st->stmt[i]);
+    /* Stopped first, so that the broker's connection is the last one and its
+     * close checkpoints everything and removes the WAL. */
+    ckpt_stop(st->ckpt);
+    sqlite3_close(st->db);
+    if (st->lock_fd >= 0)
+        close(st->lock_fd);
+    free(st->json_a.p);
+    free(st->json_b.p);
+    free(st);
 }
 
 int store_open(store **out, const char *path, const store_opts *opts,
@@ -572,7 +606,7 @@ int store_open(store **out, const char *path, const store_opts *opts,
     st->lock_fd = -1;
     st->opts = *opts;
     if (open_steps(st, path, now_ms, err)) {
-        store_close(st);
+        release(st);
         return -1;
     }
     *out = st;
@@ -585,17 +619,9 @@ void store_close(store *st)
         return;
     if (st->in_tx)
         store_rollback(st);
-    for (int i = 0; i < S_COUNT; i++)
-        sqlite3_finalize(st->stmt[i]);
-    /* Stopped first, so that the broker's connection is the last one and its
-     * close checkpoints everything and removes the WAL. */
-    ckpt_stop(st->ckpt);
-    sqlite3_close(st->db);
-    if (st->lock_fd >= 0)
-        close(st->lock_fd);
-    free(st->json_a.p);
-    free(st->json_b.p);
-    free(st);
+    if (LLMQ_ASSERTS_ON)
+        assert_counts(st);
+    release(st);
 }
 
 /* ---- transactions ---------------------------------------------------------- */
@@ -667,6 +693,8 @@ int64_t store_running(const store *st)
 
 static void count_move(store *st, store_state from, store_state to)
 {
+    LLMQ_ASSERT(st->count[from] > 0, "a job leaves %s, which counts none",
+                state_names[from]);
     st->count[from]--;
     st->count[to]++;
 }
@@ -1308,7 +1336,7 @@ int store_batch_briefs(store *st, const char *batch_id, store_brief_fn fn,
     }
 }
 
-void store_counts_all(const store *st, int64_t out[5])
+void store_counts_all(const store *st, int64_t out[STORE_N_STATES])
 {
     memcpy(out, st->count, sizeof st->count);
 }

@@ -16,10 +16,10 @@
  * Job life: queued -> running -> done | failed | cancelled; running -> queued
  * when its worker is lost, fails it, or hands it back; queued -> cancelled.
  * Every transition goes through this module, which therefore keeps exact
- * counts of queued and running jobs without querying.  A job fails once
- * `max_attempts` of its attempts have ended in a fault (worker lost, worker
- * failure), or at once on a permanent failure; hand-backs (worker shutting
- * down, broker restart) are not faults.
+ * counts of the jobs in each state without querying (store_counts_all).
+ * A job fails once `max_attempts` of its attempts have ended in a fault
+ * (worker lost, worker failure), or at once on a permanent failure;
+ * hand-backs (worker shutting down, broker restart) are not faults.
  *
  * Results: the first result recorded wins.  A result (or failure) counts only
  * if the job is still running on that worker session and attempt; anything
@@ -59,6 +59,7 @@ typedef enum store_state {
     STORE_DONE,
     STORE_FAILED,
     STORE_CANCELLED,
+    STORE_N_STATES /* how many there are: arrays indexed by store_state */
 } store_state;
 
 /* "queued", "running", ... as written in jobs.state. */
@@ -111,7 +112,9 @@ typedef int (*store_job_fn)(void *ctx, const store_job *job, llmq_err *err);
  * naming both versions if the file is newer than this build. */
 int store_open(store **out, const char *path, const store_opts *opts,
                int64_t now_ms, llmq_err *err);
-/* Rolls back an open transaction, finalizes, closes.  NULL is fine. */
+/* Rolls back an open transaction, finalizes, closes.  NULL is fine.  With
+ * assertions on (common/check.h) it first counts the jobs table's states
+ * and asserts that they are the counts kept in memory. */
 void store_close(store *st);
 
 int store_begin(store *st, llmq_err *err);
@@ -251,7 +254,7 @@ int store_outcome_get(store *st, int64_t job_id, store_outcome_fn fn,
                       void *ctx, bool *found, llmq_err *err);
 
 /* Jobs per state over the whole database, indexed by store_state. */
-void store_counts_all(const store *st, int64_t out[5]);
+void store_counts_all(const store *st, int64_t out[STORE_N_STATES]);
 
 /* ---- workers ------------------------------------------------------------- */
 

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/check.h"
 #include "engine/kvpool.h"
 
 typedef enum seq_state { SEQ_WAITING, SEQ_RUNNING, SEQ_DONE } seq_state;
@@ -87,11 +88,11 @@ int32_t engine_default_blocks(int32_t wanted, size_t block_bytes, size_t availab
 static int size_pool(engine_config *cfg, const model_config *mc, backend *be, int32_t per_seq,
                      llmq_err *err)
 {
-    size_t available;
-    if (be->ops->mem_available(be, &available, err) != 0)
+    size_t available, block_bytes;
+    if (be->ops->mem_available(be, &available, err) != 0 ||
+        be->ops->kv_block_bytes(be, mc->n_layers, cfg->block_size, mc->n_head_kv * mc->head_dim,
+                                cfg->kv_type, &block_bytes, err) != 0)
         return llmq_err_prefix(err, "engine: sizing the KV cache");
-    const size_t elem = cfg->kv_type == BE_KV_F16 ? 2 : 4, kv_dim = (size_t)mc->n_head_kv * mc->head_dim;
-    const size_t block_bytes = 2 * (size_t)mc->n_layers * (size_t)cfg->block_size * kv_dim * elem;
     cfg->n_blocks = engine_default_blocks(per_seq * cfg->max_seqs, block_bytes, available);
     if (cfg->n_blocks < per_seq)
         return llmq_errf(err, "engine: the %.1f GB the %s backend has left hold %d KV blocks of %d "
@@ -122,7 +123,7 @@ const char *engine_finish_name(engine_finish f)
 /* ---- sequences ---- */
 
 /* live[] keeps waiting sequences first (queue order), then running ones
- * (admission order).  These helpers keep that invariant. */
+ * (admission order); assert_invariants says what else holds between calls. */
 static int32_t n_waiting(const engine *e)
 {
     int32_t n = 0;
@@ -131,6 +132,40 @@ static int32_t n_waiting(const engine *e)
     return n;
 }
 
+/* What holds between calls besides that order: only running sequences
+ * hold KV blocks, each enough for the tokens it has computed and no more
+ * than a context; with the pool's free blocks they make up the whole pool
+ * (a block held twice, or lost, breaks the sum). */
+static void assert_invariants(const engine *e)
+{
+    const int32_t waiting = n_waiting(e), ctx_blocks = kvpool_blocks_for(e->pool, e->cfg.n_ctx);
+    LLMQ_ASSERT(e->n_live <= e->max_live && e->n_live - waiting <= e->cfg.max_seqs,
+                "%d sequences live (at most %d), %d running (at most %d)", e->n_live, e->max_live,
+                e->n_live - waiting, e->cfg.max_seqs);
+    int64_t held = 0;
+    for (int32_t i = 0; i < e->n_live; i++) {
+        const seq *s = e->live[i];
+        const unsigned long long id = (unsigned long long)s->id;
+        held += s->n_blocks;
+        if (i < waiting) {
+            LLMQ_ASSERT(s->n_blocks == 0 && s->n_computed == 0,
+                        "job %llu waits holding %d blocks, %d tokens computed", id, s->n_blocks,
+                        s->n_computed);
+            continue;
+        }
+        LLMQ_ASSERT(s->state == SEQ_RUNNING,
+                    "job %llu at live[%d], behind the waiting, in state %d", id, i, (int)s->state);
+        LLMQ_ASSERT(i == waiting || e->live[i - 1]->admitted < s->admitted,
+                    "job %llu at live[%d] was admitted before the one ahead of it", id, i);
+        LLMQ_ASSERT(kvpool_blocks_for(e->pool, s->n_computed) <= s->n_blocks &&
+                        s->n_blocks <= ctx_blocks,
+                    "job %llu holds %d blocks for %d computed tokens (a context is %d blocks)", id,
+                    s->n_blocks, s->n_computed, ctx_blocks);
+    }
+    LLMQ_ASSERT(held + kvpool_n_free(e->pool) == kvpool_n_blocks(e->pool),
+                "sequences hold %lld blocks and %d are free, of %d", (long long)held,
+                kvpool_n_free(e->pool), kvpool_n_blocks(e->pool));
+}
 
 static void seq_free(seq *s)
 {
@@ -255,6 +290,8 @@ int engine_add(engine *e, const engine_request *r, llmq_err *err)
     memmove(&e->live[at + 1], &e->live[at], (size_t)(e->n_live - at) * sizeof *e->live);
     e->live[at] = s;
     e->n_live++;
+    if (LLMQ_ASSERTS_ON)
+        assert_invariants(e);
     return 0;
 }
 
@@ -354,6 +391,9 @@ static void add_rows(engine *e, seq *s, int32_t n, int32_t *n_rows, int32_t *n_s
     const int32_t bs = kvpool_block_size(e->pool);
     const int32_t max_blocks = kvpool_blocks_for(e->pool, e->cfg.n_ctx);
     const int32_t b = (*n_seqs)++;
+    LLMQ_ASSERT(kvpool_blocks_for(e->pool, s->n_computed + n) <= s->n_blocks,
+                "job %llu: rows up to position %d, blocks for %d tokens", (unsigned long long)s->id,
+                s->n_computed + n - 1, s->n_blocks * bs);
     for (int32_t k = 0; k < n; k++) {
         const int32_t r = (*n_rows)++, pos = s->n_computed + k;
         e->b_tokens[r] = s->tokens[pos];
@@ -465,6 +505,8 @@ static bool find_stop(const seq *s, size_t from, size_t *at)
 
 static engine_event *new_event(engine *e, seq *s)
 {
+    LLMQ_ASSERT(e->n_events < e->max_live, "event %d of a step, past the %d its sequences make",
+                e->n_events + 1, e->max_live);
     engine_event *ev = &e->events[e->n_events++];
     memset(ev, 0, sizeof *ev);
     ev->id = s->id;
@@ -679,6 +721,8 @@ int engine_step(engine *e, const engine_event **events, int32_t *n_events, llmq_
         e->stats.host_ms += engine_now_ms() - t_host;
     }
     *n_events = e->n_events;
+    if (LLMQ_ASSERTS_ON)
+        assert_invariants(e);
     return 0;
 }
 

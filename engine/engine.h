@@ -112,7 +112,8 @@ const engine_config *engine_get_config(const engine *e);
 
 /* Queues a sequence.  Fails (naming the field) on a bad request: empty or
  * too long prompt, token ids out of range, bad sampling parameters, an id
- * already live, or more than max_seqs * 4 sequences waiting. */
+ * already live; or when the engine is full: max_seqs * 2 sequences live
+ * (waiting + running), so that up to max_seqs wait behind the running ones. */
 int engine_add(engine *e, const engine_request *req, llmq_err *err);
 
 /* Finishes a sequence with ENGINE_FINISH_CANCELLED at the next step; false
@@ -120,14 +121,15 @@ int engine_add(engine *e, const engine_request *req, llmq_err *err);
 bool engine_cancel(engine *e, uint64_t id);
 
 /* Runs one forward pass and sampling.  *events has one entry per sequence
- * that produced text or finished this step. */
+ * that sampled a token (its text may be empty, held back for a stop
+ * string or an incomplete character) or finished this step. */
 int engine_step(engine *e, const engine_event **events, int32_t *n_events, llmq_err *err);
 
 /* Live sequences (waiting + running), and whether any work is left. */
 int32_t engine_n_live(const engine *e);
 bool engine_has_work(const engine *e);
 
-/* How many more sequences could be added now without waiting. */
+/* How many more sequences engine_add takes now (of max_seqs * 2 live). */
 int32_t engine_free_slots(const engine *e);
 
 /* Steps run and rows computed so far, and where the steps' wall time went
@@ -148,7 +150,8 @@ typedef struct engine_stats {
 engine_stats engine_get_stats(const engine *e);
 
 /* Called with each sequence's logits (n_vocab floats) before sampling, for
- * parity tests and tools that print top tokens; step counts generated tokens. */
+ * the parity tests; step counts generated tokens.  While one is set every
+ * row's logits are copied back (no argmax or top-k on the backend). */
 typedef void (*engine_logits_fn)(void *ctx, uint64_t id, int32_t step, const float *logits,
                                  int32_t n_vocab);
 void engine_set_logits_observer(engine *e, engine_logits_fn fn, void *ctx);

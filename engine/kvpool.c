@@ -2,6 +2,8 @@
 
 #include <stdlib.h>
 
+#include "common/check.h"
+
 struct kvpool {
     int32_t n_blocks;
     int32_t block_size;
@@ -59,7 +61,12 @@ bool kvpool_reserve(kvpool *p, int32_t *table, int32_t *n_table, int64_t n_token
 
 void kvpool_release(kvpool *p, const int32_t *table, int32_t *n_table)
 {
-    for (int32_t i = *n_table - 1; i >= 0; i--)
+    LLMQ_ASSERT(p->n_free + *n_table <= p->n_blocks, "%d blocks back with %d of %d free", *n_table,
+                p->n_free, p->n_blocks);
+    for (int32_t i = *n_table - 1; i >= 0; i--) {
+        LLMQ_ASSERT(table[i] >= 0 && table[i] < p->n_blocks, "block id %d of %d", table[i],
+                    p->n_blocks);
         p->free_ids[p->n_free++] = table[i];
+    }
     *n_table = 0;
 }

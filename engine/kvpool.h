@@ -27,8 +27,9 @@ int32_t kvpool_n_free(const kvpool *p);
 /* Blocks needed to hold n tokens. */
 int32_t kvpool_blocks_for(const kvpool *p, int64_t n_tokens);
 
-/* Grows `table` (holding *n_table blocks) to cover n_tokens tokens; false,
- * with nothing taken, when the pool has too few free blocks. */
+/* Grows `table` (holding *n_table blocks, with room for
+ * kvpool_blocks_for(n_tokens)) to cover n_tokens tokens; false, with
+ * nothing taken, when the pool has too few free blocks. */
 bool kvpool_reserve(kvpool *p, int32_t *table, int32_t *n_table, int64_t n_tokens);
 
 /* Returns all of a table's blocks to the pool; *n_table becomes 0. */

@@ -5,8 +5,10 @@
  * the GPU.  A backend is a plain struct of function pointers plus its own
  * state behind `impl`.  All pointers named *_dev are backend memory (host
  * memory for the CPU backend, device memory for CUDA), allocated with
- * backend_alloc; ops are enqueued in order and may run asynchronously until
- * backend_sync / download.
+ * ops->alloc; ops are enqueued in order and may run asynchronously until
+ * ops->sync or ops->download.  An op returns nothing: a backend that can
+ * fail inside one (CUDA) keeps the first failure and returns it from the
+ * next sync, download or upload.
  *
  * Batch invariance contract: every op computes each row with a fixed
  * reduction order that does not depend on how many rows are in the batch or
@@ -118,6 +120,11 @@ typedef struct backend_ops {
     int (*kv_create)(backend *be, int32_t n_layers, int32_t n_blocks, int32_t block_size,
                      int32_t kv_dim, be_kv_type type, be_kv **out, llmq_err *err);
     void (*kv_destroy)(backend *be, be_kv *kv);
+    /* The backend memory one block of such a cache takes (keys and values
+     * of block_size tokens in every layer), so that a caller can size a
+     * pool to the memory left; fails for a type kv_create refuses. */
+    int (*kv_block_bytes)(backend *be, int32_t n_layers, int32_t block_size, int32_t kv_dim,
+                          be_kv_type type, size_t *bytes, llmq_err *err);
 
     /* ---- ops ---- */
     /* out[r] = dequantized row ids[r] of the embedding table (rows x cols). */

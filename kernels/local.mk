@@ -9,7 +9,7 @@ kernels_libllmq_kernels_a_SOURCES = \
 if HAVE_CUDA
 noinst_LIBRARIES += kernels/libllmq_cuda.a
 kernels_libllmq_cuda_a_SOURCES = \
-	kernels/cuda/cuda_internal.h \
+	kernels/cuda/cuda_internal.h kernels/cuda/blocks.cuh \
 	kernels/cuda/cuda_backend.cu \
 	kernels/cuda/elementwise.cu \
 	kernels/cuda/matvec.cu \

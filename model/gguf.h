@@ -10,8 +10,8 @@
  * Ownership: the gguf_file owns the mapping; every pointer returned (strings,
  * arrays, tensor data) lives until gguf_close.  Strings in GGUF are not
  * NUL-terminated: they come as gguf_str (pointer + length). */
-#ifndef LLMQ_WORKER_GGUF_H
-#define LLMQ_WORKER_GGUF_H
+#ifndef LLMQ_MODEL_GGUF_H
+#define LLMQ_MODEL_GGUF_H
 
 #include <stdbool.h>
 #include <stddef.h>

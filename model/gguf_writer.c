@@ -279,11 +279,6 @@ int gw_add_tensor(gw_writer *w, const char *name, uint32_t n_dims, const uint64_
     return 0;
 }
 
-uint64_t gw_tensor_bytes(const gw_writer *w, uint64_t index)
-{
-    return index < w->n_tensors ? w->tensors[index].nbytes : 0;
-}
-
 uint64_t gw_data_bytes(const gw_writer *w)
 {
     uint64_t sum = 0;

@@ -10,8 +10,8 @@
  * run never leaves a partial file under either name.
  *
  * Ownership: the writer copies every key, value and name it is given. */
-#ifndef LLMQ_WORKER_GGUF_WRITER_H
-#define LLMQ_WORKER_GGUF_WRITER_H
+#ifndef LLMQ_MODEL_GGUF_WRITER_H
+#define LLMQ_MODEL_GGUF_WRITER_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -46,7 +46,6 @@ int gw_kv_str_array(gw_writer *w, const char *key, const gguf_str *items, uint64
  * supported type; *index receives its number for gw_write. */
 int gw_add_tensor(gw_writer *w, const char *name, uint32_t n_dims, const uint64_t *ne,
                   quant_type type, uint64_t *index, llmq_err *err);
-uint64_t gw_tensor_bytes(const gw_writer *w, uint64_t index);
 /* Sum of all tensors' data bytes (without alignment padding). */
 uint64_t gw_data_bytes(const gw_writer *w);
 /* The size the file will have. */

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check.h"
+
 typedef struct layer_weights {
     float *attn_norm, *ffn_norm; /* backend memory */
     be_weight *wq, *wk, *wv, *wo, *wg, *wu, *wd;
@@ -385,6 +387,27 @@ static int check_batch(const model_state *st, const model_batch *b, llmq_err *er
     return 0;
 }
 
+/* What a model_batch promises (model.h), which attention relies on: a
+ * sequence's rows in position order, each inside its sequence's cached
+ * length; logit rows ascending. */
+static void assert_batch_order(const model_batch *b)
+{
+    for (int32_t r = 0; r < b->n_rows; r++) {
+        const int32_t s = b->row_seq[r];
+        LLMQ_ASSERT(s >= 0 && s < b->n_seqs, "row %d: sequence %d of %d", r, s, b->n_seqs);
+        LLMQ_ASSERT(b->pos[r] >= 0 && b->pos[r] < b->seq_len[s],
+                    "row %d: position %d, its sequence caches %d tokens", r, b->pos[r],
+                    b->seq_len[s]);
+        LLMQ_ASSERT(r == 0 || b->row_seq[r - 1] != s || b->pos[r - 1] < b->pos[r],
+                    "rows %d and %d of sequence %d: positions %d, %d", r - 1, r, s, b->pos[r - 1],
+                    b->pos[r]);
+    }
+    for (int32_t i = 0; i < b->n_logits; i++)
+        LLMQ_ASSERT(b->logit_rows[i] >= 0 && b->logit_rows[i] < b->n_rows &&
+                        (i == 0 || b->logit_rows[i - 1] < b->logit_rows[i]),
+                    "logit row %d is row %d of %d", i, b->logit_rows[i], b->n_rows);
+}
+
 /* Returns the number of rows alone in their sequence (listed in st->alone), or -1. */
 static int32_t upload_batch(backend *be, model_state *st, const model_batch *b, llmq_err *err)
 {
@@ -457,7 +480,11 @@ int model_forward(model *m, model_state *st, be_kv *kv, const model_batch *b, fl
     const backend_ops *o = be->ops;
     st->n_logits = 0;
     int32_t n_alone;
-    if (check_batch(st, b, err) != 0 || (n_alone = upload_batch(be, st, b, err)) < 0)
+    if (check_batch(st, b, err) != 0)
+        return -1;
+    if (LLMQ_ASSERTS_ON)
+        assert_batch_order(b);
+    if ((n_alone = upload_batch(be, st, b, err)) < 0)
         return -1;
     int32_t max_len = 0;
     for (int32_t s = 0; s < b->n_seqs; s++)

@@ -10,8 +10,8 @@
  * model_forward runs one batch of rows that may mix prompt chunks and decode
  * tokens of many sequences; the caller (the engine) owns the KV cache and the
  * block tables.  Logits are produced only for the rows the batch names. */
-#ifndef LLMQ_WORKER_MODEL_H
-#define LLMQ_WORKER_MODEL_H
+#ifndef LLMQ_MODEL_MODEL_H
+#define LLMQ_MODEL_MODEL_H
 
 #include <stdbool.h>
 #include <stdint.h>

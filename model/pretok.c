@@ -323,11 +323,6 @@ const char *pretok_known_names(void)
            "llama3, llama-v3, llama-bpe, falcon3, dbrx, smaug-bpe";
 }
 
-const char *pretok_name(const pretok *p)
-{
-    return p->name;
-}
-
 bool pretok_ignore_merges(const pretok *p)
 {
     return p->ignore_merges;

@@ -14,8 +14,8 @@
  *
  * Ownership: pretok_find returns a pointer to a constant table entry; the
  * arrays the other functions return are malloc'd and owned by the caller. */
-#ifndef LLMQ_WORKER_PRETOK_H
-#define LLMQ_WORKER_PRETOK_H
+#ifndef LLMQ_MODEL_PRETOK_H
+#define LLMQ_MODEL_PRETOK_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -32,7 +32,6 @@ const pretok *pretok_find(const char *name, size_t len);
 /* Comma-separated names of every known pre-tokenizer (for error messages). */
 const char *pretok_known_names(void);
 
-const char *pretok_name(const pretok *p);
 /* A word that is itself a token is emitted whole, without merging (llama3). */
 bool pretok_ignore_merges(const pretok *p);
 /* The vocabulary adds BOS unless tokenizer.ggml.add_bos_token says otherwise. */

@@ -217,7 +217,8 @@ struct tok_vocab {
     int32_t char_tok[128]; /* SPM: the token whose text is this one ASCII character */
     uint16_t byte_cpt[256];
     int16_t cpt_byte[0x144]; /* inverse of byte_cpt, -1 elsewhere */
-    int32_t bos, eos, eot, eom, unk, sep, pad;
+    int32_t bos, eos, eot, eom, unk;
+    int32_t sep, pad; /* read only to be checked: an id past the vocabulary is refused */
     bool add_bos, add_eos, add_space_prefix;
 };
 
@@ -241,19 +242,9 @@ int32_t tok_eos(const tok_vocab *v)
     return v->eos;
 }
 
-int32_t tok_eot(const tok_vocab *v)
-{
-    return v->eot;
-}
-
 int32_t tok_unk(const tok_vocab *v)
 {
     return v->unk;
-}
-
-int32_t tok_pad(const tok_vocab *v)
-{
-    return v->pad;
 }
 
 static bool valid_id(const tok_vocab *v, int32_t id)
@@ -279,13 +270,6 @@ bool tok_add_bos(const tok_vocab *v)
 bool tok_add_eos(const tok_vocab *v)
 {
     return v->add_eos;
-}
-
-const char *tok_text(const tok_vocab *v, int32_t id, size_t *len)
-{
-    if (!valid_id(v, id))
-        return NULL;
-    return strset_str(&v->strs, (size_t)id, len);
 }
 
 /* The token with exactly this text, or TOK_NONE. */
@@ -1404,11 +1388,6 @@ const char *tok_piece(const tok_vocab *v, int32_t id, bool special, size_t *len)
     }
     *len = v->piece_len[id];
     return v->pieces + v->piece_off[id];
-}
-
-size_t tok_max_piece(const tok_vocab *v)
-{
-    return v->max_piece;
 }
 
 /* The piece of id as detokenization emits it: the first token of a

@@ -18,8 +18,8 @@
  * Malformed metadata (missing or mistyped arrays, lengths that disagree,
  * merges that are not "left right", special ids past the vocabulary) is
  * refused at load with an error naming the key and index. */
-#ifndef LLMQ_WORKER_TOKENIZER_H
-#define LLMQ_WORKER_TOKENIZER_H
+#ifndef LLMQ_MODEL_TOKENIZER_H
+#define LLMQ_MODEL_TOKENIZER_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -42,9 +42,7 @@ const char *tok_model(const tok_vocab *v);
 /* Special ids, or TOK_NONE. */
 int32_t tok_bos(const tok_vocab *v);
 int32_t tok_eos(const tok_vocab *v);
-int32_t tok_eot(const tok_vocab *v);
 int32_t tok_unk(const tok_vocab *v);
-int32_t tok_pad(const tok_vocab *v);
 
 /* End of generation: eos, eot, eom, and tokens llama.cpp recognises by name
  * (<|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|endoftext|>, ...). */
@@ -68,17 +66,11 @@ bool tok_add_eos(const tok_vocab *v);
 int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos,
                bool parse_special, int32_t **ids, size_t *n, llmq_err *err);
 
-/* The vocabulary's own string for id (U+2581 and byte-level characters
- * included), not NUL-terminated; NULL when id is out of range. */
-const char *tok_text(const tok_vocab *v, int32_t id, size_t *len);
-
 /* The bytes id stands for (llama_token_to_piece): U+2581 -> space, <0xNN> ->
  * that byte, byte-level BPE characters -> their bytes; control and unknown
  * tokens are empty unless `special`.  Points into the vocab (not
  * NUL-terminated); NULL when id is out of range. */
 const char *tok_piece(const tok_vocab *v, int32_t id, bool special, size_t *len);
-/* The longest piece of any token, in bytes. */
-size_t tok_max_piece(const tok_vocab *v);
 
 /* Flags of tok_detokenize and tok_stream. */
 enum {

@@ -45,6 +45,26 @@ tests_unit_test_json_SOURCES = tests/unit/test-json.c tests/unit/check.h
 tests_unit_test_json_LDADD = common/libllmq_common.a
 # ---- end common: JSON ----
 
+# ---- common: invariant assertions (common/check.c) ----
+check_PROGRAMS += tests/unit/test-check
+TESTS += tests/unit/test-check
+tests_unit_test_check_SOURCES = tests/unit/test-check.c tests/unit/check.h
+tests_unit_test_check_LDADD = common/libllmq_common.a
+# ---- end common: invariant assertions ----
+
+# ---- tools/format-check.sh (.clang-format), on a scratch git repository ----
+TESTS += tests/unit/test-format-check.sh
+EXTRA_DIST += tests/unit/test-format-check.sh tools/format-check.sh .clang-format \
+	broker/.clang-format
+# ---- end tools/format-check.sh ----
+
+# ---- the backend seam: GPUs, the backend chosen, a KV block's bytes (kernels/select.c, cpu) ----
+check_PROGRAMS += tests/unit/test-backend
+TESTS += tests/unit/test-backend
+tests_unit_test_backend_SOURCES = tests/unit/test-backend.c tests/unit/check.h
+tests_unit_test_backend_LDADD = $(LLMQ_BACKEND_LIBS) $(LLMQ_MODEL_LIBS)
+# ---- end the backend seam ----
+
 # ---- tensor types (kernels/quant.c) ----
 check_PROGRAMS += tests/unit/test-quant
 TESTS += tests/unit/test-quant

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check.h"
+
 int jobs_init(jobs *t, uint32_t cap, llmq_err *err)
 {
     memset(t, 0, sizeof *t);
@@ -33,6 +35,8 @@ jobs_entry *jobs_add(jobs *t, uint64_t id, uint32_t attempt)
         return NULL;
     jobs_entry *e = &t->v[t->n++];
     *e = (jobs_entry){.id = id, .attempt = attempt};
+    LLMQ_ASSERT(t->n + (uint64_t)t->credits <= t->cap, "%u jobs held and %u credits of %u slots",
+                t->n, t->credits, t->cap);
     return e;
 }
 
@@ -49,6 +53,7 @@ uint32_t jobs_grantable(const jobs *t)
 
 void jobs_granted(jobs *t, uint32_t n)
 {
+    LLMQ_ASSERT(n <= jobs_grantable(t), "%u credits granted, %u grantable", n, jobs_grantable(t));
     t->credits += n;
 }
 

@@ -43,8 +43,9 @@ jobs_entry *jobs_find(jobs *t, uint64_t id);
 jobs_entry *jobs_add(jobs *t, uint64_t id, uint32_t attempt);
 void jobs_remove(jobs *t, jobs_entry *e);
 
-/* Credits: how many more may be granted now; record a grant; a job arrived
- * (it uses a credit); a new session (the broker's count restarts at 0). */
+/* Credits: how many more may be granted now; record a grant (of at most
+ * that many); a job arrived (it uses a credit); a new session (the
+ * broker's count restarts at 0). */
 uint32_t jobs_grantable(const jobs *t);
 void jobs_granted(jobs *t, uint32_t n);
 void jobs_arrived(jobs *t);

@@ -13,8 +13,6 @@
  *
  * With --gpus the process serves nothing itself: it supervises one such
  * worker per GPU (worker/supervisor.c), each started with --gpu N. */
-#include "config.h" /* LLMQ_HAVE_CUDA */
-
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -37,9 +35,6 @@
 #include "model/tokenizer.h"
 #include "worker/session.h"
 #include "worker/supervisor.h"
-#ifdef LLMQ_HAVE_CUDA
-#include "kernels/cuda/devices.h"
-#endif
 
 #define EXIT_FAILED 1
 #define EXIT_USAGE 2
@@ -185,7 +180,11 @@ static int check_gpus(const options *o)
         fprintf(stderr, "llmq-worker: --gpus excludes --gpu and --cpu\n");
         return -1;
     }
-#ifdef LLMQ_HAVE_CUDA
+    if (!backend_gpus_built()) {
+        fprintf(stderr, "llmq-worker: --gpus: built without CUDA, there are no GPU workers to"
+                        " run (rebuild with ./configure --with-cuda, or use --cpu)\n");
+        return -1;
+    }
     super_gpus g;
     llmq_err err;
     if (super_parse_gpus(o->gpus, &g, &err) != 0) {
@@ -193,11 +192,6 @@ static int check_gpus(const options *o)
         return -1;
     }
     return 0;
-#else
-    fprintf(stderr, "llmq-worker: --gpus: built without CUDA, there are no GPU workers to"
-                    " run (rebuild with ./configure --with-cuda, or use --cpu)\n");
-    return -1;
-#endif
 }
 
 /* 0: run; 1: help shown; -1: bad usage (message written). */
@@ -319,17 +313,14 @@ static int open_parts(const options *o, parts *p, llmq_err *err)
     if (open_backend(o, p, err) != 0)
         return -1;
     io.gpu_index = p->gpu_index;
-#ifdef LLMQ_HAVE_CUDA
     /* The name and UUID make the workers table's accounting per physical
      * GPU, whatever the index under CUDA_VISIBLE_DEVICES. */
     char gpu_name[WIRE_MAX_NAME_BYTES + 1], gpu_uuid[64];
-    if (p->gpu_index >= 0 &&
-        cuda_device_info(p->gpu_index, gpu_name, sizeof gpu_name, gpu_uuid, sizeof gpu_uuid,
-                         err) == 0) {
+    if (p->gpu_index >= 0 && backend_gpu_info(p->gpu_index, gpu_name, sizeof gpu_name, gpu_uuid,
+                                              sizeof gpu_uuid, err) == 0) {
         io.gpu_name = gpu_name;
         io.gpu_uuid = gpu_uuid;
     }
-#endif
     if (model_load(&p->m, o->model, p->be, err) != 0)
         return llmq_err_prefix(err, "cannot load the model");
     if (tok_load(&p->vocab, model_gguf(p->m), err) != 0)
@@ -370,7 +361,6 @@ static void say_ready(const options *o, const parts *p)
 
 /* ---- --gpus: one worker process per GPU ----------------------------------------- */
 
-#ifdef LLMQ_HAVE_CUDA
 #define CHILD_MAX_ARGS 40
 #define CHILD_MAX_NUMBERS 12
 
@@ -452,7 +442,7 @@ static int run_gpus(const options *o, int sigfd)
 {
     llmq_err err;
     super_gpus g;
-    int n_visible = cuda_device_count(&err);
+    int n_visible = backend_gpu_count(&err);
     if (n_visible < 0 || super_parse_gpus(o->gpus, &g, &err) != 0 ||
         super_resolve_gpus(&g, n_visible, &err) != 0) {
         fprintf(stderr, "llmq-worker: %s\n", err.msg);
@@ -475,7 +465,6 @@ static int run_gpus(const options *o, int sigfd)
     free(labels);
     return rc;
 }
-#endif
 
 /* ---- the loop ------------------------------------------------------------------------ */
 
@@ -560,13 +549,11 @@ int main(int argc, char **argv)
         perror("llmq-worker: signalfd");
         return EXIT_FAILED;
     }
-#ifdef LLMQ_HAVE_CUDA
     if (o.gpus) {
         rc = run_gpus(&o, sigfd);
         close(sigfd);
         return rc;
     }
-#endif
     parts p = {0};
     llmq_err err = {{0}};
     rc = open_parts(&o, &p, &err);

@@ -244,16 +244,40 @@ static void cpu_kv_destroy(backend *be, be_kv *kv)
     free(kv);
 }
 
+static size_t kv_elem_bytes(be_kv_type type)
+{
+    return type == BE_KV_F16 ? sizeof(quant_f16) : sizeof(float);
+}
+
+/* One of the cache's two planes (keys, or values). */
+static size_t kv_plane_bytes(int32_t n_layers, int32_t n_blocks, int32_t block_size, int32_t kv_dim,
+                             be_kv_type type)
+{
+    return (size_t)n_layers * n_blocks * block_size * kv_dim * kv_elem_bytes(type);
+}
+
+static int cpu_kv_block_bytes(backend *be, int32_t n_layers, int32_t block_size, int32_t kv_dim,
+                              be_kv_type type, size_t *bytes, llmq_err *err)
+{
+    (void)be;
+    (void)err;
+    *bytes = 2 * kv_plane_bytes(n_layers, 1, block_size, kv_dim, type);
+    return 0;
+}
+
 static int cpu_kv_create(backend *be, int32_t n_layers, int32_t n_blocks, int32_t block_size,
                          int32_t kv_dim, be_kv_type type, be_kv **out, llmq_err *err)
 {
     be_kv *kv = calloc(1, sizeof *kv);
     if (!kv)
         return llmq_errf(err, "cpu backend: out of memory");
-    *kv = (be_kv){.n_layers = n_layers, .n_blocks = n_blocks, .block_size = block_size,
-                  .kv_dim = kv_dim, .type = type,
-                  .elem = type == BE_KV_F16 ? sizeof(quant_f16) : sizeof(float)};
-    size_t bytes = (size_t)n_layers * n_blocks * block_size * kv_dim * kv->elem;
+    *kv = (be_kv){.n_layers = n_layers,
+                  .n_blocks = n_blocks,
+                  .block_size = block_size,
+                  .kv_dim = kv_dim,
+                  .type = type,
+                  .elem = kv_elem_bytes(type)};
+    size_t bytes = kv_plane_bytes(n_layers, n_blocks, block_size, kv_dim, type);
     kv->k = cpu_alloc(be, bytes, err);
     kv->v = cpu_alloc(be, bytes, err);
     if (!kv->k || !kv->v) {
@@ -821,6 +845,7 @@ static const backend_ops cpu_ops = {
     .act_destroy = cpu_act_destroy,
     .kv_create = cpu_kv_create,
     .kv_destroy = cpu_kv_destroy,
+    .kv_block_bytes = cpu_kv_block_bytes,
     .embed = cpu_embed,
     .gather_rows = cpu_gather_rows,
     .rmsnorm = cpu_rmsnorm,

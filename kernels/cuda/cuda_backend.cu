@@ -240,22 +240,37 @@ static void fill_image(quant_type t, int64_t rows, int64_t cols, size_t row_byte
     }
 }
 
-/* Row lengths every kernel can take in whole 16-byte pieces. */
+/* bf16 has no kernels of its own: its values widen to f32 exactly. */
+static quant_type kept_type(quant_type t)
+{
+    return t == QUANT_BF16 ? QUANT_F32 : t;
+}
+
+/* "q4_K, q5_K, ..., bf16": the types with kernels (CUDA_WEIGHT_TYPES). */
+static void name_weight_types(char *out, size_t size)
+{
+    size_t n = 0;
+    for_each_weight_type([&](auto t) {
+        if (n < size)
+            n += (size_t)snprintf(out + n, size - n, "%s, ", quant_type_name((quant_type)t.value));
+    });
+    if (n < size)
+        snprintf(out + n, size - n, "%s", quant_type_name(QUANT_BF16));
+}
+
+/* Row lengths every kernel can take in whole 16-byte pieces: whole blocks,
+ * and float rows of a multiple of 16 bytes. */
 static int check_weight_shape(quant_type t, int64_t cols, llmq_err *err)
 {
-    int64_t mult;
-    switch (t) {
-    case QUANT_F32:
-    case QUANT_BF16: mult = 4; break; /* kept as f32 */
-    case QUANT_F16: mult = 8; break;
-    case QUANT_Q8_0: mult = 32; break;
-    case QUANT_Q4_K:
-    case QUANT_Q5_K:
-    case QUANT_Q6_K: mult = QK_K; break;
-    default:
-        return llmq_errf(err, "cuda backend: no kernels for type %s (supported: f32, f16, bf16, "
-                              "q8_0, q4_K, q5_K, q6_K)", quant_type_name(t));
+    const quant_type kept = kept_type(t);
+    if (!with_weight_type(kept, [](auto) {})) {
+        char names[128];
+        name_weight_types(names, sizeof names);
+        return llmq_errf(err, "cuda backend: no kernels for type %s (supported: %s)",
+                         quant_type_name(t), names);
     }
+    const int64_t elems = (int64_t)quant_block_elems(kept);
+    const int64_t mult = elems > 1 ? elems : 16 / (int64_t)quant_block_bytes(kept);
     if (cols % mult != 0)
         return llmq_errf(err, "cuda backend: %s rows of %lld values (need a multiple of %lld)",
                          quant_type_name(t), (long long)cols, (long long)mult);
@@ -270,8 +285,7 @@ static int cu_weight_load(backend *be, quant_type type, int64_t rows, int64_t co
     if (quant_row_bytes(type, (uint64_t)cols, &row_bytes, err) != 0 ||
         check_weight_shape(type, cols, err) != 0)
         return -1;
-    /* bf16 has no kernels of its own: its values widen to f32 exactly. */
-    const quant_type kept = type == QUANT_BF16 ? QUANT_F32 : type;
+    const quant_type kept = kept_type(type);
     const size_t kept_row_bytes = type == QUANT_BF16 ? 2 * row_bytes : row_bytes;
     const plane_plan p = plan_planes(kept, rows, cols, kept_row_bytes);
     be_weight *w = (be_weight *)calloc(1, sizeof *w);
@@ -375,17 +389,39 @@ static void cu_kv_destroy(backend *be, be_kv *kv)
     free(kv);
 }
 
-static int cu_kv_create(backend *be, int32_t n_layers, int32_t n_blocks, int32_t block_size,
-                        int32_t kv_dim, be_kv_type type, be_kv **out, llmq_err *err)
+static int check_kv_type(be_kv_type type, llmq_err *err)
 {
     if (type != BE_KV_F16)
         return llmq_errf(err, "cuda backend: the KV cache is f16 only (f32 was asked; drop "
                               "--kv-f32)");
+    return 0;
+}
+
+/* One of the cache's two planes (keys, or values). */
+static size_t kv_plane_bytes(int32_t n_layers, int32_t n_blocks, int32_t block_size, int32_t kv_dim)
+{
+    return (size_t)n_layers * n_blocks * block_size * kv_dim * sizeof(__half);
+}
+
+static int cu_kv_block_bytes(backend *, int32_t n_layers, int32_t block_size, int32_t kv_dim,
+                             be_kv_type type, size_t *bytes, llmq_err *err)
+{
+    if (check_kv_type(type, err) != 0)
+        return -1;
+    *bytes = 2 * kv_plane_bytes(n_layers, 1, block_size, kv_dim);
+    return 0;
+}
+
+static int cu_kv_create(backend *be, int32_t n_layers, int32_t n_blocks, int32_t block_size,
+                        int32_t kv_dim, be_kv_type type, be_kv **out, llmq_err *err)
+{
+    if (check_kv_type(type, err) != 0)
+        return -1;
     be_kv *kv = (be_kv *)calloc(1, sizeof *kv);
     if (!kv)
         return llmq_errf(err, "cuda backend: out of memory");
     *kv = (be_kv){n_layers, n_blocks, block_size, kv_dim, NULL, NULL};
-    const size_t bytes = (size_t)n_layers * n_blocks * block_size * kv_dim * sizeof(__half);
+    const size_t bytes = kv_plane_bytes(n_layers, n_blocks, block_size, kv_dim);
     kv->k = (__half *)cu_alloc(be, bytes, err);
     kv->v = (__half *)cu_alloc(be, bytes, err);
     /* Zeroed (on the stream, before any kv_write) so that no kernel can
@@ -564,14 +600,38 @@ static void cu_destroy(backend *be)
     free(cb);
 }
 
+/* By name: upload and download share a signature, so a table filled by
+ * position would swap them silently if the struct were reordered.  nvcc
+ * refuses designators out of the struct's order, so a reordered struct
+ * fails to build here instead. */
 static const backend_ops cuda_ops = {
-    cu_destroy,     cu_alloc,       cu_free,       cu_upload,        cu_download,
-    cu_sync,        cu_mem_available, cu_weight_load, cu_weight_free, cu_act_create,
-    cu_act_destroy,
-    cu_kv_create,   cu_kv_destroy,  cu_embed,      cu_gather_rows,   cu_rmsnorm,
-    cu_matmul,      cu_rope,        cu_kv_write,   cu_attention,     cu_swiglu,
-    cu_argmax,      cu_top_k,
-    cu_matmul_many, cu_graph_begin, cu_graph_end,
+    .destroy = cu_destroy,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .upload = cu_upload,
+    .download = cu_download,
+    .sync = cu_sync,
+    .mem_available = cu_mem_available,
+    .weight_load = cu_weight_load,
+    .weight_free = cu_weight_free,
+    .act_create = cu_act_create,
+    .act_destroy = cu_act_destroy,
+    .kv_create = cu_kv_create,
+    .kv_destroy = cu_kv_destroy,
+    .kv_block_bytes = cu_kv_block_bytes,
+    .embed = cu_embed,
+    .gather_rows = cu_gather_rows,
+    .rmsnorm = cu_rmsnorm,
+    .matmul = cu_matmul,
+    .rope = cu_rope,
+    .kv_write = cu_kv_write,
+    .attention = cu_attention,
+    .swiglu = cu_swiglu,
+    .argmax = cu_argmax,
+    .top_k = cu_top_k,
+    .matmul_many = cu_matmul_many,
+    .graph_begin = cu_graph_begin,
+    .graph_end = cu_graph_end,
 };
 
 extern "C" int backend_cuda_create(backend **out, int gpu, llmq_err *err)

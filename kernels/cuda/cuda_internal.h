@@ -1,17 +1,19 @@
 /* cuda_internal: what the CUDA backend's .cu files share (CUDA C++, never
  * included from C).  cuda_backend.cu owns lifetime, memory, weights and the
  * ops table; each kernel family (elementwise.cu, matvec.cu, gemm.cu,
- * attention.cu) exposes host launchers declared here.
+ * attention.cu, sampling.cu) exposes host launchers declared here, and
+ * graphs.cu records and replays decode steps.
  *
  * Layouts on the device (the seam's be_* structs, defined here):
  * - Weights, row-major, n rows x k cols, each row a whole number of blocks:
- *   q4_K stays in ggml's 144-byte blocks (16-byte aligned: a header of
- *   d, dmin, 12 scale bytes, then 128 bytes of nibbles).  q6_K and q8_0 are
- *   repacked at load into planes so every load is 16 bytes wide (see
- *   cuda_backend.cu: q6_repack): q6_K's 6-bit values as a q4_K-like plane of
- *   nibbles (ql4, 128 B/block) plus a plane of high bits (qh, 64 B/block),
- *   16 int8 scales and one f16 d per block; q8_0 as 32 B of quants per
- *   block plus one f16 d.  f16 and f32 rows are stored as they are.
+ *   q4_K and q5_K stay in ggml's 144- and 176-byte blocks (16-byte aligned:
+ *   a header of d, dmin, 12 scale bytes; q5_K's 32 bytes of fifth bits;
+ *   then 128 bytes of nibbles).  q6_K and q8_0 are repacked at load into
+ *   planes so every load is 16 bytes wide (see cuda_backend.cu: q6_repack):
+ *   q6_K's 6-bit values as a q4_K-like plane of nibbles (ql4, 128 B/block)
+ *   plus a plane of high bits (qh, 64 B/block), 16 int8 scales and one f16
+ *   d per block; q8_0 as 32 B of quants per block plus one f16 d.  f16 and
+ *   f32 rows are stored as they are; bf16 rows are widened to f32 at load.
  * - Activations (be_act): x is f32 rows x cols; the quantized copy
  *   (cuda_actq) is either q8_1-style (int8 values, per 32: float d and
  *   d * sum of the 32 values) for the decode matvec, or f16 rows padded with
@@ -38,21 +40,34 @@ extern "C" {
 }
 #undef _Static_assert
 
-/* The weight types the kernels are built for, in one place: calls
- * f(std::integral_constant<int, T>{}) for t and returns true, or returns
- * false for a type without kernels. */
+/* The weight types the kernels are built for, in one place (bf16 is
+ * widened to f32 at load and has none of its own).  Every launch site,
+ * the GEMM's set-up and the load-time check go through the two walks
+ * below, so a type added here gets kernels everywhere or fails to build. */
+#define CUDA_WEIGHT_TYPES(X) \
+    X(QUANT_Q4_K) X(QUANT_Q5_K) X(QUANT_Q6_K) X(QUANT_Q8_0) X(QUANT_F16) X(QUANT_F32)
+
+/* Calls f(std::integral_constant<int, T>{}) for t and returns true, or
+ * returns false for a type without kernels. */
 template <typename F>
 static bool with_weight_type(quant_type t, F f)
 {
+#define CUDA_WEIGHT_CASE(T) \
+    case T: f(std::integral_constant<int, T>{}); return true;
     switch (t) {
-    case QUANT_Q4_K: f(std::integral_constant<int, QUANT_Q4_K>{}); return true;
-    case QUANT_Q5_K: f(std::integral_constant<int, QUANT_Q5_K>{}); return true;
-    case QUANT_Q6_K: f(std::integral_constant<int, QUANT_Q6_K>{}); return true;
-    case QUANT_Q8_0: f(std::integral_constant<int, QUANT_Q8_0>{}); return true;
-    case QUANT_F16: f(std::integral_constant<int, QUANT_F16>{}); return true;
-    case QUANT_F32: f(std::integral_constant<int, QUANT_F32>{}); return true;
+        CUDA_WEIGHT_TYPES(CUDA_WEIGHT_CASE)
     default: return false;
     }
+#undef CUDA_WEIGHT_CASE
+}
+
+/* Calls f(std::integral_constant<int, T>{}) for every type of the list. */
+template <typename F>
+static void for_each_weight_type(F f)
+{
+#define CUDA_WEIGHT_CALL(T) f(std::integral_constant<int, T>{});
+    CUDA_WEIGHT_TYPES(CUDA_WEIGHT_CALL)
+#undef CUDA_WEIGHT_CALL
 }
 
 /* Matmuls of at most this many activation rows take the matvec path (q8_1

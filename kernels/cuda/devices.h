@@ -1,5 +1,6 @@
 /* devices: the CUDA devices this process can see, for choosing and naming
- * GPUs (llmq-worker --gpus, the hello's gpu_name and gpu_uuid).
+ * GPUs; programs ask through kernels/select.h (backend_gpu_count,
+ * backend_gpu_info), which is the only includer.
  *
  * Indices are the runtime's, so CUDA_VISIBLE_DEVICES is respected: index 0
  * is the first visible device.  No state is kept; callable from C and from

@@ -32,15 +32,14 @@
 template <int T>
 static __device__ __forceinline__ float dequant_one(const be_weight &w, int64_t row, int64_t k)
 {
-    if (T == QUANT_F32)
+    if constexpr (T == QUANT_F32) {
         return ((const float *)w.q)[row * w.cols + k];
-    if (T == QUANT_F16)
+    } else if constexpr (T == QUANT_F16) {
         return __half2float(((const __half *)w.q)[row * w.cols + k]);
-    if (T == QUANT_Q8_0) {
+    } else if constexpr (T == QUANT_Q8_0) {
         const int64_t b = row * w.nb + k / 32;
         return __fmul_rn((float)(int8_t)w.q[b * 32 + k % 32], __half2float(w.d[b]));
-    }
-    if (T == QUANT_Q4_K || T == QUANT_Q5_K) {
+    } else if constexpr (T == QUANT_Q4_K || T == QUANT_Q5_K) {
         constexpr size_t bytes = T == QUANT_Q4_K ? sizeof(block_q4_K) : sizeof(block_q5_K);
         constexpr int qs = T == QUANT_Q4_K ? 16 : 48; /* q5_K: qh[32] comes first */
         const uint8_t *blk = w.q + (row * w.nb + k / QK_K) * bytes;
@@ -55,12 +54,14 @@ static __device__ __forceinline__ float dequant_one(const be_weight &w, int64_t 
         if (T == QUANT_Q5_K)
             q += (blk[16 + l] >> (2 * j + hi) & 1) << 4;
         return __fsub_rn(__fmul_rn(d1, (float)q), m1);
+    } else {
+        /* A type of CUDA_WEIGHT_TYPES without a branch here stops the build. */
+        static_assert(T == QUANT_Q6_K, "dequant_one: no dequantizer for this weight type");
+        const int64_t b = row * w.nb + k / QK_K;
+        const int i = (int)(k % QK_K);
+        const float ds = __fmul_rn(__half2float(w.d[b]), (float)w.sc[b * 16 + i / 16]);
+        return __fmul_rn(ds, (float)(q6_value(w.q, w.qh, b, i) - 32));
     }
-    /* QUANT_Q6_K */
-    const int64_t b = row * w.nb + k / QK_K;
-    const int i = (int)(k % QK_K);
-    const float ds = __fmul_rn(__half2float(w.d[b]), (float)w.sc[b * 16 + i / 16]);
-    return __fmul_rn(ds, (float)(q6_value(w.q, w.qh, b, i) - 32));
 }
 
 template <int T>

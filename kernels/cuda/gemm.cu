@@ -39,57 +39,29 @@
  * Each output's k order is fixed (tile by tile, 16 at a time), so without a
  * split a row's result does not depend on M, the tile shape or its
  * neighbours; with one it depends on S, not on the neighbours. */
-#include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/blocks.cuh"
 
 #include <algorithm>
 
 #define LDS (GEMM_BK + 8)
+static_assert(GEMM_BK * 4 == QK_K && GEMM_BK == 2 * QK8_0,
+              "a k tile is a quarter of a k-quant super-block, two q8_0 blocks (fetch, dequant)");
 
-/* What a thread holds of one (row, half) task for the next k tile. */
-struct frag_q4k { uint4 hdr, qs; };
-struct frag_q5k { uint4 hdr, qh, qs; };
-struct frag_q6k { uint4 ql; uint2 qh; uint32_t sc; float d; };
+/* What a thread holds of one (row, half) task for the next k tile: for a
+ * k-quant, chunk (kt % 4, h) of super-block kt / 4 (blocks.cuh). */
+/* Tables of one-line structs, laid out by hand: */
+/* clang-format off */
 struct frag_q8 { uint4 q0, q1; float d; };
 struct frag_raw { uint4 v[8]; }; /* f16: 4 used, f32: 8 */
 
-template <int T> struct frag_of { typedef frag_raw type; };
-template <> struct frag_of<QUANT_Q4_K> { typedef frag_q4k type; };
-template <> struct frag_of<QUANT_Q5_K> { typedef frag_q5k type; };
-template <> struct frag_of<QUANT_Q6_K> { typedef frag_q6k type; };
+template <int T> struct frag_of : kquant_chunk<T> {};
 template <> struct frag_of<QUANT_Q8_0> { typedef frag_q8 type; };
+template <> struct frag_of<QUANT_F16> { typedef frag_raw type; };
+template <> struct frag_of<QUANT_F32> { typedef frag_raw type; };
+/* clang-format on */
 
-static __device__ __forceinline__ void fetch(const be_weight &w, int64_t n, int kt, int h,
-                                             frag_q4k *f)
-{
-    const uint8_t *blk = w.q + (n * w.nb + kt / 4) * sizeof(block_q4_K);
-    f->hdr = __ldg((const uint4 *)blk);
-    f->qs = __ldg((const uint4 *)(blk + 16 + 16 * (2 * (kt % 4) + h)));
-}
-
-/* q5_K: the fifth bits of the task's 16 quant bytes are the qh bytes at the
- * same offset within the 32-byte group. */
-static __device__ __forceinline__ void fetch(const be_weight &w, int64_t n, int kt, int h,
-                                             frag_q5k *f)
-{
-    const uint8_t *blk = w.q + (n * w.nb + kt / 4) * sizeof(block_q5_K);
-    f->hdr = __ldg((const uint4 *)blk);
-    f->qh = __ldg((const uint4 *)(blk + 16 + 16 * h));
-    f->qs = __ldg((const uint4 *)(blk + 48 + 16 * (2 * (kt % 4) + h)));
-}
-
-static __device__ __forceinline__ void fetch(const be_weight &w, int64_t n, int kt, int h,
-                                             frag_q6k *f)
-{
-    const int64_t b = n * w.nb + kt / 4;
-    const int c = 2 * (kt % 4) + h;
-    f->ql = __ldg((const uint4 *)(w.q + b * 128 + 16 * c));
-    f->qh = __ldg((const uint2 *)(w.qh + b * 64 + 8 * c));
-    f->sc = __ldg((const uint32_t *)(w.sc + b * 16 + 4 * (kt % 4)));
-    f->d = __half2float(w.d[b]);
-}
-
-static __device__ __forceinline__ void fetch(const be_weight &w, int64_t n, int kt, int h,
-                                             frag_q8 *f)
+static __device__ __forceinline__ void fetch_q8(const be_weight &w, int64_t n, int kt, int h,
+                                                frag_q8 *f)
 {
     const int64_t blk = 2 * (int64_t)kt + h;
     if (blk >= w.nb) {
@@ -165,12 +137,12 @@ static __device__ __forceinline__ void dequant_k4(const uint4 &hdr, const uint4 
     });
 }
 
-static __device__ __forceinline__ void dequant(const frag_q4k &f, int kt, int h, __half *row)
+static __device__ __forceinline__ void dequant(const chunk_q4k &f, int kt, int h, __half *row)
 {
     dequant_k4(f.hdr, f.qs, kt, h, row, [](int, int, int) { return 0u; });
 }
 
-static __device__ __forceinline__ void dequant(const frag_q5k &f, int kt, int h, __half *row)
+static __device__ __forceinline__ void dequant(const chunk_q5k &f, int kt, int h, __half *row)
 {
     const uint32_t qh[4] = {f.qh.x, f.qh.y, f.qh.z, f.qh.w};
     const int bit = 2 * (kt % 4);
@@ -179,7 +151,7 @@ static __device__ __forceinline__ void dequant(const frag_q5k &f, int kt, int h,
     });
 }
 
-static __device__ __forceinline__ void dequant(const frag_q6k &f, int, int h, __half *row)
+static __device__ __forceinline__ void dequant(const chunk_q6k &f, int, int h, __half *row)
 {
     const float d0 = f.d * (float)(int8_t)(f.sc >> (8 * h));
     const float d1 = f.d * (float)(int8_t)(f.sc >> (16 + 8 * h));
@@ -226,8 +198,10 @@ static __device__ __forceinline__ void fetch_any(const be_weight &w, int64_t n, 
 {
     if constexpr (T == QUANT_F16 || T == QUANT_F32)
         fetch_raw<T>(w, n, kt, h, f);
+    else if constexpr (T == QUANT_Q8_0)
+        fetch_q8(w, n, kt, h, f);
     else
-        fetch(w, n, kt, h, f);
+        load_chunk(w, n, kt / 4, kt % 4, h, f);
 }
 
 template <int T>
@@ -392,11 +366,11 @@ static cudaError_t configure_type(void)
 
 cudaError_t gemm_configure(void)
 {
-    static const quant_type types[] = {QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K,
-                                       QUANT_Q8_0, QUANT_F16,  QUANT_F32};
     cudaError_t e = cudaSuccess;
-    for (size_t i = 0; i < sizeof types / sizeof *types && e == cudaSuccess; i++)
-        with_weight_type(types[i], [&](auto t) { e = configure_type<decltype(t)::value>(); });
+    for_each_weight_type([&](auto t) {
+        if (e == cudaSuccess)
+            e = configure_type<decltype(t)::value>();
+    });
     return e;
 }
 

@@ -26,7 +26,7 @@
  * weight stream leaves per SM.  Measured on the H200 at one row: 7.4 us
  * (30%) and 14.4 us (42%); the 32000-row output 36 us (70%): too few warps
  * hold loads on the smaller shapes (docs/perf/02). */
-#include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/blocks.cuh"
 
 #include <stdint.h>
 
@@ -51,46 +51,21 @@ static __device__ __forceinline__ int dot4x4(uint32_t a0, uint32_t a1, uint32_t 
     return __dp4a((int)a3, (int)x.w, s);
 }
 
-/* The raw bytes one lane needs for one chunk of one weight row. */
-struct chunk_q4k { uint4 hdr, qs; };
-struct chunk_q5k { uint4 hdr, qh, qs; };
-struct chunk_q6k { uint4 ql; uint2 qh; uint32_t sc; float d; };
+/* The raw bytes one lane needs for one chunk of one weight row: the
+ * k-quants' chunks (blocks.cuh), or half a q8_0 block. */
+/* Tables of one-line structs, laid out by hand: */
+/* clang-format off */
 struct chunk_q8 { uint4 qs; float d; };
 
-template <int T> struct chunk_of;
-template <> struct chunk_of<QUANT_Q4_K> { typedef chunk_q4k type; };
-template <> struct chunk_of<QUANT_Q5_K> { typedef chunk_q5k type; };
-template <> struct chunk_of<QUANT_Q6_K> { typedef chunk_q6k type; };
+template <int T> struct chunk_of : kquant_chunk<T> {};
 template <> struct chunk_of<QUANT_Q8_0> { typedef chunk_q8 type; };
+/* clang-format on */
 
-static __device__ __forceinline__ void load_chunk(const be_weight &w, int64_t row, int cc,
-                                                  chunk_q4k *f)
+/* Chunk cc of a row: chunk cc % 8 of super-block cc / 8 (blocks.cuh). */
+template <typename C>
+static __device__ __forceinline__ void load_chunk(const be_weight &w, int64_t row, int cc, C *f)
 {
-    const uint8_t *blk = w.q + (row * w.nb + cc / 8) * sizeof(block_q4_K);
-    f->hdr = __ldg((const uint4 *)blk);
-    f->qs = __ldg((const uint4 *)(blk + 16 + 16 * (cc % 8)));
-}
-
-/* q5_K: the fifth bits of chunk cc's 16 quant bytes are the 16 qh bytes at
- * the same offset within its 32-byte group. */
-static __device__ __forceinline__ void load_chunk(const be_weight &w, int64_t row, int cc,
-                                                  chunk_q5k *f)
-{
-    const uint8_t *blk = w.q + (row * w.nb + cc / 8) * sizeof(block_q5_K);
-    f->hdr = __ldg((const uint4 *)blk);
-    f->qh = __ldg((const uint4 *)(blk + 16 + 16 * (cc % 2)));
-    f->qs = __ldg((const uint4 *)(blk + 48 + 16 * (cc % 8)));
-}
-
-static __device__ __forceinline__ void load_chunk(const be_weight &w, int64_t row, int cc,
-                                                  chunk_q6k *f)
-{
-    const int64_t b = row * w.nb + cc / 8;
-    const int c = cc % 8;
-    f->ql = __ldg((const uint4 *)(w.q + b * 128 + 16 * c));
-    f->qh = __ldg((const uint2 *)(w.qh + b * 64 + 8 * c));
-    f->sc = __ldg((const uint32_t *)(w.sc + b * 16 + 4 * (c / 2)));
-    f->d = __half2float(w.d[b]);
+    load_chunk(w, row, cc / 8, (cc % 8) / 2, cc % 2, f);
 }
 
 static __device__ __forceinline__ void load_chunk(const be_weight &w, int64_t row, int cc,
@@ -294,6 +269,7 @@ matvec_q_kernel(be_weight w, const int8_t *aq, const float2 *ads, int m, float *
 
 /* A group: blocks [first[i], first[i + 1]) work on weight i.  Selects, not
  * an indexed load, keep the group in the parameter bank. */
+static_assert(MV_GROUP_MAX == 3, "matvec_q_group_kernel selects among exactly three weights");
 template <int T, int R>
 __global__ void __launch_bounds__(MV_WARPS * 32, MV_MIN_BLOCKS(T, R))
 matvec_q_group_kernel(mv_group g, const int8_t *aq, const float2 *ads, int m, bool accumulate)
@@ -437,6 +413,7 @@ void launch_matvec_group(cuda_backend *cb, int n, const be_weight *const *w, con
 
 /* R is the row count rounded up to 1, 2, 4 or 8: extra rows are clamped
  * copies (see store_rows), and results do not depend on R. */
+static_assert(MV_MAX_ROWS <= 8, "launch_matvec has kernels for at most 8 rows");
 void launch_matvec(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
                    bool accumulate)
 {

@@ -417,7 +417,7 @@ static void test_cancel_and_hand_back(void)
     CHECK(ch == STORE_APPLIED && store_queued(st) == 1 &&
               sql_int("SELECT faults FROM jobs WHERE id = 3") == 0,
           "a hand-back requeues without counting a fault");
-    int64_t n[5];
+    int64_t n[STORE_N_STATES];
     store_counts_all(st, n);
     CHECK(n[STORE_CANCELLED] == 2 && n[STORE_QUEUED] == 1 &&
               n[STORE_RUNNING] == 0,
