@@ -18,10 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/clock.h"
 #include "proto/wire.h"
 #include "tests/integration/harness.h"
 
@@ -44,14 +44,6 @@ typedef struct bench {
     long results;    /* results pushed to the waiting client */
     bool wait_over;
 } bench;
-
-/* Sub-millisecond, unlike the harness's clock: ack latencies are ~1 ms. */
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static void die(const char *what)
 {
@@ -130,7 +122,7 @@ static void send_submit(bench *b, void *sock, long k)
     m.req = (uint64_t)k + 1;
     m.submit = (wire_submit){.batch = "bench", .jobs = jobs,
                              .n_jobs = (uint32_t)b->o.batch};
-    b->sent_at[k] = now_ms();
+    b->sent_at[k] = clock_mono_ms_f();
     send_msg(sock, &m);
 }
 
@@ -198,7 +190,7 @@ static void on_client_msg(bench *b, void *sock, const wire_msg *m)
 {
     if (m->type == WIRE_T_SUBMIT_OK) {
         long k = (long)m->req - 1;
-        b->lat_ms[b->n_lat++] = now_ms() - b->sent_at[k];
+        b->lat_ms[b->n_lat++] = clock_mono_ms_f() - b->sent_at[k];
         b->acked_jobs += m->submit_ok.n;
         send_next(b, sock);
         /* A wait on a batch covers the jobs it has when the wait arrives. */
@@ -242,16 +234,16 @@ static void run_loop(bench *b)
         items[n++] = (zmq_pollitem_t){b->c[i], 0, ZMQ_POLLIN, 0};
     for (long i = 0; i < b->o.workers; i++)
         items[n++] = (zmq_pollitem_t){b->w[i], 0, ZMQ_POLLIN, 0};
-    double last_beat = now_ms(), give_up = now_ms() + 600000;
+    double last_beat = clock_mono_ms_f(), give_up = clock_mono_ms_f() + 600000;
     while (!finished(b)) {
         if (zmq_poll(items, n, 100) < 0 && errno != EINTR)
             die(zmq_strerror(errno));
         drain(b, items, n);
-        if (now_ms() - last_beat > 300) {
+        if (clock_mono_ms_f() - last_beat > 300) {
             heartbeat_all(b);
-            last_beat = now_ms();
+            last_beat = clock_mono_ms_f();
         }
-        if (now_ms() > give_up)
+        if (clock_mono_ms_f() > give_up)
             die("no progress for 10 minutes");
     }
 }
@@ -343,12 +335,12 @@ int main(int argc, char **argv)
     }
     for (long i = 0; i < b.o.workers; i++)
         worker_hello(&b, (int)i);
-    double t0 = now_ms(), t_submits = 0;
+    double t0 = clock_mono_ms_f(), t_submits = 0;
     for (long i = 0; i < b.o.clients; i++)
         for (long k = 0; k < b.o.inflight; k++)
             send_next(&b, b.c[i]);
     run_loop(&b);
-    t_submits = now_ms() - t0;
+    t_submits = clock_mono_ms_f() - t0;
     report_submits(&b, t_submits);
     double cpu = broker_cpu_s(b.h.broker);
     printf("broker CPU: %.2f s, %.1f us per job\n", cpu, cpu * 1e6 / b.o.jobs);

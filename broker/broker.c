@@ -6,11 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "broker/broker_priv.h"
 #include "broker/log.h"
+#include "common/clock.h"
 
 /* Messages read from one socket per iteration: enough for large group
  * commits under load, few enough that timers and the other socket are not
@@ -20,13 +20,6 @@
 #define CLIENT_SNDHWM 200000
 /* Final replies get this long to leave after the loop ends. */
 #define LINGER_MS 1000
-
-static int64_t clock_ms(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- replies ------------------------------------------------------------------- */
 
@@ -198,7 +191,7 @@ static int open_parts(broker *b, llmq_err *err)
     if (load_security(b, err))
         return -1;
     store_opts so = {.max_attempts = b->cfg.max_attempts, .sync = b->cfg.sync};
-    if (store_open(&b->st, b->cfg.db_path, &so, clock_ms(CLOCK_REALTIME), err))
+    if (store_open(&b->st, b->cfg.db_path, &so, clock_wall_ms(), err))
         return -1;
     b->zctx = zmq_ctx_new();
     if (!b->zctx)
@@ -473,8 +466,8 @@ static int wait_for_input(broker *b, llmq_err *err)
 
 static int iterate(broker *b, llmq_err *err)
 {
-    b->now = clock_ms(CLOCK_MONOTONIC);
-    b->wall = clock_ms(CLOCK_REALTIME);
+    b->now = clock_mono_ms();
+    b->wall = clock_wall_ms();
     if (store_begin(b->st, err))
         return -1;
     bool backlog; /* after the second read: worker messages left unread */
@@ -491,7 +484,7 @@ static int iterate(broker *b, llmq_err *err)
 
 int broker_run(broker *b, llmq_err *err)
 {
-    b->now = clock_ms(CLOCK_MONOTONIC);
+    b->now = clock_mono_ms();
     while (!b->done) {
         if (wait_for_input(b, err) || iterate(b, err)) {
             net_outbox_clear(&b->out);

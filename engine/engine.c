@@ -2,8 +2,8 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "engine/kvpool.h"
 
 typedef enum seq_state { SEQ_WAITING, SEQ_RUNNING, SEQ_DONE } seq_state;
@@ -69,13 +69,6 @@ struct engine {
     engine_event *events;
     int32_t n_events;
 };
-
-double engine_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 int32_t engine_default_blocks(int32_t wanted, size_t block_bytes, size_t available)
 {
@@ -235,7 +228,7 @@ static seq *seq_new(const engine *e, const engine_request *r)
         size_t len = strlen(r->stop[i]);
         s->max_stop_len = len > s->max_stop_len ? len : s->max_stop_len;
     }
-    s->timing.added_ms = engine_now_ms();
+    s->timing.added_ms = clock_mono_ms_f();
     s->timing.n_prompt = r->n_prompt;
     return s;
 }
@@ -294,7 +287,7 @@ static void retire(engine *e, int32_t i, engine_finish why)
     seq *s = e->live[i];
     s->finish = why;
     s->state = SEQ_DONE;
-    s->timing.finished_ms = engine_now_ms();
+    s->timing.finished_ms = clock_mono_ms_f();
     kvpool_release(e->pool, s->blocks, &s->n_blocks);
     remove_live(e, i);
     e->done[e->n_done++] = s;
@@ -374,7 +367,7 @@ static void add_rows(engine *e, seq *s, int32_t n, int32_t *n_rows, int32_t *n_s
     if (s->n_computed + n == s->n_tokens)
         e->b_logit_rows[(*n_logits)++] = *n_rows - 1;
     if (s->timing.first_sched_ms == 0)
-        s->timing.first_sched_ms = engine_now_ms();
+        s->timing.first_sched_ms = clock_mono_ms_f();
 }
 
 /* Every running sequence with one token left needs a cache slot for it;
@@ -518,7 +511,7 @@ static int advance(engine *e, seq *s, int32_t li, engine_event *ev, llmq_err *er
     }
     ev->token = tok;
     if (step == 0)
-        s->timing.first_token_ms = engine_now_ms();
+        s->timing.first_token_ms = clock_mono_ms_f();
     if (!s->ignore_eog && tok_is_eog(e->vocab, tok)) {
         const char *rest;
         size_t n;
@@ -644,7 +637,7 @@ static void report_cancelled(engine *e)
 
 int engine_step(engine *e, const engine_event **events, int32_t *n_events, llmq_err *err)
 {
-    const double t_start = engine_now_ms();
+    const double t_start = clock_mono_ms_f();
     for (int32_t i = 0; i < e->n_done; i++)
         seq_free(e->done[i]);
     e->n_done = 0;
@@ -663,20 +656,20 @@ int engine_step(engine *e, const engine_event **events, int32_t *n_events, llmq_
             .row_seq = e->b_row_seq, .n_seqs = n_seqs, .block_table = e->b_table,
             .seq_len = e->b_seq_len, .max_blocks = kvpool_blocks_for(e->pool, e->cfg.n_ctx),
             .n_logits = n_logits, .logit_rows = e->b_logit_rows};
-        const double t_issue = engine_now_ms();
+        const double t_issue = clock_mono_ms_f();
         if (model_forward(e->m, e->st, e->kv, &batch, NULL, err) != 0)
             return -1;
-        const double t_read = engine_now_ms();
+        const double t_read = clock_mono_ms_f();
         if (read_outputs(e, n_seqs, err) != 0)
             return -1;
-        const double t_host = engine_now_ms();
+        const double t_host = clock_mono_ms_f();
         e->stats.steps++;
         e->stats.issue_ms += t_read - t_issue;
         e->stats.read_ms += t_host - t_read;
         e->stats.host_ms += t_issue - t_start;
         if (after_forward(e, n_seqs, err) != 0)
             return -1;
-        e->stats.host_ms += engine_now_ms() - t_host;
+        e->stats.host_ms += clock_mono_ms_f() - t_host;
     }
     *n_events = e->n_events;
     return 0;

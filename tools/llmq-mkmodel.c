@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "kernels/quant.h"
 #include "model/gguf.h"
@@ -555,13 +556,6 @@ static void *worker(void *arg)
     return NULL;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 typedef struct progress {
     bool tty;
     int shown; /* last percentage printed */
@@ -571,7 +565,7 @@ typedef struct progress {
 static void show_progress(progress *pr, uint64_t done, uint64_t total)
 {
     int pct = total ? (int)(done * 100 / total) : 100;
-    double secs = now_s() - pr->start;
+    double secs = clock_mono_ms_f() / 1e3 - pr->start;
     double mbs = secs > 0 ? (double)done / 1e6 / secs : 0;
     /* A terminal gets a live line; a log a line per 10%. */
     if (pr->tty ? pct == pr->shown : pct / 10 == pr->shown / 10)
@@ -613,7 +607,7 @@ static int run_job(job *j, unsigned threads, const sigset_t *stop, uint64_t tota
             break;
         }
     }
-    progress pr = {isatty(STDERR_FILENO) != 0, -1, now_s()};
+    progress pr = {isatty(STDERR_FILENO) != 0, -1, clock_mono_ms_f() / 1e3};
     monitor(j, stop, total, &pr);
     for (unsigned i = 0; i < started; i++)
         pthread_join(tid[i], NULL);
@@ -788,10 +782,10 @@ static int make_model(const options *o, const mix_def *mix, const sigset_t *stop
             " bytes of weights, %" PRIu64 " threads\n",
             o->dim, o->layers, o->heads, o->kv_heads, o->ff, n_vocab, mix->name, p.n,
             gw_data_bytes(w), o->threads);
-    double t0 = now_s();
+    double t0 = clock_mono_ms_f() / 1e3;
     if (generate(&p, w, o, stop, err) || gw_commit(w, err))
         goto out;
-    double secs = now_s() - t0;
+    double secs = clock_mono_ms_f() / 1e3 - t0;
     printf("wrote %s: %" PRIu64 " bytes (tensor data %" PRIu64 " bytes) in %.1f s, %.0f MB/s\n",
            o->out, gw_file_bytes(w), gw_data_bytes(w), secs,
            secs > 0 ? (double)gw_file_bytes(w) / 1e6 / secs : 0.0);

@@ -15,7 +15,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
-#include <time.h>
 #include <unistd.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -24,6 +23,7 @@
 #include <string.h>
 
 #include "common/cli.h"
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/file.h"
 #include "kernels/backend.h"
@@ -256,11 +256,8 @@ static int check_opts(run_opts *o, bool ctx_given)
     llmq_err err;
     if (sampler_check_params(&g->sampling, &err) != 0)
         return usage_error("%s", err.msg);
-    if (!o->seeded) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        g->sampling.seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
-    }
+    if (!o->seeded) /* two runs in one millisecond still differ by their pids */
+        g->sampling.seed = ((uint64_t)clock_wall_ms() << 20) ^ (uint64_t)getpid();
     return 0;
 }
 

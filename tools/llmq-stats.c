@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/json.h"
 #include "tools/stats/plot.h"
@@ -194,7 +195,7 @@ static int parse_bucket(const char *s, int64_t *out_ms, llmq_err *err)
 
 static int resolve_times(const options *o, report_filter *f, int64_t *bucket_ms, llmq_err *err)
 {
-    f->now_ms = when_now_ms();
+    f->now_ms = clock_wall_ms();
     f->since_ms = INT64_MIN;
     f->until_ms = INT64_MAX;
     if (o->now && when_parse(o->now, f->now_ms, &f->now_ms, err))

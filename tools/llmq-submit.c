@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/err.h"
 #include "proto/llmq.h"
 #include "tools/jobfile.h"
@@ -114,17 +115,10 @@ static int parse_options(int argc, char **argv, options *o)
 typedef struct progress {
     size_t total, done, failed;
     uint64_t tokens;
-    struct timespec t0;
+    double t0_ms; /* monotonic */
     double last_ms;
     bool tty;
 } progress;
-
-static double since_ms(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
-}
 
 static void format_eta(char *buf, size_t size, const progress *p, double ms)
 {
@@ -139,7 +133,7 @@ static void format_eta(char *buf, size_t size, const progress *p, double ms)
 
 static void show(progress *p, bool final)
 {
-    double ms = since_ms(&p->t0);
+    double ms = clock_mono_ms_f() - p->t0_ms;
     if (!p->tty && !final && ms - p->last_ms < LOG_EVERY_MS)
         return;
     p->last_ms = ms;
@@ -223,8 +217,7 @@ static long wait_all(llmq_client *c, const options *o, const jobfile *jf, FILE *
         ids[i] = jf->entries[i].job_id;
     }
     qsort(index, jf->n, sizeof *index, cmp_id);
-    progress p = {.total = jf->n, .tty = isatty(2)};
-    clock_gettime(CLOCK_MONOTONIC, &p.t0);
+    progress p = {.total = jf->n, .tty = isatty(2), .t0_ms = clock_mono_ms_f()};
     llmq_select sel = {.ids = ids, .n_ids = jf->n};
     llmq_wait *w = NULL;
     llmq_error err;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/file.h"
 #include "engine/perplexity.h"
 
@@ -139,7 +140,7 @@ int run_parallel(const run_gen_opts *o, model *m, const tok_vocab *v)
     size_t next = 0, done = 0;
     uint64_t generated = 0;
     int rc = 0;
-    const double t0 = engine_now_ms();
+    const double t0 = clock_mono_ms_f();
     while (rc == 0 && done < pl.n) {
         /* Keep the engine fed: more sequences wait than run, so a finished
          * one is replaced in the very next step. */
@@ -168,7 +169,7 @@ int run_parallel(const run_gen_opts *o, model *m, const tok_vocab *v)
         if (rc != 0)
             break;
     }
-    const double secs = (engine_now_ms() - t0) / 1e3;
+    const double secs = (clock_mono_ms_f() - t0) / 1e3;
     if (rc == 0)
         fprintf(stderr, "llmq-run: %zu prompts, %llu tokens generated in %.2f s: %.1f tok/s\n",
                 pl.n, (unsigned long long)generated, secs, secs > 0 ? generated / secs : 0.0);
@@ -197,14 +198,14 @@ int run_perplexity(const run_gen_opts *o, model *m, const tok_vocab *v)
     if (file_read_all(o->ppl_file, &text, &len, &err) != 0)
         return fail("perplexity", &err);
     ppl_result r;
-    const double t0 = engine_now_ms();
+    const double t0 = clock_mono_ms_f();
     int rc = ppl_compute(m, v, text, len, o->ppl_ctx, ppl_progress, NULL, &r, &err);
     free(text);
     if (rc != 0)
         return fail("perplexity", &err);
     printf("PPL = %.4f\n", r.ppl);
     fprintf(stderr, "llmq-run: %d chunks of %d tokens (%lld scored) in %.2f s\n", r.n_chunks,
-            o->ppl_ctx, (long long)r.n_scored, (engine_now_ms() - t0) / 1e3);
+            o->ppl_ctx, (long long)r.n_scored, (clock_mono_ms_f() - t0) / 1e3);
     return 0;
 }
 
@@ -263,7 +264,7 @@ static int bench_once(model *m, const tok_vocab *v, const engine_config *base, i
         rc = engine_add(e, &req, err);
     }
     free(ids);
-    const double t0 = engine_now_ms();
+    const double t0 = clock_mono_ms_f();
     double t_first = 0;
     engine_stats at_first = {0};
     while (rc == 0 && engine_has_work(e)) {
@@ -273,11 +274,11 @@ static int bench_once(model *m, const tok_vocab *v, const engine_config *base, i
         /* Prefill ends with the step that computes the last prompt row. */
         if (rc == 0 && t_first == 0 &&
             engine_get_stats(e).prefill_rows >= (uint64_t)b * (uint64_t)n_prompt) {
-            t_first = engine_now_ms();
+            t_first = clock_mono_ms_f();
             at_first = engine_get_stats(e);
         }
     }
-    const double t1 = engine_now_ms();
+    const double t1 = clock_mono_ms_f();
     if (rc == 0) {
         if (t_first == 0)
             t_first = t1; /* n_gen == 1: no decode phase */
@@ -363,11 +364,11 @@ static void bench_report(FILE *f, const model *m, const run_gen_opts *o, const b
 static int bench_warm_up(model *m, const tok_vocab *v, const run_gen_opts *o, llmq_err *err)
 {
     bench_run br;
-    const double t0 = engine_now_ms();
+    const double t0 = clock_mono_ms_f();
     if (bench_once(m, v, &o->engine, 1, BENCH_PP, 8, &br, err) != 0 ||
         bench_once(m, v, &o->engine, 8, BENCH_BATCH_PROMPT, 8, &br, err) != 0)
         return llmq_err_prefix(err, "warm-up");
-    fprintf(stderr, "llmq-run: bench warm-up (not counted): %.1f s\n", (engine_now_ms() - t0) / 1e3);
+    fprintf(stderr, "llmq-run: bench warm-up (not counted): %.1f s\n", (clock_mono_ms_f() - t0) / 1e3);
     return 0;
 }
 

@@ -8,21 +8,14 @@
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/cli.h"
+#include "common/clock.h"
 
 #define BACKOFF_MAX_MS ((int64_t)SUPER_BACKOFF_MAX_S * 1000)
 /* How often the loop looks for dead children and due restarts. */
 #define TICK_MS 100
-
-int64_t super_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int add_index(super_gpus *g, const char *text, const char *item, llmq_err *err)
 {
@@ -167,14 +160,14 @@ static void reap_all(super_child *kids, int n, bool stopping)
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
         for (int i = 0; i < n; i++)
             if (kids[i].pid == pid)
-                super_reaped(&kids[i], status, super_now_ms(), stopping);
+                super_reaped(&kids[i], status, clock_mono_ms(), stopping);
 }
 
 /* Starts the children whose time has come; false when one cannot be forked
  * (the machine is out of processes: stop rather than spin). */
 static bool start_due(super_child *kids, int n)
 {
-    int64_t now = super_now_ms();
+    int64_t now = clock_mono_ms();
     for (int i = 0; i < n; i++) {
         if (kids[i].restart_at_ms < 0 || kids[i].restart_at_ms > now)
             continue;
