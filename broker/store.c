@@ -11,6 +11,7 @@
 
 #include "broker/checkpointer.h"
 #include "broker/schema.sql.h"
+#include "common/grow.h"
 
 #define N_MIGRATIONS (sizeof store_migrations / sizeof store_migrations[0])
 _Static_assert(N_MIGRATIONS == STORE_SCHEMA_VERSION,
@@ -217,17 +218,9 @@ static const char *col_text(sqlite3_stmt *s, int i)
 
 static int sb_reserve(strbuf *b, size_t more, llmq_err *err)
 {
-    if (b->len + more + 1 <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->len + more + 1)
-        cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p)
+    if (grow_reserve(&b->p, &b->cap, b->len + more + 1, 1))
         return llmq_errf(err, "out of memory for a JSON array of %zu bytes",
-                         cap);
-    b->p = p;
-    b->cap = cap;
+                         b->len + more + 1);
     return 0;
 }
 
@@ -331,14 +324,9 @@ static int json_read_ids(store *st, const char *json, uint32_t **out,
             goto fail;
         if (!row)
             return 0;
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 64;
-            uint32_t *p = realloc(*out, cap * sizeof *p);
-            if (!p) {
-                llmq_errf(err, "out of memory reading %zu token ids", cap);
-                goto fail;
-            }
-            *out = p;
+        if (grow_reserve(out, &cap, *n + 1, sizeof **out)) {
+            llmq_errf(err, "out of memory reading %zu token ids", *n + 1);
+            goto fail;
         }
         (*out)[(*n)++] = (uint32_t)sqlite3_column_int64(s, 0);
     }
@@ -1073,15 +1061,10 @@ static int running_on(store *st, int64_t worker_id, int64_t **ids, size_t *n,
             sqlite3_reset(s);
             return 0;
         }
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            int64_t *p = realloc(*ids, cap * sizeof *p);
-            if (!p) {
-                llmq_errf(err, "out of memory listing jobs of worker %" PRId64,
-                          worker_id);
-                break;
-            }
-            *ids = p;
+        if (grow_reserve(ids, &cap, *n + 1, sizeof **ids)) {
+            llmq_errf(err, "out of memory listing jobs of worker %" PRId64,
+                      worker_id);
+            break;
         }
         (*ids)[(*n)++] = sqlite3_column_int64(s, 0);
     }

@@ -9,6 +9,7 @@
 #include <zmq.h>
 
 #include "broker/log.h"
+#include "common/grow.h"
 #include "proto/curve.h"
 
 #define ZAP_ENDPOINT "inproc://zeromq.zap.01"
@@ -20,10 +21,8 @@
 
 static int list_push(zap_list *l, const unsigned char key[32], llmq_err *err)
 {
-    unsigned char(*v)[32] = realloc(l->keys, (l->n + 1) * sizeof *v);
-    if (!v)
+    if (grow_reserve(&l->keys, &l->cap, l->n + 1, sizeof *l->keys))
         return llmq_errf(err, "out of memory");
-    l->keys = v;
     memcpy(l->keys[l->n++], key, 32);
     return 0;
 }

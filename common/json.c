@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "common/utf8.h"
 
 typedef struct parser {
@@ -184,16 +185,8 @@ typedef struct sbuf {
 
 static int sbuf_put(sbuf *b, const char *s, size_t n)
 {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 32;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *d = realloc(b->data, cap);
-        if (!d)
-            return -1;
-        b->data = d;
-        b->cap = cap;
-    }
+    if (grow_reserve(&b->data, &b->cap, b->len + n + 1, 1) < 0)
+        return -1;
     memcpy(b->data + b->len, s, n);
     b->len += n;
     b->data[b->len] = '\0';
@@ -273,20 +266,6 @@ fail:
     return -1;
 }
 
-/* Growable array of elements of `size` bytes, copied into place at the end. */
-static int grow(void **items, size_t *cap, size_t n, size_t size)
-{
-    if (n < *cap)
-        return 0;
-    size_t ncap = *cap ? *cap * 2 : 4;
-    void *d = realloc(*items, ncap * size);
-    if (!d)
-        return -1;
-    *items = d;
-    *cap = ncap;
-    return 0;
-}
-
 static int parse_array(parser *p, json_value *v, int depth)
 {
     size_t cap = 0;
@@ -300,7 +279,7 @@ static int parse_array(parser *p, json_value *v, int depth)
         return 0;
     }
     for (;;) {
-        if (grow((void **)&v->arr.items, &cap, v->arr.n, sizeof(json_value)) < 0)
+        if (grow_reserve(&v->arr.items, &cap, v->arr.n + 1, sizeof *v->arr.items) < 0)
             return fail(p, "out of memory");
         json_value *item = &v->arr.items[v->arr.n++];   /* owned by v, also on error */
         item->type = JSON_NULL;
@@ -367,7 +346,7 @@ static int parse_object(parser *p, json_value *v, int depth)
         return 0;
     }
     for (;;) {
-        if (grow((void **)&v->obj.members, &cap, v->obj.n, sizeof(json_member)) < 0)
+        if (grow_reserve(&v->obj.members, &cap, v->obj.n + 1, sizeof *v->obj.members) < 0)
             return fail(p, "out of memory");
         if (parse_member(p, v, depth) < 0)
             return -1;

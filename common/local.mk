@@ -6,4 +6,5 @@ common_libllmq_common_a_SOURCES = \
 	common/file.c common/file.h \
 	common/cli.c common/cli.h \
 	common/clock.c common/clock.h \
+	common/grow.c common/grow.h \
 	common/topk.c common/topk.h

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/grow.h"
 #include "engine/kvpool.h"
 
 typedef enum seq_state { SEQ_WAITING, SEQ_RUNNING, SEQ_DONE } seq_state;
@@ -12,7 +13,8 @@ typedef struct seq {
     uint64_t id;
     seq_state state;
     int32_t *tokens; /* prompt, then generated */
-    int32_t n_tokens, n_prompt, cap;
+    int32_t n_tokens, n_prompt;
+    size_t cap; /* of tokens */
     int32_t n_computed; /* tokens whose keys and values are in the cache */
     int32_t *blocks;
     int32_t n_blocks;
@@ -141,28 +143,16 @@ static void seq_free(seq *s)
 
 static int seq_push_token(seq *s, int32_t tok)
 {
-    if (s->n_tokens == s->cap) {
-        int32_t cap = s->cap * 2;
-        int32_t *t = realloc(s->tokens, (size_t)cap * sizeof *t);
-        if (!t)
-            return -1;
-        s->tokens = t;
-        s->cap = cap;
-    }
+    if (grow_reserve(&s->tokens, &s->cap, (size_t)s->n_tokens + 1, sizeof *s->tokens))
+        return -1;
     s->tokens[s->n_tokens++] = tok;
     return 0;
 }
 
 static int seq_append_text(seq *s, const char *p, size_t n)
 {
-    if (s->text_len + n + 1 > s->text_cap) {
-        size_t cap = (s->text_len + n + 1) * 2;
-        char *t = realloc(s->text, cap);
-        if (!t)
-            return -1;
-        s->text = t;
-        s->text_cap = cap;
-    }
+    if (grow_reserve(&s->text, &s->text_cap, s->text_len + n + 1, 1))
+        return -1;
     memcpy(s->text + s->text_len, p, n);
     s->text_len += n;
     s->text[s->text_len] = '\0';
@@ -205,8 +195,8 @@ static seq *seq_new(const engine *e, const engine_request *r)
         return NULL;
     s->id = r->id;
     s->state = SEQ_WAITING;
-    s->cap = r->n_prompt + 64;
-    s->tokens = malloc((size_t)s->cap * sizeof *s->tokens);
+    s->cap = (size_t)r->n_prompt + 64;
+    s->tokens = malloc(s->cap * sizeof *s->tokens);
     s->blocks = malloc((size_t)kvpool_blocks_for(e->pool, e->cfg.n_ctx) * sizeof *s->blocks);
     s->stop = calloc((size_t)r->n_stop + 1, sizeof *s->stop);
     if (!s->tokens || !s->blocks || !s->stop ||

@@ -9,6 +9,7 @@ tests_unit_test_gguf_LDADD = $(LLMQ_MODEL_LIBS)
 FUZZ_TARGETS += tests/fuzz/fuzz-gguf
 EXTRA_DIST += tests/fuzz/fuzz-gguf.c tests/fuzz/corpus-gguf
 FUZZ_GGUF_SRCS = $(top_srcdir)/tests/fuzz/fuzz-gguf.c $(top_srcdir)/common/err.c \
+	$(top_srcdir)/common/grow.c \
 	$(top_srcdir)/kernels/quant.c $(top_srcdir)/model/gguf.c
 tests/fuzz/fuzz-gguf: $(FUZZ_GGUF_SRCS)
 	@$(MKDIR_P) tests/fuzz
@@ -45,6 +46,13 @@ tests_unit_test_json_SOURCES = tests/unit/test-json.c tests/unit/check.h
 tests_unit_test_json_LDADD = common/libllmq_common.a
 # ---- end common: JSON ----
 
+# ---- common: growable arrays (common/grow.c) ----
+check_PROGRAMS += tests/unit/test-grow
+TESTS += tests/unit/test-grow
+tests_unit_test_grow_SOURCES = tests/unit/test-grow.c tests/unit/check.h
+tests_unit_test_grow_LDADD = common/libllmq_common.a
+# ---- end common: growable arrays ----
+
 # ---- tensor types (kernels/quant.c) ----
 check_PROGRAMS += tests/unit/test-quant
 TESTS += tests/unit/test-quant
@@ -79,7 +87,7 @@ EXTRA_DIST += tests/fuzz/fuzz-tokenizer.c
 FUZZ_TOKENIZER_SRCS = $(top_srcdir)/tests/fuzz/fuzz-tokenizer.c \
 	$(top_srcdir)/model/tokenizer.c $(top_srcdir)/model/pretok.c \
 	$(top_srcdir)/model/gguf.c $(top_srcdir)/kernels/quant.c \
-	$(top_srcdir)/common/err.c $(top_srcdir)/common/utf8.c
+	$(top_srcdir)/common/err.c $(top_srcdir)/common/grow.c $(top_srcdir)/common/utf8.c
 tests/fuzz/fuzz-tokenizer: $(FUZZ_TOKENIZER_SRCS)
 	@$(MKDIR_P) tests/fuzz
 	$(AM_V_GEN)$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(FUZZ_TOKENIZER_SRCS) $(UTF8PROC_LIBS) -lm

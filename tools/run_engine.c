@@ -7,6 +7,7 @@
 
 #include "common/clock.h"
 #include "common/file.h"
+#include "common/grow.h"
 #include "engine/perplexity.h"
 
 static int fail(const char *what, const llmq_err *err)
@@ -87,21 +88,14 @@ static int read_prompts(const char *path, prompt_list *pl, llmq_err *err)
     memset(pl, 0, sizeof *pl);
     if (file_read_all(path, &pl->text, &len, err) != 0)
         return -1;
-    size_t cap = 16;
-    pl->lines = malloc(cap * sizeof *pl->lines);
-    for (char *line = strtok(pl->text, "\n"); pl->lines && line; line = strtok(NULL, "\n")) {
+    size_t cap = 0;
+    for (char *line = strtok(pl->text, "\n"); line; line = strtok(NULL, "\n")) {
         if (!line[0])
             continue;
-        if (pl->n == cap) {
-            char **grown = realloc(pl->lines, (cap *= 2) * sizeof *grown);
-            if (!grown)
-                break;
-            pl->lines = grown;
-        }
+        if (grow_reserve(&pl->lines, &cap, pl->n + 1, sizeof *pl->lines))
+            return llmq_errf(err, "%s: out of memory at line %zu", path, pl->n + 1);
         pl->lines[pl->n++] = line;
     }
-    if (!pl->lines)
-        return llmq_errf(err, "%s: out of memory", path);
     if (pl->n == 0)
         return llmq_errf(err, "%s: no prompts (one per line)", path);
     return 0;
