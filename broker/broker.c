@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "broker/broker_priv.h"
-#include "broker/log.h"
 #include "common/clock.h"
 
 /* Messages read from one socket per iteration: enough for large group
@@ -44,8 +43,8 @@ int broker_refuse(broker *b, void *sock, const net_peer *to, uint64_t req,
     wire_msg m;
     wire_error_reply(&m, &we);
     if (b->cfg.verbose)
-        log_line("refused request %" PRIu64 ": %s: %s", req,
-                 wire_code_name(code), we.err.msg);
+        broker_log("refused request %" PRIu64 ": %s: %s", req,
+                   wire_code_name(code), we.err.msg);
     return broker_reply(b, sock, to, &m, NULL);
 }
 
@@ -64,8 +63,8 @@ int broker_decode(broker *b, void *sock, const net_peer *from, const void *body,
     if (*ok)
         return 0;
     if (worker || b->cfg.verbose)
-        log_line("bad %s message: %s: %s", worker ? "worker" : "client",
-                 wire_code_name(we.code), we.err.msg);
+        broker_log("bad %s message: %s: %s", worker ? "worker" : "client",
+                   wire_code_name(we.code), we.err.msg);
     wire_msg r;
     wire_error_reply(&r, &we);
     return broker_reply(b, sock, from, &r, err);
@@ -202,14 +201,15 @@ static int open_parts(broker *b, llmq_err *err)
 static void log_security(const broker *b)
 {
     if (!b->curve) {
-        log_line("security: none (no CURVE key)%s",
-                 b->cfg.insecure ? "; --insecure given" : "");
+        broker_log("security: none (no CURVE key)%s",
+                   b->cfg.insecure ? "; --insecure given" : "");
         return;
     }
-    log_line("security: CURVE, broker public key %s; workers: %s; clients: %s",
-             b->keys.public_key,
-             b->allow_workers.set ? b->cfg.allow_workers : "any key",
-             b->allow_clients.set ? b->cfg.allow_clients : "any key");
+    broker_log("security: CURVE, broker public key %s; workers: %s;"
+               " clients: %s",
+               b->keys.public_key,
+               b->allow_workers.set ? b->cfg.allow_workers : "any key",
+               b->allow_clients.set ? b->cfg.allow_clients : "any key");
 }
 
 int broker_open(broker **out, const broker_config *cfg, llmq_err *err)
@@ -226,11 +226,12 @@ int broker_open(broker **out, const broker_config *cfg, llmq_err *err)
     log_security(b);
     int64_t counts[5];
     store_counts_all(b->st, counts);
-    log_line("listening: clients %s, workers %s; database %s (synchronous=%s):"
-             " %" PRId64 " queued, %" PRId64 " done, %" PRId64 " failed",
-             cfg->clients_endpoint, cfg->workers_endpoint, cfg->db_path,
-             cfg->sync == STORE_SYNC_NORMAL ? "NORMAL" : "FULL",
-             counts[STORE_QUEUED], counts[STORE_DONE], counts[STORE_FAILED]);
+    broker_log("listening: clients %s, workers %s; database %s"
+               " (synchronous=%s): %" PRId64 " queued, %" PRId64
+               " done, %" PRId64 " failed",
+               cfg->clients_endpoint, cfg->workers_endpoint, cfg->db_path,
+               cfg->sync == STORE_SYNC_NORMAL ? "NORMAL" : "FULL",
+               counts[STORE_QUEUED], counts[STORE_DONE], counts[STORE_FAILED]);
     *out = b;
     return 0;
 }
@@ -340,9 +341,9 @@ static int start_drain(broker *b, llmq_err *err)
 {
     b->draining = true;
     b->drain_deadline = b->now + b->cfg.grace_ms;
-    log_line("stopping: refusing new submits; %" PRId64 " jobs running on %zu"
-             " workers get %u ms to finish",
-             store_running(b->st), b->pool.n, b->cfg.grace_ms);
+    broker_log("stopping: refusing new submits; %" PRId64 " jobs running on %zu"
+               " workers get %u ms to finish",
+               store_running(b->st), b->pool.n, b->cfg.grace_ms);
     for (size_t i = 0; i < b->pool.n; i++) {
         pool_worker *w = b->pool.v[i];
         wire_msg m;
@@ -365,7 +366,7 @@ static int finish_drain(broker *b, llmq_err *err)
             return -1;
     if (waiters_end_all(&b->waiters, on_client_waiter, b, err))
         return -1;
-    log_line("stopped: %" PRId64 " unfinished jobs back in the queue", left);
+    broker_log("stopped: %" PRId64 " unfinished jobs back in the queue", left);
     b->done = true;
     return 0;
 }
@@ -386,8 +387,8 @@ static void log_undelivered(broker *b)
 {
     if (!b->undelivered)
         return;
-    log_line("%" PRIu64 " messages could not be delivered (peer gone or not"
-             " reading)", b->undelivered);
+    broker_log("%" PRIu64 " messages could not be delivered (peer gone or not"
+               " reading)", b->undelivered);
     b->undelivered = 0;
 }
 

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "broker/broker.h"
-#include "broker/log.h"
 #include "common/cli.h"
 #include "proto/wire.h"
 
@@ -210,14 +209,14 @@ int main(int argc, char **argv)
     keep_heap();
     cfg.stop_fd = cli_stop_signals();
     if (cfg.stop_fd < 0) {
-        perror("llmq-broker: signalfd");
+        broker_log("signalfd: %s", strerror(errno));
         return 1;
     }
     broker *b;
     llmq_err err = {{0}};
     rc = broker_open(&b, &cfg, &err) || broker_run(b, &err);
     if (rc)
-        log_line("fatal: %s", err.msg);
+        broker_log("fatal: %s", err.msg);
     broker_close(b);
     close(cfg.stop_fd);
     return rc ? 1 : 0;

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "broker/broker_priv.h"
-#include "broker/log.h"
 #include "common/grow.h"
 #include "common/utf8.h"
 
@@ -356,8 +355,8 @@ static int cancel_one(broker *b, int64_t id, llmq_err *err)
             return -1;
     }
     if (b->cfg.verbose)
-        log_line("job %" PRId64 " cancelled (was %s)", id,
-                 store_state_name(was));
+        broker_log("job %" PRId64 " cancelled (was %s)", id,
+                   store_state_name(was));
     return broker_job_final(b, id, err);
 }
 

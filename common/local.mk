@@ -7,4 +7,5 @@ common_libllmq_common_a_SOURCES = \
 	common/cli.c common/cli.h \
 	common/clock.c common/clock.h \
 	common/grow.c common/grow.h \
+	common/log.c common/log.h \
 	common/topk.c common/topk.h

@@ -53,6 +53,13 @@ tests_unit_test_grow_SOURCES = tests/unit/test-grow.c tests/unit/check.h
 tests_unit_test_grow_LDADD = common/libllmq_common.a
 # ---- end common: growable arrays ----
 
+# ---- common: the log line (common/log.c) ----
+check_PROGRAMS += tests/unit/test-log
+TESTS += tests/unit/test-log
+tests_unit_test_log_SOURCES = tests/unit/test-log.c tests/unit/check.h
+tests_unit_test_log_LDADD = common/libllmq_common.a
+# ---- end common: the log line ----
+
 # ---- tensor types (kernels/quant.c) ----
 check_PROGRAMS += tests/unit/test-quant
 TESTS += tests/unit/test-quant

@@ -9,6 +9,7 @@
 #include <zmq.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 
 struct link_conn {
     void *zctx;
@@ -47,8 +48,8 @@ static void pump_in(link_conn *l)
 static void to_broker(link_conn *l, zmq_msg_t *f)
 {
     if (zmq_msg_send(f, l->dealer, ZMQ_DONTWAIT) < 0) {
-        fprintf(stderr, "llmq-worker: a message to the broker was dropped: %s\n",
-                zmq_strerror(errno));
+        log_line("llmq-worker", NULL, "a message to the broker was dropped: %s",
+                 zmq_strerror(errno));
         zmq_msg_close(f);
     }
 }
@@ -98,8 +99,7 @@ static void *io_main(void *arg)
         zmq_pollitem_t items[2] = {{l->dealer, 0, ZMQ_POLLIN, 0},
                                    {l->pipe_io, 0, ZMQ_POLLIN, 0}};
         if (zmq_poll(items, 2, timeout) < 0 && errno != EINTR) {
-            fprintf(stderr, "llmq-worker: link thread: zmq_poll: %s\n",
-                    zmq_strerror(errno));
+            log_line("llmq-worker", NULL, "link thread: zmq_poll: %s", zmq_strerror(errno));
             return NULL;
         }
         if (items[0].revents & ZMQ_POLLIN)

@@ -28,6 +28,7 @@
 
 #include "common/cli.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "kernels/backend.h"
 #include "kernels/select.h"
 #include "engine/engine.h"
@@ -274,7 +275,7 @@ static int open_backend(const options *o, parts *p, llmq_err *err)
     if (backend_select(&p->be, &req, &p->gpu_index, fallback, sizeof fallback, err) != 0)
         return -1;
     if (fallback[0])
-        fprintf(stderr, "llmq-worker: %s; running the CPU engine\n", fallback);
+        log_line("llmq-worker", o->id, "%s; running the CPU engine", fallback);
     return 0;
 }
 
@@ -359,13 +360,14 @@ static void say_ready(const options *o, const parts *p)
         snprintf(where, sizeof where, "GPU %d", p->gpu_index);
     else
         snprintf(where, sizeof where, "the CPU, %d threads", o->threads);
-    fprintf(stderr,
-            "llmq-worker %s: %s (%s, %d layers, %.1f MB %s, %s) on %s, %u slots of %d tokens,"
-            " a KV cache of %d tokens; broker %s\n",
-            p->id.worker, o->model, c->name, c->n_layers, c->weight_bytes / 1e6,
-            quant_type_name(c->weight_type), p->id.model_hash, where, session_slots(p->sess),
-            engine_get_config(p->eng)->n_ctx,
-            engine_get_config(p->eng)->n_blocks * engine_get_config(p->eng)->block_size, o->broker);
+    log_line("llmq-worker", p->id.worker,
+             "%s (%s, %d layers, %.1f MB %s, %s) on %s, %u slots of %d tokens,"
+             " a KV cache of %d tokens; broker %s",
+             o->model, c->name, c->n_layers, c->weight_bytes / 1e6,
+             quant_type_name(c->weight_type), p->id.model_hash, where, session_slots(p->sess),
+             engine_get_config(p->eng)->n_ctx,
+             engine_get_config(p->eng)->n_blocks * engine_get_config(p->eng)->block_size,
+             o->broker);
 }
 
 /* ---- --gpus: one worker process per GPU ----------------------------------------- */
@@ -455,18 +457,18 @@ static int run_gpus(const options *o, int sigfd)
     int n_visible = cuda_device_count(&err);
     if (n_visible < 0 || super_parse_gpus(o->gpus, &g, &err) != 0 ||
         super_resolve_gpus(&g, n_visible, &err) != 0) {
-        fprintf(stderr, "llmq-worker: %s\n", err.msg);
+        log_line("llmq-worker", NULL, "%s", err.msg);
         return EXIT_FAILED;
     }
     super_child *kids = calloc((size_t)g.n, sizeof *kids);
     char (*labels)[16] = calloc((size_t)g.n, sizeof *labels);
     int rc = EXIT_FAILED;
     if (!kids || !labels)
-        fprintf(stderr, "llmq-worker: out of memory\n");
+        log_line("llmq-worker", NULL, "out of memory");
     else if (make_children(o, &g, kids, labels, &err) != 0)
-        fprintf(stderr, "llmq-worker: %s\n", err.msg);
+        log_line("llmq-worker", NULL, "%s", err.msg);
     else {
-        fprintf(stderr, "llmq-worker: supervising %d GPU worker%s\n", g.n, g.n == 1 ? "" : "s");
+        log_line("llmq-worker", NULL, "supervising %d GPU worker%s", g.n, g.n == 1 ? "" : "s");
         rc = super_run(kids, g.n, sigfd) == 0 ? 0 : EXIT_FAILED;
     }
     for (int i = 0; kids && i < g.n; i++)
@@ -490,7 +492,7 @@ static int read_messages(parts *p, llmq_err *err)
         if (got == 0)
             return 0;
         if (m.type == WIRE_T_NONE)
-            fprintf(stderr, "llmq-worker %s: %s\n", p->id.worker, bad.msg);
+            log_line("llmq-worker", p->id.worker, "%s", bad.msg);
         int rc = m.type == WIRE_T_NONE ? 0 : session_on_message(p->sess, &m, err);
         wire_msg_free(&m);
         if (rc != 0)
@@ -557,7 +559,7 @@ int main(int argc, char **argv)
     }
     int sigfd = cli_stop_signals();
     if (sigfd < 0) {
-        perror("llmq-worker: signalfd");
+        log_line("llmq-worker", NULL, "signalfd: %s", strerror(errno));
         return EXIT_FAILED;
     }
 #ifdef LLMQ_HAVE_CUDA
@@ -574,8 +576,8 @@ int main(int argc, char **argv)
         say_ready(&o, &p);
         rc = serve(&p, o.min_step_ms, sigfd, &err);
     }
-    if (rc != 0)
-        fprintf(stderr, "llmq-worker: %s\n", err.msg);
+    if (rc != 0) /* the id, once it is known */
+        log_line("llmq-worker", p.id.worker ? p.id.worker : o.id, "%s", err.msg);
     parts_free(&p);
     close(sigfd);
     return rc != 0 ? EXIT_FAILED : 0;

@@ -5,10 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 #include "worker/jobconv.h"
 #include "worker/jobs.h"
 
@@ -40,23 +39,13 @@ struct session {
 
 static void say(const session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* One write per line, so the lines of workers sharing a log do not mix. */
+/* A log line under this worker's id. */
 static void say(const session *s, const char *fmt, ...)
 {
-    char line[1024];
-    time_t t = time(NULL);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    size_t n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    n += (size_t)snprintf(line + n, sizeof line - n, " llmq-worker %s: ", s->cfg.hello.worker);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line + n, sizeof line - n - 1, fmt, ap);
+    log_vline("llmq-worker", s->cfg.hello.worker, fmt, ap);
     va_end(ap);
-    n = strlen(line);
-    line[n++] = '\n';
-    ssize_t w = write(STDERR_FILENO, line, n);
-    (void)w;
 }
 
 int session_create(session **out, const session_config *cfg, link_conn *link, engine *e,

@@ -12,6 +12,7 @@
 
 #include "common/cli.h"
 #include "common/clock.h"
+#include "common/log.h"
 
 #define BACKOFF_MAX_MS ((int64_t)SUPER_BACKOFF_MAX_S * 1000)
 /* How often the loop looks for dead children and due restarts. */
@@ -110,8 +111,8 @@ int super_spawn(super_child *c, int64_t now_ms, llmq_err *err)
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         execvp(c->argv[0], c->argv);
-        fprintf(stderr, "llmq-worker: %s: cannot run %s: %s\n", c->label, c->argv[0],
-                strerror(errno));
+        log_line("llmq-worker", NULL, "%s: cannot run %s: %s", c->label, c->argv[0],
+                 strerror(errno));
         _exit(127);
     }
     c->pid = pid;
@@ -141,8 +142,8 @@ bool super_reaped(super_child *c, int status, int64_t now_ms, bool stopping)
     c->restart_at_ms = now_ms + (int64_t)c->backoff_s * 1000;
     char how[96];
     describe(status, how, sizeof how);
-    fprintf(stderr, "llmq-worker: %s worker (pid %ld) %s; restarting it in %u s\n", c->label,
-            (long)pid, how, c->backoff_s);
+    log_line("llmq-worker", NULL, "%s worker (pid %ld) %s; restarting it in %u s", c->label,
+             (long)pid, how, c->backoff_s);
     return true;
 }
 
@@ -173,7 +174,7 @@ static bool start_due(super_child *kids, int n)
             continue;
         llmq_err err;
         if (super_spawn(&kids[i], now, &err) != 0) {
-            fprintf(stderr, "llmq-worker: %s\n", err.msg);
+            log_line("llmq-worker", NULL, "%s", err.msg);
             return false;
         }
     }
