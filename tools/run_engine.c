@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/file.h"
 #include "common/grow.h"
+#include "common/json.h"
 #include "engine/perplexity.h"
 
 static int fail(const char *what, const llmq_err *err)
@@ -330,20 +331,42 @@ static int bench_case_run(model *m, const tok_vocab *v, const run_gen_opts *o, b
     return 0;
 }
 
+/* The member name "key": (after ", " unless first).  Names and texts go
+ * through the JSON writer: a model's name comes from its file. */
+static void json_key(FILE *f, bool first, const char *key)
+{
+    if (!first)
+        fputs(", ", f);
+    json_write_string(f, key, strlen(key));
+    fputs(": ", f);
+}
+
+static void json_text(FILE *f, const char *key, const char *text)
+{
+    json_key(f, false, key);
+    json_write_string(f, text, strlen(text));
+}
+
 static void bench_report(FILE *f, const model *m, const run_gen_opts *o, const bench_case *cases,
                          int n, int threads)
 {
     const model_config *c = model_get_config(m);
-    fprintf(f, "{\"model\": \"%s\", \"weights\": \"%s\", \"bytes\": %llu, \"backend\": \"%s\", "
-               "\"threads\": %d, \"reps\": %d, \"decode_order\": \"prefill_first\", "
+    fputs("{\"model\": ", f);
+    json_write_string(f, c->name, strlen(c->name));
+    json_text(f, "weights", quant_type_name(c->weight_type));
+    fprintf(f, ", \"bytes\": %llu", (unsigned long long)c->weight_bytes);
+    json_text(f, "backend", model_backend(m)->name);
+    fprintf(f, ", \"threads\": %d, \"reps\": %d, \"decode_order\": \"prefill_first\", "
                "\"results\": {",
-            c->name, quant_type_name(c->weight_type), (unsigned long long)c->weight_bytes,
-            model_backend(m)->name, threads, o->bench_reps);
-    for (int i = 0; i < n; i++)
-        fprintf(f, "%s\"%s\": %.1f", i ? ", " : "", cases[i].name, cases[i].median);
+            threads, o->bench_reps);
+    for (int i = 0; i < n; i++) {
+        json_key(f, i == 0, cases[i].name);
+        fprintf(f, "%.1f", cases[i].median);
+    }
     fprintf(f, "}, \"samples\": {");
     for (int i = 0; i < n; i++) {
-        fprintf(f, "%s\"%s\": [", i ? ", " : "", cases[i].name);
+        json_key(f, i == 0, cases[i].name);
+        fputc('[', f);
         for (int r = 0; r < o->bench_reps; r++)
             fprintf(f, "%s%.1f", r ? ", " : "", cases[i].samples[r]);
         fputc(']', f);
