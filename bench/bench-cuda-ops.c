@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cli.h"
 #include "common/clock.h"
 #include "kernels/backend.h"
 #include "model/gguf.h"
@@ -353,10 +354,13 @@ static void bench_rows(backend *be, const char *name, op_fn fn, int rows, int di
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: bench-cuda-ops MODEL.gguf\n");
-        return 2;
-    }
+    const char *path = NULL;
+    const cli_spec spec = {.program = "bench-cuda-ops",
+                           .usage = "usage: bench-cuda-ops MODEL.gguf\n", .operand = &path,
+                           .operand_name = "MODEL.gguf"};
+    const int status = cli_read(&spec, argc, argv);
+    if (status != CLI_RUN)
+        return status;
 #ifndef LLMQ_HAVE_CUDA
     fprintf(stderr, "bench-cuda-ops: built without CUDA\n");
     return 77;
@@ -368,7 +372,7 @@ int main(int argc, char **argv)
         printf("bench-cuda-ops: skipped: %s\n", err.msg);
         return 77;
     }
-    if (gguf_open(&f, argv[1], &err) != 0) {
+    if (gguf_open(&f, path, &err) != 0) {
         fprintf(stderr, "bench-cuda-ops: %s\n", err.msg);
         backend_destroy(be);
         return 1;

@@ -46,19 +46,17 @@ tests_unit_test_json_SOURCES = tests/unit/test-json.c tests/unit/check.h
 tests_unit_test_json_LDADD = common/libllmq_common.a
 # ---- end common: JSON ----
 
-# ---- common: growable arrays (common/grow.c) ----
-check_PROGRAMS += tests/unit/test-grow
-TESTS += tests/unit/test-grow
+# ---- common: growable arrays, the log line, the command-line table ----
+LLMQ_COMMON_TESTS = tests/unit/test-grow tests/unit/test-log tests/unit/test-cli
+check_PROGRAMS += $(LLMQ_COMMON_TESTS)
+TESTS += $(LLMQ_COMMON_TESTS)
 tests_unit_test_grow_SOURCES = tests/unit/test-grow.c tests/unit/check.h
-tests_unit_test_grow_LDADD = common/libllmq_common.a
-# ---- end common: growable arrays ----
-
-# ---- common: the log line (common/log.c) ----
-check_PROGRAMS += tests/unit/test-log
-TESTS += tests/unit/test-log
 tests_unit_test_log_SOURCES = tests/unit/test-log.c tests/unit/check.h
+tests_unit_test_cli_SOURCES = tests/unit/test-cli.c tests/unit/check.h
+tests_unit_test_grow_LDADD = common/libllmq_common.a
 tests_unit_test_log_LDADD = common/libllmq_common.a
-# ---- end common: the log line ----
+tests_unit_test_cli_LDADD = common/libllmq_common.a
+# ---- end common: growable arrays, the log line, the command-line table ----
 
 # ---- tensor types (kernels/quant.c) ----
 check_PROGRAMS += tests/unit/test-quant
@@ -145,9 +143,10 @@ check_PROGRAMS += tests/unit/test-engine
 TESTS += tests/unit/test-engine
 tests_unit_test_engine_SOURCES = tests/unit/test-engine.c tests/unit/check.h
 tests_unit_test_engine_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
-# llmq-run --bench: its table, JSON and step accounting (tools/run_engine.c)
-TESTS += tests/unit/test-cli-bench.sh
-EXTRA_DIST += tests/unit/test-cli-bench.sh
+# llmq-run --bench (its table, JSON and step accounting: tools/run_engine.c),
+# --batch and --parallel, each with its own default (tools/llmq-run.c)
+TESTS += tests/unit/test-cli-run.sh
+EXTRA_DIST += tests/unit/test-cli-run.sh
 # ---- end engine scheduling rules ----
 
 # ---- llmq-stats: reports on a store-written database, CLI, plot (tools/stats/) ----

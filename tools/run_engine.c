@@ -22,7 +22,8 @@ static engine_request make_request(const run_gen_opts *o, uint64_t id, const int
 {
     return (engine_request){.id = id, .prompt = ids, .n_prompt = (int32_t)n,
                             .sampling = o->sampling, .max_tokens = o->n_predict,
-                            .stop = o->stop, .n_stop = o->n_stop, .ignore_eog = o->ignore_eos};
+                            .stop = o->stop, .n_stop = (int32_t)o->n_stop,
+                            .ignore_eog = o->ignore_eos};
 }
 
 static void print_timing(const char *label, const engine_timing *t)
@@ -33,6 +34,16 @@ static void print_timing(const char *label, const engine_timing *t)
             "%s%d prompt tokens in %.1f ms (%.1f tok/s), %d generated in %.1f ms (%.1f tok/s)\n",
             label, t->n_prompt, prefill, prefill > 0 ? t->n_prompt * 1e3 / prefill : 0.0,
             t->n_generated, decode, decode > 0 ? (t->n_generated - 1) * 1e3 / decode : 0.0);
+}
+
+/* What the engine was made with: --batch and --parallel as it took them. */
+static void print_engine(const engine *e)
+{
+    const engine_config *c = engine_get_config(e);
+    fprintf(stderr,
+            "llmq-run: engine: %d tokens per forward pass, %d sequence%s at once, %d tokens of"
+            " context each\n",
+            c->max_batch_tokens, c->max_seqs, c->max_seqs == 1 ? "" : "s", c->n_ctx);
 }
 
 /* ---- generate: one prompt, streamed ---- */
@@ -51,6 +62,7 @@ int run_generate(const run_gen_opts *o, model *m, const tok_vocab *v)
         free(ids);
         return fail("engine", &err);
     }
+    print_engine(e);
     engine_request req = make_request(o, 1, ids, n);
     int rc = engine_add(e, &req, &err) != 0 ? fail("prompt", &err) : 0;
     free(ids);
@@ -132,6 +144,7 @@ int run_parallel(const run_gen_opts *o, model *m, const tok_vocab *v)
         free(pl.lines);
         return fail("engine", &err);
     }
+    print_engine(e);
     size_t next = 0, done = 0;
     uint64_t generated = 0;
     int rc = 0;
