@@ -12,16 +12,16 @@
  * the broker's own cost per job (claim, dispatch, result row, push), with
  * the engine taken out.  Not a test: prints figures, exits 0. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/cli.h"
+#include "common/clock.h"
 #include "proto/wire.h"
 #include "tests/integration/harness.h"
 
@@ -30,7 +30,7 @@
 
 typedef struct opts {
     const char *broker;
-    long jobs, clients, inflight, batch, workers, slots;
+    int64_t jobs, clients, inflight, batch, workers, slots;
     const char *sync;
 } opts;
 
@@ -44,14 +44,6 @@ typedef struct bench {
     long results;    /* results pushed to the waiting client */
     bool wait_over;
 } bench;
-
-/* Sub-millisecond, unlike the harness's clock: ack latencies are ~1 ms. */
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static void die(const char *what)
 {
@@ -118,7 +110,7 @@ static void send_submit(bench *b, void *sock, long k)
     wire_job jobs[1000];
     char keys[1000][24];
     for (long i = 0; i < b->o.batch; i++) {
-        snprintf(keys[i], sizeof keys[i], "j%ld", k * b->o.batch + i);
+        snprintf(keys[i], sizeof keys[i], "j%" PRId64, k * b->o.batch + i);
         memset(&jobs[i], 0, sizeof jobs[i]);
         jobs[i].key = keys[i];
         jobs[i].prompt = "Once upon a time";
@@ -130,7 +122,7 @@ static void send_submit(bench *b, void *sock, long k)
     m.req = (uint64_t)k + 1;
     m.submit = (wire_submit){.batch = "bench", .jobs = jobs,
                              .n_jobs = (uint32_t)b->o.batch};
-    b->sent_at[k] = now_ms();
+    b->sent_at[k] = clock_mono_ms_f();
     send_msg(sock, &m);
 }
 
@@ -198,7 +190,7 @@ static void on_client_msg(bench *b, void *sock, const wire_msg *m)
 {
     if (m->type == WIRE_T_SUBMIT_OK) {
         long k = (long)m->req - 1;
-        b->lat_ms[b->n_lat++] = now_ms() - b->sent_at[k];
+        b->lat_ms[b->n_lat++] = clock_mono_ms_f() - b->sent_at[k];
         b->acked_jobs += m->submit_ok.n;
         send_next(b, sock);
         /* A wait on a batch covers the jobs it has when the wait arrives. */
@@ -242,16 +234,16 @@ static void run_loop(bench *b)
         items[n++] = (zmq_pollitem_t){b->c[i], 0, ZMQ_POLLIN, 0};
     for (long i = 0; i < b->o.workers; i++)
         items[n++] = (zmq_pollitem_t){b->w[i], 0, ZMQ_POLLIN, 0};
-    double last_beat = now_ms(), give_up = now_ms() + 600000;
+    double last_beat = clock_mono_ms_f(), give_up = clock_mono_ms_f() + 600000;
     while (!finished(b)) {
         if (zmq_poll(items, n, 100) < 0 && errno != EINTR)
             die(zmq_strerror(errno));
         drain(b, items, n);
-        if (now_ms() - last_beat > 300) {
+        if (clock_mono_ms_f() - last_beat > 300) {
             heartbeat_all(b);
-            last_beat = now_ms();
+            last_beat = clock_mono_ms_f();
         }
-        if (now_ms() > give_up)
+        if (clock_mono_ms_f() > give_up)
             die("no progress for 10 minutes");
     }
 }
@@ -280,45 +272,35 @@ static void report_submits(bench *b, double ms)
            pct(b->lat_ms, b->n_lat, 0.99), b->lat_ms[b->n_lat - 1]);
 }
 
-static void usage(void)
-{
-    fputs("Usage: bench-broker [--broker PATH] [--jobs N] [--clients K]\n"
-          "       [--inflight W] [--batch B] [--sync full|normal]\n"
-          "       [--workers N --slots S]\n", stderr);
-    exit(2);
-}
+static const char USAGE[] =
+    "Usage: bench-broker [--broker PATH] [--jobs N] [--clients K]\n"
+    "       [--inflight W] [--batch B] [--sync full|normal]\n"
+    "       [--workers N --slots S]\n";
 
-static long arg_long(const char *s, long lo, long hi)
+/* CLI_RUN, or the status to exit with at once (--help, bad usage). */
+static int parse(int argc, char **argv, opts *o)
 {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*end || v < lo || v > hi)
-        usage();
-    return v;
-}
-
-static void parse(int argc, char **argv, opts *o)
-{
-    static const struct option lo[] = {
-        {"broker", 1, NULL, 'B'}, {"jobs", 1, NULL, 'n'}, {"clients", 1, NULL, 'k'},
-        {"inflight", 1, NULL, 'i'}, {"batch", 1, NULL, 'b'}, {"sync", 1, NULL, 's'},
-        {"workers", 1, NULL, 'w'}, {"slots", 1, NULL, 'S'}, {NULL, 0, NULL, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-        switch (c) {
-        case 'B': o->broker = optarg; break;
-        case 'n': o->jobs = arg_long(optarg, 1, 100000000); break;
-        case 'k': o->clients = arg_long(optarg, 1, MAX_CLIENTS); break;
-        case 'i': o->inflight = arg_long(optarg, 1, 100000); break;
-        case 'b': o->batch = arg_long(optarg, 1, 1000); break;
-        case 's': o->sync = optarg; break;
-        case 'w': o->workers = arg_long(optarg, 0, MAX_WORKERS); break;
-        case 'S': o->slots = arg_long(optarg, 1, WIRE_MAX_SLOTS); break;
-        default: usage();
-        }
-    }
+    const cli_flag flags[] = {
+        {"broker", 0, "PATH", "the llmq-broker to run (default: this build's)",
+         CLI_TEXT(&o->broker)},
+        {"jobs", 0, "N", "jobs in all, rounded up to whole submits (default 100000)",
+         CLI_INT64(&o->jobs, 1, 100000000)},
+        {"clients", 0, "K", "client sockets (default 4)", CLI_INT64(&o->clients, 1, MAX_CLIENTS)},
+        {"inflight", 0, "W", "submits in flight per client (default 64)",
+         CLI_INT64(&o->inflight, 1, 100000)},
+        {"batch", 0, "B", "jobs per submit (default 1)", CLI_INT64(&o->batch, 1, 1000)},
+        {"sync", 0, "full|normal", "the broker's --sync (default full)", CLI_TEXT(&o->sync)},
+        {"workers", 0, "N", "scripted workers that answer every job at once (default 0)",
+         CLI_INT64(&o->workers, 0, MAX_WORKERS)},
+        {"slots", 0, "S", "slots of each worker (default 64)",
+         CLI_INT64(&o->slots, 1, WIRE_MAX_SLOTS)},
+    };
+    const cli_spec spec = {.program = "bench-broker", .usage = USAGE, .flags = flags,
+                           .n_flags = CLI_COUNT(flags)};
+    const int status = cli_read(&spec, argc, argv);
     if (o->jobs % o->batch)
         o->jobs += o->batch - o->jobs % o->batch;
+    return status;
 }
 
 int main(int argc, char **argv)
@@ -326,15 +308,17 @@ int main(int argc, char **argv)
     bench b = {.o = {.broker = NULL, .jobs = 100000,
                      .clients = 4, .inflight = 64, .batch = 1, .sync = "full",
                      .workers = 0, .slots = 64}};
-    parse(argc, argv, &b.o);
+    const int status = parse(argc, argv, &b.o);
+    if (status != CLI_RUN)
+        return status;
     b.n_submits = b.o.jobs / b.o.batch;
     b.lat_ms = calloc((size_t)b.n_submits, sizeof *b.lat_ms);
     b.sent_at = calloc((size_t)b.n_submits, sizeof *b.sent_at);
     if (!b.lat_ms || !b.sent_at)
         die("out of memory");
     start_broker(&b);
-    printf("bench-broker: %ld jobs, %ld per submit, %ld clients x %ld in flight,"
-           " synchronous=%s, %ld instant workers x %ld slots\n",
+    printf("bench-broker: %" PRId64 " jobs, %" PRId64 " per submit, %" PRId64 " clients x %" PRId64
+           " in flight, synchronous=%s, %" PRId64 " instant workers x %" PRId64 " slots\n",
            b.o.jobs, b.o.batch, b.o.clients, b.o.inflight, b.o.sync, b.o.workers,
            b.o.slots);
     for (long i = 0; i < b.o.clients; i++) {
@@ -343,12 +327,12 @@ int main(int argc, char **argv)
     }
     for (long i = 0; i < b.o.workers; i++)
         worker_hello(&b, (int)i);
-    double t0 = now_ms(), t_submits = 0;
+    double t0 = clock_mono_ms_f(), t_submits = 0;
     for (long i = 0; i < b.o.clients; i++)
         for (long k = 0; k < b.o.inflight; k++)
             send_next(&b, b.c[i]);
     run_loop(&b);
-    t_submits = now_ms() - t0;
+    t_submits = clock_mono_ms_f() - t0;
     report_submits(&b, t_submits);
     double cpu = broker_cpu_s(b.h.broker);
     printf("broker CPU: %.2f s, %.1f us per job\n", cpu, cpu * 1e6 / b.o.jobs);

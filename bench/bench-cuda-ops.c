@@ -17,8 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/cli.h"
+#include "common/clock.h"
 #include "kernels/backend.h"
 #include "model/gguf.h"
 
@@ -26,13 +27,6 @@
 #define ROUNDS 7
 #define BURST 40
 #define MAX_LAYERS 8
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -54,14 +48,14 @@ static double time_op(backend *be, op_fn fn, void *arg)
         return -1;
     }
     for (int r = 0; r < ROUNDS; r++) {
-        const double t0 = now_s();
+        const double t0 = clock_mono_ms_f() / 1e3;
         for (int call = 0; call < BURST; call++)
             fn(be, arg, call);
         if (be->ops->sync(be, &err) != 0) {
             fprintf(stderr, "bench-cuda-ops: %s\n", err.msg);
             return -1;
         }
-        t[r] = (now_s() - t0) / BURST;
+        t[r] = (clock_mono_ms_f() / 1e3 - t0) / BURST;
     }
     qsort(t, ROUNDS, sizeof *t, cmp_double);
     return t[ROUNDS / 2];
@@ -360,10 +354,13 @@ static void bench_rows(backend *be, const char *name, op_fn fn, int rows, int di
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: bench-cuda-ops MODEL.gguf\n");
-        return 2;
-    }
+    const char *path = NULL;
+    const cli_spec spec = {.program = "bench-cuda-ops",
+                           .usage = "usage: bench-cuda-ops MODEL.gguf\n", .operand = &path,
+                           .operand_name = "MODEL.gguf"};
+    const int status = cli_read(&spec, argc, argv);
+    if (status != CLI_RUN)
+        return status;
 #ifndef LLMQ_HAVE_CUDA
     fprintf(stderr, "bench-cuda-ops: built without CUDA\n");
     return 77;
@@ -375,7 +372,7 @@ int main(int argc, char **argv)
         printf("bench-cuda-ops: skipped: %s\n", err.msg);
         return 77;
     }
-    if (gguf_open(&f, argv[1], &err) != 0) {
+    if (gguf_open(&f, path, &err) != 0) {
         fprintf(stderr, "bench-cuda-ops: %s\n", err.msg);
         backend_destroy(be);
         return 1;

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/cli.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 
@@ -102,9 +103,14 @@ static int bench(const char *dir, const char *vocab, const char *text, size_t le
 
 int main(int argc, char **argv)
 {
-    const char *dir = argc > 1 ? argv[1] : getenv("LLMQ_TEST_DATA");
+    const char *dir = getenv("LLMQ_TEST_DATA");
     if (!dir)
         dir = "tests/data";
+    const cli_spec spec = {.program = "bench-tokenizer",
+                           .usage = "usage: bench-tokenizer [DATA_DIR]\n", .operand = &dir};
+    const int status = cli_read(&spec, argc, argv);
+    if (status != CLI_RUN)
+        return status;
     size_t len;
     char *text = build_text(dir, &len);
     if (!text)

@@ -6,11 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "broker/broker_priv.h"
-#include "broker/log.h"
+#include "common/clock.h"
 
 /* Messages read from one socket per iteration: enough for large group
  * commits under load, few enough that timers and the other socket are not
@@ -20,13 +19,6 @@
 #define CLIENT_SNDHWM 200000
 /* Final replies get this long to leave after the loop ends. */
 #define LINGER_MS 1000
-
-static int64_t clock_ms(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- replies ------------------------------------------------------------------- */
 
@@ -51,8 +43,8 @@ int broker_refuse(broker *b, void *sock, const net_peer *to, uint64_t req,
     wire_msg m;
     wire_error_reply(&m, &we);
     if (b->cfg.verbose)
-        log_line("refused request %" PRIu64 ": %s: %s", req,
-                 wire_code_name(code), we.err.msg);
+        broker_log("refused request %" PRIu64 ": %s: %s", req,
+                   wire_code_name(code), we.err.msg);
     return broker_reply(b, sock, to, &m, NULL);
 }
 
@@ -71,8 +63,8 @@ int broker_decode(broker *b, void *sock, const net_peer *from, const void *body,
     if (*ok)
         return 0;
     if (worker || b->cfg.verbose)
-        log_line("bad %s message: %s: %s", worker ? "worker" : "client",
-                 wire_code_name(we.code), we.err.msg);
+        broker_log("bad %s message: %s: %s", worker ? "worker" : "client",
+                   wire_code_name(we.code), we.err.msg);
     wire_msg r;
     wire_error_reply(&r, &we);
     return broker_reply(b, sock, from, &r, err);
@@ -200,7 +192,7 @@ static int open_parts(broker *b, llmq_err *err)
     if (load_security(b, err))
         return -1;
     store_opts so = {.max_attempts = b->cfg.max_attempts, .sync = b->cfg.sync};
-    if (store_open(&b->st, b->cfg.db_path, &so, clock_ms(CLOCK_REALTIME), err))
+    if (store_open(&b->st, b->cfg.db_path, &so, clock_wall_ms(), err))
         return -1;
     b->zctx = zmq_ctx_new();
     if (!b->zctx)
@@ -211,14 +203,15 @@ static int open_parts(broker *b, llmq_err *err)
 static void log_security(const broker *b)
 {
     if (!b->curve) {
-        log_line("security: none (no CURVE key)%s",
-                 b->cfg.insecure ? "; --insecure given" : "");
+        broker_log("security: none (no CURVE key)%s",
+                   b->cfg.insecure ? "; --insecure given" : "");
         return;
     }
-    log_line("security: CURVE, broker public key %s; workers: %s; clients: %s",
-             b->keys.public_key,
-             b->allow_workers.set ? b->cfg.allow_workers : "any key",
-             b->allow_clients.set ? b->cfg.allow_clients : "any key");
+    broker_log("security: CURVE, broker public key %s; workers: %s;"
+               " clients: %s",
+               b->keys.public_key,
+               b->allow_workers.set ? b->cfg.allow_workers : "any key",
+               b->allow_clients.set ? b->cfg.allow_clients : "any key");
 }
 
 int broker_open(broker **out, const broker_config *cfg, llmq_err *err)
@@ -235,11 +228,12 @@ int broker_open(broker **out, const broker_config *cfg, llmq_err *err)
     log_security(b);
     int64_t counts[STORE_N_STATES];
     store_counts_all(b->st, counts);
-    log_line("listening: clients %s, workers %s; database %s (synchronous=%s):"
-             " %" PRId64 " queued, %" PRId64 " done, %" PRId64 " failed",
-             cfg->clients_endpoint, cfg->workers_endpoint, cfg->db_path,
-             cfg->sync == STORE_SYNC_NORMAL ? "NORMAL" : "FULL",
-             counts[STORE_QUEUED], counts[STORE_DONE], counts[STORE_FAILED]);
+    broker_log("listening: clients %s, workers %s; database %s"
+               " (synchronous=%s): %" PRId64 " queued, %" PRId64
+               " done, %" PRId64 " failed",
+               cfg->clients_endpoint, cfg->workers_endpoint, cfg->db_path,
+               cfg->sync == STORE_SYNC_NORMAL ? "NORMAL" : "FULL",
+               counts[STORE_QUEUED], counts[STORE_DONE], counts[STORE_FAILED]);
     *out = b;
     return 0;
 }
@@ -349,9 +343,9 @@ static int start_drain(broker *b, llmq_err *err)
 {
     b->draining = true;
     b->drain_deadline = b->now + b->cfg.grace_ms;
-    log_line("stopping: refusing new submits; %" PRId64 " jobs running on %zu"
-             " workers get %u ms to finish",
-             store_running(b->st), b->pool.n, b->cfg.grace_ms);
+    broker_log("stopping: refusing new submits; %" PRId64 " jobs running on %zu"
+               " workers get %u ms to finish",
+               store_running(b->st), b->pool.n, b->cfg.grace_ms);
     for (size_t i = 0; i < b->pool.n; i++) {
         pool_worker *w = b->pool.v[i];
         wire_msg m;
@@ -374,7 +368,7 @@ static int finish_drain(broker *b, llmq_err *err)
             return -1;
     if (waiters_end_all(&b->waiters, on_client_waiter, b, err))
         return -1;
-    log_line("stopped: %" PRId64 " unfinished jobs back in the queue", left);
+    broker_log("stopped: %" PRId64 " unfinished jobs back in the queue", left);
     b->done = true;
     return 0;
 }
@@ -395,8 +389,8 @@ static void log_undelivered(broker *b)
 {
     if (!b->undelivered)
         return;
-    log_line("%" PRIu64 " messages could not be delivered (peer gone or not"
-             " reading)", b->undelivered);
+    broker_log("%" PRIu64 " messages could not be delivered (peer gone or not"
+               " reading)", b->undelivered);
     b->undelivered = 0;
 }
 
@@ -475,8 +469,8 @@ static int wait_for_input(broker *b, llmq_err *err)
 
 static int iterate(broker *b, llmq_err *err)
 {
-    b->now = clock_ms(CLOCK_MONOTONIC);
-    b->wall = clock_ms(CLOCK_REALTIME);
+    b->now = clock_mono_ms();
+    b->wall = clock_wall_ms();
     if (store_begin(b->st, err))
         return -1;
     bool backlog; /* after the second read: worker messages left unread */
@@ -493,7 +487,7 @@ static int iterate(broker *b, llmq_err *err)
 
 int broker_run(broker *b, llmq_err *err)
 {
-    b->now = clock_ms(CLOCK_MONOTONIC);
+    b->now = clock_mono_ms();
     while (!b->done) {
         if (wait_for_input(b, err) || iterate(b, err)) {
             net_outbox_clear(&b->out);

@@ -26,6 +26,11 @@
 
 #include "broker/store.h"
 #include "common/err.h"
+#include "common/log.h"
+
+/* A line of the broker's log (common/log.h's format, no id: there is one
+ * broker per database).  Whether it is worth writing is the caller's call. */
+#define broker_log(...) log_line("llmq-broker", NULL, __VA_ARGS__)
 
 typedef struct broker_config {
     const char *db_path;

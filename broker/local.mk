@@ -3,7 +3,6 @@ noinst_LIBRARIES += broker/libllmq_broker.a
 broker_libllmq_broker_a_SOURCES = \
 	broker/store.c broker/store.h broker/schema.sql.h \
 	broker/checkpointer.c broker/checkpointer.h \
-	broker/log.c broker/log.h \
 	broker/net.c broker/net.h \
 	broker/pool.c broker/pool.h \
 	broker/waiters.c broker/waiters.h \

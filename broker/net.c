@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
+
 void net_peer_close(net_peer *p)
 {
     for (int i = 0; i < p->n; i++)
@@ -118,15 +120,9 @@ int net_recv(void *sock, net_peer *from, zmq_msg_t *body, net_status *st,
 static int push(net_outbox *ob, void *sock, const net_peer *to, char *body,
                 size_t len, llmq_err *err)
 {
-    if (ob->n == ob->cap) {
-        size_t cap = ob->cap ? ob->cap * 2 : 64;
-        net_out *v = realloc(ob->v, cap * sizeof *v);
-        if (!v) {
-            free(body);
-            return llmq_errf(err, "out of memory queueing a reply");
-        }
-        ob->v = v;
-        ob->cap = cap;
+    if (grow_reserve(&ob->v, &ob->cap, ob->n + 1, sizeof *ob->v)) {
+        free(body);
+        return llmq_errf(err, "out of memory queueing a reply");
     }
     net_out *o = &ob->v[ob->n];
     if (zmq_msg_init_size(&o->body, len) != 0) {

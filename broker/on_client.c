@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "broker/broker_priv.h"
-#include "broker/log.h"
+#include "common/grow.h"
 #include "common/utf8.h"
 
 /* Job ids all waits together may hold, so that waits cannot exhaust memory. */
@@ -164,14 +164,8 @@ typedef struct idlist {
 
 static int idlist_push(idlist *l, int64_t id, llmq_err *err)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        int64_t *v = realloc(l->v, cap * sizeof *v);
-        if (!v)
-            return llmq_errf(err, "out of memory selecting %zu jobs", cap);
-        l->v = v;
-        l->cap = cap;
-    }
+    if (grow_reserve(&l->v, &l->cap, l->n + 1, sizeof *l->v))
+        return llmq_errf(err, "out of memory selecting %zu jobs", l->n + 1);
     l->v[l->n++] = id;
     return 0;
 }
@@ -286,14 +280,8 @@ static void count_state(wire_counts *c, store_state s)
 static int add_state(void *ctx, const store_brief *br, llmq_err *err)
 {
     states *s = ctx;
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 64;
-        wire_job_state *v = realloc(s->v, cap * sizeof *v);
-        if (!v)
-            return llmq_errf(err, "out of memory listing %zu jobs", cap);
-        s->v = v;
-        s->cap = cap;
-    }
+    if (grow_reserve(&s->v, &s->cap, s->n + 1, sizeof *s->v))
+        return llmq_errf(err, "out of memory listing %zu jobs", s->n + 1);
     char *worker = br->worker ? strdup(br->worker) : NULL;
     if (br->worker && !worker)
         return llmq_errf(err, "out of memory listing jobs");
@@ -370,8 +358,8 @@ static int cancel_one(broker *b, int64_t id, llmq_err *err)
             return -1;
     }
     if (b->cfg.verbose)
-        log_line("job %" PRId64 " cancelled (was %s)", id,
-                 store_state_name(was));
+        broker_log("job %" PRId64 " cancelled (was %s)", id,
+                   store_state_name(was));
     return broker_job_final(b, id, err);
 }
 

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "broker/broker_priv.h"
-#include "broker/log.h"
 
 /* ---- sessions ------------------------------------------------------------------- */
 
@@ -27,9 +26,10 @@ int on_worker_end(broker *b, pool_worker *w, session_end how,
                               b->wall, err);
     if (rc)
         return -1;
-    log_line("worker %s (session %" PRId64 ") %s: %s; its %u running jobs go"
-             " back to the queue",
-             w->name, w->id, how == SESSION_LOST ? "lost" : "left", reason, busy);
+    broker_log("worker %s (session %" PRId64 ") %s: %s; its %u running jobs go"
+               " back to the queue",
+               w->name, w->id, how == SESSION_LOST ? "lost" : "left", reason,
+               busy);
     pool_remove(&b->pool, w);
     return 0;
 }
@@ -74,11 +74,11 @@ static int on_hello(broker *b, const net_peer *from, const wire_hello *h,
     if (store_worker_add(b->st, &row, b->wall, &id, err) ||
         pool_add(&b->pool, h, from, id, b->now, &w, err))
         return -1;
-    log_line("worker %s (session %" PRId64 ") connected: host %s pid %u, %s"
-             " engine, gpu %d%s%s, model %s, %u slots",
-             h->worker, id, h->host, h->pid, h->engine, h->gpu_index,
-             h->gpu_name ? " " : "", h->gpu_name ? h->gpu_name : "", h->model,
-             h->slots);
+    broker_log("worker %s (session %" PRId64 ") connected: host %s pid %u, %s"
+               " engine, gpu %d%s%s, model %s, %u slots",
+               h->worker, id, h->host, h->pid, h->engine, h->gpu_index,
+               h->gpu_name ? " " : "", h->gpu_name ? h->gpu_name : "", h->model,
+               h->slots);
     return welcome(b, w, err);
 }
 
@@ -86,9 +86,9 @@ static void on_credit(broker *b, pool_worker *w, uint32_t n)
 {
     uint32_t dropped = pool_credit(w, n);
     if (dropped)
-        log_line("worker %s granted %u credits beyond its %u slots (%u busy):"
-                 " ignored",
-                 w->name, dropped, w->slots, w->busy);
+        broker_log("worker %s granted %u credits beyond its %u slots (%u busy):"
+                   " ignored",
+                   w->name, dropped, w->slots, w->busy);
     (void)b;
 }
 
@@ -127,8 +127,8 @@ int on_worker_send_job(void *ctx, const store_job *job, llmq_err *err)
     m.job.sampling = sampling_from_params(&job->params);
     d->w->last_sent = d->b->now;
     if (d->b->cfg.verbose)
-        log_line("job %" PRId64 " attempt %d -> worker %s", job->id,
-                 job->attempts, d->w->name);
+        broker_log("job %" PRId64 " attempt %d -> worker %s", job->id,
+                   job->attempts, d->w->name);
     return broker_reply(d->b, d->b->workers, &d->w->peer, &m, err);
 }
 
@@ -144,9 +144,10 @@ static void log_stale(broker *b, const pool_worker *w, const char *what,
                       uint64_t id, uint32_t attempt, store_change ch)
 {
     if (b->cfg.verbose)
-        log_line("ignored %s for job %" PRIu64 " attempt %u from worker %s: %s",
-                 what, id, attempt, w->name,
-                 ch == STORE_UNKNOWN ? "no such job"
+        broker_log("ignored %s for job %" PRIu64 " attempt %u from worker %s:"
+                   " %s",
+                   what, id, attempt, w->name,
+                   ch == STORE_UNKNOWN ? "no such job"
                                      : "not running there any more");
 }
 
@@ -172,8 +173,8 @@ static int on_result(broker *b, pool_worker *w, const wire_result *r,
     w->jobs_done++;
     w->tokens_done += r->gen_tokens;
     if (b->cfg.verbose)
-        log_line("job %" PRIu64 " done on worker %s: %u tokens", r->id, w->name,
-                 r->gen_tokens);
+        broker_log("job %" PRIu64 " done on worker %s: %u tokens", r->id,
+                   w->name, r->gen_tokens);
     return broker_job_final(b, (int64_t)r->id, err);
 }
 
@@ -199,9 +200,9 @@ static int on_failure(broker *b, pool_worker *w, const wire_job_failure *f,
     }
     job_left(w);
     if (b->cfg.verbose)
-        log_line("job %" PRIu64 " attempt %u failed on worker %s (%s): %s",
-                 f->id, f->attempt, w->name,
-                 failed ? "final" : "requeued", f->reason);
+        broker_log("job %" PRIu64 " attempt %u failed on worker %s (%s): %s",
+                   f->id, f->attempt, w->name,
+                   failed ? "final" : "requeued", f->reason);
     return failed ? broker_job_final(b, (int64_t)f->id, err) : 0;
 }
 

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
+
 static void worker_free(pool_worker *w)
 {
     if (!w)
@@ -54,14 +56,8 @@ static pool_worker *worker_new(const wire_hello *h, const net_peer *peer,
 int pool_add(pool *p, const wire_hello *h, const net_peer *peer, int64_t id,
              int64_t now, pool_worker **out, llmq_err *err)
 {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 8;
-        pool_worker **v = realloc(p->v, cap * sizeof *v);
-        if (!v)
-            return llmq_errf(err, "out of memory adding worker %s", h->worker);
-        p->v = v;
-        p->cap = cap;
-    }
+    if (grow_reserve(&p->v, &p->cap, p->n + 1, sizeof *p->v))
+        return llmq_errf(err, "out of memory adding worker %s", h->worker);
     pool_worker *w = worker_new(h, peer, id, now);
     if (!w)
         return llmq_errf(err, "out of memory adding worker %s", h->worker);

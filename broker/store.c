@@ -12,6 +12,8 @@
 #include "broker/checkpointer.h"
 #include "broker/schema.sql.h"
 #include "common/check.h"
+#include "common/grow.h"
+#include "common/json.h"
 
 #define N_MIGRATIONS (sizeof store_migrations / sizeof store_migrations[0])
 _Static_assert(N_MIGRATIONS == STORE_SCHEMA_VERSION,
@@ -119,11 +121,6 @@ static const char *const stmt_sql[S_COUNT] = {
                      " AND last_seen >= ?2 LIMIT 1",
 };
 
-typedef struct strbuf {
-    char *p;
-    size_t len, cap;
-} strbuf;
-
 /* WAL pages after which a checkpoint is asked for (SQLite's default). */
 #define CHECKPOINT_PAGES 1000
 
@@ -137,7 +134,7 @@ struct store {
      * restored on rollback. */
     int64_t count[STORE_N_STATES];
     int64_t count_at_begin[STORE_N_STATES], count_at_mark[STORE_N_STATES];
-    strbuf json_a, json_b; /* scratch for JSON columns being bound */
+    json_buf json_a, json_b; /* scratch for JSON columns being bound */
     sqlite3_stmt *stmt[S_COUNT];
 };
 
@@ -215,100 +212,47 @@ static const char *col_text(sqlite3_stmt *s, int i)
 
 /* ---- JSON arrays in TEXT columns ------------------------------------------
  * Token ids and stop strings are stored as JSON arrays so that any SQL
- * client can read them (json_each); they are read back through json_each
- * too, so the only JSON code here is the writer. */
+ * client can read them (json_each); they are written with common/json.h's
+ * writer and read back through json_each. */
 
-static int sb_reserve(strbuf *b, size_t more, llmq_err *err)
+static int json_ids(const uint32_t *ids, size_t n, json_buf *b, llmq_err *err)
 {
-    if (b->len + more + 1 <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < b->len + more + 1)
-        cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p)
-        return llmq_errf(err, "out of memory for a JSON array of %zu bytes",
-                         cap);
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-static int sb_putc(strbuf *b, char c, llmq_err *err)
-{
-    if (sb_reserve(b, 1, err))
-        return -1;
-    b->p[b->len++] = c;
-    b->p[b->len] = 0;
-    return 0;
-}
-
-static int sb_puts(strbuf *b, const char *s, size_t n, llmq_err *err)
-{
-    if (sb_reserve(b, n, err))
-        return -1;
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return 0;
-}
-
-static int json_ids(const uint32_t *ids, size_t n, strbuf *b, llmq_err *err)
-{
-    if (sb_putc(b, '[', err))
-        return -1;
-    for (size_t i = 0; i < n; i++) {
+    int rc = json_buf_put(b, "[", 1);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
         char num[16];
         int k = snprintf(num, sizeof num, "%s%" PRIu32, i ? "," : "", ids[i]);
-        if (sb_puts(b, num, (size_t)k, err))
-            return -1;
+        rc = json_buf_put(b, num, (size_t)k);
     }
-    return sb_putc(b, ']', err);
+    if (rc || json_buf_put(b, "]", 1))
+        return llmq_errf(err, "out of memory for a JSON array of %zu token ids",
+                         n);
+    return 0;
 }
 
-/* Strings reaching the store were validated as UTF-8 by the wire decoder,
- * so only quotes, backslashes and control characters need escaping. */
-static int json_string(const char *s, strbuf *b, llmq_err *err)
-{
-    if (sb_putc(b, '"', err))
-        return -1;
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char esc[8];
-        int k = 0;
-        if (c == '"' || c == '\\')
-            k = snprintf(esc, sizeof esc, "\\%c", c);
-        else if (c < 0x20)
-            k = snprintf(esc, sizeof esc, "\\u%04x", c);
-        if (k ? sb_puts(b, esc, (size_t)k, err) : sb_putc(b, (char)c, err))
-            return -1;
-    }
-    return sb_putc(b, '"', err);
-}
-
-static int json_strings(const char *const *v, size_t n, strbuf *b,
+static int json_strings(const char *const *v, size_t n, json_buf *b,
                         llmq_err *err)
 {
-    if (sb_putc(b, '[', err))
-        return -1;
-    for (size_t i = 0; i < n; i++)
-        if ((i && sb_putc(b, ',', err)) || json_string(v[i], b, err))
-            return -1;
-    return sb_putc(b, ']', err);
+    int rc = json_buf_put(b, "[", 1);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = (i && json_buf_put(b, ",", 1)) ||
+             json_buf_string(b, v[i], strlen(v[i]));
+    if (rc || json_buf_put(b, "]", 1))
+        return llmq_errf(err, "out of memory for a JSON array of %zu strings",
+                         n);
+    return 0;
 }
 
-/* Reads a JSON array column back through json_each: ids as int32, strings
- * into one buffer of NUL-terminated texts plus an array of pointers. */
+/* Strings read back from a JSON array column, each its own copy. */
 typedef struct strlist {
     char **v;
-    size_t n;
-    strbuf text;
+    size_t n, cap;
 } strlist;
 
 static void strlist_free(strlist *l)
 {
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
     free(l->v);
-    free(l->text.p);
     memset(l, 0, sizeof *l);
 }
 
@@ -334,14 +278,9 @@ static int json_read_ids(store *st, const char *json, uint32_t **out,
             goto fail;
         if (!row)
             return 0;
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 64;
-            uint32_t *p = realloc(*out, cap * sizeof *p);
-            if (!p) {
-                llmq_errf(err, "out of memory reading %zu token ids", cap);
-                goto fail;
-            }
-            *out = p;
+        if (grow_reserve(out, &cap, *n + 1, sizeof **out)) {
+            llmq_errf(err, "out of memory reading %zu token ids", *n + 1);
+            goto fail;
         }
         (*out)[(*n)++] = (uint32_t)sqlite3_column_int64(s, 0);
     }
@@ -361,25 +300,17 @@ static int json_read_strings(store *st, const char *json, strlist *l,
     for (;;) {
         bool row;
         if (step_row(st, s, &row, err))
-            goto fail;
-        if (!row)
             break;
+        if (!row)
+            return 0;
         const char *t = col_text(s, 0);
-        if (sb_puts(&l->text, t ? t : "", t ? strlen(t) : 0, err) ||
-            sb_putc(&l->text, 0, err))
-            goto fail;
+        if (grow_reserve(&l->v, &l->cap, l->n + 1, sizeof *l->v) ||
+            !(l->v[l->n] = strdup(t ? t : ""))) {
+            llmq_errf(err, "out of memory reading %zu stop strings", l->n + 1);
+            break;
+        }
         l->n++;
     }
-    l->v = calloc(l->n ? l->n : 1, sizeof *l->v);
-    if (!l->v) {
-        llmq_errf(err, "out of memory reading %zu stop strings", l->n);
-        goto fail;
-    }
-    char *p = l->text.p;
-    for (size_t i = 0; i < l->n; i++, p += strlen(p) + 1)
-        l->v[i] = p;
-    return 0;
-fail:
     strlist_free(l);
     return -1;
 }
@@ -1101,15 +1032,10 @@ static int running_on(store *st, int64_t worker_id, int64_t **ids, size_t *n,
             sqlite3_reset(s);
             return 0;
         }
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 16;
-            int64_t *p = realloc(*ids, cap * sizeof *p);
-            if (!p) {
-                llmq_errf(err, "out of memory listing jobs of worker %" PRId64,
-                          worker_id);
-                break;
-            }
-            *ids = p;
+        if (grow_reserve(ids, &cap, *n + 1, sizeof **ids)) {
+            llmq_errf(err, "out of memory listing jobs of worker %" PRId64,
+                      worker_id);
+            break;
         }
         (*ids)[(*n)++] = sqlite3_column_int64(s, 0);
     }

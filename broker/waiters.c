@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
+
 static void waiter_free(waiter *w)
 {
     net_peer_close(&w->peer);
@@ -16,14 +18,8 @@ int waiters_add(waiters *ws, const net_peer *peer, uint64_t req, bool stream,
                 size_t pending, llmq_err *err)
 {
     waiter *w = NULL;
-    if (ws->n == ws->cap) {
-        size_t cap = ws->cap ? ws->cap * 2 : 16;
-        waiter **v = realloc(ws->v, cap * sizeof *v);
-        if (!v)
-            goto oom;
-        ws->v = v;
-        ws->cap = cap;
-    }
+    if (grow_reserve(&ws->v, &ws->cap, ws->n + 1, sizeof *ws->v))
+        goto oom;
     w = calloc(1, sizeof *w);
     if (!w)
         goto oom;

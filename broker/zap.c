@@ -8,7 +8,8 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "broker/log.h"
+#include "broker/broker.h"
+#include "common/grow.h"
 #include "proto/curve.h"
 
 #define ZAP_ENDPOINT "inproc://zeromq.zap.01"
@@ -20,10 +21,8 @@
 
 static int list_push(zap_list *l, const unsigned char key[32], llmq_err *err)
 {
-    unsigned char(*v)[32] = realloc(l->keys, (l->n + 1) * sizeof *v);
-    if (!v)
+    if (grow_reserve(&l->keys, &l->cap, l->n + 1, sizeof *l->keys))
         return llmq_errf(err, "out of memory");
-    l->keys = v;
     memcpy(l->keys[l->n++], key, 32);
     return 0;
 }
@@ -124,7 +123,7 @@ static bool decide(const zap *z, zmq_msg_t *f, int nf)
 {
     char domain[32], addr[64], mech[16], key[CURVE_Z85_LEN + 1] = "?";
     if (nf < ZAP_FRAMES) {
-        log_line("refused a connection: ZAP request of %d frames", nf);
+        broker_log("refused a connection: ZAP request of %d frames", nf);
         return false;
     }
     frame_str(&f[2], domain, sizeof domain);
@@ -138,8 +137,8 @@ static bool decide(const zap *z, zmq_msg_t *f, int nf)
         return true;
     if (curve)
         zmq_z85_encode(key, zmq_msg_data(&f[6]), 32);
-    log_line("refused a %s connection from %s: %s key %s is not allowed",
-             l ? domain : "(unknown side)", addr[0] ? addr : "?", mech, key);
+    broker_log("refused a %s connection from %s: %s key %s is not allowed",
+               l ? domain : "(unknown side)", addr[0] ? addr : "?", mech, key);
     return false;
 }
 
@@ -180,10 +179,10 @@ static void serve_monitor(void *mon, const char *side)
         memcpy(&value, (char *)zmq_msg_data(&ev) + 2, 4);
         char where[128];
         frame_str(&ep, where, sizeof where);
-        log_line("refused a %s connection on %s: CURVE handshake failed"
-                 " (ZMTP error 0x%x): a peer without CURVE, with the wrong"
-                 " broker key, or with a key refused above",
-                 side, where, value);
+        broker_log("refused a %s connection on %s: CURVE handshake failed"
+                   " (ZMTP error 0x%x): a peer without CURVE, with the wrong"
+                   " broker key, or with a key refused above",
+                   side, where, value);
     }
     zmq_msg_close(&ev);
     zmq_msg_close(&ep);

@@ -26,7 +26,7 @@
 
 typedef struct zap_list {
     unsigned char (*keys)[32];
-    size_t n;
+    size_t n, cap;
     bool set; /* false: no list, any key is admitted */
 } zap_list;
 

@@ -5,6 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
+
+/* The least room each read is offered: few calls for big files. */
+#define READ_CHUNK 65536
+
 int file_read_all(const char *path, char **buf, size_t *len, llmq_err *err)
 {
     *buf = NULL;
@@ -15,16 +20,12 @@ int file_read_all(const char *path, char **buf, size_t *len, llmq_err *err)
     char *data = NULL;
     size_t cap = 0, n = 0, got;
     do {
-        if (n + 1 >= cap) {
-            cap = cap ? cap * 2 : 65536;
-            char *grown = realloc(data, cap);
-            if (!grown) {
-                free(data);
-                if (f != stdin)
-                    fclose(f);
-                return llmq_errf(err, "%s: out of memory after %zu bytes", path, n);
-            }
-            data = grown;
+        /* Room to read a chunk and, after the last, to add the NUL. */
+        if (grow_reserve(&data, &cap, n + READ_CHUNK, 1) < 0) {
+            free(data);
+            if (f != stdin)
+                fclose(f);
+            return llmq_errf(err, "%s: out of memory after %zu bytes", path, n);
         }
         got = fread(data + n, 1, cap - n - 1, f);
         n += got;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "common/utf8.h"
 
 typedef struct parser {
@@ -177,37 +178,14 @@ static int unicode_escape(parser *p, uint32_t *cp)
     return 0;
 }
 
-typedef struct sbuf {
-    char *data;
-    size_t len, cap;
-} sbuf;
-
-static int sbuf_put(sbuf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 32;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *d = realloc(b->data, cap);
-        if (!d)
-            return -1;
-        b->data = d;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-    return 0;
-}
-
-static int escape(parser *p, sbuf *b)
+static int escape(parser *p, json_buf *b)
 {
     static const char FROM[] = "\"\\/bfnrt", TO[] = "\"\\/\b\f\n\r\t";
     char c = p->pos < p->len ? p->s[p->pos] : '\0';
     p->pos++;
     const char *hit = c ? strchr(FROM, c) : NULL;
     if (hit)
-        return sbuf_put(b, &TO[hit - FROM], 1) < 0 ? fail(p, "out of memory") : 0;
+        return json_buf_put(b, &TO[hit - FROM], 1) < 0 ? fail(p, "out of memory") : 0;
     if (c != 'u') {
         p->pos--;
         return fail(p, "invalid escape");
@@ -216,12 +194,12 @@ static int escape(parser *p, sbuf *b)
     char u[4];
     if (unicode_escape(p, &cp) < 0)
         return -1;
-    return sbuf_put(b, u, utf8_encode(cp, u)) < 0 ? fail(p, "out of memory") : 0;
+    return json_buf_put(b, u, utf8_encode(cp, u)) < 0 ? fail(p, "out of memory") : 0;
 }
 
 /* The run of plain bytes up to the next '"', '\\' or control character,
  * checked as UTF-8. */
-static int plain_run(parser *p, sbuf *b)
+static int plain_run(parser *p, json_buf *b)
 {
     size_t start = p->pos;
     while (p->pos < p->len) {
@@ -235,12 +213,12 @@ static int plain_run(parser *p, sbuf *b)
         p->pos = start + ok;
         return fail(p, "invalid UTF-8 in string");
     }
-    return sbuf_put(b, p->s + start, p->pos - start) < 0 ? fail(p, "out of memory") : 0;
+    return json_buf_put(b, p->s + start, p->pos - start) < 0 ? fail(p, "out of memory") : 0;
 }
 
 static int parse_string_raw(parser *p, char **out, size_t *out_len)
 {
-    sbuf b = {0};
+    json_buf b = {0};
     p->pos++;   /* opening quote */
     for (;;) {
         if (plain_run(p, &b) < 0)
@@ -261,30 +239,16 @@ static int parse_string_raw(parser *p, char **out, size_t *out_len)
             goto fail;
     }
     p->pos++;
-    if (!b.data && sbuf_put(&b, "", 0) < 0) {
+    if (!b.p && json_buf_put(&b, "", 0) < 0) {
         fail(p, "out of memory");
         goto fail;
     }
-    *out = b.data;
+    *out = b.p;
     *out_len = b.len;
     return 0;
 fail:
-    free(b.data);
+    free(b.p);
     return -1;
-}
-
-/* Growable array of elements of `size` bytes, copied into place at the end. */
-static int grow(void **items, size_t *cap, size_t n, size_t size)
-{
-    if (n < *cap)
-        return 0;
-    size_t ncap = *cap ? *cap * 2 : 4;
-    void *d = realloc(*items, ncap * size);
-    if (!d)
-        return -1;
-    *items = d;
-    *cap = ncap;
-    return 0;
 }
 
 static int parse_array(parser *p, json_value *v, int depth)
@@ -300,7 +264,7 @@ static int parse_array(parser *p, json_value *v, int depth)
         return 0;
     }
     for (;;) {
-        if (grow((void **)&v->arr.items, &cap, v->arr.n, sizeof(json_value)) < 0)
+        if (grow_reserve(&v->arr.items, &cap, v->arr.n + 1, sizeof *v->arr.items) < 0)
             return fail(p, "out of memory");
         json_value *item = &v->arr.items[v->arr.n++];   /* owned by v, also on error */
         item->type = JSON_NULL;
@@ -367,7 +331,7 @@ static int parse_object(parser *p, json_value *v, int depth)
         return 0;
     }
     for (;;) {
-        if (grow((void **)&v->obj.members, &cap, v->obj.n, sizeof(json_member)) < 0)
+        if (grow_reserve(&v->obj.members, &cap, v->obj.n + 1, sizeof *v->obj.members) < 0)
             return fail(p, "out of memory");
         if (parse_member(p, v, depth) < 0)
             return -1;
@@ -483,37 +447,89 @@ const char *json_type_name(json_type t)
     return (unsigned)t < sizeof NAMES / sizeof NAMES[0] ? NAMES[t] : "?";
 }
 
+/* ---- writing ------------------------------------------------------------------ */
+
+int json_buf_put(json_buf *b, const char *s, size_t n)
+{
+    if (grow_reserve(&b->p, &b->cap, b->len + n + 1, 1) < 0)
+        return -1;
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return 0;
+}
+
+/* Where an escaped string goes (a file, a buffer); 0, or -1 on failure. */
+typedef int (*json_sink)(void *to, const char *s, size_t n);
+
+/* The length of the prefix of s[0..n) that is written as it is: printable
+ * ASCII but '"' and '\\', and whole valid UTF-8 sequences. */
+static size_t verbatim_prefix(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        const unsigned char c = (unsigned char)s[i];
+        uint32_t cp;
+        size_t k; /* bytes that pass: 0 stops the run */
+        if (c < 0x80)
+            k = c >= 0x20 && c != '"' && c != '\\';
+        else
+            k = utf8_decode(s + i, n - i, &cp);
+        if (k == 0)
+            break;
+        i += k;
+    }
+    return i;
+}
+
+/* The escape of a byte verbatim_prefix stopped at, into esc; its length.  A
+ * byte that starts no valid UTF-8 sequence becomes U+FFFD. */
+static size_t escape_byte(unsigned char c, char esc[8])
+{
+    static const char SHORT[] = "btn\0fr"; /* \b \t \n (\v) \f \r */
+    if (c == '"' || c == '\\')
+        return (size_t)snprintf(esc, 8, "\\%c", c);
+    if (c >= 8 && c <= 13 && SHORT[c - 8])
+        return (size_t)snprintf(esc, 8, "\\%c", SHORT[c - 8]);
+    if (c < 0x20)
+        return (size_t)snprintf(esc, 8, "\\u%04x", c);
+    return (size_t)snprintf(esc, 8, "\\ufffd");
+}
+
+static int write_escaped(json_sink put, void *to, const char *s, size_t len)
+{
+    if (put(to, "\"", 1) < 0)
+        return -1;
+    for (size_t i = 0; i < len;) {
+        const size_t run = verbatim_prefix(s + i, len - i);
+        if (run > 0 && put(to, s + i, run) < 0)
+            return -1;
+        i += run;
+        if (i == len)
+            break;
+        char esc[8];
+        if (put(to, esc, escape_byte((unsigned char)s[i++], esc)) < 0)
+            return -1;
+    }
+    return put(to, "\"", 1);
+}
+
+static int put_file(void *to, const char *s, size_t n)
+{
+    return fwrite(s, 1, n, to) == n ? 0 : -1;
+}
+
+static int put_buf(void *to, const char *s, size_t n)
+{
+    return json_buf_put(to, s, n);
+}
+
 void json_write_string(FILE *f, const char *s, size_t len)
 {
-    fputc('"', f);
-    size_t i = 0;
-    while (i < len) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
-            fputc('\\', f);
-            fputc(c, f);
-            i++;
-        } else if (c < 0x20) {
-            static const char SHORT[] = "btn\0fr";   /* \b \t \n (\v) \f \r */
-            if (c >= 8 && c <= 13 && SHORT[c - 8])
-                fprintf(f, "\\%c", SHORT[c - 8]);
-            else
-                fprintf(f, "\\u%04x", c);
-            i++;
-        } else if (c < 0x80) {
-            fputc(c, f);
-            i++;
-        } else {
-            uint32_t cp;
-            size_t n = utf8_decode(s + i, len - i, &cp);
-            if (n == 0) {
-                fputs("\\ufffd", f);
-                n = 1;
-            } else {
-                fwrite(s + i, 1, n, f);
-            }
-            i += n;
-        }
-    }
-    fputc('"', f);
+    write_escaped(put_file, f, s, len);
+}
+
+int json_buf_string(json_buf *b, const char *s, size_t len)
+{
+    return write_escaped(put_buf, b, s, len);
 }

@@ -1,4 +1,4 @@
-/* json: a strict, small JSON (RFC 8259) reader and a string writer.
+/* json: a strict, small JSON (RFC 8259) reader, and the writer of strings.
  *
  * json_parse builds a tree from one JSON text: objects, arrays, strings (all
  * escapes, surrogate pairs joined and stored as UTF-8), numbers (a double,
@@ -11,7 +11,13 @@
  *
  * Ownership: the tree returned by json_parse is one allocation tree owned by
  * the caller and released with json_free; strings are NUL-terminated copies
- * (they may contain NUL from \u0000: use len). */
+ * (they may contain NUL from \u0000: use len).
+ *
+ * Writing: every JSON string llmq writes, to a file or into a json_buf, is
+ * escaped by one function: '"', '\\' and control characters escaped, valid
+ * UTF-8 passed through, each invalid byte replaced by U+FFFD, so that the
+ * output is always valid JSON.  Numbers, punctuation and structure are the
+ * caller's (json_buf_put), as they are with a file. */
 #ifndef LLMQ_COMMON_JSON_H
 #define LLMQ_COMMON_JSON_H
 
@@ -72,9 +78,21 @@ const json_value *json_get(const json_value *v, const char *key);
 /* A JSON type's name: "null", "boolean", "number", "string", "array", "object". */
 const char *json_type_name(json_type t);
 
-/* Writes s[0..len) as a JSON string literal (quotes included): '"', '\\' and
- * control characters escaped, valid UTF-8 passed through, each invalid byte
- * replaced by U+FFFD so that the output is always valid JSON. */
+/* Writes s[0..len) to f as a JSON string literal (quotes included). */
 void json_write_string(FILE *f, const char *s, size_t len);
+
+/* JSON text built in memory (e.g. for a TEXT column): p is NUL-terminated
+ * after every successful append; the caller owns p (free it) and may reuse
+ * the buffer by setting len to 0. */
+typedef struct json_buf {
+    char *p;
+    size_t len, cap;
+} json_buf;
+
+/* Appends s[0..n) as it is, or as a JSON string literal.  0, or -1 when
+ * memory is short; after a failure the text may end in part of what was
+ * appended, and is still the caller's to free. */
+int json_buf_put(json_buf *b, const char *s, size_t n);
+int json_buf_string(json_buf *b, const char *s, size_t len);
 
 #endif

@@ -7,4 +7,6 @@ common_libllmq_common_a_SOURCES = \
 	common/file.c common/file.h \
 	common/cli.c common/cli.h \
 	common/clock.c common/clock.h \
+	common/grow.c common/grow.h \
+	common/log.c common/log.h \
 	common/topk.c common/topk.h

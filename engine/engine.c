@@ -2,9 +2,10 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/check.h"
+#include "common/clock.h"
+#include "common/grow.h"
 #include "engine/kvpool.h"
 
 typedef enum seq_state { SEQ_WAITING, SEQ_RUNNING, SEQ_DONE } seq_state;
@@ -13,7 +14,8 @@ typedef struct seq {
     uint64_t id;
     seq_state state;
     int32_t *tokens; /* prompt, then generated */
-    int32_t n_tokens, n_prompt, cap;
+    int32_t n_tokens, n_prompt;
+    size_t cap; /* of tokens */
     int32_t n_computed; /* tokens whose keys and values are in the cache */
     int32_t *blocks;
     int32_t n_blocks;
@@ -70,13 +72,6 @@ struct engine {
     engine_event *events;
     int32_t n_events;
 };
-
-double engine_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 int32_t engine_default_blocks(int32_t wanted, size_t block_bytes, size_t available)
 {
@@ -183,28 +178,16 @@ static void seq_free(seq *s)
 
 static int seq_push_token(seq *s, int32_t tok)
 {
-    if (s->n_tokens == s->cap) {
-        int32_t cap = s->cap * 2;
-        int32_t *t = realloc(s->tokens, (size_t)cap * sizeof *t);
-        if (!t)
-            return -1;
-        s->tokens = t;
-        s->cap = cap;
-    }
+    if (grow_reserve(&s->tokens, &s->cap, (size_t)s->n_tokens + 1, sizeof *s->tokens))
+        return -1;
     s->tokens[s->n_tokens++] = tok;
     return 0;
 }
 
 static int seq_append_text(seq *s, const char *p, size_t n)
 {
-    if (s->text_len + n + 1 > s->text_cap) {
-        size_t cap = (s->text_len + n + 1) * 2;
-        char *t = realloc(s->text, cap);
-        if (!t)
-            return -1;
-        s->text = t;
-        s->text_cap = cap;
-    }
+    if (grow_reserve(&s->text, &s->text_cap, s->text_len + n + 1, 1))
+        return -1;
     memcpy(s->text + s->text_len, p, n);
     s->text_len += n;
     s->text[s->text_len] = '\0';
@@ -247,8 +230,8 @@ static seq *seq_new(const engine *e, const engine_request *r)
         return NULL;
     s->id = r->id;
     s->state = SEQ_WAITING;
-    s->cap = r->n_prompt + 64;
-    s->tokens = malloc((size_t)s->cap * sizeof *s->tokens);
+    s->cap = (size_t)r->n_prompt + 64;
+    s->tokens = malloc(s->cap * sizeof *s->tokens);
     s->blocks = malloc((size_t)kvpool_blocks_for(e->pool, e->cfg.n_ctx) * sizeof *s->blocks);
     s->stop = calloc((size_t)r->n_stop + 1, sizeof *s->stop);
     if (!s->tokens || !s->blocks || !s->stop ||
@@ -270,7 +253,7 @@ static seq *seq_new(const engine *e, const engine_request *r)
         size_t len = strlen(r->stop[i]);
         s->max_stop_len = len > s->max_stop_len ? len : s->max_stop_len;
     }
-    s->timing.added_ms = engine_now_ms();
+    s->timing.added_ms = clock_mono_ms_f();
     s->timing.n_prompt = r->n_prompt;
     return s;
 }
@@ -331,7 +314,7 @@ static void retire(engine *e, int32_t i, engine_finish why)
     seq *s = e->live[i];
     s->finish = why;
     s->state = SEQ_DONE;
-    s->timing.finished_ms = engine_now_ms();
+    s->timing.finished_ms = clock_mono_ms_f();
     kvpool_release(e->pool, s->blocks, &s->n_blocks);
     remove_live(e, i);
     e->done[e->n_done++] = s;
@@ -414,7 +397,7 @@ static void add_rows(engine *e, seq *s, int32_t n, int32_t *n_rows, int32_t *n_s
     if (s->n_computed + n == s->n_tokens)
         e->b_logit_rows[(*n_logits)++] = *n_rows - 1;
     if (s->timing.first_sched_ms == 0)
-        s->timing.first_sched_ms = engine_now_ms();
+        s->timing.first_sched_ms = clock_mono_ms_f();
 }
 
 /* Every running sequence with one token left needs a cache slot for it;
@@ -560,7 +543,7 @@ static int advance(engine *e, seq *s, int32_t li, engine_event *ev, llmq_err *er
     }
     ev->token = tok;
     if (step == 0)
-        s->timing.first_token_ms = engine_now_ms();
+        s->timing.first_token_ms = clock_mono_ms_f();
     if (!s->ignore_eog && tok_is_eog(e->vocab, tok)) {
         const char *rest;
         size_t n;
@@ -686,7 +669,7 @@ static void report_cancelled(engine *e)
 
 int engine_step(engine *e, const engine_event **events, int32_t *n_events, llmq_err *err)
 {
-    const double t_start = engine_now_ms();
+    const double t_start = clock_mono_ms_f();
     for (int32_t i = 0; i < e->n_done; i++)
         seq_free(e->done[i]);
     e->n_done = 0;
@@ -705,20 +688,20 @@ int engine_step(engine *e, const engine_event **events, int32_t *n_events, llmq_
             .row_seq = e->b_row_seq, .n_seqs = n_seqs, .block_table = e->b_table,
             .seq_len = e->b_seq_len, .max_blocks = kvpool_blocks_for(e->pool, e->cfg.n_ctx),
             .n_logits = n_logits, .logit_rows = e->b_logit_rows};
-        const double t_issue = engine_now_ms();
+        const double t_issue = clock_mono_ms_f();
         if (model_forward(e->m, e->st, e->kv, &batch, NULL, err) != 0)
             return -1;
-        const double t_read = engine_now_ms();
+        const double t_read = clock_mono_ms_f();
         if (read_outputs(e, n_seqs, err) != 0)
             return -1;
-        const double t_host = engine_now_ms();
+        const double t_host = clock_mono_ms_f();
         e->stats.steps++;
         e->stats.issue_ms += t_read - t_issue;
         e->stats.read_ms += t_host - t_read;
         e->stats.host_ms += t_issue - t_start;
         if (after_forward(e, n_seqs, err) != 0)
             return -1;
-        e->stats.host_ms += engine_now_ms() - t_host;
+        e->stats.host_ms += clock_mono_ms_f() - t_host;
     }
     *n_events = e->n_events;
     if (LLMQ_ASSERTS_ON)

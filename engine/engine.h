@@ -77,7 +77,7 @@ typedef struct engine_request {
     bool ignore_eog;             /* keep going past end-of-generation tokens */
 } engine_request;
 
-/* Wall-clock accounting of one sequence (milliseconds, CLOCK_MONOTONIC). */
+/* Wall-clock accounting of one sequence (milliseconds, clock_mono_ms_f). */
 typedef struct engine_timing {
     double added_ms;       /* engine_add */
     double first_sched_ms; /* first prefill row scheduled */
@@ -155,7 +155,5 @@ engine_stats engine_get_stats(const engine *e);
 typedef void (*engine_logits_fn)(void *ctx, uint64_t id, int32_t step, const float *logits,
                                  int32_t n_vocab);
 void engine_set_logits_observer(engine *e, engine_logits_fn fn, void *ctx);
-
-double engine_now_ms(void);
 
 #endif

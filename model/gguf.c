@@ -27,6 +27,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/grow.h"
+
 /* Smallest encodings of a key-value and a tensor info, to refuse counts that
  * cannot fit in the bytes left before reading any entry. */
 #define MIN_KV_BYTES (8 + 1 + 4 + 1)             /* key length, key, type, u8 */
@@ -68,9 +70,11 @@ struct gguf_file {
     uint64_t alignment;
     uint64_t data_offset;
     struct gguf_kv *kv;
-    uint64_t n_kv, cap_kv;
+    uint64_t n_kv;
+    size_t cap_kv;
     struct tensor_rec *tensors;
-    uint64_t n_tensors, cap_tensors;
+    uint64_t n_tensors;
+    size_t cap_tensors;
     char *names; /* NUL-terminated tensor names, one block */
     name_index kv_index, tensor_index;
 };
@@ -193,18 +197,9 @@ static int check_name(parser *p, uint64_t off, const char *what, gguf_str s)
 }
 
 /* Room for one more entry; tables grow with what was parsed, not with counts. */
-static void *reserve(parser *p, void *arr, uint64_t *cap, uint64_t n, size_t elem)
+static int reserve(parser *p, void *array, size_t *cap, uint64_t n, size_t elem)
 {
-    if (n < *cap)
-        return arr;
-    uint64_t nc = *cap ? *cap * 2 : 16;
-    void *a = realloc(arr, nc * elem);
-    if (!a) {
-        fail(p, p->pos, "out of memory");
-        return NULL;
-    }
-    *cap = nc;
-    return a;
+    return grow_reserve(array, cap, (size_t)n + 1, elem) ? fail(p, p->pos, "out of memory") : 0;
 }
 
 /* ---- name index ---- */
@@ -380,10 +375,8 @@ static int parse_value(parser *p, struct gguf_kv *kv)
 static int parse_kv(parser *p, uint64_t i)
 {
     gguf_file *f = p->f;
-    struct gguf_kv *a = reserve(p, f->kv, &f->cap_kv, f->n_kv, sizeof *f->kv);
-    if (!a)
+    if (reserve(p, &f->kv, &f->cap_kv, f->n_kv, sizeof *f->kv))
         return -1;
-    f->kv = a;
     struct gguf_kv *kv = &f->kv[f->n_kv];
     memset(kv, 0, sizeof *kv);
     kv->off = p->pos;
@@ -486,10 +479,8 @@ static int parse_type(parser *p, gguf_tensor *t, uint64_t dims_off)
 static int parse_tensor(parser *p, uint64_t i)
 {
     gguf_file *f = p->f;
-    struct tensor_rec *a = reserve(p, f->tensors, &f->cap_tensors, f->n_tensors, sizeof *f->tensors);
-    if (!a)
+    if (reserve(p, &f->tensors, &f->cap_tensors, f->n_tensors, sizeof *f->tensors))
         return -1;
-    f->tensors = a;
     struct tensor_rec *r = &f->tensors[f->n_tensors];
     memset(r, 0, sizeof *r);
     r->off = p->pos;

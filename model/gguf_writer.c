@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/grow.h"
+
 #define GW_ALIGN 32
 #define GW_VERSION 3
 #define GW_MAX_NAME 63 /* ggml's GGML_MAX_NAME (64) includes the NUL */
@@ -38,8 +40,10 @@ struct gw_writer {
     gw_buf kv; /* serialized key-values */
     char **keys;
     uint64_t n_kv;
+    size_t cap_keys;
     gw_tensor *tensors;
-    uint64_t n_tensors, cap_tensors;
+    uint64_t n_tensors;
+    size_t cap_tensors;
     uint64_t data_end;  /* aligned end of the data section */
     uint64_t data_offset; /* file offset of the data section, once known */
 };
@@ -55,16 +59,8 @@ static int buf_put(gw_buf *b, const void *src, size_t n, llmq_err *err)
 {
     if (n > SIZE_MAX / 2 - b->len)
         return llmq_errf(err, "GGUF header too large");
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n)
-            cap *= 2;
-        uint8_t *p = realloc(b->p, cap);
-        if (!p)
-            return llmq_errf(err, "out of memory for a GGUF header of %zu bytes", cap);
-        b->p = p;
-        b->cap = cap;
-    }
+    if (grow_reserve(&b->p, &b->cap, b->len + n, 1))
+        return llmq_errf(err, "out of memory for a GGUF header of %zu bytes", b->len + n);
     memcpy(b->p + b->len, src, n);
     b->len += n;
     return 0;
@@ -150,11 +146,8 @@ static int kv_begin(gw_writer *w, const char *key, gguf_vtype t, llmq_err *err)
     for (uint64_t i = 0; i < w->n_kv; i++)
         if (!strcmp(w->keys[i], key))
             return llmq_errf(err, "%s: metadata key '%s' added twice", w->path, key);
-    char **keys = realloc(w->keys, (w->n_kv + 1) * sizeof *keys);
-    if (!keys)
-        return llmq_errf(err, "out of memory");
-    w->keys = keys;
-    if (!(keys[w->n_kv] = strdup(key)))
+    if (grow_reserve(&w->keys, &w->cap_keys, w->n_kv + 1, sizeof *w->keys) ||
+        !(w->keys[w->n_kv] = strdup(key)))
         return llmq_errf(err, "out of memory");
     w->n_kv++;
     return put_str(&w->kv, key, strlen(key), err) || put_u32(&w->kv, (uint32_t)t, err) ? -1 : 0;
@@ -257,14 +250,8 @@ int gw_add_tensor(gw_writer *w, const char *name, uint32_t n_dims, const uint64_
         return -1;
     if (w->data_end > UINT64_MAX / 2 - nbytes)
         return llmq_errf(err, "%s: tensor data overflows 64-bit offsets", w->path);
-    if (w->n_tensors == w->cap_tensors) {
-        uint64_t cap = w->cap_tensors ? w->cap_tensors * 2 : 64;
-        gw_tensor *t = realloc(w->tensors, cap * sizeof *t);
-        if (!t)
-            return llmq_errf(err, "out of memory");
-        w->tensors = t;
-        w->cap_tensors = cap;
-    }
+    if (grow_reserve(&w->tensors, &w->cap_tensors, w->n_tensors + 1, sizeof *w->tensors))
+        return llmq_errf(err, "out of memory");
     gw_tensor *t = &w->tensors[w->n_tensors];
     memset(t, 0, sizeof *t);
     if (!(t->name = strdup(name)))

@@ -5,6 +5,7 @@
 
 #include <utf8proc.h>
 
+#include "common/grow.h"
 #include "common/utf8.h"
 
 /* Character classes of one code point, as the split functions see them.
@@ -28,14 +29,8 @@ typedef struct lenvec {
 
 static int lenvec_push(lenvec *l, size_t x)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        size_t *v = realloc(l->v, cap * sizeof *v);
-        if (!v)
-            return -1;
-        l->v = v;
-        l->cap = cap;
-    }
+    if (grow_reserve(&l->v, &l->cap, l->n + 1, sizeof *l->v) < 0)
+        return -1;
     l->v[l->n++] = x;
     return 0;
 }

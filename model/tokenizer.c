@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "model/pretok.h"
 
 /* Token attributes, llama.cpp's llama_token_attr bits. */
@@ -39,29 +40,19 @@ typedef enum { KIND_SPM, KIND_BPE } tok_kind;
 
 /* ---- a set of byte strings: arena + index by hash ---- */
 
+/* Where string i lies in the arena. */
+typedef struct strspan {
+    uint32_t off, len;
+} strspan;
+
 typedef struct strset {
     char *arena;
     size_t arena_len, arena_cap;
-    uint32_t *off, *len;
+    strspan *span;
     size_t n, cap;
     uint64_t *slots; /* high half: hash tag; low half: index + 1 (0 = empty) */
     size_t mask;
 } strset;
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 16;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q)
-        return -1;
-    *p = q;
-    *cap = c;
-    return 0;
-}
 
 /* Eight bytes at a time: lookups of short strings are the inner loop of
  * SentencePiece merging. */
@@ -81,8 +72,8 @@ static uint64_t hash_bytes(const char *s, size_t n)
 
 static const char *strset_str(const strset *s, size_t i, size_t *len)
 {
-    *len = s->len[i];
-    return s->arena + s->off[i];
+    *len = s->span[i].len;
+    return s->arena + s->span[i].off;
 }
 
 static int64_t strset_find(const strset *s, const char *str, size_t len)
@@ -93,15 +84,15 @@ static int64_t strset_find(const strset *s, const char *str, size_t len)
         if (!slot)
             return -1;
         size_t i = (size_t)(uint32_t)slot - 1;
-        if ((slot & ~0xffffffffull) == tag && s->len[i] == len &&
-            memcmp(s->arena + s->off[i], str, len) == 0)
+        if ((slot & ~0xffffffffull) == tag && s->span[i].len == len &&
+            memcmp(s->arena + s->span[i].off, str, len) == 0)
             return (int64_t)i;
     }
 }
 
 static void strset_place(strset *s, size_t i)
 {
-    uint64_t h = hash_bytes(s->arena + s->off[i], s->len[i]);
+    uint64_t h = hash_bytes(s->arena + s->span[i].off, s->span[i].len);
     size_t k = h & s->mask;
     while (s->slots[k])
         k = (k + 1) & s->mask;
@@ -126,22 +117,11 @@ static int strset_grow_index(strset *s)
 static int strset_add(strset *s, const char *str, size_t len)
 {
     if (s->arena_len + len > UINT32_MAX ||
-        grow((void **)&s->arena, &s->arena_cap, s->arena_len + len, 1) < 0)
+        grow_reserve(&s->arena, &s->arena_cap, s->arena_len + len, 1) < 0 ||
+        grow_reserve(&s->span, &s->cap, s->n + 1, sizeof *s->span) < 0)
         return -1;
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 1024;
-        uint32_t *off = realloc(s->off, cap * sizeof *off);
-        if (off)
-            s->off = off;
-        uint32_t *lens = off ? realloc(s->len, cap * sizeof *lens) : NULL;
-        if (!lens)
-            return -1;
-        s->len = lens;
-        s->cap = cap;
-    }
     memcpy(s->arena + s->arena_len, str, len);
-    s->off[s->n] = (uint32_t)s->arena_len;
-    s->len[s->n] = (uint32_t)len;
+    s->span[s->n] = (strspan){(uint32_t)s->arena_len, (uint32_t)len};
     s->arena_len += len;
     s->n++;
     if (s->n * 3 > s->mask + 1) /* at most a third full: short probes */
@@ -161,8 +141,7 @@ static int strset_init(strset *s)
 static void strset_free(strset *s)
 {
     free(s->arena);
-    free(s->off);
-    free(s->len);
+    free(s->span);
     free(s->slots);
 }
 
@@ -679,7 +658,7 @@ static int cmp_special(const void *a, const void *b, void *ctx)
 {
     const tok_vocab *v = ctx;
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    uint32_t lx = v->strs.len[x], ly = v->strs.len[y];
+    uint32_t lx = v->strs.span[x].len, ly = v->strs.span[y].len;
     if (lx != ly)
         return lx > ly ? -1 : 1;
     return x < y ? -1 : x > y;
@@ -733,7 +712,7 @@ typedef struct bytebuf {
 
 static int buf_put(bytebuf *b, const void *s, size_t n)
 {
-    if (grow((void **)&b->p, &b->cap, b->n + n + 1, 1) < 0)
+    if (grow_reserve(&b->p, &b->cap, b->n + n + 1, 1) < 0)
         return -1;
     memcpy(b->p + b->n, s, n);
     b->n += n;
@@ -924,7 +903,7 @@ typedef struct idvec {
 
 static int ids_push(idvec *o, int32_t id)
 {
-    if (grow((void **)&o->v, &o->cap, o->n + 1, sizeof *o->v) < 0)
+    if (grow_reserve(&o->v, &o->cap, o->n + 1, sizeof *o->v) < 0)
         return -1;
     o->v[o->n++] = id;
     return 0;
@@ -943,7 +922,7 @@ typedef struct fragvec {
 
 static int frag_push(fragvec *o, int32_t id, size_t off, size_t len)
 {
-    if (grow((void **)&o->v, &o->cap, o->n + 1, sizeof *o->v) < 0)
+    if (grow_reserve(&o->v, &o->cap, o->n + 1, sizeof *o->v) < 0)
         return -1;
     o->v[o->n++] = (frag){id, off, len};
     return 0;
@@ -1053,7 +1032,7 @@ static int32_t bigram_left(const bigram *b)
 
 static int heap_push(session *s, bigram b)
 {
-    if (grow((void **)&s->heap, &s->cap_heap, s->n_heap + 1, sizeof *s->heap) < 0)
+    if (grow_reserve(&s->heap, &s->cap_heap, s->n_heap + 1, sizeof *s->heap) < 0)
         return -1;
     size_t i = s->n_heap++;
     while (i > 0 && before(&b, &s->heap[(i - 1) / 2])) {
@@ -1086,7 +1065,7 @@ static bigram heap_pop(session *s)
 
 static int sym_push(session *s, uint32_t off, uint32_t n, int32_t id)
 {
-    if (grow((void **)&s->syms, &s->cap_syms, s->n_syms + 1, sizeof *s->syms) < 0)
+    if (grow_reserve(&s->syms, &s->cap_syms, s->n_syms + 1, sizeof *s->syms) < 0)
         return -1;
     int32_t i = (int32_t)s->n_syms++;
     s->syms[i] = (sym){i - 1, -1, off, n, id};

@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <zmq.h>
 
+#include "common/clock.h"
 #include "proto/curve.h"
 #include "proto/wire.h"
 
@@ -115,13 +115,6 @@ const char *llmq_state_name(llmq_state state)
 {
     const char *n = wire_state_name((wire_state)state);
     return n ? n : "?";
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 /* ---- connection ------------------------------------------------------------------ */
@@ -334,16 +327,16 @@ static int take(llmq_client *c, const target *t, int wait_ms, wire_msg *out, llm
 {
     if (from_stash(c, t, out))
         return 1;
-    double end = now_ms() + wait_ms;
+    double end = clock_mono_ms_f() + wait_ms;
     for (;;) {
-        int left = wait_ms < 0 ? -1 : (int)(end - now_ms());
+        int left = wait_ms < 0 ? -1 : (int)(end - clock_mono_ms_f());
         if (wait_ms >= 0 && left < 0)
             left = 0;
         int rc = recv_msg(c, left, out, err);
         if (rc < 0)
             return -1;
         if (rc == 0) {   /* timed out, or a signal cut the poll short */
-            if (wait_ms >= 0 && now_ms() >= end)
+            if (wait_ms >= 0 && clock_mono_ms_f() >= end)
                 return 0;
             continue;
         }
@@ -355,7 +348,7 @@ static int take(llmq_client *c, const target *t, int wait_ms, wire_msg *out, llm
         } else {
             wire_msg_free(out);   /* a late reply to a request given up on */
         }
-        if (wait_ms >= 0 && now_ms() >= end)
+        if (wait_ms >= 0 && clock_mono_ms_f() >= end)
             return 0;
     }
 }
@@ -571,7 +564,7 @@ int llmq_wait_begin(llmq_client *c, const llmq_select *sel, int timeout_ms, llmq
     w->c = c;
     w->n_reqs = n_reqs;
     uint32_t timeout = timeout_ms < 0 ? UINT32_MAX : (uint32_t)timeout_ms;
-    w->deadline = timeout_ms < 0 ? 0 : now_ms() + timeout_ms + WAIT_GRACE_MS;
+    w->deadline = timeout_ms < 0 ? 0 : clock_mono_ms_f() + timeout_ms + WAIT_GRACE_MS;
     w->next = c->waits;
     c->waits = w;
     for (size_t i = 0; i < n_reqs; i++) {
@@ -623,7 +616,7 @@ int llmq_wait_next(llmq_wait *w, int step_ms, llmq_result *out, llmq_error *err)
             return LLMQ_WAIT_END;
         int wait = step_ms;
         if (w->deadline > 0) {
-            double left = w->deadline - now_ms();
+            double left = w->deadline - clock_mono_ms_f();
             if (left <= 0)
                 return fail(err, LLMQ_E_TIMEOUT, "the broker did not end the wait in time");
             if (wait < 0 || left < wait)

@@ -11,7 +11,8 @@ LLMQ_PROTO_LIBS = proto/libllmq_proto.a common/libllmq_common.a $(MSGPACK_LIBS)
 lib_LTLIBRARIES += proto/libllmq.la
 proto_libllmq_la_SOURCES = proto/client.c proto/llmq.h proto/wire.c proto/wire.h \
 	proto/curve.c proto/curve.h \
-	common/err.c common/err.h common/utf8.c common/utf8.h
+	common/err.c common/err.h common/utf8.c common/utf8.h \
+	common/clock.c common/clock.h
 proto_libllmq_la_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(MSGPACK_CFLAGS)
 proto_libllmq_la_LIBADD = $(ZMQ_LIBS) $(MSGPACK_LIBS)
 proto_libllmq_la_LDFLAGS = -version-info 0:0:0 \

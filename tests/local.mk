@@ -9,6 +9,7 @@ tests_unit_test_gguf_LDADD = $(LLMQ_MODEL_LIBS)
 FUZZ_TARGETS += tests/fuzz/fuzz-gguf
 EXTRA_DIST += tests/fuzz/fuzz-gguf.c tests/fuzz/corpus-gguf
 FUZZ_GGUF_SRCS = $(top_srcdir)/tests/fuzz/fuzz-gguf.c $(top_srcdir)/common/err.c \
+	$(top_srcdir)/common/grow.c \
 	$(top_srcdir)/kernels/quant.c $(top_srcdir)/model/gguf.c
 tests/fuzz/fuzz-gguf: $(FUZZ_GGUF_SRCS)
 	@$(MKDIR_P) tests/fuzz
@@ -65,6 +66,18 @@ tests_unit_test_backend_SOURCES = tests/unit/test-backend.c tests/unit/check.h
 tests_unit_test_backend_LDADD = $(LLMQ_BACKEND_LIBS) $(LLMQ_MODEL_LIBS)
 # ---- end the backend seam ----
 
+# ---- common: growable arrays, the log line, the command-line table ----
+LLMQ_COMMON_TESTS = tests/unit/test-grow tests/unit/test-log tests/unit/test-cli
+check_PROGRAMS += $(LLMQ_COMMON_TESTS)
+TESTS += $(LLMQ_COMMON_TESTS)
+tests_unit_test_grow_SOURCES = tests/unit/test-grow.c tests/unit/check.h
+tests_unit_test_log_SOURCES = tests/unit/test-log.c tests/unit/check.h
+tests_unit_test_cli_SOURCES = tests/unit/test-cli.c tests/unit/check.h
+tests_unit_test_grow_LDADD = common/libllmq_common.a
+tests_unit_test_log_LDADD = common/libllmq_common.a
+tests_unit_test_cli_LDADD = common/libllmq_common.a
+# ---- end common: growable arrays, the log line, the command-line table ----
+
 # ---- tensor types (kernels/quant.c) ----
 check_PROGRAMS += tests/unit/test-quant
 TESTS += tests/unit/test-quant
@@ -99,7 +112,7 @@ EXTRA_DIST += tests/fuzz/fuzz-tokenizer.c
 FUZZ_TOKENIZER_SRCS = $(top_srcdir)/tests/fuzz/fuzz-tokenizer.c \
 	$(top_srcdir)/model/tokenizer.c $(top_srcdir)/model/pretok.c \
 	$(top_srcdir)/model/gguf.c $(top_srcdir)/kernels/quant.c \
-	$(top_srcdir)/common/err.c $(top_srcdir)/common/utf8.c
+	$(top_srcdir)/common/err.c $(top_srcdir)/common/grow.c $(top_srcdir)/common/utf8.c
 tests/fuzz/fuzz-tokenizer: $(FUZZ_TOKENIZER_SRCS)
 	@$(MKDIR_P) tests/fuzz
 	$(AM_V_GEN)$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(FUZZ_TOKENIZER_SRCS) $(UTF8PROC_LIBS) -lm
@@ -150,9 +163,10 @@ check_PROGRAMS += tests/unit/test-engine
 TESTS += tests/unit/test-engine
 tests_unit_test_engine_SOURCES = tests/unit/test-engine.c tests/unit/check.h
 tests_unit_test_engine_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
-# llmq-run --bench: its table, JSON and step accounting (tools/run_engine.c)
-TESTS += tests/unit/test-cli-bench.sh
-EXTRA_DIST += tests/unit/test-cli-bench.sh
+# llmq-run --bench (its table, JSON and step accounting: tools/run_engine.c),
+# --batch and --parallel, each with its own default (tools/llmq-run.c)
+TESTS += tests/unit/test-cli-run.sh
+EXTRA_DIST += tests/unit/test-cli-run.sh
 # ---- end engine scheduling rules ----
 
 # ---- llmq-stats: reports on a store-written database, CLI, plot (tools/stats/) ----

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "common/grow.h"
+
 /* ---- job fields ------------------------------------------------------------------ */
 
 typedef enum ntype { N_U32, N_I32, N_U64, N_FLOAT, N_BOOL } ntype;
@@ -456,14 +458,8 @@ static int check_unique(jobfile *jf, const char *name, llmq_err *err)
 static int add_line(jobfile *jf, size_t *cap, const char *name, size_t lineno, const char *text,
                     size_t len, const char *batch, llmq_err *err)
 {
-    if (jf->n == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 64;
-        jobfile_entry *d = realloc(jf->entries, ncap * sizeof *d);
-        if (!d)
-            return llmq_errf(err, "out of memory");
-        jf->entries = d;
-        *cap = ncap;
-    }
+    if (grow_reserve(&jf->entries, cap, jf->n + 1, sizeof *jf->entries))
+        return llmq_errf(err, "out of memory");
     jobfile_entry *e = &jf->entries[jf->n++];
     memset(e, 0, sizeof *e);
     e->line = lineno;

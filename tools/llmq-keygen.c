@@ -11,20 +11,34 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "common/cli.h"
 #include "proto/curve.h"
 
-static const char usage[] =
+static const char USAGE[] =
     "Usage: llmq-keygen NAME\n"
     "Make a CURVE key pair for llmq: NAME.public (give it to the peers) and\n"
     "NAME.secret (mode 0600, keep it on this host).  Existing files are not\n"
-    "overwritten.\n"
-    "\n"
-    "  -h, --help   show this help\n"
-    "\n"
+    "overwritten.\n";
+
+static const char EPILOG[] =
     "The broker takes --curve-secret NAME.secret and lists the public keys it\n"
     "accepts in --allow-workers / --allow-clients files; workers and clients take\n"
     "--curve-secret NAME.secret and --broker-key BROKER.public.\n"
     "Exit status: 0 when both files were written, 1 on an error, 2 on bad usage.\n";
+
+static int check_name(void *name, llmq_err *err)
+{
+    return **(const char **)name ? 0 : llmq_errf(err, "NAME is empty");
+}
+
+/* CLI_RUN with *name set, or the status to exit with at once. */
+static int parse_args(int argc, char **argv, const char **name)
+{
+    const cli_spec spec = {.program = "llmq-keygen", .usage = USAGE, .epilog = EPILOG,
+                           .operand = name, .operand_name = "NAME", .check = check_name,
+                           .check_ctx = name};
+    return cli_read(&spec, argc, argv);
+}
 
 static int write_key(const char *name, const char *ext, const char *key, mode_t mode)
 {
@@ -51,14 +65,10 @@ static int write_key(const char *name, const char *ext, const char *key, mode_t 
 
 int main(int argc, char **argv)
 {
-    if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-        fputs(usage, stdout);
-        return 0;
-    }
-    if (argc != 2 || !argv[1][0] || argv[1][0] == '-') {
-        fputs(usage, stderr);
-        return 2;
-    }
+    const char *name;
+    const int status = parse_args(argc, argv, &name);
+    if (status != CLI_RUN)
+        return status;
     if (!curve_available()) {
         fputs("llmq-keygen: this libzmq has no CURVE support (built without"
               " libsodium)\n", stderr);
@@ -69,11 +79,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "llmq-keygen: zmq_curve_keypair: %s\n", zmq_strerror(errno));
         return 1;
     }
-    if (write_key(argv[1], "secret", sec, 0600))
+    if (write_key(name, "secret", sec, 0600))
         return 1;
-    if (write_key(argv[1], "public", pub, 0644)) {
+    if (write_key(name, "public", pub, 0644)) {
         char path[4096];
-        snprintf(path, sizeof path, "%s.secret", argv[1]);
+        snprintf(path, sizeof path, "%s.secret", name);
         unlink(path);
         return 1;
     }

@@ -5,25 +5,24 @@
  * --perplexity FILE, --bench, and --tokenize / --detokenize IDS (ids of a
  * text as llama.cpp's llama-tokenize prints them, and back; these need only
  * the tokenizer metadata, so they work on vocabulary-only GGUF files).  A new
- * mode is a value of run_mode, its options in parse_args, and one run_*
- * function called from main; the engine-driven modes live in run_engine.c.
+ * mode is a value of run_mode, its flag in parse_args' table and in
+ * choose_mode, and one run_* function called from main; the engine-driven
+ * modes live in run_engine.c.
  *
  * Exit status: 0 done, 1 the work failed (unreadable model, bad ids), 2 the
  * command line is wrong. */
 #include "config.h"
 
-#include <errno.h>
-#include <getopt.h>
-#include <math.h>
-#include <time.h>
-#include <unistd.h>
+#include <float.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/cli.h"
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/file.h"
 #include "kernels/backend.h"
@@ -31,8 +30,6 @@
 #include "tools/run_engine.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
-
-#define EXIT_USAGE 2
 
 typedef enum run_mode {
     MODE_NONE,
@@ -47,104 +44,27 @@ typedef enum run_mode {
 typedef struct run_opts {
     run_mode mode;
     const char *model;       /* -m */
-    const char *prompt;      /* -p */
-    const char *prompt_file; /* -f */
     const char *ids;         /* --detokenize's argument */
-    bool parse_special;
-    bool bos;                /* add BOS if the model asks; --no-bos clears */
-    bool seeded;             /* --seed given */
+    bool tokenize, bench;    /* --tokenize, --bench */
+    bool no_parse_special, no_bos, kv_f32;
     bool force_cpu;          /* --cpu */
     int32_t gpu;             /* --gpu N; -1: the first GPU if there is one */
+    int32_t ctx;             /* -c; 0: the model's (perplexity: PPL_CTX) */
     run_gen_opts gen;
 } run_opts;
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: llmq-run -m MODEL [MODE] [options]\n"
-            "\n"
-            "  -m, --model FILE      the GGUF model file (required)\n"
-            "\n"
-            "modes:\n"
-            "  -p, --prompt TEXT     generate a continuation of TEXT, streamed to stdout (default mode)\n"
-            "  --parallel N -f FILE  run the prompts of FILE (one per line) N at a time in one batch\n"
-            "  --perplexity FILE     perplexity of FILE's text as llama-perplexity computes it (-c CTX)\n"
-            "  --bench               pp512, tg128 and decode tok/s at 1, 8, 64 sequences (table + JSON);\n"
-            "                        on a GPU at 1, 8, 32, 64, 128, 256 sequences of 512-token prompts\n"
-            "  --tokenize            print the ids of the text of -p or -f, space-separated\n"
-            "  --detokenize IDS      print the text of IDS (separated by spaces or commas)\n"
-            "\n"
-            "generation:\n"
-            "  -n, --n-predict N     tokens to generate at most (default 256)\n"
-            "      --temp T          temperature; 0 is greedy (default 0.8)\n"
-            "      --top-k K         keep the K most likely tokens; 0 off (default 40)\n"
-            "      --top-p P         nucleus sampling; 1 off (default 0.95)\n"
-            "      --min-p P         drop tokens below P x the top probability; 0 off (default 0.05)\n"
-            "      --repeat-penalty F, --presence-penalty F, --frequency-penalty F, --repeat-last-n N\n"
-            "                        penalties over the last N tokens (defaults 1, 0, 0, 64)\n"
-            "      --seed S          random seed (default: a new one, printed)\n"
-            "      --stop TEXT       stop when TEXT appears (repeatable, at most 16)\n"
-            "      --ignore-eos      keep generating past end-of-generation tokens\n"
-            "\n"
-            "engine:\n"
-            "      --gpu N           run on CUDA device N (default: device 0 when built with\n"
-            "                        CUDA and a GPU is there, else the CPU)\n"
-            "      --cpu             run on the CPU even when a GPU is there\n"
-            "  -t, --threads N       CPU threads (default: all cores)\n"
-            "  -c, --ctx N           context per sequence (default: the model's; perplexity: 512);\n"
-            "                        --ctx-size N is the same (llama.cpp's name)\n"
-            "      --batch N         tokens per forward pass (default 512)\n"
-            "      --kv-blocks N     KV cache blocks of 16 tokens (default: enough for every sequence,\n"
-            "                        at most 90%% of the memory left after the weights)\n"
-            "      --kv-f32          keep the KV cache in f32 (default f16)\n"
-            "      --reps N          benchmark repetitions, the median is reported (default 3)\n"
-            "      --json FILE       write the benchmark's JSON to FILE instead of stdout\n"
-            "\n"
-            "tokenizer:\n"
-            "  -f, --file FILE       the text to tokenize (or the prompts of --parallel)\n"
-            "      --no-parse-special  take special tokens written in the text (e.g. <s>) as text\n"
-            "      --no-bos          do not add BOS even if the model asks for it\n"
-            "  -h, --help            show this help\n"
-            "\n"
-            "Generated text goes to stdout; logs and timings to stderr.\n"
-            "Exit status: 0 done, 1 the work failed, 2 the command line is wrong.\n");
-}
+/* --perplexity's window when -c is not given (llama-perplexity's). */
+#define PPL_CTX 512
 
-static int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "llmq-run: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nTry 'llmq-run --help'.\n");
-    return EXIT_USAGE;
-}
+static const char USAGE[] = "usage: llmq-run -m MODEL [MODE] [options]\n";
 
-static int set_mode(run_opts *o, run_mode m, const char *name)
-{
-    if (o->mode != MODE_NONE && o->mode != m)
-        return usage_error("%s: only one mode at a time", name);
-    o->mode = m;
-    return 0;
-}
-
-static int parse_int(const char *opt, const char *arg, long lo, long hi, int32_t *out)
-{
-    int64_t v;
-    llmq_err err;
-    if (cli_int(opt, arg, lo, hi, &v, &err) != 0)
-        return usage_error("%s", err.msg);
-    *out = (int32_t)v;
-    return 0;
-}
-
-static int parse_float(const char *opt, const char *arg, float *out)
-{
-    llmq_err err;
-    return cli_float(opt, arg, out, &err) != 0 ? usage_error("%s", err.msg) : 0;
-}
+static const char EPILOG[] =
+    "Generated text goes to stdout; logs and timings to stderr.\n"
+    "Exit status: 0 done, 1 the work failed, 2 the command line is wrong.\n";
 
 static void default_opts(run_opts *o)
 {
-    *o = (run_opts){.parse_special = true, .bos = true, .gpu = -1};
+    *o = (run_opts){.gpu = -1};
     run_gen_opts *g = &o->gen;
     g->n_predict = 256;
     g->sampling = sampler_default_params();
@@ -152,187 +72,185 @@ static void default_opts(run_opts *o)
     g->sampling.top_k = 40;
     g->sampling.top_p = 0.95f;
     g->sampling.min_p = 0.05f;
+    /* --seed replaces it; two runs in one millisecond still differ by pid. */
+    g->sampling.seed = ((uint64_t)clock_wall_ms() << 20) ^ (uint64_t)getpid();
     g->engine = engine_default_config();
-    g->ppl_ctx = 512;
     g->bench_reps = 3;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     g->threads = cores > 0 ? (int32_t)cores : 1;
 }
 
-enum {
-    OPT_TOKENIZE = 256, OPT_DETOKENIZE, OPT_NO_PARSE_SPECIAL, OPT_NO_BOS, OPT_PARALLEL,
-    OPT_PERPLEXITY, OPT_BENCH, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY,
-    OPT_PRESENCE, OPT_FREQUENCY, OPT_REPEAT_LAST_N, OPT_SEED, OPT_STOP, OPT_IGNORE_EOS,
-    OPT_BATCH, OPT_KV_BLOCKS, OPT_KV_F32, OPT_REPS, OPT_JSON, OPT_CPU, OPT_GPU,
-};
-
-/* One option into o; 0, or EXIT_USAGE with a message. */
-static int take_option(int c, const char *arg, run_opts *o, bool *ctx_given)
+/* The mode the flags chose: one mode flag at most, or -p alone. */
+static int choose_mode(run_opts *o, llmq_err *err)
 {
-    run_gen_opts *g = &o->gen;
-    sampler_params *sp = &g->sampling;
-    switch (c) {
-    case 'm': o->model = arg; return 0;
-    case 'p': o->prompt = g->prompt = arg; return 0;
-    case 'f': o->prompt_file = g->prompt_file = arg; return 0;
-    case 'n': return parse_int("-n", arg, 1, 1 << 24, &g->n_predict);
-    case 't': return parse_int("--threads", arg, 1, 1024, &g->threads);
-    case 'c': *ctx_given = true; return parse_int("--ctx", arg, 4, 1 << 24, &g->ppl_ctx);
-    case OPT_TOKENIZE: return set_mode(o, MODE_TOKENIZE, "--tokenize");
-    case OPT_DETOKENIZE: o->ids = arg; return set_mode(o, MODE_DETOKENIZE, "--detokenize");
-    case OPT_PARALLEL:
-        return set_mode(o, MODE_PARALLEL, "--parallel") ||
-               parse_int("--parallel", arg, 1, 4096, &g->parallel);
-    case OPT_PERPLEXITY: g->ppl_file = arg; return set_mode(o, MODE_PERPLEXITY, "--perplexity");
-    case OPT_BENCH: return set_mode(o, MODE_BENCH, "--bench");
-    case OPT_NO_PARSE_SPECIAL: o->parse_special = false; return 0;
-    case OPT_NO_BOS: o->bos = false; return 0;
-    case OPT_TEMP: return parse_float("--temp", arg, &sp->temperature);
-    case OPT_TOP_K: return parse_int("--top-k", arg, 0, INT32_MAX, &sp->top_k);
-    case OPT_TOP_P: return parse_float("--top-p", arg, &sp->top_p);
-    case OPT_MIN_P: return parse_float("--min-p", arg, &sp->min_p);
-    case OPT_REPEAT_PENALTY: return parse_float("--repeat-penalty", arg, &sp->repeat_penalty);
-    case OPT_PRESENCE: return parse_float("--presence-penalty", arg, &sp->presence_penalty);
-    case OPT_FREQUENCY: return parse_float("--frequency-penalty", arg, &sp->frequency_penalty);
-    case OPT_REPEAT_LAST_N: return parse_int("--repeat-last-n", arg, -1, INT32_MAX,
-                                             &sp->penalty_last_n);
-    case OPT_SEED: {
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(arg, &end, 10);
-        if (errno || end == arg || *end || arg[0] == '-')
-            return usage_error("--seed: '%s' is not a whole number >= 0", arg);
-        sp->seed = v;
-        o->seeded = true;
-        return 0;
+    const struct {
+        bool given;
+        run_mode mode;
+        const char *flag;
+    } modes[] = {
+        {o->tokenize, MODE_TOKENIZE, "--tokenize"},
+        {o->ids != NULL, MODE_DETOKENIZE, "--detokenize"},
+        {o->gen.parallel > 0, MODE_PARALLEL, "--parallel"},
+        {o->gen.ppl_file != NULL, MODE_PERPLEXITY, "--perplexity"},
+        {o->bench, MODE_BENCH, "--bench"},
+    };
+    const char *chosen = NULL;
+    o->mode = MODE_NONE;
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        if (!modes[i].given)
+            continue;
+        if (chosen)
+            return llmq_errf(err, "%s and %s: only one mode at a time", chosen, modes[i].flag);
+        chosen = modes[i].flag;
+        o->mode = modes[i].mode;
     }
-    case OPT_STOP:
-        if (g->n_stop == ENGINE_MAX_STOPS || !arg[0])
-            return usage_error("--stop: '%s': empty, or more than 16 stop strings", arg);
-        g->stop[g->n_stop++] = arg;
-        return 0;
-    case OPT_IGNORE_EOS: g->ignore_eos = true; return 0;
-    case OPT_BATCH: return parse_int("--batch", arg, 1, 1 << 16, &g->engine.max_batch_tokens);
-    case OPT_KV_BLOCKS: return parse_int("--kv-blocks", arg, 1, INT32_MAX, &g->engine.n_blocks);
-    case OPT_KV_F32: g->engine.kv_type = BE_KV_F32; return 0;
-    case OPT_REPS: return parse_int("--reps", arg, 1, 32, &g->bench_reps);
-    case OPT_JSON: g->bench_json = arg; return 0;
-    case OPT_CPU: o->force_cpu = true; return 0;
-    case OPT_GPU: return parse_int("--gpu", arg, 0, 1023, &o->gpu);
-    }
-    return usage_error("unknown option '%s'", arg ? arg : "?");
-}
-
-/* Which mode the options chose, and whether they fit together. */
-static int check_opts(run_opts *o, bool ctx_given)
-{
-    run_gen_opts *g = &o->gen;
-    if (o->mode == MODE_NONE && o->prompt)
+    if (o->mode == MODE_NONE && o->gen.prompt)
         o->mode = MODE_GENERATE;
     if (o->mode == MODE_NONE)
-        return usage_error("%s", "no mode given (-p TEXT, --parallel, --perplexity, --bench, "
-                                 "--tokenize or --detokenize)");
-    if (!o->model)
-        return usage_error("%s", "no model given (-m FILE)");
-    if (o->force_cpu && o->gpu >= 0)
-        return usage_error("%s", "--cpu and --gpu exclude each other");
-#ifndef LLMQ_HAVE_CUDA
-    if (o->gpu >= 0)
-        return usage_error("%s", "--gpu: this llmq-run was built without CUDA");
-#endif
-    if (o->mode == MODE_TOKENIZE && !o->prompt == !o->prompt_file)
-        return usage_error("%s", "--tokenize needs exactly one of -p TEXT and -f FILE");
-    if (o->mode == MODE_PARALLEL && (!o->prompt_file || o->prompt))
-        return usage_error("%s", "--parallel needs -f FILE (one prompt per line) and no -p");
-    if ((o->mode == MODE_DETOKENIZE || o->mode == MODE_PERPLEXITY || o->mode == MODE_BENCH) &&
-        (o->prompt || o->prompt_file))
-        return usage_error("%s", "-p and -f go with generation, --parallel and --tokenize");
-    if (o->mode == MODE_GENERATE && o->prompt_file)
-        return usage_error("%s", "-f goes with --parallel or --tokenize; give the prompt with -p");
-    if (ctx_given && o->mode != MODE_PERPLEXITY)
-        g->engine.n_ctx = g->ppl_ctx;
-    if (g->engine.max_seqs > g->engine.max_batch_tokens || g->parallel > g->engine.max_batch_tokens)
-        g->engine.max_batch_tokens = g->parallel;
-    llmq_err err;
-    if (sampler_check_params(&g->sampling, &err) != 0)
-        return usage_error("%s", err.msg);
-    if (!o->seeded) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        g->sampling.seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
-    }
+        return llmq_errf(err, "no mode given (-p TEXT, --parallel, --perplexity, --bench, "
+                              "--tokenize or --detokenize)");
     return 0;
 }
 
-/* 0: run; -1: help was printed; EXIT_USAGE: the command line is wrong. */
+/* Whether the options fit the mode and each other; settles what depends on
+ * more than one (the context, the KV type). */
+static int check_opts(void *opts, llmq_err *err)
+{
+    run_opts *o = opts;
+    run_gen_opts *g = &o->gen;
+    const bool text = g->prompt || g->prompt_file;
+    if (choose_mode(o, err) != 0)
+        return -1;
+    if (o->force_cpu && o->gpu >= 0)
+        return llmq_errf(err, "--cpu and --gpu exclude each other");
+#ifndef LLMQ_HAVE_CUDA
+    if (o->gpu >= 0)
+        return llmq_errf(err, "--gpu: this llmq-run was built without CUDA");
+#endif
+    if (o->mode == MODE_TOKENIZE && !g->prompt == !g->prompt_file)
+        return llmq_errf(err, "--tokenize needs exactly one of -p TEXT and -f FILE");
+    if (o->mode == MODE_PARALLEL && (!g->prompt_file || g->prompt))
+        return llmq_errf(err, "--parallel needs -f FILE (one prompt per line) and no -p");
+    if ((o->mode == MODE_DETOKENIZE || o->mode == MODE_PERPLEXITY || o->mode == MODE_BENCH) &&
+        text)
+        return llmq_errf(err, "-p and -f go with generation, --parallel and --tokenize");
+    if (o->mode == MODE_GENERATE && g->prompt_file)
+        return llmq_errf(err, "-f goes with --parallel or --tokenize; give the prompt with -p");
+    /* Each sequence running takes a row of every forward pass. */
+    if (o->mode == MODE_PARALLEL && g->engine.max_batch_tokens < g->parallel)
+        return llmq_errf(err, "--batch %d is less than --parallel %d: every sequence running"
+                              " takes a token of each forward pass",
+                         g->engine.max_batch_tokens, g->parallel);
+    g->ppl_ctx = o->ctx ? o->ctx : PPL_CTX;
+    if (o->mode != MODE_PERPLEXITY)
+        g->engine.n_ctx = o->ctx;
+    if (o->kv_f32)
+        g->engine.kv_type = BE_KV_F32;
+    return sampler_check_params(&g->sampling, err);
+}
+
+/* CLI_RUN, or the status to exit with at once (--help, bad usage). */
 static int parse_args(int argc, char **argv, run_opts *o)
 {
-    static const struct option k_long[] = {
-        {"model", required_argument, NULL, 'm'},
-        {"prompt", required_argument, NULL, 'p'},
-        {"file", required_argument, NULL, 'f'},
-        {"n-predict", required_argument, NULL, 'n'},
-        {"threads", required_argument, NULL, 't'},
-        {"ctx", required_argument, NULL, 'c'},
-        {"ctx-size", required_argument, NULL, 'c'},
-        {"tokenize", no_argument, NULL, OPT_TOKENIZE},
-        {"detokenize", required_argument, NULL, OPT_DETOKENIZE},
-        {"parallel", required_argument, NULL, OPT_PARALLEL},
-        {"perplexity", required_argument, NULL, OPT_PERPLEXITY},
-        {"bench", no_argument, NULL, OPT_BENCH},
-        {"no-parse-special", no_argument, NULL, OPT_NO_PARSE_SPECIAL},
-        {"no-bos", no_argument, NULL, OPT_NO_BOS},
-        {"temp", required_argument, NULL, OPT_TEMP},
-        {"top-k", required_argument, NULL, OPT_TOP_K},
-        {"top-p", required_argument, NULL, OPT_TOP_P},
-        {"min-p", required_argument, NULL, OPT_MIN_P},
-        {"repeat-penalty", required_argument, NULL, OPT_REPEAT_PENALTY},
-        {"presence-penalty", required_argument, NULL, OPT_PRESENCE},
-        {"frequency-penalty", required_argument, NULL, OPT_FREQUENCY},
-        {"repeat-last-n", required_argument, NULL, OPT_REPEAT_LAST_N},
-        {"seed", required_argument, NULL, OPT_SEED},
-        {"stop", required_argument, NULL, OPT_STOP},
-        {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
-        {"batch", required_argument, NULL, OPT_BATCH},
-        {"kv-blocks", required_argument, NULL, OPT_KV_BLOCKS},
-        {"kv-f32", no_argument, NULL, OPT_KV_F32},
-        {"reps", required_argument, NULL, OPT_REPS},
-        {"json", required_argument, NULL, OPT_JSON},
-        {"cpu", no_argument, NULL, OPT_CPU},
-        {"gpu", required_argument, NULL, OPT_GPU},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     default_opts(o);
-    opterr = 0; /* our own messages, below */
-    bool ctx_given = false;
-    int c, rc = 0;
-    while (rc == 0 && (c = getopt_long(argc, argv, ":m:p:f:n:t:c:h", k_long, NULL)) != -1) {
-        if (c == 'h') {
-            usage(stdout);
-            return -1;
-        }
-        if (c == ':')
-            return usage_error("option '%s' needs a value", argv[optind - 1]);
-        if (c == '?')
-            return usage_error("unknown option '%s'", argv[optind - 1]);
-        rc = take_option(c, optarg, o, &ctx_given);
-    }
-    if (rc)
-        return rc;
-    if (optind < argc)
-        return usage_error("unexpected argument '%s'", argv[optind]);
-    return check_opts(o, ctx_given);
+    run_gen_opts *g = &o->gen;
+    sampler_params *sp = &g->sampling;
+    const cli_flag flags[] = {
+        {"model", 'm', "FILE", "the GGUF model file (required)", CLI_TEXT(&o->model),
+         .required = true},
+        CLI_HEADING("modes:"),
+        {"prompt", 'p', "TEXT",
+         "generate a continuation of TEXT, streamed to stdout (default mode)",
+         CLI_TEXT(&g->prompt)},
+        {"parallel", 0, "N", "run the prompts of -f FILE (one per line) N at a time in one batch",
+         CLI_INT32(&g->parallel, 1, 4096)},
+        {"perplexity", 0, "FILE",
+         "perplexity of FILE's text as llama-perplexity computes it (-c CTX)",
+         CLI_TEXT(&g->ppl_file)},
+        {"bench", 0, NULL,
+         "pp512, tg128 and decode tok/s at 1, 8, 64 sequences (table + JSON); on a GPU at 1, 8,"
+         " 32, 64, 128, 256 sequences of 512-token prompts",
+         CLI_SWITCH(&o->bench)},
+        {"tokenize", 0, NULL, "print the ids of the text of -p or -f, space-separated",
+         CLI_SWITCH(&o->tokenize)},
+        {"detokenize", 0, "IDS", "print the text of IDS (separated by spaces or commas)",
+         CLI_TEXT(&o->ids)},
+        CLI_HEADING("generation:"),
+        {"n-predict", 'n', "N", "tokens to generate at most (default 256)",
+         CLI_INT32(&g->n_predict, 1, 1 << 24)},
+        {"temp", 0, "T", "temperature; 0 is greedy (default 0.8)",
+         CLI_FLOAT(&sp->temperature, -FLT_MAX, FLT_MAX)},
+        {"top-k", 0, "K", "keep the K most likely tokens; 0 off (default 40)",
+         CLI_INT32(&sp->top_k, 0, INT32_MAX)},
+        {"top-p", 0, "P", "nucleus sampling; 1 off (default 0.95)",
+         CLI_FLOAT(&sp->top_p, -FLT_MAX, FLT_MAX)},
+        {"min-p", 0, "P", "drop tokens below P x the top probability; 0 off (default 0.05)",
+         CLI_FLOAT(&sp->min_p, -FLT_MAX, FLT_MAX)},
+        {"repeat-penalty", 0, "F",
+         "penalize the tokens of the last --repeat-last-n: their logits divided by F"
+         " (negative ones multiplied); 1 off (default 1)",
+         CLI_FLOAT(&sp->repeat_penalty, -FLT_MAX, FLT_MAX)},
+        {"presence-penalty", 0, "F",
+         "subtract F from the logits of those tokens; 0 off (default 0)",
+         CLI_FLOAT(&sp->presence_penalty, -FLT_MAX, FLT_MAX)},
+        {"frequency-penalty", 0, "F",
+         "subtract F from them per occurrence of the token; 0 off (default 0)",
+         CLI_FLOAT(&sp->frequency_penalty, -FLT_MAX, FLT_MAX)},
+        {"repeat-last-n", 0, "N",
+         "how many tokens back the penalties look; 0 off, -1 all (default 64)",
+         CLI_INT32(&sp->penalty_last_n, -1, INT32_MAX)},
+        {"seed", 0, "S", "random seed (default: a new one, printed)",
+         CLI_UINT64(&sp->seed, 0, UINT64_MAX)},
+        {"stop", 0, "TEXT", "stop when TEXT appears (repeatable, at most 16)",
+         CLI_LIST(g->stop, &g->n_stop, ENGINE_MAX_STOPS, 1, 0)},
+        {"ignore-eos", 0, NULL, "keep generating past end-of-generation tokens",
+         CLI_SWITCH(&g->ignore_eos)},
+        CLI_HEADING("engine:"),
+        {"gpu", 0, "N",
+         "run on CUDA device N (default: device 0 when built with CUDA and a GPU is there, else"
+         " the CPU)",
+         CLI_INT32(&o->gpu, 0, 1023)},
+        {"cpu", 0, NULL, "run on the CPU even when a GPU is there", CLI_SWITCH(&o->force_cpu)},
+        {"threads", 't', "N", "CPU threads (default: all cores)", CLI_INT32(&g->threads, 1, 1024)},
+        {"ctx", 'c', "N", "context per sequence (default: the model's; perplexity: 512)",
+         CLI_INT32(&o->ctx, 4, 1 << 24)},
+        {"ctx-size", 0, "N", "the same as --ctx (llama.cpp's name)",
+         CLI_INT32(&o->ctx, 4, 1 << 24)},
+        {"batch", 0, "N",
+         "tokens per forward pass (default 512); with --parallel N, at least N",
+         CLI_INT32(&g->engine.max_batch_tokens, 1, 1 << 16)},
+        {"kv-blocks", 0, "N",
+         "KV cache blocks of 16 tokens (default: enough for every sequence, at most 90% of the"
+         " memory left after the weights)",
+         CLI_INT32(&g->engine.n_blocks, 1, INT32_MAX)},
+        {"kv-f32", 0, NULL, "keep the KV cache in f32 (default f16)", CLI_SWITCH(&o->kv_f32)},
+        {"reps", 0, "N", "benchmark repetitions, the median is reported (default 3)",
+         CLI_INT32(&g->bench_reps, 1, 32)},
+        {"json", 0, "FILE", "write the benchmark's JSON to FILE instead of stdout",
+         CLI_TEXT(&g->bench_json)},
+        CLI_HEADING("tokenizer:"),
+        {"file", 'f', "FILE", "the text to tokenize (or the prompts of --parallel)",
+         CLI_TEXT(&g->prompt_file)},
+        {"no-parse-special", 0, NULL,
+         "take special tokens written in the text (e.g. <s>) as text",
+         CLI_SWITCH(&o->no_parse_special)},
+        {"no-bos", 0, NULL, "do not add BOS even if the model asks for it",
+         CLI_SWITCH(&o->no_bos)},
+    };
+    const cli_spec spec = {.program = "llmq-run", .usage = USAGE, .epilog = EPILOG,
+                           .flags = flags, .n_flags = CLI_COUNT(flags),
+                           .check = check_opts, .check_ctx = o};
+    return cli_read(&spec, argc, argv);
 }
 
 static int run_tokenize(const run_opts *o, const tok_vocab *v)
 {
     size_t len;
     char *owned = NULL;
-    const char *text = o->prompt;
-    if (o->prompt_file) {
+    const char *text = o->gen.prompt;
+    if (o->gen.prompt_file) {
         llmq_err err;
-        if (file_read_all(o->prompt_file, &owned, &len, &err) != 0) {
+        if (file_read_all(o->gen.prompt_file, &owned, &len, &err) != 0) {
             fprintf(stderr, "llmq-run: %s\n", err.msg);
             return 1;
         }
@@ -342,11 +260,11 @@ static int run_tokenize(const run_opts *o, const tok_vocab *v)
     }
     /* llama-tokenize's add_special: BOS when the model asks, and then EOS too
      * if it asks for that. */
-    bool special = o->bos && tok_add_bos(v);
+    bool special = !o->no_bos && tok_add_bos(v);
     int32_t *ids;
     size_t n;
     llmq_err err = {{0}};
-    int rc = tok_encode(v, text, len, special, o->parse_special, &ids, &n, &err);
+    int rc = tok_encode(v, text, len, special, !o->no_parse_special, &ids, &n, &err);
     free(owned);
     if (rc < 0) {
         fprintf(stderr, "llmq-run: %s\n", err.msg);
@@ -477,8 +395,8 @@ int main(int argc, char **argv)
 {
     run_opts o;
     int rc = parse_args(argc, argv, &o);
-    if (rc)
-        return rc < 0 ? 0 : rc;
+    if (rc != CLI_RUN)
+        return rc;
     if (o.mode == MODE_TOKENIZE || o.mode == MODE_DETOKENIZE)
         rc = run_tokenizer_mode(&o);
     else

@@ -8,7 +8,6 @@
  * Exit status: 0 done, 1 the database could not be read (missing, not an
  * llmq database, newer schema, SQLite error) or the plot not written,
  * 2 bad usage. */
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -16,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/cli.h"
+#include "common/clock.h"
 #include "common/err.h"
 #include "common/json.h"
 #include "tools/stats/plot.h"
@@ -40,139 +41,87 @@ typedef struct options {
     format fmt;
 } options;
 
-static void usage(FILE *f)
+static const char USAGE[] =
+    "usage: llmq-stats [--db FILE] [--format text|csv|json] [--table NAME]...\n"
+    "                  [--batch ID]... [--worker ID]... [--model NAME]...\n"
+    "                  [--since TIME] [--until TIME] [--now TIME] [--bucket LENGTH]\n"
+    "                  [--plot FILE.svg] [--quiet]\n"
+    "\n"
+    "Throughput accounting from llmq-broker's database, opened read-only (safe\n"
+    "while the broker runs).\n";
+
+static const char EPILOG[] =
+    "TIME is ISO 8601 (2024-05-01, 2024-05-01T12:30:00Z, 2024-05-01T14:30+02:00; UTC\n"
+    "when no zone is given), a length ago (90s, 15m, 1h, 2d, 1w) or now.\n"
+    "CSV writes the tables one after the other, separated by an empty line.\n"
+    "Exit status: 0 done, 1 the database could not be read or the plot written,\n"
+    "2 bad usage.\n";
+
+static int parse_format(void *fmt, const char *s, llmq_err *err)
 {
-    fputs("usage: llmq-stats [--db FILE] [--format text|csv|json] [--table NAME]...\n"
-          "                  [--batch ID]... [--worker ID]... [--model NAME]...\n"
-          "                  [--since TIME] [--until TIME] [--now TIME] [--bucket LENGTH]\n"
-          "                  [--plot FILE.svg] [--quiet]\n"
-          "\n"
-          "Throughput accounting from llmq-broker's database, opened read-only (safe\n"
-          "while the broker runs).\n"
-          "\n"
-          "  -d, --db FILE        the broker's SQLite database (default llmq.db)\n"
-          "  -f, --format FORMAT  text (aligned columns, default), csv or json\n"
-          "  -t, --table NAME     a table to print (repeatable; default: batches, workers,\n"
-          "                       time): batches, workers, time, worker-time, histogram,\n"
-          "                       jobs\n"
-          "  -b, --batch ID       only jobs of this batch (repeatable)\n"
-          "  -w, --worker ID      only jobs run by this worker id (repeatable)\n"
-          "  -m, --model NAME     only jobs for this model (repeatable)\n"
-          "      --since TIME     only jobs finished at or after TIME (and unfinished ones)\n"
-          "      --until TIME     only jobs finished, or unfinished ones submitted, before TIME\n"
-          "      --now TIME       take TIME as now (default: the clock), for reproducible\n"
-          "                       reports\n"
-          "      --bucket LENGTH  time bucket of the time tables and the plot: auto (default,\n"
-          "                       at most 60 buckets), minute, hour, day, or a length such\n"
-          "                       as 10s, 5m, 1h\n"
-          "  -p, --plot FILE.svg  also write an SVG: tok/s over time per worker and a\n"
-          "                       histogram of the jobs' decode tok/s\n"
-          "  -q, --quiet          print no table (with --plot: only write the plot)\n"
-          "  -h, --help           this text\n"
-          "\n"
-          "TIME is ISO 8601 (2024-05-01, 2024-05-01T12:30:00Z, 2024-05-01T14:30+02:00; UTC\n"
-          "when no zone is given), a length ago (90s, 15m, 1h, 2d, 1w) or now.\n"
-          "CSV writes the tables one after the other, separated by an empty line.\n"
-          "Exit status: 0 done, 1 the database could not be read or the plot written,\n"
-          "2 bad usage.\n",
-          f);
+    static const char *const NAMES[] = {[FMT_TEXT] = "text", [FMT_CSV] = "csv",
+                                        [FMT_JSON] = "json"};
+    for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++)
+        if (strcmp(s, NAMES[i]) == 0) {
+            *(format *)fmt = (format)i;
+            return 0;
+        }
+    return llmq_errf(err, "'%s' is not text, csv or json", s);
 }
 
-static int usage_error(const char *msg, const char *arg)
+static int parse_table(void *opts, const char *s, llmq_err *err)
 {
-    fprintf(stderr, "llmq-stats: %s%s%s\nTry 'llmq-stats --help'.\n", msg, arg ? ": " : "",
-            arg ? arg : "");
-    return -1;
-}
-
-static int add_to(const char **list, size_t *n, const char *v, const char *flag)
-{
-    if (*n == MAX_LIST)
-        return usage_error("too many values (at most 64)", flag);
-    list[(*n)++] = v;
-    return 0;
-}
-
-static int parse_format(const char *s, format *out)
-{
-    if (strcmp(s, "text") == 0)
-        *out = FMT_TEXT;
-    else if (strcmp(s, "csv") == 0)
-        *out = FMT_CSV;
-    else if (strcmp(s, "json") == 0)
-        *out = FMT_JSON;
-    else
-        return usage_error("--format must be text, csv or json", s);
-    return 0;
-}
-
-static int parse_table(const char *s, options *o)
-{
+    options *o = opts;
     report_kind k;
     if (report_parse(s, &k) != 0)
-        return usage_error("--table must be one of batches, workers, time, worker-time, "
-                           "histogram, jobs", s);
+        return llmq_errf(err, "'%s' is not one of batches, workers, time, worker-time, "
+                              "histogram, jobs", s);
     o->want[k] = true;
     o->any_table = true;
     return 0;
 }
 
-enum { OPT_SINCE = 256, OPT_UNTIL, OPT_NOW, OPT_BUCKET };
-
-static const struct option LONG_OPTS[] = {
-    {"db", required_argument, NULL, 'd'},       {"format", required_argument, NULL, 'f'},
-    {"table", required_argument, NULL, 't'},    {"batch", required_argument, NULL, 'b'},
-    {"worker", required_argument, NULL, 'w'},   {"model", required_argument, NULL, 'm'},
-    {"since", required_argument, NULL, OPT_SINCE}, {"until", required_argument, NULL, OPT_UNTIL},
-    {"now", required_argument, NULL, OPT_NOW},  {"bucket", required_argument, NULL, OPT_BUCKET},
-    {"plot", required_argument, NULL, 'p'},     {"quiet", no_argument, NULL, 'q'},
-    {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
-};
-
-static int parse_option(int c, const char *arg, options *o)
-{
-    switch (c) {
-    case 'd': o->db = arg; return 0;
-    case 'f': return parse_format(arg, &o->fmt);
-    case 't': return parse_table(arg, o);
-    case 'b': return add_to(o->batches, &o->n_batches, arg, "--batch");
-    case 'w': return add_to(o->workers, &o->n_workers, arg, "--worker");
-    case 'm': return add_to(o->models, &o->n_models, arg, "--model");
-    case OPT_SINCE: o->since = arg; return 0;
-    case OPT_UNTIL: o->until = arg; return 0;
-    case OPT_NOW: o->now = arg; return 0;
-    case OPT_BUCKET: o->bucket = arg; return 0;
-    case 'p': o->plot = arg; return 0;
-    case 'q': o->quiet = true; return 0;
-    default: return usage_error("unhandled option", NULL);
-    }
-}
-
-/* 0: run, 1: help shown, -1: bad usage (said). */
+/* CLI_RUN, or the status to exit with at once (--help, bad usage). */
 static int parse_args(int argc, char **argv, options *o)
 {
     *o = (options){.db = "llmq.db", .bucket = "auto", .fmt = FMT_TEXT};
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "d:f:t:b:w:m:p:qh", LONG_OPTS, NULL)) != -1) {
-        if (c == 'h') {
-            usage(stdout);
-            return 1;
-        }
-        if (c == '?' || c == ':') {
-            char flag[8];
-            snprintf(flag, sizeof flag, "-%c", optopt);
-            return usage_error("unknown option or missing argument",
-                               optopt ? flag : argv[optind - 1]);
-        }
-        if (parse_option(c, optarg, o))
-            return -1;
-    }
-    if (optind < argc)
-        return usage_error("unexpected argument", argv[optind]);
+    const cli_flag flags[] = {
+        {"db", 'd', "FILE", "the broker's SQLite database (default llmq.db)", CLI_TEXT(&o->db)},
+        {"format", 'f', "FORMAT", "text (aligned columns, default), csv or json",
+         CLI_CALL(parse_format, &o->fmt)},
+        {"table", 't', "NAME",
+         "a table to print (repeatable; default: batches, workers, time): batches, workers,"
+         " time, worker-time, histogram, jobs",
+         CLI_CALL(parse_table, o)},
+        {"batch", 'b', "ID", "only jobs of this batch (repeatable)",
+         CLI_LIST(o->batches, &o->n_batches, MAX_LIST, 0, 0)},
+        {"worker", 'w', "ID", "only jobs run by this worker id (repeatable)",
+         CLI_LIST(o->workers, &o->n_workers, MAX_LIST, 0, 0)},
+        {"model", 'm', "NAME", "only jobs for this model (repeatable)",
+         CLI_LIST(o->models, &o->n_models, MAX_LIST, 0, 0)},
+        {"since", 0, "TIME", "only jobs finished at or after TIME (and unfinished ones)",
+         CLI_TEXT(&o->since)},
+        {"until", 0, "TIME", "only jobs finished, or unfinished ones submitted, before TIME",
+         CLI_TEXT(&o->until)},
+        {"now", 0, "TIME", "take TIME as now (default: the clock), for reproducible reports",
+         CLI_TEXT(&o->now)},
+        {"bucket", 0, "LENGTH",
+         "time bucket of the time tables and the plot: auto (default, at most 60 buckets),"
+         " minute, hour, day, or a length such as 10s, 5m, 1h",
+         CLI_TEXT(&o->bucket)},
+        {"plot", 'p', "FILE.svg",
+         "also write an SVG: tok/s over time per worker and a histogram of the jobs' decode"
+         " tok/s",
+         CLI_TEXT(&o->plot)},
+        {"quiet", 'q', NULL, "print no table (with --plot: only write the plot)",
+         CLI_SWITCH(&o->quiet)},
+    };
+    const cli_spec spec = {.program = "llmq-stats", .usage = USAGE, .epilog = EPILOG,
+                           .flags = flags, .n_flags = CLI_COUNT(flags)};
+    const int status = cli_read(&spec, argc, argv);
     if (!o->any_table)
         o->want[REPORT_BATCHES] = o->want[REPORT_WORKERS] = o->want[REPORT_TIME] = true;
-    return 0;
+    return status;
 }
 
 /* ---- times -------------------------------------------------------------------------- */
@@ -194,7 +143,7 @@ static int parse_bucket(const char *s, int64_t *out_ms, llmq_err *err)
 
 static int resolve_times(const options *o, report_filter *f, int64_t *bucket_ms, llmq_err *err)
 {
-    f->now_ms = when_now_ms();
+    f->now_ms = clock_wall_ms();
     f->since_ms = INT64_MIN;
     f->until_ms = INT64_MAX;
     if (o->now && when_parse(o->now, f->now_ms, &f->now_ms, err))
@@ -366,8 +315,8 @@ int main(int argc, char **argv)
 {
     options o;
     int rc = parse_args(argc, argv, &o);
-    if (rc)
-        return rc > 0 ? 0 : EXIT_USAGE;
+    if (rc != CLI_RUN)
+        return rc;
     llmq_err err = {{0}};
     rc = stats_main(&o, &err);
     if (rc)

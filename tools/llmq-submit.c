@@ -6,7 +6,6 @@
  * was cancelled or did not finish in time (reasons on stderr); 2 bad usage or
  * bad input (nothing was submitted); 3 the broker could not be reached or
  * refused the submit. */
-#include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/cli.h"
+#include "common/clock.h"
 #include "common/err.h"
 #include "proto/llmq.h"
 #include "tools/jobfile.h"
@@ -31,82 +32,59 @@ typedef struct options {
     bool no_wait;
 } options;
 
-static void usage(FILE *f)
+static const char USAGE[] =
+    "usage: llmq-submit [--broker ENDPOINT] [-i JOBS.jsonl] [-o RESULTS.jsonl]\n"
+    "                   [--batch ID] [--meta TEXT] [--no-wait] [--timeout SECONDS]\n"
+    "\n"
+    "Submits every line of JOBS.jsonl as one batch, waits for the results and\n"
+    "writes one JSON line per job as it completes.\n";
+
+static const char EPILOG[] =
+    "Job lines: {\"id\": ..., \"prompt\": \"...\", \"max_tokens\": N, \"temperature\": T,\n"
+    "\"top_k\", \"top_p\", \"min_p\", \"repeat_penalty\", \"repeat_last_n\",\n"
+    "\"presence_penalty\", \"frequency_penalty\", \"seed\", \"stop\", \"ignore_eos\",\n"
+    "\"priority\", \"model\"} (\"tokens\": [ids] instead of \"prompt\"), or OpenAI batch\n"
+    "lines {\"custom_id\", \"method\", \"url\", \"body\": {\"prompt\" or \"messages\", ...}}.\n"
+    "Exit status: 0 all done, 1 some job failed or unfinished, 2 bad input,\n"
+    "3 broker unreachable or submit refused.\n";
+
+static int check_keys(void *opts, llmq_err *err)
 {
-    fputs("usage: llmq-submit [--broker ENDPOINT] [-i JOBS.jsonl] [-o RESULTS.jsonl]\n"
-          "                   [--batch ID] [--meta TEXT] [--no-wait] [--timeout SECONDS]\n"
-          "\n"
-          "Submits every line of JOBS.jsonl as one batch, waits for the results and\n"
-          "writes one JSON line per job as it completes.\n"
-          "\n"
-          "  -b, --broker ENDPOINT  broker client endpoint (default tcp://127.0.0.1:5555)\n"
-          "      --broker-key FILE  the broker's CURVE public key, for a broker that\n"
-          "                         requires CURVE (with --curve-secret)\n"
-          "      --curve-secret FILE  this client's CURVE secret key (from llmq-keygen)\n"
-          "  -i, --input FILE       jobs, one JSON object per line; - is stdin (default)\n"
-          "  -o, --output FILE      results; - is stdout (default)\n"
-          "      --batch ID         batch id (default: llmq-submit-TIME-PID); job keys are\n"
-          "                         BATCH:ID, so resubmitting a file with the same batch id\n"
-          "                         returns the existing jobs instead of running them again\n"
-          "      --meta TEXT        batch metadata stored with the jobs\n"
-          "      --no-wait          submit, write {id, job_id, existing} lines, exit\n"
-          "      --timeout SECONDS  stop waiting after this long (default: no limit)\n"
-          "  -h, --help             this text\n"
-          "\n"
-          "Job lines: {\"id\": ..., \"prompt\": \"...\", \"max_tokens\": N, \"temperature\": T,\n"
-          "\"top_k\", \"top_p\", \"min_p\", \"repeat_penalty\", \"repeat_last_n\",\n"
-          "\"presence_penalty\", \"frequency_penalty\", \"seed\", \"stop\", \"ignore_eos\",\n"
-          "\"priority\", \"model\"} (\"tokens\": [ids] instead of \"prompt\"), or OpenAI batch\n"
-          "lines {\"custom_id\", \"method\", \"url\", \"body\": {\"prompt\" or \"messages\", ...}}.\n"
-          "Exit status: 0 all done, 1 some job failed or unfinished, 2 bad input,\n"
-          "3 broker unreachable or submit refused.\n",
-          f);
+    const options *o = opts;
+    if (!o->broker_key != !o->curve_secret)
+        return llmq_errf(err, "--broker-key and --curve-secret go together");
+    return 0;
 }
 
+/* CLI_RUN, or the status to exit with at once (--help, bad usage). */
 static int parse_options(int argc, char **argv, options *o)
 {
-    static const struct option LONG[] = {
-        {"broker", required_argument, NULL, 'b'}, {"input", required_argument, NULL, 'i'},
-        {"output", required_argument, NULL, 'o'}, {"batch", required_argument, NULL, 'B'},
-        {"meta", required_argument, NULL, 'M'},   {"no-wait", no_argument, NULL, 'n'},
-        {"timeout", required_argument, NULL, 't'}, {"help", no_argument, NULL, 'h'},
-        {"broker-key", required_argument, NULL, 'K'},
-        {"curve-secret", required_argument, NULL, 'S'},
-        {NULL, 0, NULL, 0}};
     *o = (options){.broker = "tcp://127.0.0.1:5555", .in = "-", .out = "-", .timeout_s = -1};
-    int c;
-    while ((c = getopt_long(argc, argv, "b:i:o:h", LONG, NULL)) != -1) {
-        char *end;
-        switch (c) {
-        case 'b': o->broker = optarg; break;
-        case 'i': o->in = optarg; break;
-        case 'o': o->out = optarg; break;
-        case 'B': o->batch = optarg; break;
-        case 'M': o->meta = optarg; break;
-        case 'n': o->no_wait = true; break;
-        case 'K': o->broker_key = optarg; break;
-        case 'S': o->curve_secret = optarg; break;
-        case 't':
-            o->timeout_s = strtod(optarg, &end);
-            if (*end || !(o->timeout_s >= 0) || o->timeout_s > 4e6) {
-                fprintf(stderr, "llmq-submit: --timeout: \"%s\" is not a number of seconds "
-                        "(0 to 4000000)\n", optarg);
-                return -1;
-            }
-            break;
-        case 'h': usage(stdout); exit(0);
-        default: usage(stderr); return -1;
-        }
-    }
-    if (!o->broker_key != !o->curve_secret) {
-        fprintf(stderr, "llmq-submit: --broker-key and --curve-secret go together\n");
-        return -1;
-    }
-    if (optind != argc) {
-        fprintf(stderr, "llmq-submit: unexpected argument \"%s\"\n", argv[optind]);
-        return -1;
-    }
-    return 0;
+    const cli_flag flags[] = {
+        {"broker", 'b', "ENDPOINT", "broker client endpoint (default tcp://127.0.0.1:5555)",
+         CLI_TEXT(&o->broker)},
+        {"broker-key", 0, "FILE",
+         "the broker's CURVE public key, for a broker that requires CURVE (with --curve-secret)",
+         CLI_TEXT(&o->broker_key)},
+        {"curve-secret", 0, "FILE", "this client's CURVE secret key (from llmq-keygen)",
+         CLI_TEXT(&o->curve_secret)},
+        {"input", 'i', "FILE", "jobs, one JSON object per line; - is stdin (default)",
+         CLI_TEXT(&o->in)},
+        {"output", 'o', "FILE", "results; - is stdout (default)", CLI_TEXT(&o->out)},
+        {"batch", 0, "ID",
+         "batch id (default: llmq-submit-TIME-PID); job keys are BATCH:ID, so resubmitting a"
+         " file with the same batch id returns the existing jobs instead of running them again",
+         CLI_TEXT(&o->batch)},
+        {"meta", 0, "TEXT", "batch metadata stored with the jobs", CLI_TEXT(&o->meta)},
+        {"no-wait", 0, NULL, "submit, write {id, job_id, existing} lines, exit",
+         CLI_SWITCH(&o->no_wait)},
+        {"timeout", 0, "SECONDS", "stop waiting after this long (default: no limit)",
+         CLI_DOUBLE(&o->timeout_s, 0, 4e6)},
+    };
+    const cli_spec spec = {.program = "llmq-submit", .usage = USAGE, .epilog = EPILOG,
+                           .flags = flags, .n_flags = CLI_COUNT(flags),
+                           .check = check_keys, .check_ctx = o};
+    return cli_read(&spec, argc, argv);
 }
 
 /* ---- progress ------------------------------------------------------------------------- */
@@ -114,17 +92,10 @@ static int parse_options(int argc, char **argv, options *o)
 typedef struct progress {
     size_t total, done, failed;
     uint64_t tokens;
-    struct timespec t0;
+    double t0_ms; /* monotonic */
     double last_ms;
     bool tty;
 } progress;
-
-static double since_ms(const struct timespec *t0)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
-}
 
 static void format_eta(char *buf, size_t size, const progress *p, double ms)
 {
@@ -139,7 +110,7 @@ static void format_eta(char *buf, size_t size, const progress *p, double ms)
 
 static void show(progress *p, bool final)
 {
-    double ms = since_ms(&p->t0);
+    double ms = clock_mono_ms_f() - p->t0_ms;
     if (!p->tty && !final && ms - p->last_ms < LOG_EVERY_MS)
         return;
     p->last_ms = ms;
@@ -223,8 +194,7 @@ static long wait_all(llmq_client *c, const options *o, const jobfile *jf, FILE *
         ids[i] = jf->entries[i].job_id;
     }
     qsort(index, jf->n, sizeof *index, cmp_id);
-    progress p = {.total = jf->n, .tty = isatty(2)};
-    clock_gettime(CLOCK_MONOTONIC, &p.t0);
+    progress p = {.total = jf->n, .tty = isatty(2), .t0_ms = clock_mono_ms_f()};
     llmq_select sel = {.ids = ids, .n_ids = jf->n};
     llmq_wait *w = NULL;
     llmq_error err;
@@ -330,8 +300,9 @@ static int run(const options *o, const char *batch, jobfile *jf, FILE *out)
 int main(int argc, char **argv)
 {
     options o;
-    if (parse_options(argc, argv, &o) < 0)
-        return EXIT_USAGE;
+    const int parsed = parse_options(argc, argv, &o);
+    if (parsed != CLI_RUN)
+        return parsed;
     char batch_buf[96];
     if (!o.batch) {
         char stamp[32];

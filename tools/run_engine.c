@@ -5,7 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/file.h"
+#include "common/grow.h"
+#include "common/json.h"
 #include "engine/perplexity.h"
 
 static int fail(const char *what, const llmq_err *err)
@@ -19,7 +22,8 @@ static engine_request make_request(const run_gen_opts *o, uint64_t id, const int
 {
     return (engine_request){.id = id, .prompt = ids, .n_prompt = (int32_t)n,
                             .sampling = o->sampling, .max_tokens = o->n_predict,
-                            .stop = o->stop, .n_stop = o->n_stop, .ignore_eog = o->ignore_eos};
+                            .stop = o->stop, .n_stop = (int32_t)o->n_stop,
+                            .ignore_eog = o->ignore_eos};
 }
 
 static void print_timing(const char *label, const engine_timing *t)
@@ -30,6 +34,16 @@ static void print_timing(const char *label, const engine_timing *t)
             "%s%d prompt tokens in %.1f ms (%.1f tok/s), %d generated in %.1f ms (%.1f tok/s)\n",
             label, t->n_prompt, prefill, prefill > 0 ? t->n_prompt * 1e3 / prefill : 0.0,
             t->n_generated, decode, decode > 0 ? (t->n_generated - 1) * 1e3 / decode : 0.0);
+}
+
+/* What the engine was made with: --batch and --parallel as it took them. */
+static void print_engine(const engine *e)
+{
+    const engine_config *c = engine_get_config(e);
+    fprintf(stderr,
+            "llmq-run: engine: %d tokens per forward pass, %d sequence%s at once, %d tokens of"
+            " context each\n",
+            c->max_batch_tokens, c->max_seqs, c->max_seqs == 1 ? "" : "s", c->n_ctx);
 }
 
 /* ---- generate: one prompt, streamed ---- */
@@ -48,6 +62,7 @@ int run_generate(const run_gen_opts *o, model *m, const tok_vocab *v)
         free(ids);
         return fail("engine", &err);
     }
+    print_engine(e);
     engine_request req = make_request(o, 1, ids, n);
     int rc = engine_add(e, &req, &err) != 0 ? fail("prompt", &err) : 0;
     free(ids);
@@ -86,21 +101,14 @@ static int read_prompts(const char *path, prompt_list *pl, llmq_err *err)
     memset(pl, 0, sizeof *pl);
     if (file_read_all(path, &pl->text, &len, err) != 0)
         return -1;
-    size_t cap = 16;
-    pl->lines = malloc(cap * sizeof *pl->lines);
-    for (char *line = strtok(pl->text, "\n"); pl->lines && line; line = strtok(NULL, "\n")) {
+    size_t cap = 0;
+    for (char *line = strtok(pl->text, "\n"); line; line = strtok(NULL, "\n")) {
         if (!line[0])
             continue;
-        if (pl->n == cap) {
-            char **grown = realloc(pl->lines, (cap *= 2) * sizeof *grown);
-            if (!grown)
-                break;
-            pl->lines = grown;
-        }
+        if (grow_reserve(&pl->lines, &cap, pl->n + 1, sizeof *pl->lines))
+            return llmq_errf(err, "%s: out of memory at line %zu", path, pl->n + 1);
         pl->lines[pl->n++] = line;
     }
-    if (!pl->lines)
-        return llmq_errf(err, "%s: out of memory", path);
     if (pl->n == 0)
         return llmq_errf(err, "%s: no prompts (one per line)", path);
     return 0;
@@ -136,10 +144,11 @@ int run_parallel(const run_gen_opts *o, model *m, const tok_vocab *v)
         free(pl.lines);
         return fail("engine", &err);
     }
+    print_engine(e);
     size_t next = 0, done = 0;
     uint64_t generated = 0;
     int rc = 0;
-    const double t0 = engine_now_ms();
+    const double t0 = clock_mono_ms_f();
     while (rc == 0 && done < pl.n) {
         /* Keep the engine fed: more sequences wait than run, so a finished
          * one is replaced in the very next step. */
@@ -168,7 +177,7 @@ int run_parallel(const run_gen_opts *o, model *m, const tok_vocab *v)
         if (rc != 0)
             break;
     }
-    const double secs = (engine_now_ms() - t0) / 1e3;
+    const double secs = (clock_mono_ms_f() - t0) / 1e3;
     if (rc == 0)
         fprintf(stderr, "llmq-run: %zu prompts, %llu tokens generated in %.2f s: %.1f tok/s\n",
                 pl.n, (unsigned long long)generated, secs, secs > 0 ? generated / secs : 0.0);
@@ -197,14 +206,14 @@ int run_perplexity(const run_gen_opts *o, model *m, const tok_vocab *v)
     if (file_read_all(o->ppl_file, &text, &len, &err) != 0)
         return fail("perplexity", &err);
     ppl_result r;
-    const double t0 = engine_now_ms();
+    const double t0 = clock_mono_ms_f();
     int rc = ppl_compute(m, v, text, len, o->ppl_ctx, ppl_progress, NULL, &r, &err);
     free(text);
     if (rc != 0)
         return fail("perplexity", &err);
     printf("PPL = %.4f\n", r.ppl);
     fprintf(stderr, "llmq-run: %d chunks of %d tokens (%lld scored) in %.2f s\n", r.n_chunks,
-            o->ppl_ctx, (long long)r.n_scored, (engine_now_ms() - t0) / 1e3);
+            o->ppl_ctx, (long long)r.n_scored, (clock_mono_ms_f() - t0) / 1e3);
     return 0;
 }
 
@@ -263,7 +272,7 @@ static int bench_once(model *m, const tok_vocab *v, const engine_config *base, i
         rc = engine_add(e, &req, err);
     }
     free(ids);
-    const double t0 = engine_now_ms();
+    const double t0 = clock_mono_ms_f();
     double t_first = 0;
     engine_stats at_first = {0};
     while (rc == 0 && engine_has_work(e)) {
@@ -273,11 +282,11 @@ static int bench_once(model *m, const tok_vocab *v, const engine_config *base, i
         /* Prefill ends with the step that computes the last prompt row. */
         if (rc == 0 && t_first == 0 &&
             engine_get_stats(e).prefill_rows >= (uint64_t)b * (uint64_t)n_prompt) {
-            t_first = engine_now_ms();
+            t_first = clock_mono_ms_f();
             at_first = engine_get_stats(e);
         }
     }
-    const double t1 = engine_now_ms();
+    const double t1 = clock_mono_ms_f();
     if (rc == 0) {
         if (t_first == 0)
             t_first = t1; /* n_gen == 1: no decode phase */
@@ -335,20 +344,42 @@ static int bench_case_run(model *m, const tok_vocab *v, const run_gen_opts *o, b
     return 0;
 }
 
+/* The member name "key": (after ", " unless first).  Names and texts go
+ * through the JSON writer: a model's name comes from its file. */
+static void json_key(FILE *f, bool first, const char *key)
+{
+    if (!first)
+        fputs(", ", f);
+    json_write_string(f, key, strlen(key));
+    fputs(": ", f);
+}
+
+static void json_text(FILE *f, const char *key, const char *text)
+{
+    json_key(f, false, key);
+    json_write_string(f, text, strlen(text));
+}
+
 static void bench_report(FILE *f, const model *m, const run_gen_opts *o, const bench_case *cases,
                          int n, int threads)
 {
     const model_config *c = model_get_config(m);
-    fprintf(f, "{\"model\": \"%s\", \"weights\": \"%s\", \"bytes\": %llu, \"backend\": \"%s\", "
-               "\"threads\": %d, \"reps\": %d, \"decode_order\": \"prefill_first\", "
+    fputs("{\"model\": ", f);
+    json_write_string(f, c->name, strlen(c->name));
+    json_text(f, "weights", quant_type_name(c->weight_type));
+    fprintf(f, ", \"bytes\": %llu", (unsigned long long)c->weight_bytes);
+    json_text(f, "backend", model_backend(m)->name);
+    fprintf(f, ", \"threads\": %d, \"reps\": %d, \"decode_order\": \"prefill_first\", "
                "\"results\": {",
-            c->name, quant_type_name(c->weight_type), (unsigned long long)c->weight_bytes,
-            model_backend(m)->name, threads, o->bench_reps);
-    for (int i = 0; i < n; i++)
-        fprintf(f, "%s\"%s\": %.1f", i ? ", " : "", cases[i].name, cases[i].median);
+            threads, o->bench_reps);
+    for (int i = 0; i < n; i++) {
+        json_key(f, i == 0, cases[i].name);
+        fprintf(f, "%.1f", cases[i].median);
+    }
     fprintf(f, "}, \"samples\": {");
     for (int i = 0; i < n; i++) {
-        fprintf(f, "%s\"%s\": [", i ? ", " : "", cases[i].name);
+        json_key(f, i == 0, cases[i].name);
+        fputc('[', f);
         for (int r = 0; r < o->bench_reps; r++)
             fprintf(f, "%s%.1f", r ? ", " : "", cases[i].samples[r]);
         fputc(']', f);
@@ -363,11 +394,11 @@ static void bench_report(FILE *f, const model *m, const run_gen_opts *o, const b
 static int bench_warm_up(model *m, const tok_vocab *v, const run_gen_opts *o, llmq_err *err)
 {
     bench_run br;
-    const double t0 = engine_now_ms();
+    const double t0 = clock_mono_ms_f();
     if (bench_once(m, v, &o->engine, 1, BENCH_PP, 8, &br, err) != 0 ||
         bench_once(m, v, &o->engine, 8, BENCH_BATCH_PROMPT, 8, &br, err) != 0)
         return llmq_err_prefix(err, "warm-up");
-    fprintf(stderr, "llmq-run: bench warm-up (not counted): %.1f s\n", (engine_now_ms() - t0) / 1e3);
+    fprintf(stderr, "llmq-run: bench warm-up (not counted): %.1f s\n", (clock_mono_ms_f() - t0) / 1e3);
     return 0;
 }
 

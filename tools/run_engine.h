@@ -19,10 +19,10 @@ typedef struct run_gen_opts {
     const char *prompt;       /* generate */
     const char *prompt_file;  /* --parallel: one prompt per line */
     int32_t n_predict;        /* -n */
-    int32_t parallel;         /* --parallel */
+    int32_t parallel;         /* --parallel; 0 in other modes */
     sampler_params sampling;
     const char *stop[ENGINE_MAX_STOPS];
-    int32_t n_stop;
+    size_t n_stop;
     bool ignore_eos;
     engine_config engine;
     int32_t threads;          /* -t, for reports */

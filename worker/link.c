@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <zmq.h>
+
+#include "common/clock.h"
+#include "common/log.h"
 
 struct link_conn {
     void *zctx;
@@ -22,13 +24,6 @@ struct link_conn {
     _Atomic int64_t last_heard; /* monotonic ms */
 };
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- the I/O thread ------------------------------------------------------------ */
 
 /* Broker -> pipe: every waiting message, its body frame moved as is. */
@@ -41,7 +36,7 @@ static void pump_in(link_conn *l)
             zmq_msg_close(&f);
             return;
         }
-        atomic_store(&l->last_heard, now_ms());
+        atomic_store(&l->last_heard, clock_mono_ms());
         /* The body is the last frame; a broker sends one, but envelopes are
          * legal on the wire and carry nothing for a worker. */
         if (zmq_msg_more(&f) || zmq_msg_size(&f) == 0 ||
@@ -53,8 +48,8 @@ static void pump_in(link_conn *l)
 static void to_broker(link_conn *l, zmq_msg_t *f)
 {
     if (zmq_msg_send(f, l->dealer, ZMQ_DONTWAIT) < 0) {
-        fprintf(stderr, "llmq-worker: a message to the broker was dropped: %s\n",
-                zmq_strerror(errno));
+        log_line("llmq-worker", NULL, "a message to the broker was dropped: %s",
+                 zmq_strerror(errno));
         zmq_msg_close(f);
     }
 }
@@ -75,7 +70,7 @@ static bool pump_out(link_conn *l, int64_t *last_sent, bool *talking)
             return false;
         }
         to_broker(l, &f);
-        *last_sent = now_ms();
+        *last_sent = clock_mono_ms();
         *talking = true;
     }
 }
@@ -86,33 +81,32 @@ static void beat(link_conn *l, int64_t *last_sent)
     zmq_msg_init_size(&f, l->heartbeat_len);
     memcpy(zmq_msg_data(&f), l->heartbeat, l->heartbeat_len);
     to_broker(l, &f);
-    *last_sent = now_ms();
+    *last_sent = clock_mono_ms();
 }
 
 static void *io_main(void *arg)
 {
     link_conn *l = arg;
-    int64_t last_sent = now_ms();
+    int64_t last_sent = clock_mono_ms();
     bool talking = false; /* the hello went out */
     for (;;) {
         int64_t period = atomic_load(&l->heartbeat_ms);
         long timeout = -1;
         if (talking) {
-            int64_t due = last_sent + period - now_ms();
+            int64_t due = last_sent + period - clock_mono_ms();
             timeout = due > 0 ? (long)due : 0;
         }
         zmq_pollitem_t items[2] = {{l->dealer, 0, ZMQ_POLLIN, 0},
                                    {l->pipe_io, 0, ZMQ_POLLIN, 0}};
         if (zmq_poll(items, 2, timeout) < 0 && errno != EINTR) {
-            fprintf(stderr, "llmq-worker: link thread: zmq_poll: %s\n",
-                    zmq_strerror(errno));
+            log_line("llmq-worker", NULL, "link thread: zmq_poll: %s", zmq_strerror(errno));
             return NULL;
         }
         if (items[0].revents & ZMQ_POLLIN)
             pump_in(l);
         if ((items[1].revents & ZMQ_POLLIN) && !pump_out(l, &last_sent, &talking))
             return NULL;
-        if (talking && now_ms() - last_sent >= period)
+        if (talking && clock_mono_ms() - last_sent >= period)
             beat(l, &last_sent);
     }
 }
@@ -180,7 +174,7 @@ int link_open(link_conn **out, const char *endpoint, uint32_t heartbeat_ms,
     if (!l)
         return llmq_errf(err, "out of memory");
     atomic_init(&l->heartbeat_ms, heartbeat_ms);
-    atomic_init(&l->last_heard, now_ms());
+    atomic_init(&l->last_heard, clock_mono_ms());
     l->zctx = zmq_ctx_new();
     int rc = l->zctx ? 0 : llmq_errf(err, "zmq_ctx_new: %s", zmq_strerror(errno));
     if (rc == 0)
@@ -265,5 +259,5 @@ void link_set_heartbeat(link_conn *l, uint32_t heartbeat_ms)
 
 int64_t link_silent_ms(const link_conn *l)
 {
-    return now_ms() - atomic_load(&l->last_heard);
+    return clock_mono_ms() - atomic_load(&l->last_heard);
 }

@@ -14,9 +14,7 @@
  * With --gpus the process serves nothing itself: it supervises one such
  * worker per GPU (worker/supervisor.c), each started with --gpu N. */
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +24,7 @@
 
 #include "common/cli.h"
 #include "common/clock.h"
+#include "common/log.h"
 #include "kernels/backend.h"
 #include "kernels/select.h"
 #include "engine/engine.h"
@@ -37,40 +36,15 @@
 #include "worker/supervisor.h"
 
 #define EXIT_FAILED 1
-#define EXIT_USAGE 2
 /* How long an idle worker sleeps between looks at its timers. */
 #define IDLE_POLL_MS 100
 
-static const char usage[] =
+static const char USAGE[] =
     "Usage: llmq-worker --broker ENDPOINT -m MODEL [OPTION]...\n"
     "Serve one model to an llmq-broker: take jobs, run them with continuous batching,\n"
-    "send each result back with its timings.  One process per GPU.\n"
-    "\n"
-    "  -b, --broker ENDPOINT   the broker's worker endpoint (default tcp://127.0.0.1:5556)\n"
-    "  -m, --model FILE        GGUF model file (required)\n"
-    "      --cpu               run the CPU engine (the default when built without CUDA)\n"
-    "      --gpu N             run on GPU N with the CUDA engine (default 0 when built with\n"
-    "                          CUDA)\n"
-    "      --gpus all|N,...    supervise one worker process per GPU (CUDA builds), each\n"
-    "                          run with --gpu N, and --id ID-gpuN when --id ID is given;\n"
-    "                          a crashed one is restarted after 1, 2, 4 ... 60 s\n"
-    "  -s, --slots N           jobs run at once, 1..4096 (default 64 on a GPU, 16 on the CPU)\n"
-    "  -t, --threads N         CPU engine threads (default: all cores)\n"
-    "  -c, --ctx N             context per job in tokens (default: the model's)\n"
-    "      --batch N           tokens per forward pass (default 512)\n"
-    "      --kv-blocks N       KV cache blocks of 16 tokens (default: a full context per slot,\n"
-    "                          at most 90% of the memory left after the weights)\n"
-    "      --id NAME           worker id, unique per broker (default HOST:gpuN, HOST:cpu-PID)\n"
-    "      --model-name NAME   model name announced for routing (default: the file name\n"
-    "                          without .gguf)\n"
-    "      --broker-key FILE   the broker's CURVE public key (needs --curve-secret)\n"
-    "      --curve-secret FILE this worker's CURVE secret key (from llmq-keygen)\n"
-    "      --heartbeat-ms N    heartbeat period until the broker says its own (default 1000)\n"
-    "      --grace-ms N        on SIGTERM, how long running jobs may finish before the rest\n"
-    "                          is left to the broker to requeue (default 10000)\n"
-    "  -v, --verbose           a log line per job\n"
-    "  -h, --help              show this help\n"
-    "\n"
+    "send each result back with its timings.  One process per GPU.\n";
+
+static const char EPILOG[] =
     "SIGTERM/SIGINT stop gracefully; a second one stops at once.  A lost broker is\n"
     "reconnected to; its jobs are requeued by the broker.\n"
     "Exit status: 0 after a clean stop, 1 when the model cannot be loaded or the\n"
@@ -85,148 +59,84 @@ typedef struct options {
     int32_t min_step_ms; /* LLMQ_TEST_MIN_STEP_MS: tests only, see serve() */
 } options;
 
-enum {
-    OPT_CPU = 256, OPT_GPU, OPT_BATCH, OPT_KV_BLOCKS, OPT_ID, OPT_MODEL_NAME, OPT_HEARTBEAT,
-    OPT_GRACE, OPT_BROKER_KEY, OPT_CURVE_SECRET, OPT_GPUS,
-};
-
-static const struct option LONG_OPTS[] = {
-    {"broker", required_argument, NULL, 'b'},
-    {"model", required_argument, NULL, 'm'},
-    {"cpu", no_argument, NULL, OPT_CPU},
-    {"gpu", required_argument, NULL, OPT_GPU},
-    {"gpus", required_argument, NULL, OPT_GPUS},
-    {"slots", required_argument, NULL, 's'},
-    {"threads", required_argument, NULL, 't'},
-    {"ctx", required_argument, NULL, 'c'},
-    {"batch", required_argument, NULL, OPT_BATCH},
-    {"kv-blocks", required_argument, NULL, OPT_KV_BLOCKS},
-    {"id", required_argument, NULL, OPT_ID},
-    {"model-name", required_argument, NULL, OPT_MODEL_NAME},
-    {"broker-key", required_argument, NULL, OPT_BROKER_KEY},
-    {"curve-secret", required_argument, NULL, OPT_CURVE_SECRET},
-    {"heartbeat-ms", required_argument, NULL, OPT_HEARTBEAT},
-    {"grace-ms", required_argument, NULL, OPT_GRACE},
-    {"verbose", no_argument, NULL, 'v'},
-    {"help", no_argument, NULL, 'h'},
-    {NULL, 0, NULL, 0},
-};
-
 /* ---- the command line ---------------------------------------------------------- */
 
-typedef struct number_flag {
-    int opt;
-    const char *name;
-    long lo, hi;
-    size_t field; /* offsetof(options, ...) */
-} number_flag;
-
-static const number_flag NUMBER_FLAGS[] = {
-    {OPT_GPU, "--gpu", 0, 1023, offsetof(options, gpu)},
-    {'s', "--slots", 1, WIRE_MAX_SLOTS, offsetof(options, slots)},
-    {'t', "--threads", 1, 1024, offsetof(options, threads)},
-    {'c', "--ctx", 4, 1 << 24, offsetof(options, ctx)},
-    {OPT_BATCH, "--batch", 1, 1 << 16, offsetof(options, batch)},
-    {OPT_KV_BLOCKS, "--kv-blocks", 1, INT32_MAX, offsetof(options, kv_blocks)},
-    {OPT_HEARTBEAT, "--heartbeat-ms", 10, 3600000, offsetof(options, heartbeat_ms)},
-    {OPT_GRACE, "--grace-ms", 0, 86400000, offsetof(options, grace_ms)},
-};
-
-static int set_number(const number_flag *f, const char *text, options *o)
-{
-    int64_t v;
-    llmq_err err;
-    if (cli_int(f->name, text, f->lo, f->hi, &v, &err) != 0) {
-        fprintf(stderr, "llmq-worker: %s\n", err.msg);
-        return -1;
-    }
-    *(int32_t *)(void *)((char *)o + f->field) = (int32_t)v;
-    return 0;
-}
-
-static int set_name(const char *flag, const char *text, const char **out)
-{
-    if (!text[0] || strlen(text) > WIRE_MAX_NAME_BYTES) {
-        fprintf(stderr, "llmq-worker: %s: must be 1..%u bytes\n", flag, WIRE_MAX_NAME_BYTES);
-        return -1;
-    }
-    *out = text;
-    return 0;
-}
-
-static int take_option(int opt, const char *arg, options *o)
-{
-    for (size_t i = 0; i < sizeof NUMBER_FLAGS / sizeof NUMBER_FLAGS[0]; i++)
-        if (NUMBER_FLAGS[i].opt == opt)
-            return set_number(&NUMBER_FLAGS[i], arg, o);
-    switch (opt) {
-    case 'b': o->broker = arg; return 0;
-    case 'm': o->model = arg; return 0;
-    case OPT_CPU: o->cpu = true; return 0;
-    case OPT_BROKER_KEY: o->broker_key = arg; return 0;
-    case OPT_CURVE_SECRET: o->curve_secret = arg; return 0;
-    case OPT_GPUS: o->gpus = arg; return 0;
-    case 'v': o->verbose = true; return 0;
-    case OPT_ID: return set_name("--id", arg, &o->id);
-    case OPT_MODEL_NAME: return set_name("--model-name", arg, &o->model_name);
-    default: return -1; /* getopt already said what is wrong */
-    }
-}
-
 /* --gpus makes a supervisor of GPU workers: it cannot be one itself. */
-static int check_gpus(const options *o)
+static int check_gpus(const options *o, llmq_err *err)
 {
-    if (o->cpu || o->gpu >= 0) {
-        fprintf(stderr, "llmq-worker: --gpus excludes --gpu and --cpu\n");
-        return -1;
-    }
-    if (!backend_gpus_built()) {
-        fprintf(stderr, "llmq-worker: --gpus: built without CUDA, there are no GPU workers to"
-                        " run (rebuild with ./configure --with-cuda, or use --cpu)\n");
-        return -1;
-    }
+    if (o->cpu || o->gpu >= 0)
+        return llmq_errf(err, "--gpus excludes --gpu and --cpu");
+    if (!backend_gpus_built())
+        return llmq_errf(err, "--gpus: built without CUDA, there are no GPU workers to run"
+                              " (rebuild with ./configure --with-cuda, or use --cpu)");
     super_gpus g;
-    llmq_err err;
-    if (super_parse_gpus(o->gpus, &g, &err) != 0) {
-        fprintf(stderr, "llmq-worker: %s\n", err.msg);
-        return -1;
-    }
-    return 0;
+    return super_parse_gpus(o->gpus, &g, err);
 }
 
-/* 0: run; 1: help shown; -1: bad usage (message written). */
+/* The flags that go together, or exclude each other. */
+static int check_options(void *opts, llmq_err *err)
+{
+    const options *o = opts;
+    if (!o->broker_key != !o->curve_secret)
+        return llmq_errf(err, "--broker-key and --curve-secret go together");
+    if (o->cpu && o->gpu >= 0)
+        return llmq_errf(err, "--cpu and --gpu exclude each other");
+    return o->gpus ? check_gpus(o, err) : 0;
+}
+
+/* CLI_RUN, or the status to exit with at once (--help, bad usage). */
 static int parse_args(int argc, char **argv, options *o)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     *o = (options){.broker = "tcp://127.0.0.1:5556", .gpu = -1, .slots = 0,
                    .threads = cores > 0 ? (int32_t)cores : 1, .batch = 512,
                    .heartbeat_ms = WIRE_HEARTBEAT_MS, .grace_ms = 10000};
-    int opt;
-    while ((opt = getopt_long(argc, argv, "b:m:s:t:c:vh", LONG_OPTS, NULL)) != -1) {
-        if (opt == 'h') {
-            fputs(usage, stdout);
-            return 1;
-        }
-        if (opt == '?' || take_option(opt, optarg, o) != 0)
-            return -1;
-    }
-    if (optind < argc) {
-        fprintf(stderr, "llmq-worker: unexpected argument '%s'\n", argv[optind]);
-        return -1;
-    }
-    if (!o->model) {
-        fprintf(stderr, "llmq-worker: no model given (-m FILE)\n");
-        return -1;
-    }
-    if (!o->broker_key != !o->curve_secret) {
-        fprintf(stderr, "llmq-worker: --broker-key and --curve-secret go together\n");
-        return -1;
-    }
-    if (o->cpu && o->gpu >= 0) {
-        fprintf(stderr, "llmq-worker: --cpu and --gpu exclude each other\n");
-        return -1;
-    }
-    return o->gpus ? check_gpus(o) : 0;
+    const cli_flag flags[] = {
+        {"broker", 'b', "ENDPOINT", "the broker's worker endpoint (default tcp://127.0.0.1:5556)",
+         CLI_TEXT(&o->broker)},
+        {"model", 'm', "FILE", "GGUF model file (required)", CLI_TEXT(&o->model),
+         .required = true},
+        {"cpu", 0, NULL, "run the CPU engine (the default when built without CUDA)",
+         CLI_SWITCH(&o->cpu)},
+        {"gpu", 0, "N", "run on GPU N with the CUDA engine (default 0 when built with CUDA)",
+         CLI_INT32(&o->gpu, 0, 1023)},
+        {"gpus", 0, "all|N,...",
+         "supervise one worker process per GPU (CUDA builds), each run with --gpu N, and"
+         " --id ID-gpuN when --id ID is given; a crashed one is restarted after 1, 2, 4 ... 60 s",
+         CLI_TEXT(&o->gpus)},
+        {"slots", 's', "N", "jobs run at once, 1..4096 (default 64 on a GPU, 16 on the CPU)",
+         CLI_INT32(&o->slots, 1, WIRE_MAX_SLOTS)},
+        {"threads", 't', "N", "CPU engine threads (default: all cores)",
+         CLI_INT32(&o->threads, 1, 1024)},
+        {"ctx", 'c', "N", "context per job in tokens (default: the model's)",
+         CLI_INT32(&o->ctx, 4, 1 << 24)},
+        {"batch", 0, "N", "tokens per forward pass (default 512)",
+         CLI_INT32(&o->batch, 1, 1 << 16)},
+        {"kv-blocks", 0, "N",
+         "KV cache blocks of 16 tokens (default: a full context per slot, at most 90% of the"
+         " memory left after the weights)",
+         CLI_INT32(&o->kv_blocks, 1, INT32_MAX)},
+        {"id", 0, "NAME", "worker id, unique per broker (default HOST:gpuN, HOST:cpu-PID)",
+         CLI_TEXT_BYTES(&o->id, 1, WIRE_MAX_NAME_BYTES)},
+        {"model-name", 0, "NAME",
+         "model name announced for routing (default: the file name without .gguf)",
+         CLI_TEXT_BYTES(&o->model_name, 1, WIRE_MAX_NAME_BYTES)},
+        {"broker-key", 0, "FILE", "the broker's CURVE public key (needs --curve-secret)",
+         CLI_TEXT(&o->broker_key)},
+        {"curve-secret", 0, "FILE", "this worker's CURVE secret key (from llmq-keygen)",
+         CLI_TEXT(&o->curve_secret)},
+        {"heartbeat-ms", 0, "N", "heartbeat period until the broker says its own (default 1000)",
+         CLI_INT32(&o->heartbeat_ms, 10, 3600000)},
+        {"grace-ms", 0, "N",
+         "on SIGTERM, how long running jobs may finish before the rest is left to the broker"
+         " to requeue (default 10000)",
+         CLI_INT32(&o->grace_ms, 0, 86400000)},
+        {"verbose", 'v', NULL, "a log line per job", CLI_SWITCH(&o->verbose)},
+    };
+    const cli_spec spec = {.program = "llmq-worker", .usage = USAGE, .epilog = EPILOG,
+                           .flags = flags, .n_flags = CLI_COUNT(flags),
+                           .check = check_options, .check_ctx = o};
+    return cli_read(&spec, argc, argv);
 }
 
 /* LLMQ_TEST_MIN_STEP_MS=N (tests only, llmq-worker(1)): no engine step
@@ -268,7 +178,7 @@ static int open_backend(const options *o, parts *p, llmq_err *err)
     if (backend_select(&p->be, &req, &p->gpu_index, fallback, sizeof fallback, err) != 0)
         return -1;
     if (fallback[0])
-        fprintf(stderr, "llmq-worker: %s; running the CPU engine\n", fallback);
+        log_line("llmq-worker", o->id, "%s; running the CPU engine", fallback);
     return 0;
 }
 
@@ -350,13 +260,14 @@ static void say_ready(const options *o, const parts *p)
         snprintf(where, sizeof where, "GPU %d", p->gpu_index);
     else
         snprintf(where, sizeof where, "the CPU, %d threads", o->threads);
-    fprintf(stderr,
-            "llmq-worker %s: %s (%s, %d layers, %.1f MB %s, %s) on %s, %u slots of %d tokens,"
-            " a KV cache of %d tokens; broker %s\n",
-            p->id.worker, o->model, c->name, c->n_layers, c->weight_bytes / 1e6,
-            quant_type_name(c->weight_type), p->id.model_hash, where, session_slots(p->sess),
-            engine_get_config(p->eng)->n_ctx,
-            engine_get_config(p->eng)->n_blocks * engine_get_config(p->eng)->block_size, o->broker);
+    log_line("llmq-worker", p->id.worker,
+             "%s (%s, %d layers, %.1f MB %s, %s) on %s, %u slots of %d tokens,"
+             " a KV cache of %d tokens; broker %s",
+             o->model, c->name, c->n_layers, c->weight_bytes / 1e6,
+             quant_type_name(c->weight_type), p->id.model_hash, where, session_slots(p->sess),
+             engine_get_config(p->eng)->n_ctx,
+             engine_get_config(p->eng)->n_blocks * engine_get_config(p->eng)->block_size,
+             o->broker);
 }
 
 /* ---- --gpus: one worker process per GPU ----------------------------------------- */
@@ -445,18 +356,18 @@ static int run_gpus(const options *o, int sigfd)
     int n_visible = backend_gpu_count(&err);
     if (n_visible < 0 || super_parse_gpus(o->gpus, &g, &err) != 0 ||
         super_resolve_gpus(&g, n_visible, &err) != 0) {
-        fprintf(stderr, "llmq-worker: %s\n", err.msg);
+        log_line("llmq-worker", NULL, "%s", err.msg);
         return EXIT_FAILED;
     }
     super_child *kids = calloc((size_t)g.n, sizeof *kids);
     char (*labels)[16] = calloc((size_t)g.n, sizeof *labels);
     int rc = EXIT_FAILED;
     if (!kids || !labels)
-        fprintf(stderr, "llmq-worker: out of memory\n");
+        log_line("llmq-worker", NULL, "out of memory");
     else if (make_children(o, &g, kids, labels, &err) != 0)
-        fprintf(stderr, "llmq-worker: %s\n", err.msg);
+        log_line("llmq-worker", NULL, "%s", err.msg);
     else {
-        fprintf(stderr, "llmq-worker: supervising %d GPU worker%s\n", g.n, g.n == 1 ? "" : "s");
+        log_line("llmq-worker", NULL, "supervising %d GPU worker%s", g.n, g.n == 1 ? "" : "s");
         rc = super_run(kids, g.n, sigfd) == 0 ? 0 : EXIT_FAILED;
     }
     for (int i = 0; kids && i < g.n; i++)
@@ -479,7 +390,7 @@ static int read_messages(parts *p, llmq_err *err)
         if (got == 0)
             return 0;
         if (m.type == WIRE_T_NONE)
-            fprintf(stderr, "llmq-worker %s: %s\n", p->id.worker, bad.msg);
+            log_line("llmq-worker", p->id.worker, "%s", bad.msg);
         int rc = m.type == WIRE_T_NONE ? 0 : session_on_message(p->sess, &m, err);
         wire_msg_free(&m);
         if (rc != 0)
@@ -537,16 +448,13 @@ int main(int argc, char **argv)
 {
     options o;
     int rc = parse_args(argc, argv, &o);
-    if (rc == 0 && read_environment(&o) != 0)
-        return EXIT_USAGE;
-    if (rc != 0) {
-        if (rc < 0)
-            fputs("Try 'llmq-worker --help'.\n", stderr);
-        return rc > 0 ? 0 : EXIT_USAGE;
-    }
+    if (rc != CLI_RUN)
+        return rc;
+    if (read_environment(&o) != 0)
+        return CLI_EXIT_USAGE;
     int sigfd = cli_stop_signals();
     if (sigfd < 0) {
-        perror("llmq-worker: signalfd");
+        log_line("llmq-worker", NULL, "signalfd: %s", strerror(errno));
         return EXIT_FAILED;
     }
     if (o.gpus) {
@@ -561,8 +469,8 @@ int main(int argc, char **argv)
         say_ready(&o, &p);
         rc = serve(&p, o.min_step_ms, sigfd, &err);
     }
-    if (rc != 0)
-        fprintf(stderr, "llmq-worker: %s\n", err.msg);
+    if (rc != 0) /* the id, once it is known */
+        log_line("llmq-worker", p.id.worker ? p.id.worker : o.id, "%s", err.msg);
     parts_free(&p);
     close(sigfd);
     return rc != 0 ? EXIT_FAILED : 0;

@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "common/clock.h"
+#include "common/log.h"
 #include "worker/jobconv.h"
 #include "worker/jobs.h"
 
@@ -37,32 +37,15 @@ struct session {
     uint64_t n_done, n_failed;
 };
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void say(const session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* One write per line, so the lines of workers sharing a log do not mix. */
+/* A log line under this worker's id. */
 static void say(const session *s, const char *fmt, ...)
 {
-    char line[1024];
-    time_t t = time(NULL);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    size_t n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    n += (size_t)snprintf(line + n, sizeof line - n, " llmq-worker %s: ", s->cfg.hello.worker);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line + n, sizeof line - n - 1, fmt, ap);
+    log_vline("llmq-worker", s->cfg.hello.worker, fmt, ap);
     va_end(ap);
-    n = strlen(line);
-    line[n++] = '\n';
-    ssize_t w = write(STDERR_FILENO, line, n);
-    (void)w;
 }
 
 int session_create(session **out, const session_config *cfg, link_conn *link, engine *e,
@@ -250,13 +233,13 @@ static void on_error(session *s, const wire_error_msg *e)
     say(s, "the broker answered %s: %s", wire_code_name(e->code), e->message);
     if (s->phase == PHASE_HELLO_SENT) {
         s->phase = PHASE_HELLO_DUE;
-        s->hello_at = now_ms() + HELLO_RETRY_MS;
+        s->hello_at = clock_mono_ms() + HELLO_RETRY_MS;
     }
 }
 
 static void start_drain(session *s, bool by_broker, uint32_t grace_ms)
 {
-    int64_t deadline = now_ms() + grace_ms;
+    int64_t deadline = clock_mono_ms() + grace_ms;
     if (!s->draining || deadline < s->drain_deadline)
         s->drain_deadline = deadline;
     if (!s->draining)
@@ -374,11 +357,11 @@ int session_tick(session *s, llmq_err *err)
         return 0;
     watch_silence(s);
     if (s->draining) {
-        if (s->jobs.n == 0 || now_ms() >= s->drain_deadline)
+        if (s->jobs.n == 0 || clock_mono_ms() >= s->drain_deadline)
             return end_drain(s, err);
         return 0;
     }
-    if (s->phase == PHASE_HELLO_DUE && now_ms() >= s->hello_at &&
+    if (s->phase == PHASE_HELLO_DUE && clock_mono_ms() >= s->hello_at &&
         jobs_n_stale(&s->jobs) == 0)
         return send_hello(s, err);
     if (s->phase == PHASE_LIVE)

@@ -8,21 +8,15 @@
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/cli.h"
+#include "common/clock.h"
+#include "common/log.h"
 
 #define BACKOFF_MAX_MS ((int64_t)SUPER_BACKOFF_MAX_S * 1000)
 /* How often the loop looks for dead children and due restarts. */
 #define TICK_MS 100
-
-int64_t super_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int add_index(super_gpus *g, const char *text, const char *item, llmq_err *err)
 {
@@ -117,8 +111,8 @@ int super_spawn(super_child *c, int64_t now_ms, llmq_err *err)
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         execvp(c->argv[0], c->argv);
-        fprintf(stderr, "llmq-worker: %s: cannot run %s: %s\n", c->label, c->argv[0],
-                strerror(errno));
+        log_line("llmq-worker", NULL, "%s: cannot run %s: %s", c->label, c->argv[0],
+                 strerror(errno));
         _exit(127);
     }
     c->pid = pid;
@@ -148,8 +142,8 @@ bool super_reaped(super_child *c, int status, int64_t now_ms, bool stopping)
     c->restart_at_ms = now_ms + (int64_t)c->backoff_s * 1000;
     char how[96];
     describe(status, how, sizeof how);
-    fprintf(stderr, "llmq-worker: %s worker (pid %ld) %s; restarting it in %u s\n", c->label,
-            (long)pid, how, c->backoff_s);
+    log_line("llmq-worker", NULL, "%s worker (pid %ld) %s; restarting it in %u s", c->label,
+             (long)pid, how, c->backoff_s);
     return true;
 }
 
@@ -167,20 +161,20 @@ static void reap_all(super_child *kids, int n, bool stopping)
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
         for (int i = 0; i < n; i++)
             if (kids[i].pid == pid)
-                super_reaped(&kids[i], status, super_now_ms(), stopping);
+                super_reaped(&kids[i], status, clock_mono_ms(), stopping);
 }
 
 /* Starts the children whose time has come; false when one cannot be forked
  * (the machine is out of processes: stop rather than spin). */
 static bool start_due(super_child *kids, int n)
 {
-    int64_t now = super_now_ms();
+    int64_t now = clock_mono_ms();
     for (int i = 0; i < n; i++) {
         if (kids[i].restart_at_ms < 0 || kids[i].restart_at_ms > now)
             continue;
         llmq_err err;
         if (super_spawn(&kids[i], now, &err) != 0) {
-            fprintf(stderr, "llmq-worker: %s\n", err.msg);
+            log_line("llmq-worker", NULL, "%s", err.msg);
             return false;
         }
     }

@@ -70,6 +70,4 @@ bool super_reaped(super_child *c, int status, int64_t now_ms, bool stopping);
  * child's last exit was 0, 1 otherwise (or on a failure to fork). */
 int super_run(super_child *kids, int n, int sigfd);
 
-int64_t super_now_ms(void);
-
 #endif

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/file.h"
 
 static const char *need_env(const char *name)
@@ -275,7 +276,7 @@ bool fleet_sql_becomes(const harness *h, int timeout_ms, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(sql, sizeof sql, fmt, ap);
     va_end(ap);
-    for (int64_t end = h_now_ms() + timeout_ms; h_now_ms() < end; h_sleep_ms(20))
+    for (int64_t end = clock_mono_ms() + timeout_ms; clock_mono_ms() < end; h_sleep_ms(20))
         if (h_sql(h, sql) == 1)
             return true;
     return false;

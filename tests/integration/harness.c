@@ -11,12 +11,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-int64_t h_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+#include "common/clock.h"
 
 void h_sleep_ms(int ms)
 {
@@ -69,11 +64,11 @@ void h_start(harness *h, const char *const *extra)
 int h_reap(pid_t pid, int wait_ms)
 {
     int status = -1;
-    const int64_t end = h_now_ms() + wait_ms;
+    const int64_t end = clock_mono_ms() + wait_ms;
     for (;;) {
         if (waitpid(pid, &status, WNOHANG) == pid)
             return status;
-        if (h_now_ms() >= end)
+        if (clock_mono_ms() >= end)
             break;
         h_sleep_ms(10);
     }
@@ -173,9 +168,9 @@ int h_recv(void *sock, int timeout_ms, wire_msg *m)
 
 int h_recv_type(void *sock, int timeout_ms, wire_type t, wire_msg *m)
 {
-    int64_t end = h_now_ms() + timeout_ms;
+    int64_t end = clock_mono_ms() + timeout_ms;
     for (;;) {
-        int64_t left = end - h_now_ms();
+        int64_t left = end - clock_mono_ms();
         if (left <= 0 || h_recv(sock, (int)left, m) != 0)
             return -1;
         if (m->type == t)

@@ -61,7 +61,6 @@ int64_t h_sql(const harness *h, const char *sql);
 /* Waits up to wait_ms for child pid to exit (then kills it with SIGKILL);
  * its wait status, or -1 when it had to be killed. */
 int h_reap(pid_t pid, int wait_ms);
-int64_t h_now_ms(void);
 void h_sleep_ms(int ms);
 
 #endif

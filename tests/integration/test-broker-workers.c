@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "tests/integration/harness.h"
 #include "tests/unit/check.h"
 
@@ -74,8 +75,8 @@ static void credit(void *w, uint32_t n)
  * keeps this worker alive; other messages are dropped. */
 static int await(void *w, wire_type t, int timeout_ms, wire_msg *m)
 {
-    int64_t end = h_now_ms() + timeout_ms;
-    while (h_now_ms() < end) {
+    int64_t end = clock_mono_ms() + timeout_ms;
+    while (clock_mono_ms() < end) {
         send_simple(w, WIRE_T_HEARTBEAT);
         if (h_recv(w, 100, m) != 0)
             continue;
@@ -112,9 +113,9 @@ static int count_jobs(void *w, int ms)
 {
     int n = 0;
     got_job j;
-    int64_t end = h_now_ms() + ms;
-    while (h_now_ms() < end)
-        n += await_job(w, (int)(end - h_now_ms()), &j) == 0;
+    int64_t end = clock_mono_ms() + ms;
+    while (clock_mono_ms() < end)
+        n += await_job(w, (int)(end - clock_mono_ms()), &j) == 0;
     return n;
 }
 
@@ -294,9 +295,9 @@ static void test_dead_worker_and_late_result(void)
     void *w = worker_connect(h, "w-alive", "m", 1, NULL);
     credit(w, 1);
     got_job jw;
-    int64_t t0 = h_now_ms();
+    int64_t t0 = clock_mono_ms();
     int rc = await_job(w, 3000, &jw);
-    int64_t took = h_now_ms() - t0;
+    int64_t took = clock_mono_ms() - t0;
     CHECK(rc == 0 && jw.id == id && jw.attempt == 2,
           "a silent worker's job is dispatched again as attempt 2");
     CHECK(took >= 600 && took < 2500,
@@ -464,8 +465,8 @@ static void test_broker_restart(void)
 static int exit_within(harness *h, int ms)
 {
     int status;
-    int64_t end = h_now_ms() + ms;
-    while (h_now_ms() < end) {
+    int64_t end = clock_mono_ms() + ms;
+    while (clock_mono_ms() < end) {
         if (waitpid(h->broker, &status, WNOHANG) == h->broker) {
             h->broker = 0;
             return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
@@ -509,13 +510,13 @@ static void test_sigterm_grace_expires(void)
     harness *h = &r.h;
     void *c = r.c, *w = r.w;
     uint64_t id = r.ids[0];
-    int64_t t0 = h_now_ms();
+    int64_t t0 = clock_mono_ms();
     kill(h->broker, SIGTERM);
     wire_msg m;
     if (await(w, WIRE_T_SHUTDOWN, T_REPLY, &m) == 0)
         wire_msg_free(&m);
     int st = exit_within(h, 5000);
-    int64_t took = h_now_ms() - t0;
+    int64_t took = clock_mono_ms() - t0;
     CHECK(st == 0 && took >= 250 && took < 3000,
           "a job still running after the grace period does not hold the"
           " broker (%lld ms, grace 300)", (long long)took);
@@ -535,9 +536,9 @@ static void test_heartbeats_and_models(void)
     setup(&h, "tbw-hb", flags, &c);
     void *w = worker_connect(&h, "w-h", "m", 4, NULL);
     int beats = 0;
-    int64_t end = h_now_ms() + 1000;
+    int64_t end = clock_mono_ms() + 1000;
     wire_msg m;
-    while (h_now_ms() < end) {
+    while (clock_mono_ms() < end) {
         if (h_recv(w, 50, &m) == 0) {
             beats += m.type == WIRE_T_HEARTBEAT;
             wire_msg_free(&m);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "common/clock.h"
 #include "tests/integration/fleet.h"
 #include "tests/unit/check.h"
 
@@ -62,7 +63,7 @@ static void test_batch_matches_llmq_run(harness *h, llmq_client *c)
     CHECK(rc == 0, "a batch of %d jobs is acknowledged%s%s", N, rc ? ": " : "",
           rc ? err.message : "");
     llmq_state st[N] = {0};
-    int64_t t0 = h_now_ms();
+    int64_t t0 = clock_mono_ms();
     size_t final = rc == 0 ? fleet_wait(c, ids, N, 90000, st, got) : 0;
     size_t done = count_state(st, N, LLMQ_STATE_DONE), same = 0, first_diff = N;
     for (size_t i = 0; i < N; i++) {
@@ -72,7 +73,7 @@ static void test_batch_matches_llmq_run(harness *h, llmq_client *c)
             first_diff = i;
     }
     CHECK(final == N && done == N, "all %d jobs done in %.1f s (%zu final, %zu done)", N,
-          (h_now_ms() - t0) / 1e3, final, done);
+          (clock_mono_ms() - t0) / 1e3, final, done);
     CHECK(same == N, "every text is llmq-run's for the same prompt (%zu of %d identical%s%s)",
           same, N, first_diff < N ? "; first difference: " : "",
           first_diff < N ? prompts[first_diff] : "");
@@ -100,8 +101,8 @@ static void test_batch_matches_llmq_run(harness *h, llmq_client *c)
 /* Waits until worker w has finished a job of the batch and runs others. */
 static int64_t wait_busy(harness *h, const fleet_worker *w, const char *batch)
 {
-    int64_t end = h_now_ms() + 30000, running = 0;
-    while (h_now_ms() < end) {
+    int64_t end = clock_mono_ms() + 30000, running = 0;
+    while (clock_mono_ms() < end) {
         running = fleet_sqlf(h, "SELECT count(*) FROM jobs WHERE batch_id = '%s' AND"
                                 " state = 'running' AND worker_id IN"
                                 " (SELECT id FROM workers WHERE pid = %d)", batch, (int)w->pid);

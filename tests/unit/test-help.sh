@@ -1,11 +1,12 @@
 #!/bin/sh
 # test-help: every program's --help and man page name every flag it accepts.
 #
-# Pins: for each installed program, each long option of its getopt table
-# (read from its source) and each short option of its getopt string appears
-# in its --help text and in its man page; --help exits 0; the man pages and
-# llmq(7) render without groff warnings.  A flag added to a program without
-# documentation fails here.
+# Pins: for each installed program, each flag of its cli table (common/cli.h,
+# read from its source: long names, and short letters where it has them) and
+# -h/--help, which cli gives every program, appears in its --help text and in
+# its man page; --help exits 0; no program parses its command line any other
+# way (no getopt left); the man pages and llmq(7) render without groff
+# warnings.  A flag added to a program without documentation fails here.
 
 if [ -z "$LLMQ_BUILDDIR" ] || [ -z "$LLMQ_SRCDIR" ]; then
     echo "LLMQ_BUILDDIR and LLMQ_SRCDIR must be set: run through 'make check'" >&2
@@ -15,14 +16,19 @@ fi
 TMP=$(mktemp -d) || exit 99
 trap 'rm -rf "$TMP"' EXIT
 
-# Long option names of the struct option tables in a source file.
+# The rows of a cli table start {"name", LETTER, VALUE-NAME: LETTER is 'x' or
+# 0, VALUE-NAME a string or NULL (a switch).
+q="'"
+TABLE_ROW="{\"[a-z0-9-]*\", *\($q[a-zA-Z]$q\|0\), *\(\"\|NULL\)"
+
+# Long option names of the cli table in a source file, and cli's own --help.
 long_options() {
-    grep -o '{"[a-z0-9-]*", *[a-z]*_argument' "$1" | sed 's/{"\([a-z0-9-]*\)".*/\1/' | sort -u
+    { grep -o "$TABLE_ROW" "$1" | sed 's/{"\([a-z0-9-]*\)".*/\1/'; echo help; } | sort -u
 }
 
-# Letters of the getopt_long option string ("b:m:vh" -> b m v h).
+# Short letters of the table's rows, and cli's own -h.
 short_options() {
-    grep -o 'getopt_long([^"]*"[^"]*"' "$1" | sed 's/.*"\(.*\)"/\1/' | tr -d ':' | fold -w1
+    { grep -o "$TABLE_ROW" "$1" | sed -n "s/.*, *$q\(.\)$q,.*/\1/p"; echo h; } | sort -u
 }
 
 # documents PROGRAM SOURCE MAN: each flag in --help and in the man page.
@@ -56,6 +62,12 @@ documents tools/llmq-submit tools/llmq-submit.c llmq-submit.1
 documents tools/llmq-stats tools/llmq-stats.c llmq-stats.1
 documents tools/llmq-run tools/llmq-run.c llmq-run.1
 documents tools/llmq-mkmodel tools/llmq-mkmodel.c llmq-mkmodel.1
+
+programs=$(ls "$LLMQ_SRCDIR"/broker/*.c "$LLMQ_SRCDIR"/worker/*.c "$LLMQ_SRCDIR"/tools/*.c \
+    "$LLMQ_SRCDIR"/bench/*.c)
+with_getopt=$(grep -l getopt $programs | sed "s|$LLMQ_SRCDIR/||")
+[ -z "$with_getopt" ]
+check $? "every program reads its command line through its cli table${with_getopt:+ (getopt in: $with_getopt)}"
 
 if command -v groff >/dev/null; then
     for page in "$LLMQ_SRCDIR"/man/*.[17]; do

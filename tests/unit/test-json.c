@@ -1,7 +1,7 @@
 /* test-json: the strict JSON reader accepts RFC 8259 exactly (escapes,
  * surrogate pairs, exact integers), refuses what is not JSON with line:column,
- * reads every reference JSONL line, and json_write_string output parses back
- * to the same bytes. */
+ * reads every reference JSONL line, json_write_string output parses back
+ * to the same bytes, and json_buf_string writes that same text in memory. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,13 +121,15 @@ static void test_unterminated_input(void)
     json_free(v);
 }
 
+static const char RAW[] = "say \"hi\"\\ \n\t\x01\x1f caf\xc3\xa9 \xf0\x9f\x98\x80 bad:\xff\xc3";
+
 static void test_writer(void)
 {
-    static const char raw[] = "say \"hi\"\\ \n\t\x01\x1f caf\xc3\xa9 \xf0\x9f\x98\x80 bad:\xff\xc3";
+    const char *raw = RAW;
     char *out = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&out, &len);
-    json_write_string(f, raw, sizeof raw - 1);
+    json_write_string(f, raw, sizeof RAW - 1);
     fclose(f);
     CHECK(strcmp(out, "\"say \\\"hi\\\"\\\\ \\n\\t\\u0001\\u001f caf\xc3\xa9 \xf0\x9f\x98\x80 "
                       "bad:\\ufffd\\ufffd\"") == 0,
@@ -139,6 +141,33 @@ static void test_writer(void)
           "the written string parses back to the original bytes (up to the invalid ones)");
     json_free(v);
     free(out);
+}
+
+/* The buffer writer is the same writer: a JSON array built in memory, as
+ * the store builds its TEXT columns, holds the file writer's string. */
+static void test_buffer_writer(void)
+{
+    char *file_out = NULL;
+    size_t file_len = 0;
+    FILE *f = open_memstream(&file_out, &file_len);
+    json_write_string(f, RAW, sizeof RAW - 1);
+    fclose(f);
+    json_buf b = {0};
+    int rc = json_buf_put(&b, "[", 1) || json_buf_string(&b, RAW, sizeof RAW - 1) ||
+             json_buf_put(&b, ",", 1) || json_buf_string(&b, "", 0) || json_buf_put(&b, "]", 1);
+    CHECK(rc == 0 && b.len == file_len + 5 && memcmp(b.p + 1, file_out, file_len) == 0 &&
+              strcmp(b.p + 1 + file_len, ",\"\"]") == 0,
+          "json_buf_string writes what json_write_string writes: %s", b.p);
+    llmq_err err;
+    json_value *v = parse(b.p, &err);
+    CHECK(v && v->type == JSON_ARRAY && v->arr.n == 2 && v->arr.items[1].str.len == 0,
+          "the array built in memory parses back");
+    json_free(v);
+    b.len = 0;
+    CHECK(json_buf_put(&b, "x", 1) == 0 && strcmp(b.p, "x") == 0,
+          "a buffer is reused by setting its length to 0");
+    free(b.p);
+    free(file_out);
 }
 
 static void test_reference_files(void)
@@ -184,6 +213,7 @@ int main(void)
     test_refusals();
     test_unterminated_input();
     test_writer();
+    test_buffer_writer();
     test_reference_files();
     return check_done();
 }

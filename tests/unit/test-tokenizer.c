@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/file.h"
+#include "common/grow.h"
 #include "common/json.h"
 #include "tests/unit/check.h"
 #include "model/gguf.h"
@@ -22,31 +24,13 @@
 
 /* ---- helpers ---- */
 
+/* A fixture file, NUL-terminated; NULL (a failed check at the caller)
+ * when it cannot be read. */
 static char *slurp(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = NULL;
-    size_t cap = 0, n = 0, r;
-    do {
-        if (n + 65536 > cap) {
-            cap = (n + 65536) * 2;
-            char *b = realloc(buf, cap + 1);
-            if (!b) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = b;
-        }
-        r = fread(buf + n, 1, cap - n, f);
-        n += r;
-    } while (r > 0);
-    fclose(f);
-    buf[n] = 0;
-    *len = n;
-    return buf;
+    char *buf;
+    llmq_err err;
+    return file_read_all(path, &buf, len, &err) == 0 ? buf : NULL;
 }
 
 typedef struct loaded {
@@ -502,9 +486,9 @@ typedef struct gbuf {
 
 static void gput(gbuf *b, const void *s, size_t n)
 {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 256;
-        b->p = realloc(b->p, b->cap);
+    if (grow_reserve(&b->p, &b->cap, b->n + n, 1)) {
+        fprintf(stderr, "test-tokenizer: out of memory building a GGUF file\n");
+        exit(1);
     }
     memcpy(b->p + b->n, s, n);
     b->n += n;

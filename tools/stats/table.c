@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
 #include "common/json.h"
 
 #define CELL_TEXT_MAX 64 /* numbers; text cells are printed from their own storage */
@@ -32,14 +33,9 @@ void table_free(table *t)
 
 int table_add_row(table *t, table_cell **row, llmq_err *err)
 {
-    if (t->n_rows == t->cap_rows) {
-        size_t cap = t->cap_rows ? 2 * t->cap_rows : 16;
-        table_cell *p = realloc(t->cells, cap * t->n_cols * sizeof *p);
-        if (!p)
-            return llmq_errf(err, "table %s: out of memory at row %zu", t->name, t->n_rows);
-        t->cells = p;
-        t->cap_rows = cap;
-    }
+    /* A row of cells is one element. */
+    if (grow_reserve(&t->cells, &t->cap_rows, t->n_rows + 1, t->n_cols * sizeof *t->cells))
+        return llmq_errf(err, "table %s: out of memory at row %zu", t->name, t->n_rows);
     *row = &t->cells[t->n_rows * t->n_cols];
     for (size_t c = 0; c < t->n_cols; c++)
         (*row)[c] = (table_cell){.null = true};

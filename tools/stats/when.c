@@ -159,9 +159,3 @@ void when_format(int64_t ms, char *buf, size_t size)
         snprintf(buf, size, "%sZ", base);
 }
 
-int64_t when_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}

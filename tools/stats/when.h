@@ -25,7 +25,4 @@ int when_duration(const char *text, int64_t *out_ms, llmq_err *err);
 #define WHEN_ISO_MAX 32
 void when_format(int64_t ms, char *buf, size_t size);
 
-/* Now, from the system clock. */
-int64_t when_now_ms(void);
-
 #endif

@@ -1,0 +1,93 @@
+#!/bin/sh
+# test-cli-run: llmq-run's engine modes as a user runs them, on the CPU and
+# the smallest real model.
+#
+# --bench: pins the output, not the speed (a test must not time anything):
+# the table has one row per case with a positive tok/s, --json writes the
+# same cases as JSON, and standard error has the unmeasured warm-up and, for
+# each decode run, where a step's time went.
+#
+# --batch (tokens per forward pass) and --parallel (sequences at once) are
+# two settings, each with its own default.  Pins, from the engine line
+# llmq-run prints (the configuration the engine was created with): -p TEXT
+# --batch 8 generates with 8-token passes of one sequence (it used to set
+# the batch to --parallel's 0, which the engine refused); -p alone keeps the
+# default 512; --parallel 4 --batch 8 runs 4 sequences in 8-token passes (it
+# used to become a batch of 4) and prints all 4 results; --parallel 4 alone
+# keeps 512; and --batch smaller than --parallel is bad usage (exit 2)
+# naming both, since every running sequence takes a token of each pass.
+
+if [ -z "$LLMQ_TEST_DATA" ] || [ -z "$LLMQ_BUILDDIR" ] || [ -z "$LLMQ_SRCDIR" ]; then
+    echo "LLMQ_TEST_DATA, LLMQ_BUILDDIR and LLMQ_SRCDIR must be set: run through 'make check'" >&2
+    exit 77
+fi
+. "$LLMQ_SRCDIR/tests/unit/check.sh"
+
+RUN="$LLMQ_BUILDDIR/tools/llmq-run"
+MODEL="$LLMQ_TEST_DATA/models/stories260K.gguf"
+TMP=$(mktemp -d) || exit 99
+trap 'rm -rf "$TMP"' EXIT
+
+"$RUN" -m "$MODEL" --cpu -t 2 --bench --reps 1 --json "$TMP/bench.json" >"$TMP/out" 2>"$TMP/err"
+check $? "--bench --reps 1 --json FILE exits 0"
+
+for case in pp512 tg128 decode_b1 decode_b8 decode_b64; do
+    awk -F'|' -v c="$case" '$4 ~ " " c " " && $5 + 0 > 0 { found = 1 } END { exit !found }' "$TMP/out"
+    check $? "the table has $case with a positive tok/s"
+done
+
+python3 - "$TMP/bench.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+want = {"pp512", "tg128", "decode_b1", "decode_b8", "decode_b64"}
+ok = r["backend"] == "cpu" and set(r["results"]) == want and all(v > 0 for v in r["results"].values())
+ok = ok and r["decode_order"] == "prefill_first" and set(r["samples"]) == want
+ok = ok and all(len(v) == r["reps"] and v[0] == r["results"][k] for k, v in r["samples"].items())
+sys.exit(0 if ok else 1)
+PY
+check $? "--json writes the backend, the decode order and the same five cases, all positive, each with its one sample"
+
+grep -q "warm-up (not counted)" "$TMP/err"
+check $? "an unmeasured warm-up runs first and says so"
+
+n=$(grep -c "per decode step .* ms: issue .*, wait+copy .*, host " "$TMP/err")
+[ "$n" -eq 4 ]
+check $? "each decode run (tg128 and three batch sizes) reports where a step's time went ($n)"
+
+"$RUN" -m "$MODEL" --bench --reps 0 >"$TMP/out" 2>"$TMP/err"
+[ $? -eq 2 ] && grep -q -- "--reps" "$TMP/err"
+check $? "--reps 0 is refused with exit 2, naming the flag"
+
+printf 'Once upon a time\nThe cat\nA little girl\nOne day\n' >"$TMP/prompts"
+
+# engine_line ARGS...: llmq-run's exit status, then its engine line.
+engine_line() {
+    "$RUN" -m "$MODEL" --cpu -t 1 -n 4 --seed 1 "$@" >"$TMP/out" 2>"$TMP/err"
+    echo "$? $(grep -o 'engine: .*' "$TMP/err")"
+}
+
+got=$(engine_line -p "Once upon a time" --batch 8)
+[ "$got" = "0 engine: 8 tokens per forward pass, 1 sequence at once, 2048 tokens of context each" ] &&
+    [ -s "$TMP/out" ]
+check $? "-p TEXT --batch 8 generates, one sequence in 8-token passes ($got)"
+
+got=$(engine_line -p "Once upon a time")
+case "$got" in "0 engine: 512 tokens per forward pass, 1 sequence at once,"*) r=0 ;; *) r=1 ;; esac
+check $r "-p TEXT alone keeps --batch's default, 512 ($got)"
+
+got=$(engine_line --parallel 4 --batch 8 -f "$TMP/prompts")
+n=$(grep -c '^--- prompt ' "$TMP/out")
+case "$got" in "0 engine: 8 tokens per forward pass, 4 sequences at once,"*) r=0 ;; *) r=1 ;; esac
+[ "$r" -eq 0 ] && [ "$n" -eq 4 ]
+check $? "--parallel 4 --batch 8 runs 4 sequences in 8-token passes, 4 results ($got; $n)"
+
+got=$(engine_line --parallel 4 -f "$TMP/prompts")
+case "$got" in "0 engine: 512 tokens per forward pass, 4 sequences at once,"*) r=0 ;; *) r=1 ;; esac
+check $r "--parallel 4 alone keeps --batch's default, 512 ($got)"
+
+"$RUN" -m "$MODEL" --cpu --parallel 16 --batch 8 -f "$TMP/prompts" >/dev/null 2>"$TMP/err"
+r=$?
+[ $r -eq 2 ] && grep -q -- "--batch 8 is less than --parallel 16" "$TMP/err"
+check $? "--batch below --parallel is bad usage naming both ($r: $(head -n 1 "$TMP/err"))"
+
+check_done
