@@ -14,25 +14,6 @@
 
 /* ---- submit -------------------------------------------------------------------- */
 
-static store_params params_from_wire(const wire_sampling *s)
-{
-    return (store_params){
-        .max_tokens = (int32_t)s->max_tokens,
-        .temperature = s->temperature,
-        .top_k = s->top_k,
-        .top_p = s->top_p,
-        .min_p = s->min_p,
-        .repeat_penalty = s->repeat_penalty,
-        .repeat_last_n = s->repeat_last_n,
-        .presence_penalty = s->presence_penalty,
-        .frequency_penalty = s->frequency_penalty,
-        .seed = s->seed,
-        .ignore_eos = s->ignore_eos,
-        .stop = s->stop,
-        .n_stop = s->n_stop,
-    };
-}
-
 static store_job job_from_wire(const wire_job *j, const char *batch,
                                int64_t submit_id)
 {
@@ -45,7 +26,7 @@ static store_job job_from_wire(const wire_job *j, const char *batch,
         .prompt = j->prompt,
         .prompt_ids = j->prompt ? NULL : j->tokens,
         .n_prompt_ids = j->prompt ? 0 : j->n_tokens,
-        .params = params_from_wire(&j->sampling),
+        .params = j->params,
     };
 }
 

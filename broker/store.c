@@ -716,7 +716,7 @@ static int encode_json_columns(store *st, const store_job *job, llmq_err *err)
     return 0;
 }
 
-static void bind_params(sqlite3_stmt *s, const store_params *p)
+static void bind_params(sqlite3_stmt *s, const job_params *p)
 {
     sqlite3_bind_int(s, 8, p->max_tokens);
     sqlite3_bind_double(s, 9, p->temperature);
@@ -778,17 +778,17 @@ int store_submit(store *st, const store_job *job, int64_t max_queued,
 
 /* ---- claim ----------------------------------------------------------------- */
 
-static void params_from_row(sqlite3_stmt *s, store_params *p)
+static void params_from_row(sqlite3_stmt *s, job_params *p)
 {
-    p->max_tokens = sqlite3_column_int(s, 8);
-    p->temperature = sqlite3_column_double(s, 9);
+    p->max_tokens = (uint32_t)sqlite3_column_int(s, 8);
+    p->temperature = (float)sqlite3_column_double(s, 9);
     p->top_k = sqlite3_column_int(s, 10);
-    p->top_p = sqlite3_column_double(s, 11);
-    p->min_p = sqlite3_column_double(s, 12);
-    p->repeat_penalty = sqlite3_column_double(s, 13);
+    p->top_p = (float)sqlite3_column_double(s, 11);
+    p->min_p = (float)sqlite3_column_double(s, 12);
+    p->repeat_penalty = (float)sqlite3_column_double(s, 13);
     p->repeat_last_n = sqlite3_column_int(s, 14);
-    p->presence_penalty = sqlite3_column_double(s, 15);
-    p->frequency_penalty = sqlite3_column_double(s, 16);
+    p->presence_penalty = (float)sqlite3_column_double(s, 15);
+    p->frequency_penalty = (float)sqlite3_column_double(s, 16);
     p->seed = (uint64_t)sqlite3_column_int64(s, 17);
     p->ignore_eos = sqlite3_column_int(s, 18) != 0;
 }
@@ -805,7 +805,7 @@ static int job_from_row(store *st, sqlite3_stmt *s, store_job *job,
     job->submit_id = sqlite3_column_int64(s, 4);
     job->priority = sqlite3_column_int(s, 5);
     job->prompt = col_text(s, 6);
-    store_params *p = &job->params;
+    job_params *p = &job->params;
     params_from_row(s, p);
     if (state_parse(sqlite3_column_text(s, 20), &job->state))
         return llmq_errf(err, "job %" PRId64 ": unknown state '%s'", job->id,
@@ -819,7 +819,7 @@ static int job_from_row(store *st, sqlite3_stmt *s, store_job *job,
     if (json_read_strings(st, col_text(s, 19), stop, err))
         return -1;
     p->stop = (const char *const *)stop->v;
-    p->n_stop = stop->n;
+    p->n_stop = (uint32_t)stop->n;
     return 0;
 }
 

@@ -19,7 +19,7 @@ typedef struct seq {
     uint64_t admitted; /* admission order: the largest is the youngest */
     sampler_params sp;
     int32_t max_tokens;
-    bool ignore_eog;
+    bool ignore_eos;
     bool cancel;
     char **stop;
     int32_t n_stop;
@@ -225,7 +225,7 @@ static seq *seq_new(const engine *e, const engine_request *r)
     s->n_tokens = s->n_prompt = r->n_prompt;
     s->sp = r->sampling;
     s->max_tokens = r->max_tokens;
-    s->ignore_eog = r->ignore_eog;
+    s->ignore_eos = r->ignore_eos;
     for (int32_t i = 0; i < r->n_stop; i++) {
         if (!(s->stop[i] = strdup(r->stop[i]))) {
             seq_free(s);
@@ -519,7 +519,7 @@ static int advance(engine *e, seq *s, int32_t li, engine_event *ev, llmq_err *er
     ev->token = tok;
     if (step == 0)
         s->timing.first_token_ms = engine_now_ms();
-    if (!s->ignore_eog && tok_is_eog(e->vocab, tok)) {
+    if (!s->ignore_eos && tok_is_eog(e->vocab, tok)) {
         const char *rest;
         size_t n;
         tok_stream_flush(s->stream, &rest, &n);

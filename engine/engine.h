@@ -74,7 +74,7 @@ typedef struct engine_request {
     int32_t max_tokens;          /* >= 1 */
     const char *const *stop;     /* stop strings (copied) */
     int32_t n_stop;
-    bool ignore_eog;             /* keep going past end-of-generation tokens */
+    bool ignore_eos;             /* keep going past end-of-generation tokens */
 } engine_request;
 
 /* Wall-clock accounting of one sequence (milliseconds, CLOCK_MONOTONIC). */

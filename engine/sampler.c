@@ -45,7 +45,7 @@ sampler_params sampler_default_params(void)
         .repeat_penalty = 1.0f,
         .presence_penalty = 0.0f,
         .frequency_penalty = 0.0f,
-        .penalty_last_n = 64,
+        .repeat_last_n = 64,
         .seed = 0,
     };
 }
@@ -70,9 +70,9 @@ int sampler_check_params(const sampler_params *p, llmq_err *err)
     if (!isfinite(p->frequency_penalty))
         return llmq_errf(err, "sampler: frequency_penalty must be finite, got %g",
                          (double)p->frequency_penalty);
-    if (p->penalty_last_n < -1)
-        return llmq_errf(err, "sampler: penalty_last_n must be >= -1, got %d",
-                         (int)p->penalty_last_n);
+    if (p->repeat_last_n < -1)
+        return llmq_errf(err, "sampler: repeat_last_n must be >= -1, got %d",
+                         (int)p->repeat_last_n);
     return 0;
 }
 
@@ -132,7 +132,7 @@ double sampler_uniform(uint64_t seed, uint64_t step)
 
 static bool penalties_off(const sampler_params *p)
 {
-    return p->penalty_last_n == 0 ||
+    return p->repeat_last_n == 0 ||
            (p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
             p->presence_penalty == 0.0f);
 }
@@ -145,7 +145,7 @@ bool sampler_is_greedy(const sampler_params *p)
 /* How many of the last tokens the penalties look at. */
 static int64_t window_len(const sampler_params *p, int64_t n_history)
 {
-    return p->penalty_last_n < 0 || p->penalty_last_n > n_history ? n_history : p->penalty_last_n;
+    return p->repeat_last_n < 0 || p->repeat_last_n > n_history ? n_history : p->repeat_last_n;
 }
 
 /* The penalty window's tokens counted into s->count (zero between calls),

@@ -389,15 +389,21 @@ static int rpc(llmq_client *c, wire_msg *m, wire_type expect, wire_msg *reply, l
 
 /* ---- submit -------------------------------------------------------------------------- */
 
+/* llmq_job spells out the parameters of proto/job_params.h for the public
+ * header; each must be there, with the table's C type. */
+#define CHECK_PUBLIC_TYPE(name, kind, lo, hi, lo_open, dflt, engine)                     \
+    _Static_assert(_Generic(((llmq_job *)0)->name, JOB_PARAM_TYPE_##kind: 1, default: 0), \
+                   "llmq_job." #name " has another type than proto/job_params.h says");
+JOB_PARAMS(CHECK_PUBLIC_TYPE)
+
+#define COPY_PARAM(name, kind, lo, hi, lo_open, dflt, engine) to->name = from->name;
+
 void llmq_job_init(llmq_job *job)
 {
-    wire_sampling s = wire_sampling_default();
-    *job = (llmq_job){
-        .max_tokens = s.max_tokens, .temperature = s.temperature, .top_k = s.top_k,
-        .top_p = s.top_p, .min_p = s.min_p, .repeat_penalty = s.repeat_penalty,
-        .repeat_last_n = s.repeat_last_n, .presence_penalty = s.presence_penalty,
-        .frequency_penalty = s.frequency_penalty, .seed = s.seed, .ignore_eos = s.ignore_eos,
-    };
+    *job = (llmq_job){0};
+    const job_params d = job_params_default(), *from = &d;
+    llmq_job *to = job;
+    JOB_PARAMS(COPY_PARAM)
 }
 
 static int to_wire_job(const llmq_job *j, size_t index, wire_job *w, llmq_error *err)
@@ -407,13 +413,11 @@ static int to_wire_job(const llmq_job *j, size_t index, wire_job *w, llmq_error 
     *w = (wire_job){
         .key = j->key, .prompt = j->prompt, .tokens = j->tokens, .n_tokens = (uint32_t)j->n_tokens,
         .priority = j->priority, .model = j->model,
-        .sampling = {.max_tokens = j->max_tokens, .temperature = j->temperature,
-                     .top_k = j->top_k, .top_p = j->top_p, .min_p = j->min_p,
-                     .repeat_penalty = j->repeat_penalty, .repeat_last_n = j->repeat_last_n,
-                     .presence_penalty = j->presence_penalty,
-                     .frequency_penalty = j->frequency_penalty, .seed = j->seed,
-                     .ignore_eos = j->ignore_eos, .stop = j->stop, .n_stop = (uint32_t)j->n_stop},
+        .params = {.stop = j->stop, .n_stop = (uint32_t)j->n_stop},
     };
+    const llmq_job *from = j;
+    job_params *to = &w->params;
+    JOB_PARAMS(COPY_PARAM)
     return 0;
 }
 

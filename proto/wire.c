@@ -123,7 +123,7 @@ typedef struct schema {
 } schema;
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
-#define BIG 1e300
+#define BIG WIRE_NO_MAX
 #define NUM(nm, kd, fl, st, mb, lo_, hi_) \
     {.name = nm, .k = kd, .flags = fl, .off = offsetof(st, mb), .lo = lo_, .hi = hi_}
 #define STR(nm, fl, st, mb, lo_, hi_) NUM(nm, K_STR, fl, st, mb, lo_, hi_)
@@ -134,19 +134,13 @@ typedef struct schema {
     {.name = nm, .k = K_OBJ_ARRAY, .flags = fl, .off = offsetof(st, mb),                  \
      .n_off = offsetof(st, nmb), .lo = lo_, .hi = hi_, .sub = sc}
 
-static const fdef SAMPLING_FIELDS[] = {
-    NUM("max_tokens", K_U32, 0, wire_sampling, max_tokens, 1, WIRE_MAX_GEN_TOKENS),
-    NUM("temperature", K_F32, 0, wire_sampling, temperature, 0, 100),
-    NUM("top_k", K_I32, 0, wire_sampling, top_k, 0, 1048576),
-    NUM("top_p", K_F32, F_LO_OPEN, wire_sampling, top_p, 0, 1),
-    NUM("min_p", K_F32, 0, wire_sampling, min_p, 0, 1),
-    NUM("repeat_penalty", K_F32, F_LO_OPEN, wire_sampling, repeat_penalty, 0, 100),
-    NUM("repeat_last_n", K_I32, 0, wire_sampling, repeat_last_n, -1, 1048576),
-    NUM("presence_penalty", K_F32, 0, wire_sampling, presence_penalty, -2, 2),
-    NUM("frequency_penalty", K_F32, 0, wire_sampling, frequency_penalty, -2, 2),
-    NUM("seed", K_U64, 0, wire_sampling, seed, 0, BIG),
-    NUM("ignore_eos", K_BOOL, 0, wire_sampling, ignore_eos, 0, 0),
-    ARR("stop", K_STR_ARRAY, 0, wire_sampling, stop, n_stop, 0, WIRE_MAX_STOP, 1,
+/* The job parameters' fields, from the one table (proto/job_params.h). */
+#define PARAM_FIELD(name, kind, lo, hi, lo_open, dflt, engine) \
+    NUM(#name, K_##kind, (lo_open) ? F_LO_OPEN : 0, job_params, name, lo, hi),
+
+static const fdef PARAM_FIELDS[] = {
+    JOB_PARAMS(PARAM_FIELD)
+    ARR("stop", K_STR_ARRAY, 0, job_params, stop, n_stop, 0, WIRE_MAX_STOP, 1,
         WIRE_MAX_STOP_BYTES),
 };
 
@@ -239,7 +233,7 @@ static const fdef WORKER_STAT_FIELDS[] = {
 
 static void init_job(void *obj)
 {
-    ((wire_job *)obj)->sampling = wire_sampling_default();
+    ((wire_job *)obj)->params = job_params_default();
 }
 
 static void init_wait(void *obj)
@@ -261,7 +255,7 @@ static const schema RESULT = SCHEMA1(RESULT_FIELDS, wire_result, .check = check_
 static const schema WORKER_STAT = SCHEMA1(WORKER_STAT_FIELDS, wire_worker_stat);
 static const schema SUBMIT_JOB = {
     .parts = {PART(SUBMIT_JOB_FIELDS, wire_job),
-              {SAMPLING_FIELDS, N(SAMPLING_FIELDS), offsetof(wire_job, sampling)}},
+              {PARAM_FIELDS, N(PARAM_FIELDS), offsetof(wire_job, params)}},
     .size = sizeof(wire_job), .init = init_job, .check = check_job};
 
 static const fdef SUBMIT_FIELDS[] = {
@@ -359,7 +353,7 @@ static const schema WELCOME = SCHEMA1(WELCOME_FIELDS, wire_welcome);
 static const schema CREDIT = SCHEMA1(CREDIT_FIELDS, uint32_t);
 static const schema JOB = {
     .parts = {PART(JOB_FIELDS, wire_job),
-              {SAMPLING_FIELDS, N(SAMPLING_FIELDS), offsetof(wire_job, sampling)}},
+              {PARAM_FIELDS, N(PARAM_FIELDS), offsetof(wire_job, params)}},
     .size = sizeof(wire_job), .init = init_job, .check = check_job};
 static const schema FAILURE = SCHEMA1(FAILURE_FIELDS, wire_job_failure);
 static const schema JOB_CANCEL = SCHEMA1(JOB_CANCEL_FIELDS, uint64_t);
@@ -398,15 +392,6 @@ unsigned wire_type_dirs(wire_type t)
 static bool has_req(wire_type t)
 {
     return (MSGS[t].dirs & (C2B | B2C)) != 0;
-}
-
-wire_sampling wire_sampling_default(void)
-{
-    return (wire_sampling){
-        .max_tokens = 256, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f,
-        .repeat_penalty = 1.0f, .repeat_last_n = 64, .presence_penalty = 0.0f,
-        .frequency_penalty = 0.0f, .seed = 0, .ignore_eos = false, .stop = NULL, .n_stop = 0,
-    };
 }
 
 void wire_msg_init(wire_msg *m, wire_type t)

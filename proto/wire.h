@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "proto/job_params.h"
 
 /* ---- limits (all inclusive) ------------------------------------------------ */
 #define WIRE_VERSION 1
@@ -48,6 +49,7 @@
 #define WIRE_MAX_SLOTS 4096u                 /* worker capacity, credits per message */
 #define WIRE_MAX_TOKEN_ID 2147483647u        /* token ids are non-negative int32 */
 #define WIRE_MAX_DEPTH 8                     /* msgpack nesting accepted at all */
+#define WIRE_NO_MAX 1e300                    /* a range without an upper bound */
 
 /* Defaults for liveness (the broker announces its own in "welcome"). */
 #define WIRE_HEARTBEAT_MS 1000u
@@ -138,27 +140,6 @@ typedef struct wire_error {
 
 /* ---- the parts of messages ------------------------------------------------------ */
 
-/* Sampling and stopping parameters, shared with the engine (plain C fields,
- * the engine copies them).  Ranges and defaults: docs/PROTOCOL.md. */
-typedef struct wire_sampling {
-    uint32_t max_tokens;       /* 1..WIRE_MAX_GEN_TOKENS, default 256 */
-    float temperature;         /* 0..100, default 0 (greedy) */
-    int32_t top_k;             /* 0..1048576, default 0 (off) */
-    float top_p;               /* (0, 1], default 1 (off) */
-    float min_p;               /* [0, 1], default 0 (off) */
-    float repeat_penalty;      /* (0, 100], default 1 (off) */
-    int32_t repeat_last_n;     /* -1 (whole history)..1048576, default 64 */
-    float presence_penalty;    /* [-2, 2], default 0 */
-    float frequency_penalty;   /* [-2, 2], default 0 */
-    uint64_t seed;             /* default 0 */
-    bool ignore_eos;           /* default false: generate max_tokens regardless of EOS */
-    const char *const *stop;   /* 0..WIRE_MAX_STOP strings of 1..WIRE_MAX_STOP_BYTES */
-    uint32_t n_stop;
-} wire_sampling;
-
-/* The defaults above. */
-wire_sampling wire_sampling_default(void);
-
 /* One job: an element of submit's "jobs", or the body of a "job" message. */
 typedef struct wire_job {
     uint64_t id;               /* job message: broker job id (>= 1); submit: unused */
@@ -169,7 +150,7 @@ typedef struct wire_job {
     uint32_t n_tokens;         /* 1..WIRE_MAX_PROMPT_TOKENS when tokens are used */
     int32_t priority;          /* submit: -1000..1000, higher first, default 0 */
     const char *model;         /* optional model name, for routing */
-    wire_sampling sampling;
+    job_params params;         /* proto/job_params.h; ranges and defaults: docs/PROTOCOL.md */
 } wire_job;
 
 /* Which jobs a status / wait / cancel is about: ids XOR batch. */

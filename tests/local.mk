@@ -91,6 +91,7 @@ FUZZ_TARGETS += tests/fuzz/fuzz-wire
 EXTRA_DIST += tests/fuzz/fuzz-wire.c tests/fuzz/corpus-wire tests/fuzz/wire.dict \
 	tests/fuzz/gen-corpus-wire.py
 FUZZ_WIRE_SRCS = $(top_srcdir)/tests/fuzz/fuzz-wire.c $(top_srcdir)/proto/wire.c \
+	$(top_srcdir)/proto/job_params.c \
 	$(top_srcdir)/common/err.c $(top_srcdir)/common/utf8.c
 tests/fuzz/fuzz-wire: $(FUZZ_WIRE_SRCS)
 	@$(MKDIR_P) tests/fuzz

@@ -6,9 +6,11 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "proto/job_params.h"
+
 /* ---- job fields ------------------------------------------------------------------ */
 
-typedef enum ntype { N_U32, N_I32, N_U64, N_FLOAT, N_BOOL } ntype;
+typedef enum ntype { N_U32, N_I32, N_U64, N_F32, N_BOOL } ntype;
 
 typedef struct numfield {
     const char *name;
@@ -16,20 +18,22 @@ typedef struct numfield {
     size_t off;
 } numfield;
 
+/* The job parameters (proto/job_params.h), then the job's own numbers. */
+#define PARAM_NUM(name, kind, lo, hi, lo_open, dflt, engine) \
+    {#name, N_##kind, offsetof(llmq_job, name)},
+
 static const numfield NUMS[] = {
-    {"max_tokens", N_U32, offsetof(llmq_job, max_tokens)},
-    {"temperature", N_FLOAT, offsetof(llmq_job, temperature)},
-    {"top_k", N_I32, offsetof(llmq_job, top_k)},
-    {"top_p", N_FLOAT, offsetof(llmq_job, top_p)},
-    {"min_p", N_FLOAT, offsetof(llmq_job, min_p)},
-    {"repeat_penalty", N_FLOAT, offsetof(llmq_job, repeat_penalty)},
-    {"repeat_last_n", N_I32, offsetof(llmq_job, repeat_last_n)},
-    {"presence_penalty", N_FLOAT, offsetof(llmq_job, presence_penalty)},
-    {"frequency_penalty", N_FLOAT, offsetof(llmq_job, frequency_penalty)},
-    {"seed", N_U64, offsetof(llmq_job, seed)},
-    {"ignore_eos", N_BOOL, offsetof(llmq_job, ignore_eos)},
+    JOB_PARAMS(PARAM_NUM)
     {"priority", N_I32, offsetof(llmq_job, priority)},
 };
+
+static const numfield *num_named(const char *name)
+{
+    for (size_t i = 0; i < sizeof NUMS / sizeof NUMS[0]; i++)
+        if (strcmp(name, NUMS[i].name) == 0)
+            return &NUMS[i];
+    return NULL;
+}
 
 static int int_in(const json_value *v, const char *name, int64_t lo, int64_t hi, int64_t *out,
                   llmq_err *err)
@@ -51,7 +55,7 @@ static int set_number(const json_value *v, const numfield *f, llmq_job *job, llm
     char *p = (char *)job + f->off;
     int64_t i;
     switch (f->t) {
-    case N_FLOAT: {
+    case N_F32: {
         if (v->type != JSON_NUMBER)
             return llmq_errf(err, "%s: must be a number, not %s", f->name,
                              json_type_name(v->type));
@@ -136,9 +140,9 @@ static int parse_tokens(jobfile_entry *e, const json_value *v, llmq_err *err)
 /* A job field shared by both shapes: 1 if it was one, 0 if not, -1 on error. */
 static int job_field(jobfile_entry *e, const char *key, const json_value *v, llmq_err *err)
 {
-    for (size_t i = 0; i < sizeof NUMS / sizeof NUMS[0]; i++)
-        if (strcmp(key, NUMS[i].name) == 0)
-            return set_number(v, &NUMS[i], &e->job, err) < 0 ? -1 : 1;
+    const numfield *f = num_named(key);
+    if (f)
+        return set_number(v, f, &e->job, err) < 0 ? -1 : 1;
     if (strcmp(key, "stop") == 0)
         return parse_stop(e, v, err) < 0 ? -1 : 1;
     if (strcmp(key, "tokens") == 0)
@@ -268,7 +272,7 @@ static int body_special(jobfile_entry *e, const char *key, const json_value *v, 
     if (strcmp(key, "model") == 0)
         return str_of(v, "model", &e->model, err) < 0 ? -1 : 1;
     if (strcmp(key, "max_completion_tokens") == 0)
-        return set_number(v, &NUMS[0], &e->job, err) < 0 ? -1 : 1;
+        return set_number(v, num_named("max_tokens"), &e->job, err) < 0 ? -1 : 1;
     if (strcmp(key, "n") == 0) {
         if (v->type != JSON_NUMBER || !v->num.is_int || v->num.i != 1)
             return llmq_errf(err, "n: only 1 is supported");

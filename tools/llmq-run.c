@@ -195,7 +195,7 @@ static int take_option(int c, const char *arg, run_opts *o, bool *ctx_given)
     case OPT_PRESENCE: return parse_float("--presence-penalty", arg, &sp->presence_penalty);
     case OPT_FREQUENCY: return parse_float("--frequency-penalty", arg, &sp->frequency_penalty);
     case OPT_REPEAT_LAST_N: return parse_int("--repeat-last-n", arg, -1, INT32_MAX,
-                                             &sp->penalty_last_n);
+                                             &sp->repeat_last_n);
     case OPT_SEED: {
         char *end;
         errno = 0;

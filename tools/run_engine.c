@@ -19,7 +19,7 @@ static engine_request make_request(const run_gen_opts *o, uint64_t id, const int
 {
     return (engine_request){.id = id, .prompt = ids, .n_prompt = (int32_t)n,
                             .sampling = o->sampling, .max_tokens = o->n_predict,
-                            .stop = o->stop, .n_stop = o->n_stop, .ignore_eog = o->ignore_eos};
+                            .stop = o->stop, .n_stop = o->n_stop, .ignore_eos = o->ignore_eos};
 }
 
 static void print_timing(const char *label, const engine_timing *t)
@@ -259,7 +259,7 @@ static int bench_once(model *m, const tok_vocab *v, const engine_config *base, i
         random_prompt(v, ids, n_prompt, (uint32_t)s + 1);
         engine_request req = {.id = (uint64_t)s, .prompt = ids, .n_prompt = n_prompt,
                               .sampling = sampler_default_params(), .max_tokens = n_gen,
-                              .ignore_eog = true};
+                              .ignore_eos = true};
         rc = engine_add(e, &req, err);
     }
     free(ids);

@@ -5,19 +5,20 @@
 
 #include "worker/text.h"
 
-static sampler_params sampling(const wire_sampling *w)
+/* A job parameter goes to the engine_request field or the sampler_params
+ * field of its name (proto/job_params.h says which): one the engine lacks
+ * fails the build. */
+#define ENGINE_SAMPLER(req) (req)->sampling
+#define ENGINE_REQUEST(req) (*(req))
+#define TO_ENGINE(name, kind, lo, hi, lo_open, dflt, engine) \
+    ENGINE_##engine(req).name = p->name;
+
+static void engine_params(engine_request *req, const job_params *p)
 {
-    sampler_params p = sampler_default_params();
-    p.temperature = w->temperature;
-    p.top_k = w->top_k;
-    p.top_p = w->top_p;
-    p.min_p = w->min_p;
-    p.repeat_penalty = w->repeat_penalty;
-    p.presence_penalty = w->presence_penalty;
-    p.frequency_penalty = w->frequency_penalty;
-    p.penalty_last_n = w->repeat_last_n;
-    p.seed = w->seed;
-    return p;
+    req->sampling = sampler_default_params();
+    JOB_PARAMS(TO_ENGINE)
+    req->stop = p->stop;
+    req->n_stop = (int32_t)p->n_stop;
 }
 
 static int prompt_ids(jobconv_request *r, const wire_job *j, const tok_vocab *v, size_t *n,
@@ -47,11 +48,8 @@ int jobconv_request_make(jobconv_request *r, const wire_job *j, const tok_vocab 
     size_t n = 0;
     if (prompt_ids(r, j, v, &n, err) != 0)
         return -1;
-    const wire_sampling *s = &j->sampling;
-    r->req = (engine_request){.id = j->id, .prompt = r->ids, .n_prompt = (int32_t)n,
-                              .sampling = sampling(s), .max_tokens = (int32_t)s->max_tokens,
-                              .stop = s->stop, .n_stop = (int32_t)s->n_stop,
-                              .ignore_eog = s->ignore_eos};
+    r->req = (engine_request){.id = j->id, .prompt = r->ids, .n_prompt = (int32_t)n};
+    engine_params(&r->req, &j->params);
     return 0;
 }
 

@@ -1118,7 +1118,7 @@ static int run_engine(ctx *c, model *m, const tok_vocab *v, const int32_t *promp
             other[i] = (int32_t)(next_u64(c) % (uint64_t)model_get_config(m)->n_vocab);
         engine_request req = {.id = (uint64_t)j, .prompt = j == 0 ? prompt : other,
                               .n_prompt = n_prompt, .sampling = sampler_default_params(),
-                              .max_tokens = n_gen, .ignore_eog = true};
+                              .max_tokens = n_gen, .ignore_eos = true};
         rc = engine_add(e, &req, err);
     }
     while (rc == 0 && engine_has_work(e)) {

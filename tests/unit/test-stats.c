@@ -58,7 +58,7 @@ static void add_jobs(scenario *s, const char *batch, int first, int last, int64_
 {
     for (int n = first; n <= last; n++) {
         store_job j = {.prompt = "Once upon a time", .batch_id = batch};
-        j.params = (store_params){.max_tokens = 64, .top_p = 1, .repeat_penalty = 1,
+        j.params = (job_params){.max_tokens = 64, .top_p = 1, .repeat_penalty = 1,
                                   .repeat_last_n = 64};
         store_submit_outcome out;
         llmq_err err = {{0}};

@@ -42,7 +42,7 @@ static store_job text_job(const char *prompt, const char *batch,
     j.batch_id = batch;
     j.client_key = key;
     j.priority = priority;
-    j.params = (store_params){.max_tokens = 16, .temperature = 0.0,
+    j.params = (job_params){.max_tokens = 16, .temperature = 0.0,
                               .top_p = 1.0, .repeat_penalty = 1.0,
                               .repeat_last_n = 64};
     return j;

@@ -93,17 +93,17 @@ static void test_submit(void)
     static const uint32_t toks[] = {1, 2, 2147483647u};
     wire_job jobs[2] = {{.key = "a-1", .prompt = "Once upon a time, \xc3\xa9t\xc3\xa9",
                          .priority = -5, .model = "stories260K",
-                         .sampling = wire_sampling_default()},
+                         .params = job_params_default()},
                         {.tokens = toks, .n_tokens = 3, .priority = 1000,
-                         .sampling = wire_sampling_default()}};
-    jobs[0].sampling.temperature = 0.7f;
-    jobs[0].sampling.top_p = 0.9f;
-    jobs[0].sampling.seed = UINT64_MAX;
-    jobs[0].sampling.stop = stops;
-    jobs[0].sampling.n_stop = 2;
-    jobs[1].sampling.repeat_last_n = -1;
-    jobs[1].sampling.ignore_eos = true;
-    jobs[1].sampling.max_tokens = WIRE_MAX_GEN_TOKENS;
+                         .params = job_params_default()}};
+    jobs[0].params.temperature = 0.7f;
+    jobs[0].params.top_p = 0.9f;
+    jobs[0].params.seed = UINT64_MAX;
+    jobs[0].params.stop = stops;
+    jobs[0].params.n_stop = 2;
+    jobs[1].params.repeat_last_n = -1;
+    jobs[1].params.ignore_eos = true;
+    jobs[1].params.max_tokens = WIRE_MAX_GEN_TOKENS;
     wire_msg m, back;
     wire_msg_init(&m, WIRE_T_SUBMIT);
     m.req = 42;
@@ -111,10 +111,10 @@ static void test_submit(void)
     check_round_trip(&m, WIRE_DIR_CLIENT_TO_BROKER, &back);
     const wire_job *j = back.submit.jobs;
     CHECK(back.submit.n_jobs == 2 && strcmp(j[0].prompt, jobs[0].prompt) == 0 &&
-              j[0].sampling.n_stop == 2 && strcmp(j[0].sampling.stop[1], "The end") == 0 &&
-              j[0].sampling.temperature == 0.7f && j[0].sampling.seed == UINT64_MAX &&
+              j[0].params.n_stop == 2 && strcmp(j[0].params.stop[1], "The end") == 0 &&
+              j[0].params.temperature == 0.7f && j[0].params.seed == UINT64_MAX &&
               j[1].tokens[2] == 2147483647u && j[1].prompt == NULL &&
-              j[1].sampling.repeat_last_n == -1 && j[1].sampling.ignore_eos &&
+              j[1].params.repeat_last_n == -1 && j[1].params.ignore_eos &&
               strcmp(back.submit.meta, "{\"owner\":\"x\"}") == 0,
           "submit: prompt, tokens, stop strings, seed 2^64-1 and meta come back");
     wire_msg_free(&back);
@@ -130,7 +130,7 @@ static void test_defaults(void)
     CHECK(rc == 0, "a job with only a prompt decodes");
     if (rc < 0)
         return;
-    const wire_sampling *s = &m.submit.jobs[0].sampling;
+    const job_params *s = &m.submit.jobs[0].params;
     CHECK(m.req == 0 && s->max_tokens == 256 && s->temperature == 0.0f && s->top_k == 0 &&
               s->top_p == 1.0f && s->min_p == 0.0f && s->repeat_penalty == 1.0f &&
               s->repeat_last_n == 64 && s->presence_penalty == 0.0f &&
@@ -145,7 +145,7 @@ static void test_defaults(void)
     wire_msg_free(&m);
     rc = decode_json("{\"v\":1,\"type\":\"submit\",\"jobs\":[{\"prompt\":\"\",\"temperature\":1,"
                      "\"top_p\":1}]}", WIRE_DIR_CLIENT_TO_BROKER, &m, &e);
-    CHECK(rc == 0 && m.submit.jobs[0].sampling.temperature == 1.0f &&
+    CHECK(rc == 0 && m.submit.jobs[0].params.temperature == 1.0f &&
               m.submit.jobs[0].prompt[0] == '\0',
           "integers are accepted for float fields; an empty prompt is allowed");
     wire_msg_free(&m);
@@ -287,10 +287,10 @@ static void test_worker_messages(void)
     m.job.id = 12;
     m.job.attempt = 3;
     m.job.prompt = "Hello";
-    m.job.sampling.min_p = 0.05f;
+    m.job.params.min_p = 0.05f;
     check_round_trip(&m, WIRE_DIR_BROKER_TO_WORKER, &back);
-    CHECK(back.job.id == 12 && back.job.attempt == 3 && back.job.sampling.min_p == 0.05f &&
-              back.job.sampling.max_tokens == 256,
+    CHECK(back.job.id == 12 && back.job.attempt == 3 && back.job.params.min_p == 0.05f &&
+              back.job.params.max_tokens == 256,
           "job: id, attempt and sampling come back");
     wire_msg_free(&back);
 
@@ -614,7 +614,7 @@ static void test_encode_refusals(void)
     char *out;
     size_t len;
     wire_error e;
-    wire_job job = {.prompt = "a", .tokens = toks, .n_tokens = 1, .sampling = wire_sampling_default()};
+    wire_job job = {.prompt = "a", .tokens = toks, .n_tokens = 1, .params = job_params_default()};
     wire_msg_init(&m, WIRE_T_SUBMIT);
     m.submit = (wire_submit){.jobs = &job, .n_jobs = 1};
     CHECK(wire_encode(&m, &out, &len, &e) < 0 && e.code == WIRE_E_BAD_VALUE && out == NULL,

@@ -80,10 +80,10 @@ static void test_jobs(void)
 static void test_jobconv(const tok_vocab *v)
 {
     wire_job j = {.id = 42, .attempt = 1, .prompt = "Once upon a time",
-                  .sampling = wire_sampling_default()};
-    j.sampling.temperature = 0.5f;
-    j.sampling.seed = 9;
-    j.sampling.repeat_last_n = -1;
+                  .params = job_params_default()};
+    j.params.temperature = 0.5f;
+    j.params.seed = 9;
+    j.params.repeat_last_n = -1;
     jobconv_request r;
     llmq_err err;
     int32_t *ids;
@@ -94,7 +94,7 @@ static void test_jobconv(const tok_vocab *v)
               memcmp(r.req.prompt, ids, n * sizeof *ids) == 0,
           "a text prompt gets llmq-run's tokens, BOS first (%zu tokens)", n);
     CHECK(rc == 0 && r.req.sampling.temperature == 0.5f && r.req.sampling.seed == 9 &&
-              r.req.sampling.penalty_last_n == -1 && r.req.max_tokens == 256,
+              r.req.sampling.repeat_last_n == -1 && r.req.max_tokens == 256,
           "sampling fields and the max_tokens default reach the engine");
     jobconv_request_free(&r);
     free(ids);
