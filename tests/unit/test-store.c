@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "broker/store.h"
+#include "proto/job_params.h"
 #include "tests/unit/check.h"
 #include "tests/unit/sql_read.h"
 
@@ -289,6 +290,63 @@ static void test_priority_order_and_json(void)
           "equal priorities go in submission order");
     CHECK(sql_int("SELECT json_array_length(stop) FROM jobs WHERE id = 2") == 3,
           "stop column is JSON readable from SQL");
+    store_close(st);
+}
+
+/* One value of each kind that a lossy column would change: a u32 above
+ * INT32_MAX, a negative i32, a u64 above INT64_MAX, a float that is not a
+ * short decimal, true. */
+#define PROBE_U32 4000000000u
+#define PROBE_I32 (-123456)
+#define PROBE_U64 (UINT64_MAX - 0x123456789u)
+#define PROBE_F32 0.1f
+#define PROBE_BOOL true
+#define SET_PROBE(name, kind, ...) p.name = PROBE_##kind;
+#define SAME_PARAM(name, ...) &&got->name == want->name
+#define SQL_TYPE_U32 "INTEGER"
+#define SQL_TYPE_I32 "INTEGER"
+#define SQL_TYPE_U64 "INTEGER"
+#define SQL_TYPE_BOOL "INTEGER"
+#define SQL_TYPE_F32 "REAL"
+#define HAS_COLUMN(name, kind, ...)                                                     \
+    &&sql_int("SELECT count(*) FROM pragma_table_info('jobs') WHERE name = '" #name     \
+              "' AND type = '" SQL_TYPE_##kind "' AND \"notnull\" = 1") == 1
+
+static int keep_params(void *ctx, const store_job *j, llmq_err *err)
+{
+    (void)err;
+    *(job_params *)ctx = j->params;
+    return 0;
+}
+
+static bool same_params(const job_params *got, const job_params *want)
+{
+    return true JOB_PARAMS(SAME_PARAM);
+}
+
+/* Every parameter of proto/job_params.h has its column and survives the
+ * store, whatever its kind. */
+static void test_param_columns(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {{0}};
+    CHECK(true JOB_PARAMS(HAS_COLUMN),
+          "each job parameter has a NOT NULL jobs column of its kind's type");
+    job_params p = {0};
+    JOB_PARAMS(SET_PROBE)
+    store_job j = {.prompt = "p", .params = p};
+    store_begin(st, &err);
+    submit(st, &j, 1);
+    store_commit(st, &err);
+    int64_t w = add_worker(st, "w", 0, 4);
+    job_params back = {0};
+    int n = 0;
+    store_begin(st, &err);
+    int rc = store_claim(st, w, NULL, 1, 2, keep_params, &back, &n, &err);
+    store_commit(st, &err);
+    CHECK(rc == 0 && n == 1 && same_params(&back, &p),
+          "every job parameter reads back as it was submitted");
     store_close(st);
 }
 
@@ -648,6 +706,7 @@ int main(void)
     test_reopen_and_requeue();
     test_client_keys_and_backpressure();
     test_priority_order_and_json();
+    test_param_columns();
     test_first_result_wins();
     test_attempts_exhaustion();
     test_cancel_and_hand_back();
