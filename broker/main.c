@@ -214,7 +214,7 @@ int main(int argc, char **argv)
         return 1;
     }
     broker *b;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     rc = broker_open(&b, &cfg, &err) || broker_run(b, &err);
     if (rc)
         log_line("fatal: %s", err.msg);

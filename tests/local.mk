@@ -38,6 +38,13 @@ tests_unit_test_parity_SOURCES = tests/unit/test-parity.c tests/unit/check.h
 tests_unit_test_parity_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
 # ---- end CPU engine parity ----
 
+# ---- common: errors with a code (common/err.c) ----
+check_PROGRAMS += tests/unit/test-err
+TESTS += tests/unit/test-err
+tests_unit_test_err_SOURCES = tests/unit/test-err.c tests/unit/check.h
+tests_unit_test_err_LDADD = common/libllmq_common.a
+# ---- end common: errors ----
+
 # ---- common: JSON reader (common/json.c) ----
 check_PROGRAMS += tests/unit/test-json
 TESTS += tests/unit/test-json

@@ -806,7 +806,7 @@ out:
 int main(int argc, char **argv)
 {
     options o;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     int rc = parse_args(argc, argv, &o, &err);
     if (rc > 0) {
         usage(stdout);

@@ -345,7 +345,7 @@ static int run_tokenize(const run_opts *o, const tok_vocab *v)
     bool special = o->bos && tok_add_bos(v);
     int32_t *ids;
     size_t n;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     int rc = tok_encode(v, text, len, special, o->parse_special, &ids, &n, &err);
     free(owned);
     if (rc < 0) {
@@ -393,7 +393,7 @@ static int run_detokenize(const run_opts *o, const tok_vocab *v)
     int32_t *ids;
     size_t n, len;
     char *text;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     if (parse_id_list(o->ids, &ids, &n) < 0)
         return 1;
     int rc = tok_detokenize(v, ids, n, TOK_STRIP_SPACE, &text, &len, &err);
@@ -411,7 +411,7 @@ static int run_detokenize(const run_opts *o, const tok_vocab *v)
 /* The tokenizer modes need only the vocabulary (vocab-only files work). */
 static int run_tokenizer_mode(const run_opts *o)
 {
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     gguf_file *f = NULL;
     tok_vocab *v = NULL;
     if (gguf_open(&f, o->model, &err) < 0 || tok_load(&v, f, &err) < 0) {
@@ -441,7 +441,7 @@ static int make_backend(const run_opts *o, backend **be, llmq_err *err)
 
 static int run_engine_mode(run_opts *o)
 {
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     backend *be = NULL;
     model *m = NULL;
     tok_vocab *v = NULL;

@@ -368,7 +368,7 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc > 0 ? 0 : EXIT_USAGE;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     rc = stats_main(&o, &err);
     if (rc)
         fprintf(stderr, "llmq-stats: %s\n", err.msg);

@@ -483,7 +483,7 @@ static int read_messages(parts *p, llmq_err *err)
 {
     for (;;) {
         wire_msg m;
-        llmq_err bad = {{0}};
+        llmq_err bad = {0};
         int got = link_recv(p->link, &m, &bad);
         if (got < 0)
             return llmq_errf(err, "%s", bad.msg);
@@ -568,7 +568,7 @@ int main(int argc, char **argv)
     }
 #endif
     parts p = {0};
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     rc = open_parts(&o, &p, &err);
     if (rc == 0) {
         say_ready(&o, &p);

@@ -124,7 +124,7 @@ static void test_bad_lines(void)
 {
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
         jobfile jf;
-        llmq_err err = {{0}};
+        llmq_err err = {0};
         int rc = read_text(BAD[i].text, &jf, &err);
         CHECK(rc < 0 && strstr(err.msg, BAD[i].want) && jf.n == 0 && !jf.entries,
               "refused with \"%s\" (got \"%s\")", BAD[i].want, err.msg);

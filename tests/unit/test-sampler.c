@@ -130,7 +130,7 @@ static void fill_logits(float *l, int32_t n, uint64_t key, float scale)
 
 static void test_params(void)
 {
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     sampler_params d = sampler_default_params();
     CHECK(sampler_check_params(&d, &err) == 0 && d.temperature == 0.0f && d.top_k == 0 &&
               d.top_p == 1.0f && d.min_p == 0.0f && d.repeat_penalty == 1.0f &&

@@ -27,7 +27,7 @@ static const store_opts opts3 = {.max_attempts = 3, .sync = STORE_SYNC_FULL};
 static store *open_db(const store_opts *o, int64_t now)
 {
     store *st;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     if (store_open(&st, path, o, now, &err)) {
         printf("store_open: %s\n", err.msg);
         return NULL;
@@ -53,7 +53,7 @@ static int64_t submit(store *st, const store_job *j, int64_t now)
 {
     int64_t id = 0;
     store_submit_outcome out;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     if (store_submit(st, j, 0, now, &id, &out, &err) || out != STORE_NEW) {
         printf("submit: %s\n", err.msg);
         return -1;
@@ -122,7 +122,7 @@ static int on_claim(void *ctx, const store_job *j, llmq_err *err)
 static int claim_model(store *st, int64_t worker, const char *model, int max,
                        int64_t now, claimed *c)
 {
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     int n = 0;
     memset(c, 0, sizeof *c);
     if (store_begin(st, &err) ||
@@ -145,7 +145,7 @@ static int64_t add_worker(store *st, const char *name, int gpu, int64_t now)
                       .gpu_index = gpu, .gpu_name = gpu >= 0 ? "H200" : NULL,
                       .model = "stories260K", .engine = "cpu", .slots = 4};
     int64_t id = 0;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     if (store_worker_add(st, &w, now, &id, &err))
         printf("worker_add: %s\n", err.msg);
     return id;
@@ -160,7 +160,7 @@ static store_change put_result(store *st, int64_t job, int64_t worker,
                       .prompt_tokens = 5, .generated_tokens = gen,
                       .prefill_ms = 10, .decode_ms = 100};
     store_change ch = STORE_UNKNOWN;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     if (store_result_put(st, job, worker, attempt, &r, now, &ch, &err))
         printf("result_put: %s\n", err.msg);
     return ch;
@@ -185,7 +185,7 @@ static void test_create_and_versions(void)
     sqlite3_open(path, &db);
     sqlite3_exec(db, "PRAGMA user_version = 99", NULL, NULL, NULL);
     sqlite3_close(db);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     int rc = store_open(&st, path, &opts3, 1000, &err);
     CHECK(rc == -1 && !st && strstr(err.msg, "99") && strstr(err.msg, "newer"),
           "a newer schema is refused naming its version: %s", err.msg);
@@ -195,7 +195,7 @@ static void test_reopen_and_requeue(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     int64_t a = submit(st, &(store_job){.prompt = "a", .params.max_tokens = 4},
                        1000);
@@ -229,7 +229,7 @@ static void test_client_keys_and_backpressure(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     store_job j = text_job("hello", "b1", "k1", 0);
     int64_t id1 = 0, id2 = 0, id3 = 0;
@@ -261,7 +261,7 @@ static void test_priority_order_and_json(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     int64_t low = submit(st, &(store_job){.prompt = "low", .priority = 0}, 1);
     static const uint32_t ids[3] = {1, 2, 2147483647u};
@@ -330,7 +330,7 @@ static void test_param_columns(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     CHECK(true JOB_PARAMS(HAS_COLUMN),
           "each job parameter has a NOT NULL jobs column of its kind's type");
     job_params p = {0};
@@ -354,7 +354,7 @@ static void test_first_result_wins(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     int64_t job = submit(st, &(store_job){.prompt = "p"}, 1000);
     store_commit(st, &err);
@@ -398,7 +398,7 @@ static void test_first_result_wins(void)
 static void fault_once(store *st, int64_t job, int64_t w, const char *why,
                        bool permanent, bool *failed)
 {
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_change ch;
     store_begin(st, &err);
     if (store_fault(st, job, w, 0, why, permanent, 5000, &ch, failed, &err) ||
@@ -412,7 +412,7 @@ static void test_attempts_exhaustion(void)
     fresh_db();
     store_opts o2 = {.max_attempts = 2};
     store *st = open_db(&o2, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     int64_t job = submit(st, &(store_job){.prompt = "poison"}, 1000);
     int64_t job2 = submit(st, &(store_job){.prompt = "too long"}, 1000);
@@ -441,7 +441,7 @@ static void test_cancel_and_hand_back(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     int64_t q = submit(st, &(store_job){.prompt = "q"}, 1);
     int64_t r = submit(st, &(store_job){.prompt = "r"}, 2);
@@ -489,7 +489,7 @@ static void test_rollback_restores(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     submit(st, &(store_job){.prompt = "kept"}, 1);
     store_mark(st, &err);
@@ -510,7 +510,7 @@ static void test_model_routing_and_meta(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     int64_t sid = 0;
     store_submit_meta(st, "b", "{\"owner\": \"test\"}", 1, &sid, &err);
@@ -574,7 +574,7 @@ static void test_outcomes(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     int64_t a = submit(st, &(store_job){.prompt = "a", .batch_id = "x"}, 1);
     int64_t b = submit(st, &(store_job){.prompt = "b", .batch_id = "x"}, 2);
@@ -625,7 +625,7 @@ static void test_checkpoints_while_open(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     static char prompt[2049];
     memset(prompt, 'p', sizeof prompt - 1);
     for (int t = 0; t < 40; t++) {
@@ -653,7 +653,7 @@ static void test_views(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     for (int i = 0; i < 10; i++)
         submit(st, &(store_job){.prompt = "p", .batch_id = i < 6 ? "A" : "B"},
