@@ -176,32 +176,36 @@ static int seq_append_text(seq *s, const char *p, size_t n)
     return 0;
 }
 
+/* Every refusal is the request's fault: LLMQ_ERR_INVALID. */
 static int check_request(const engine *e, const engine_request *r, llmq_err *err)
 {
+    const unsigned long long id = (unsigned long long)r->id;
     if (r->n_prompt < 1)
-        return llmq_errf(err, "job %llu: prompt: empty (need at least one token)",
-                         (unsigned long long)r->id);
+        return llmq_errc(err, LLMQ_ERR_INVALID, "job %llu: prompt: empty (need at least one token)",
+                         id);
     if (r->max_tokens < 1)
-        return llmq_errf(err, "job %llu: max_tokens: %d (need >= 1)", (unsigned long long)r->id,
+        return llmq_errc(err, LLMQ_ERR_INVALID, "job %llu: max_tokens: %d (need >= 1)", id,
                          r->max_tokens);
     if (r->n_prompt >= e->cfg.n_ctx)
-        return llmq_errf(err, "job %llu: prompt: %d tokens do not fit the context of %d",
-                         (unsigned long long)r->id, r->n_prompt, e->cfg.n_ctx);
+        return llmq_errc(err, LLMQ_ERR_INVALID,
+                         "job %llu: prompt: %d tokens do not fit the context of %d", id,
+                         r->n_prompt, e->cfg.n_ctx);
     for (int32_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= e->n_vocab)
-            return llmq_errf(err, "job %llu: prompt token %d: id %d out of range [0, %d)",
-                             (unsigned long long)r->id, i, r->prompt[i], e->n_vocab);
+            return llmq_errc(err, LLMQ_ERR_INVALID,
+                             "job %llu: prompt token %d: id %d out of range [0, %d)", id, i,
+                             r->prompt[i], e->n_vocab);
     if (r->n_stop < 0 || r->n_stop > ENGINE_MAX_STOPS)
-        return llmq_errf(err, "job %llu: stop: %d strings (at most %d)", (unsigned long long)r->id,
+        return llmq_errc(err, LLMQ_ERR_INVALID, "job %llu: stop: %d strings (at most %d)", id,
                          r->n_stop, ENGINE_MAX_STOPS);
     for (int32_t i = 0; i < r->n_stop; i++)
         if (!r->stop[i] || !r->stop[i][0])
-            return llmq_errf(err, "job %llu: stop[%d]: empty string", (unsigned long long)r->id, i);
+            return llmq_errc(err, LLMQ_ERR_INVALID, "job %llu: stop[%d]: empty string", id, i);
     for (int32_t i = 0; i < e->n_live; i++)
         if (e->live[i]->id == r->id)
-            return llmq_errf(err, "job %llu: already in the engine", (unsigned long long)r->id);
+            return llmq_errc(err, LLMQ_ERR_INVALID, "job %llu: already in the engine", id);
     if (sampler_check_params(&r->sampling, err) != 0)
-        return llmq_err_prefix(err, "job %llu", (unsigned long long)r->id);
+        return llmq_err_prefix(err, "job %llu", id);
     return 0;
 }
 
@@ -245,11 +249,12 @@ int engine_add(engine *e, const engine_request *r, llmq_err *err)
     if (check_request(e, r, err) != 0)
         return -1;
     if (e->n_live >= e->max_live)
-        return llmq_errf(err, "job %llu: engine full (%d sequences live)",
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: engine full (%d sequences live)",
                          (unsigned long long)r->id, e->n_live);
     seq *s = seq_new(e, r);
     if (!s)
-        return llmq_errf(err, "job %llu: out of memory", (unsigned long long)r->id);
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: out of memory",
+                         (unsigned long long)r->id);
     /* New sequences queue behind the waiting ones, before the running ones. */
     int32_t at = n_waiting(e);
     memmove(&e->live[at + 1], &e->live[at], (size_t)(e->n_live - at) * sizeof *e->live);
@@ -524,7 +529,8 @@ static int advance(engine *e, seq *s, int32_t li, engine_event *ev, llmq_err *er
         size_t n;
         tok_stream_flush(s->stream, &rest, &n);
         if (seq_append_text(s, rest, n) != 0)
-            return llmq_errf(err, "job %llu: out of memory", (unsigned long long)s->id);
+            return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: out of memory",
+                             (unsigned long long)s->id);
         return ENGINE_FINISH_EOG;
     }
     const char *piece;
@@ -543,7 +549,8 @@ static int advance(engine *e, seq *s, int32_t li, engine_event *ev, llmq_err *er
         const char *rest;
         tok_stream_flush(s->stream, &rest, &n);
         if (seq_append_text(s, rest, n) != 0)
-            return llmq_errf(err, "job %llu: out of memory", (unsigned long long)s->id);
+            return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: out of memory",
+                             (unsigned long long)s->id);
         return s->n_tokens - s->n_prompt >= s->max_tokens ? ENGINE_FINISH_LENGTH
                                                           : ENGINE_FINISH_CONTEXT;
     }

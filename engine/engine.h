@@ -110,9 +110,11 @@ void engine_free(engine *e);
 
 const engine_config *engine_get_config(const engine *e);
 
-/* Queues a sequence.  Fails (naming the field) on a bad request: empty or
- * too long prompt, token ids out of range, bad sampling parameters, an id
- * already live, or more than max_seqs * 4 sequences waiting. */
+/* Queues a sequence.  Fails, naming the field, with LLMQ_ERR_INVALID on a
+ * bad request (empty or too long prompt, token ids out of range, bad
+ * sampling parameters, an id already live), and with LLMQ_ERR_NO_ROOM when
+ * the engine holds all the sequences it can (engine_free_slots() is 0) or
+ * memory runs out: that request may succeed later, or on another engine. */
 int engine_add(engine *e, const engine_request *req, llmq_err *err);
 
 /* Finishes a sequence with ENGINE_FINISH_CANCELLED at the next step; false

@@ -52,26 +52,27 @@ sampler_params sampler_default_params(void)
 
 int sampler_check_params(const sampler_params *p, llmq_err *err)
 {
+    const llmq_err_code bad = LLMQ_ERR_INVALID;
     /* Written as "accept if" so that NaN, which fails every comparison, is
      * refused by each test. */
     if (!(isfinite(p->temperature) && p->temperature >= 0.0f))
-        return llmq_errf(err, "sampler: temperature must be finite and >= 0, got %g",
+        return llmq_errc(err, bad, "sampler: temperature must be finite and >= 0, got %g",
                          (double)p->temperature);
     if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
-        return llmq_errf(err, "sampler: top_p must be in (0, 1], got %g", (double)p->top_p);
+        return llmq_errc(err, bad, "sampler: top_p must be in (0, 1], got %g", (double)p->top_p);
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
-        return llmq_errf(err, "sampler: min_p must be in [0, 1], got %g", (double)p->min_p);
+        return llmq_errc(err, bad, "sampler: min_p must be in [0, 1], got %g", (double)p->min_p);
     if (!(isfinite(p->repeat_penalty) && p->repeat_penalty > 0.0f))
-        return llmq_errf(err, "sampler: repeat_penalty must be finite and > 0, got %g",
+        return llmq_errc(err, bad, "sampler: repeat_penalty must be finite and > 0, got %g",
                          (double)p->repeat_penalty);
     if (!isfinite(p->presence_penalty))
-        return llmq_errf(err, "sampler: presence_penalty must be finite, got %g",
+        return llmq_errc(err, bad, "sampler: presence_penalty must be finite, got %g",
                          (double)p->presence_penalty);
     if (!isfinite(p->frequency_penalty))
-        return llmq_errf(err, "sampler: frequency_penalty must be finite, got %g",
+        return llmq_errc(err, bad, "sampler: frequency_penalty must be finite, got %g",
                          (double)p->frequency_penalty);
     if (p->repeat_last_n < -1)
-        return llmq_errf(err, "sampler: repeat_last_n must be >= -1, got %d",
+        return llmq_errc(err, bad, "sampler: repeat_last_n must be >= -1, got %d",
                          (int)p->repeat_last_n);
     return 0;
 }

@@ -43,7 +43,7 @@ sampler_params sampler_default_params(void);
 
 /* Checks ranges (temperature finite and >= 0, top_p in (0,1], min_p in [0,1],
  * repeat_penalty > 0, finite penalties, repeat_last_n >= -1); the error
- * names the field. */
+ * (LLMQ_ERR_INVALID) names the field. */
 int sampler_check_params(const sampler_params *p, llmq_err *err);
 
 /* True when the token is always the lowest id of the row's maximum logit

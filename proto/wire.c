@@ -430,11 +430,33 @@ int wire_fail(wire_error *err, wire_code code, const char *field, const char *fm
     return -1;
 }
 
+static const struct {
+    wire_code wire;
+    bool retryable;
+} BY_ERR_CODE[LLMQ_ERR_CODE_COUNT] = {
+    [LLMQ_ERR_GENERIC] = {WIRE_E_INTERNAL, false},
+    [LLMQ_ERR_INVALID] = {WIRE_E_BAD_VALUE, false},
+    [LLMQ_ERR_NO_ROOM] = {WIRE_E_QUEUE_FULL, true},
+    [LLMQ_ERR_UNAVAILABLE] = {WIRE_E_SHUTTING_DOWN, true},
+    [LLMQ_ERR_IO] = {WIRE_E_INTERNAL, true},
+    [LLMQ_ERR_INTERNAL] = {WIRE_E_INTERNAL, false},
+};
+
+wire_code wire_code_for(llmq_err_code c)
+{
+    return (unsigned)c < LLMQ_ERR_CODE_COUNT ? BY_ERR_CODE[c].wire : WIRE_E_INTERNAL;
+}
+
+bool wire_retryable(llmq_err_code c)
+{
+    return (unsigned)c < LLMQ_ERR_CODE_COUNT && BY_ERR_CODE[c].retryable;
+}
+
 void wire_error_reply(wire_msg *m, const wire_error *err)
 {
     wire_msg_init(m, WIRE_T_ERROR);
     m->req = err->req;
-    m->error.code = err->code == WIRE_OK ? WIRE_E_INTERNAL : err->code;
+    m->error.code = err->code == WIRE_OK ? wire_code_for(err->err.code) : err->code;
     m->error.field = err->field[0] ? err->field : NULL;
     m->error.message = err->err.msg[0] ? err->err.msg : wire_code_name(m->error.code);
 }

@@ -331,7 +331,16 @@ void wire_msg_free(wire_msg *m);
 int wire_fail(wire_error *err, wire_code code, const char *field,
               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-/* Builds the "error" reply for err (pointers into err). */
+/* Builds the "error" reply for err (pointers into err); an err without a
+ * wire code carries its llmq_err's (wire_code_for). */
 void wire_error_reply(wire_msg *m, const wire_error *err);
+
+/* How the codes of common/err.h reach the wire, in this one place: the
+ * error type a reply carries for an error of code c, and whether a job
+ * that failed with it may run again (job_failure.retryable: lack of room,
+ * a worker that cannot serve it now, I/O) or fails for good (bad input,
+ * internal and unclassified errors). */
+wire_code wire_code_for(llmq_err_code c);
+bool wire_retryable(llmq_err_code c);
 
 #endif

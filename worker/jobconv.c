@@ -34,7 +34,8 @@ static int prompt_ids(jobconv_request *r, const wire_job *j, const tok_vocab *v,
      * fit the engine's int32. */
     r->ids = malloc((j->n_tokens ? j->n_tokens : 1) * sizeof *r->ids);
     if (!r->ids)
-        return llmq_errf(err, "job %llu: tokens: out of memory", (unsigned long long)j->id);
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: tokens: out of memory",
+                         (unsigned long long)j->id);
     for (uint32_t i = 0; i < j->n_tokens; i++)
         r->ids[i] = (int32_t)j->tokens[i];
     *n = j->n_tokens;
@@ -84,13 +85,14 @@ int jobconv_result_make(jobconv_result *r, uint32_t attempt, const engine_event 
     r->tokens = malloc((ev->n_tokens ? (size_t)ev->n_tokens : 1) * sizeof *r->tokens);
     if (!r->text || !r->tokens) {
         jobconv_result_free(r);
-        return llmq_errf(err, "job %llu: out of memory for the result", id);
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: out of memory for the result", id);
     }
     size_t len = strlen(r->text);
     if (len > WIRE_MAX_TEXT_BYTES) {
         jobconv_result_free(r);
-        return llmq_errf(err, "job %llu: text: %zu bytes generated, a result carries at most %u",
-                         id, len, WIRE_MAX_TEXT_BYTES);
+        return llmq_errc(err, LLMQ_ERR_INVALID,
+                         "job %llu: text: %zu bytes generated, a result carries at most %u", id,
+                         len, WIRE_MAX_TEXT_BYTES);
     }
     for (int32_t i = 0; i < ev->n_tokens; i++)
         r->tokens[i] = (uint32_t)ev->tokens[i];

@@ -24,9 +24,10 @@ typedef struct jobconv_request {
     int32_t *ids;
 } jobconv_request;
 
-/* Fails, naming the job and the field, when the prompt cannot be tokenized.
- * What the engine checks itself (length against the context, id range) is
- * left to engine_add. */
+/* Fails, naming the job and the field, when the prompt cannot be tokenized
+ * (the tokenizer's error) or memory runs out (LLMQ_ERR_NO_ROOM).  What the
+ * engine checks itself (length against the context, id range) is left to
+ * engine_add. */
 int jobconv_request_make(jobconv_request *r, const wire_job *j, const tok_vocab *v,
                          llmq_err *err);
 void jobconv_request_free(jobconv_request *r);
@@ -38,7 +39,8 @@ typedef struct jobconv_result {
 } jobconv_result;
 
 /* ev is a finished event (not ENGINE_RUNNING, not cancelled).  Fails when
- * the text is over WIRE_MAX_TEXT_BYTES or memory runs out. */
+ * the text is over WIRE_MAX_TEXT_BYTES (LLMQ_ERR_INVALID: the job would
+ * generate it again) or memory runs out (LLMQ_ERR_NO_ROOM). */
 int jobconv_result_make(jobconv_result *r, uint32_t attempt, const engine_event *ev,
                         llmq_err *err);
 void jobconv_result_free(jobconv_result *r);

@@ -346,6 +346,7 @@ static void check_bad_requests(const fixture *fx)
     bad.n_prompt = 2;
     CHECK(engine_add(e, &bad, &err) != 0 && strstr(err.msg, "out of range"),
           "a token id past the vocabulary is refused: %s", err.msg);
+    CHECK(err.code == LLMQ_ERR_INVALID, "... as a bad request (%s)", llmq_err_code_name(err.code));
     bad = req;
     bad.id = 3;
     bad.n_prompt = 0;
@@ -361,6 +362,8 @@ static void check_bad_requests(const fixture *fx)
     bad.sampling.top_p = 0.0f;
     CHECK(engine_add(e, &bad, &err) != 0 && strstr(err.msg, "top_p"),
           "top_p 0 is refused: %s", err.msg);
+    CHECK(err.code == LLMQ_ERR_INVALID, "... as a bad request, through the sampler's check (%s)",
+          llmq_err_code_name(err.code));
     int32_t long_prompt[64] = {1};
     bad = req;
     bad.id = 6;
@@ -373,6 +376,25 @@ static void check_bad_requests(const fixture *fx)
     drain(e, out);
     CHECK(out[1].done && out[1].n_tokens == 4, "the good request still completes (%d tokens)",
           out[1].n_tokens);
+    engine_free(e);
+}
+
+/* An engine that holds all it can refuses the next sequence as lack of room,
+ * which the same request may find later or elsewhere. */
+static void check_no_room(const fixture *fx)
+{
+    engine *e = make_engine(fx, 1, 0, 64);
+    int32_t ids[] = {1, 403, 407};
+    engine_request req = {.prompt = ids, .n_prompt = 3, .sampling = sampler_default_params(),
+                          .max_tokens = 4};
+    llmq_err err;
+    int taken = 0;
+    for (req.id = 1; engine_free_slots(e) > 0; req.id++)
+        taken += engine_add(e, &req, &err) == 0;
+    CHECK(engine_add(e, &req, &err) != 0 && err.code == LLMQ_ERR_NO_ROOM &&
+              strstr(err.msg, "engine full"),
+          "after %d sequences, the next is refused for lack of room (%s): %s", taken,
+          llmq_err_code_name(err.code), err.msg);
     engine_free(e);
 }
 
@@ -497,6 +519,7 @@ int main(void)
     check_stops(&fx);
     check_cancel(&fx);
     check_bad_requests(&fx);
+    check_no_room(&fx);
     check_prefill_first(&fx);
     check_default_pool(&fx);
     check_argmax_rule(be);

@@ -646,9 +646,34 @@ static void test_names(void)
           "out-of-range values have no name; names of states and finish reasons resolve");
 }
 
+/* The one map from error codes to the wire: reply types and retry-or-fail. */
+static void test_err_codes(void)
+{
+    CHECK(wire_retryable(LLMQ_ERR_NO_ROOM) && wire_retryable(LLMQ_ERR_UNAVAILABLE) &&
+              wire_retryable(LLMQ_ERR_IO),
+          "lack of room, a worker that cannot serve now, I/O: the job may run again");
+    CHECK(!wire_retryable(LLMQ_ERR_INVALID) && !wire_retryable(LLMQ_ERR_INTERNAL) &&
+              !wire_retryable(LLMQ_ERR_GENERIC) && !wire_retryable(LLMQ_ERR_CODE_COUNT),
+          "bad input, internal, unclassified, out of range: the job fails for good");
+    CHECK(wire_code_for(LLMQ_ERR_INVALID) == WIRE_E_BAD_VALUE &&
+              wire_code_for(LLMQ_ERR_NO_ROOM) == WIRE_E_QUEUE_FULL &&
+              wire_code_for(LLMQ_ERR_UNAVAILABLE) == WIRE_E_SHUTTING_DOWN &&
+              wire_code_for(LLMQ_ERR_GENERIC) == WIRE_E_INTERNAL &&
+              wire_code_for(LLMQ_ERR_CODE_COUNT) == WIRE_E_INTERNAL,
+          "each code has the reply type of its kind");
+    wire_error e = {0};
+    llmq_errc(&e.err, LLMQ_ERR_INVALID, "job 4: prompt token 1: id 99999 out of range");
+    wire_msg m;
+    wire_error_reply(&m, &e);
+    CHECK(m.error.code == WIRE_E_BAD_VALUE,
+          "an error reply without a wire code takes its error's (%s)",
+          wire_code_name(m.error.code));
+}
+
 int main(void)
 {
     test_submit();
+    test_err_codes();
     test_defaults();
     test_client_messages();
     test_broker_replies();

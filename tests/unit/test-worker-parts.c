@@ -77,6 +77,25 @@ static void test_jobs(void)
     jobs_free(&t);
 }
 
+/* A job the engine refused for lack of room keeps its slot from the broker
+ * until a job leaves, or the broker would send it straight back. */
+static void test_withhold(void)
+{
+    jobs t;
+    jobs_init(&t, 2, NULL);
+    jobs_withhold(&t);
+    CHECK(jobs_grantable(&t) == 2, "with no job held nothing is withheld (nothing would free it)");
+    jobs_granted(&t, 2);
+    jobs_arrived(&t);
+    jobs_add(&t, 7, 1);
+    jobs_arrived(&t); /* job 8: the engine has no room */
+    jobs_withhold(&t);
+    CHECK(jobs_grantable(&t) == 0, "the refused job's slot is not granted again");
+    jobs_remove(&t, jobs_find(&t, 7));
+    CHECK(jobs_grantable(&t) == 2, "once a job leaves, both slots are granted again");
+    jobs_free(&t);
+}
+
 static void test_jobconv(const tok_vocab *v)
 {
     wire_job j = {.id = 42, .attempt = 1, .prompt = "Once upon a time",
@@ -128,6 +147,7 @@ int main(void)
 {
     test_text();
     test_jobs();
+    test_withhold();
     const char *data = getenv("LLMQ_TEST_DATA");
     if (!data)
         return 77;
