@@ -2,6 +2,7 @@
 noinst_LIBRARIES += broker/libllmq_broker.a
 broker_libllmq_broker_a_SOURCES = \
 	broker/store.c broker/store.h broker/schema.sql.h \
+	broker/lpblob.c broker/lpblob.h \
 	broker/checkpointer.c broker/checkpointer.h \
 	broker/log.c broker/log.h \
 	broker/net.c broker/net.h \

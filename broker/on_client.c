@@ -7,6 +7,7 @@
 
 #include "broker/broker_priv.h"
 #include "broker/log.h"
+#include "broker/lpblob.h"
 #include "common/utf8.h"
 
 /* Job ids all waits together may hold, so that waits cannot exhaust memory. */
@@ -401,6 +402,8 @@ static void result_from_outcome(const store_outcome *o, wire_result *r,
     r->text = o->res->text;
     r->tokens = o->res->token_ids;
     r->n_tokens = (uint32_t)o->res->n_token_ids;
+    r->logprobs = o->res->logprobs;
+    r->n_logprobs = o->res->n_logprobs;
     r->finish = wire_finish_from_name(o->res->finish_reason);
     r->prompt_tokens = (uint32_t)o->res->prompt_tokens;
     r->gen_tokens = (uint32_t)o->res->generated_tokens;
@@ -469,6 +472,10 @@ static int keep_outcome(void *ctx, const store_outcome *o, llmq_err *err)
         memcpy(tokens, r->tokens, r->n_tokens * sizeof *tokens);
     rs->oom |= r->n_tokens && !tokens;
     r->tokens = tokens;
+    wire_token_logprobs *lp = NULL;
+    if (r->logprobs && lpblob_dup(r->logprobs, r->n_logprobs, &lp, err) != 0)
+        rs->oom = true;
+    r->logprobs = lp;
     return rs->oom ? llmq_errf(err, "out of memory collecting results") : 0;
 }
 
@@ -482,6 +489,7 @@ static void result_set_free(result_set *rs)
         free((char *)r->error);
         free((char *)r->text);
         free((uint32_t *)r->tokens);
+        free((wire_token_logprobs *)r->logprobs);
     }
     free(rs->v);
 }

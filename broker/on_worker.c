@@ -135,7 +135,8 @@ static int on_result(broker *b, pool_worker *w, const wire_result *r,
                      llmq_err *err)
 {
     store_result sr = {.text = r->text, .token_ids = r->tokens,
-                       .n_token_ids = r->n_tokens,
+                       .n_token_ids = r->n_tokens, .logprobs = r->logprobs,
+                       .n_logprobs = r->n_logprobs,
                        .finish_reason = wire_finish_name(r->finish),
                        .prompt_tokens = (int32_t)r->prompt_tokens,
                        .generated_tokens = (int32_t)r->gen_tokens,

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "broker/checkpointer.h"
+#include "broker/lpblob.h"
 #include "broker/schema.sql.h"
 
 #define N_MIGRATIONS (sizeof store_migrations / sizeof store_migrations[0])
@@ -73,7 +74,7 @@ enum { N_RESULT = 0 RESULT_ROW(COUNT_ONE) };
 #define OUTCOME_COL(expr, field, kind) {expr, COL_##kind, offsetof(store_outcome, field)},
 static const col OUTCOME_COLS[] = {OUTCOME_ROW(OUTCOME_COL)};
 enum { N_OUTCOME = 0 OUTCOME_ROW(COUNT_ONE) };
-enum { OC_STATE = N_OUTCOME + N_RESULT, OC_TOKEN_IDS };
+enum { OC_STATE = N_OUTCOME + N_RESULT, OC_TOKEN_IDS, OC_LOGPROBS };
 
 #define BRIEF_ROW(X) X("j.id", id, I64) X("j.attempts", attempts, I32) X("w.name", worker, TEXT)
 #define BRIEF_COL(expr, field, kind) {expr, COL_##kind, offsetof(store_brief, field)},
@@ -155,10 +156,10 @@ static const char *const stmt_sql[S_COUNT] = {
     /* The derived columns are computed here, from the job's row (done by
      * S_DONE a moment before), so that every reader gets one definition. */
     [S_INSERT_RESULT] =
-        "INSERT INTO results (job_id, " RESULT_ROW(SQL_NAME) "token_ids,"
+        "INSERT INTO results (job_id, " RESULT_ROW(SQL_NAME) "token_ids, logprobs,"
         " queue_wait_ms, prefill_tok_s, decode_tok_s, total_ms, worker_id,"
         " attempt, created_at) SELECT id, coalesce(:text, ''), :finish_reason,"
-        " :prompt_tokens, :generated_tokens, :prefill_ms, :decode_ms, :token_ids,"
+        " :prompt_tokens, :generated_tokens, :prefill_ms, :decode_ms, :token_ids, :logprobs,"
         " started_at - submitted_at,"
         " CASE WHEN :prefill_ms > 0 THEN 1000.0 * :prompt_tokens / :prefill_ms END,"
         " CASE WHEN :decode_ms > 0 THEN 1000.0 * :generated_tokens / :decode_ms END,"
@@ -184,7 +185,7 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_RUNNING_ON] = "SELECT id FROM jobs WHERE state = 'running'"
                      " AND worker_id = :worker_id ORDER BY id",
     [S_OUTCOME] = "SELECT " OUTCOME_ROW(EXPR_SQL) RESULT_ROW(SQL_RESULT)
-                  "j.state, r.token_ids" OUTCOME_FROM " WHERE j.id = :job_id",
+                  "j.state, r.token_ids, r.logprobs" OUTCOME_FROM " WHERE j.id = :job_id",
     [S_BRIEF] = BRIEF_SELECT " WHERE j.id = :job_id",
     [S_BATCH_BRIEFS] = BRIEF_SELECT " WHERE j.batch_id = :batch_id ORDER BY j.id",
     [S_WORKER_ADD] =
@@ -1306,12 +1307,23 @@ static int insert_result(store *st, int64_t job_id, const store_result *r, int64
     if (r->token_ids &&
         json_ids(r->token_ids, r->n_token_ids, &st->json_a, err))
         return -1;
+    const size_t lp_size = r->logprobs ? lpblob_size(r->logprobs, r->n_logprobs) : 0;
+    uint8_t *lp = r->logprobs ? malloc(lp_size ? lp_size : 1) : NULL;
+    if (r->logprobs && !lp)
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %" PRId64 ": out of memory for logprobs",
+                         job_id);
+    if (lp)
+        lpblob_pack(r->logprobs, r->n_logprobs, lp);
     sqlite3_stmt *s = stmt_get(st, S_INSERT_RESULT);
     bind_i64(st, s, ":job_id", job_id);
     bind_row(st, s, RB_RESULT, r);
     bind_str(st, s, ":token_ids", r->token_ids ? st->json_a.p : NULL);
+    if (lp)
+        sqlite3_bind_blob64(s, param_index(st, s, ":logprobs"), lp, lp_size, SQLITE_STATIC);
     bind_i64(st, s, ":now", now);
-    return stmt_run(st, s, err);
+    int rc = stmt_run(st, s, err);
+    free(lp);
+    return rc;
 }
 
 /* A workers row update (S_WORKER_CREDIT, S_WORKER_SET): one value named
@@ -1381,13 +1393,23 @@ static int emit_outcome(store *st, sqlite3_stmt *s, store_outcome_fn fn,
     if (o.state != STORE_DONE)
         return fn(ctx, &o, err);
     read_row(s, N_OUTCOME, RESULT_COLS, N_COLS(RESULT_COLS), &r);
+    wire_token_logprobs *lp = NULL;
+    const void *blob = sqlite3_column_blob(s, OC_LOGPROBS);
+    if (sqlite3_column_type(s, OC_LOGPROBS) != SQLITE_NULL &&
+        lpblob_unpack(blob, (size_t)sqlite3_column_bytes(s, OC_LOGPROBS), &lp, &r.n_logprobs,
+                      err))
+        return llmq_err_prefix(err, "job %" PRId64, o.job_id);
+    r.logprobs = lp;
     uint32_t *ids;
-    if (json_read_ids(st, col_text(s, OC_TOKEN_IDS), &ids, &r.n_token_ids, err))
+    if (json_read_ids(st, col_text(s, OC_TOKEN_IDS), &ids, &r.n_token_ids, err)) {
+        free(lp);
         return -1;
+    }
     r.token_ids = ids;
     o.res = &r;
     int rc = fn(ctx, &o, err);
     free(ids);
+    free(lp);
     return rc;
 }
 

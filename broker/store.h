@@ -38,11 +38,12 @@
 
 #include "common/err.h"
 #include "proto/job_params.h"
+#include "proto/wire.h"
 
 typedef struct store store;
 
 /* The schema version this build creates and understands. */
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2
 
 typedef enum store_sync {
     STORE_SYNC_FULL = 0, /* default: survives power loss */
@@ -149,6 +150,8 @@ typedef struct store_result {
     const char *text;
     const uint32_t *token_ids;
     size_t n_token_ids;
+    const wire_token_logprobs *logprobs; /* NULL unless the job asked for them */
+    uint32_t n_logprobs;
     const char *finish_reason;
     int32_t prompt_tokens;
     int32_t generated_tokens;

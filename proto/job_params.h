@@ -46,7 +46,9 @@
     X(presence_penalty, F32, -2, 2, 0, 0.0f, SAMPLER)                                   \
     X(frequency_penalty, F32, -2, 2, 0, 0.0f, SAMPLER)                                  \
     X(seed, U64, 0, WIRE_NO_MAX, 0, 0, SAMPLER)                                         \
-    X(ignore_eos, BOOL, 0, 0, 0, false, REQUEST)
+    X(ignore_eos, BOOL, 0, 0, 0, false, REQUEST)                                        \
+    X(logprobs, BOOL, 0, 0, 0, false, REQUEST)                                          \
+    X(top_logprobs, I32, 0, WIRE_MAX_TOP_LOGPROBS, 0, 0, REQUEST)
 
 #define JOB_PARAM_TYPE_U32 uint32_t
 #define JOB_PARAM_TYPE_I32 int32_t

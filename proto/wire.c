@@ -83,6 +83,7 @@ typedef enum kind {
     K_U64_ARRAY, K_U32_ARRAY, K_BOOL_ARRAY, K_STR_ARRAY,
     K_STATE, K_FINISH, K_CODE,   /* enums travelling as their names */
     K_OBJ, K_OBJ_ARRAY,
+    K_BIN,                       /* bytes, with their count at n_off */
 } kind;
 
 enum {
@@ -189,6 +190,31 @@ static const fdef JOB_STATE_FIELDS[] = {
 
 #define TIMING(nm, fl) NUM(#nm, K_F64, fl, wire_result, timings.nm, 0, BIG)
 
+static const fdef LOGPROB_FIELDS[] = {
+    NUM("token", K_U32, F_REQ, wire_logprob, token, 0, WIRE_MAX_TOKEN_ID),
+    NUM("logprob", K_F32, F_REQ, wire_logprob, logprob, WIRE_LOGPROB_FLOOR, 0),
+    {.name = "bytes", .k = K_BIN, .flags = F_REQ, .off = offsetof(wire_logprob, bytes),
+     .n_off = offsetof(wire_logprob, n_bytes), .lo = 0, .hi = WIRE_MAX_TOKEN_BYTES},
+};
+
+static const schema LOGPROB = {.parts = {{LOGPROB_FIELDS, N(LOGPROB_FIELDS), 0}},
+                                .size = sizeof(wire_logprob)};
+
+static const fdef TOP_LOGPROBS_FIELDS[] = {
+    OBJS("top_logprobs", F_REQ, wire_token_logprobs, top, n_top, 0, WIRE_MAX_TOP_LOGPROBS,
+         &LOGPROB),
+};
+
+/* A generated token's: the token's own fields, then its alternatives. */
+static const schema TOKEN_LOGPROBS = {
+    .parts = {{LOGPROB_FIELDS, N(LOGPROB_FIELDS), offsetof(wire_token_logprobs, chosen)},
+              {TOP_LOGPROBS_FIELDS, N(TOP_LOGPROBS_FIELDS), 0}},
+    .size = sizeof(wire_token_logprobs)};
+
+#define LOGPROBS_FIELD                                                                    \
+    OBJS("logprobs", 0, wire_result, logprobs, n_logprobs, 0, WIRE_MAX_GEN_TOKENS,         \
+         &TOKEN_LOGPROBS)
+
 static const fdef RESULT_FIELDS[] = {
     NUM("id", K_U64, F_REQ, wire_result, id, 1, BIG),
     NUM("state", K_STATE, F_REQ, wire_result, state, 0, 0),
@@ -198,6 +224,7 @@ static const fdef RESULT_FIELDS[] = {
     STR("text", 0, wire_result, text, 0, WIRE_MAX_TEXT_BYTES),
     ARR("tokens", K_U32_ARRAY, 0, wire_result, tokens, n_tokens, 0, WIRE_MAX_GEN_TOKENS, 0,
         WIRE_MAX_TOKEN_ID),
+    LOGPROBS_FIELD,
     NUM("finish", K_FINISH, 0, wire_result, finish, 0, 0),
     NUM("prompt_tokens", K_U32, 0, wire_result, prompt_tokens, 0, UINT32_MAX),
     NUM("gen_tokens", K_U32, 0, wire_result, gen_tokens, 0, WIRE_MAX_GEN_TOKENS),
@@ -213,6 +240,7 @@ static const fdef JOB_RESULT_FIELDS[] = {
     STR("text", F_REQ, wire_result, text, 0, WIRE_MAX_TEXT_BYTES),
     ARR("tokens", K_U32_ARRAY, F_REQ, wire_result, tokens, n_tokens, 0, WIRE_MAX_GEN_TOKENS,
         0, WIRE_MAX_TOKEN_ID),
+    LOGPROBS_FIELD,
     NUM("finish", K_FINISH, F_REQ, wire_result, finish, 0, 0),
     NUM("prompt_tokens", K_U32, F_REQ, wire_result, prompt_tokens, 0, UINT32_MAX),
     NUM("gen_tokens", K_U32, F_REQ, wire_result, gen_tokens, 0, WIRE_MAX_GEN_TOKENS),
@@ -245,6 +273,7 @@ static int check_job(const void *obj, rd *r);
 static int check_select(const void *obj, rd *r);
 static int check_wait(const void *obj, rd *r);
 static int check_result(const void *obj, rd *r);
+static int check_job_result(const void *obj, rd *r);
 
 #define PART(a, st) {a, N(a), 0}
 #define SCHEMA1(a, st, ...) {.parts = {PART(a, st)}, .size = sizeof(st), __VA_ARGS__}
@@ -344,7 +373,8 @@ static const schema WAIT = {
 /* F_SHARED_N makes the decoder match the counts of "ids" and "existing". */
 static const schema SUBMIT_OK = SCHEMA1(SUBMIT_OK_FIELDS, wire_submit_ok);
 static const schema JOBS_REPLY = SCHEMA1(JOBS_REPLY_FIELDS, wire_jobs_reply);
-static const schema JOB_RESULT = SCHEMA1(JOB_RESULT_FIELDS, wire_result);
+static const schema JOB_RESULT =
+    SCHEMA1(JOB_RESULT_FIELDS, wire_result, .check = check_job_result);
 static const schema WAIT_END = SCHEMA1(WAIT_END_FIELDS, wire_wait_end);
 static const schema STATS_OK = SCHEMA1(STATS_OK_FIELDS, wire_stats_ok);
 static const schema ERROR = SCHEMA1(ERROR_FIELDS, wire_error_msg);
@@ -722,6 +752,25 @@ static int read_array(rd *r, const msgpack_object *o, const fdef *f, char *base)
     return 0;
 }
 
+static int read_bin(rd *r, const msgpack_object *o, const fdef *f, char *base)
+{
+    if (o->type != MSGPACK_OBJECT_BIN)
+        return bad_type(r, o, "bin");
+    uint32_t n = o->via.bin.size;
+    if ((double)n > f->hi)
+        return rd_fail(r, WIRE_E_TOO_LARGE, "%u bytes, at most %.0f allowed", n, f->hi);
+    if ((double)n < f->lo)
+        return rd_fail(r, WIRE_E_BAD_VALUE, "%u bytes, at least %.0f required", n, f->lo);
+    uint8_t *copy = msgpack_zone_malloc(r->zone, n ? n : 1);
+    if (!copy)
+        return rd_fail(r, WIRE_E_INTERNAL, "out of memory");
+    if (n)
+        memcpy(copy, o->via.bin.ptr, n);
+    memcpy(base + f->off, &copy, sizeof copy);
+    memcpy(base + f->n_off, &n, sizeof n);
+    return 0;
+}
+
 static int read_scalar(rd *r, const msgpack_object *o, const fdef *f, char *p)
 {
     int64_t si = 0;
@@ -776,6 +825,8 @@ static int read_scalar(rd *r, const msgpack_object *o, const fdef *f, char *p)
         return 0;
     case K_OBJ:
         return read_obj(r, o, f->sub, p);
+    case K_BIN:
+        return read_bin(r, o, f, p - f->off);
     default:
         return read_array(r, o, f, p - f->off);
     }
@@ -881,6 +932,12 @@ static int one_of(rd *r, bool a, bool b, const char *na, const char *nb)
 static int check_job(const void *obj, rd *r)
 {
     const wire_job *j = obj;
+    if (j->params.top_logprobs > 0 && !j->params.logprobs) {
+        size_t saved;
+        path_key(r, "top_logprobs", &saved);
+        return rd_fail(r, WIRE_E_BAD_VALUE, "%d alternatives need \"logprobs\": true",
+                       j->params.top_logprobs);
+    }
     return one_of(r, j->prompt != NULL, j->tokens != NULL, "prompt", "tokens");
 }
 
@@ -904,6 +961,27 @@ static int check_wait(const void *obj, rd *r)
     return 0;
 }
 
+/* Logprobs, when there are, are the generated tokens'. */
+static int check_job_result(const void *obj, rd *r)
+{
+    const wire_result *res = obj;
+    if (!res->logprobs)
+        return 0;
+    size_t saved;
+    path_key(r, "logprobs", &saved);
+    if (res->n_logprobs != res->n_tokens)
+        return rd_fail(r, WIRE_E_BAD_VALUE, "%u entries for %u tokens", res->n_logprobs,
+                       res->n_tokens);
+    for (uint32_t i = 0; i < res->n_logprobs; i++)
+        if (res->logprobs[i].chosen.token != res->tokens[i]) {
+            path_push(r, "[%u].token", i);
+            return rd_fail(r, WIRE_E_BAD_VALUE, "%u where tokens[%u] is %u",
+                           res->logprobs[i].chosen.token, i, res->tokens[i]);
+        }
+    path_pop(r, saved);
+    return 0;
+}
+
 static int check_result(const void *obj, rd *r)
 {
     const wire_result *res = obj;
@@ -914,7 +992,7 @@ static int check_result(const void *obj, rd *r)
             path_key(r, res->text ? "finish" : "text", &saved);
             return rd_fail(r, WIRE_E_MISSING_FIELD, "required when state is \"done\"");
         }
-        return 0;
+        return check_job_result(obj, r);
     case WIRE_STATE_FAILED:
     case WIRE_STATE_CANCELLED:
         if (!res->error) {
@@ -1178,6 +1256,7 @@ static bool present(const fdef *f, const char *p)
     case K_BOOL_ARRAY:
     case K_STR_ARRAY:
     case K_OBJ_ARRAY:
+    case K_BIN:
         return ptr_at(p) != NULL || (f->flags & F_REQ);
     case K_STATE:
     case K_FINISH:
@@ -1238,6 +1317,15 @@ static int write_value(wr *w, const fdef *f, const char *p, const char *base)
     case K_FINISH: pack_str(pk, wire_finish_name((wire_finish)u32_at(p))); return 0;
     case K_CODE: pack_str(pk, wire_code_name((wire_code)u32_at(p))); return 0;
     case K_OBJ: return write_obj(w, f->sub, p);
+    case K_BIN: {
+        const uint8_t *bytes = ptr_at(p);
+        uint32_t n = u32_at(base + f->n_off);
+        if ((double)n > f->hi || (n && !bytes))
+            return wire_fail(w->err, (double)n > f->hi ? WIRE_E_TOO_LARGE : WIRE_E_BAD_VALUE,
+                             f->name, "%u bytes (at most %.0f, non-NULL)", n, f->hi);
+        msgpack_pack_bin(pk, n);
+        return n ? msgpack_pack_bin_body(pk, bytes, n) : 0;
+    }
     default: {
         const char *arr = ptr_at(p);
         uint32_t n = u32_at(base + f->n_off);

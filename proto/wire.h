@@ -48,6 +48,9 @@
 #define WIRE_MAX_MESSAGE_BYTES 4096u         /* error messages, failure reasons */
 #define WIRE_MAX_SLOTS 4096u                 /* worker capacity, credits per message */
 #define WIRE_MAX_TOKEN_ID 2147483647u        /* token ids are non-negative int32 */
+#define WIRE_MAX_TOP_LOGPROBS 20u            /* top_logprobs, alternatives per token */
+#define WIRE_MAX_TOKEN_BYTES 1024u           /* the bytes of one token in logprobs */
+#define WIRE_LOGPROB_FLOOR -9999.0           /* the least logprob: "as good as impossible" */
 #define WIRE_MAX_DEPTH 8                     /* msgpack nesting accepted at all */
 #define WIRE_NO_MAX 1e300                    /* a range without an upper bound */
 
@@ -169,9 +172,27 @@ typedef struct wire_timings {
     double total_ms;           /* submit -> result recorded */
 } wire_timings;
 
+/* A token and its log-probability (docs/PROTOCOL.md: ln of its softmax
+ * probability under the model's raw logits). */
+typedef struct wire_logprob {
+    uint32_t token;
+    float logprob;             /* WIRE_LOGPROB_FLOOR..0 */
+    const uint8_t *bytes;      /* the bytes the token stands for (may be part of a UTF-8
+                                  character), 0..WIRE_MAX_TOKEN_BYTES */
+    uint32_t n_bytes;
+} wire_logprob;
+
+/* One generated token's: its own, and the job's top_logprobs best. */
+typedef struct wire_token_logprobs {
+    wire_logprob chosen;
+    const wire_logprob *top;   /* 0..WIRE_MAX_TOP_LOGPROBS, most likely first */
+    uint32_t n_top;
+} wire_token_logprobs;
+
 /* A job's outcome.  "job_result" (worker -> broker) carries id, attempt,
- * text, tokens, finish, prompt_tokens, gen_tokens, prefill_ms, decode_ms;
- * "result" (broker -> client) carries everything, state first. */
+ * text, tokens, finish, prompt_tokens, gen_tokens, prefill_ms, decode_ms
+ * and logprobs; "result" (broker -> client) carries everything, state
+ * first. */
 typedef struct wire_result {
     uint64_t id;
     uint32_t attempt;
@@ -181,6 +202,8 @@ typedef struct wire_result {
     const char *text;          /* DONE: generated text (stop string excluded) */
     const uint32_t *tokens;    /* DONE: generated token ids */
     uint32_t n_tokens;
+    const wire_token_logprobs *logprobs; /* DONE, when the job asked: one per token, else NULL */
+    uint32_t n_logprobs;       /* = n_tokens */
     wire_finish finish;        /* DONE: why generation ended */
     uint32_t prompt_tokens;
     uint32_t gen_tokens;

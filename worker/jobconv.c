@@ -76,14 +76,43 @@ static double span_ms(double from, double to)
     return to > from ? to - from : 0.0;
 }
 
+static wire_logprob wire_logprob_of(engine_logprob lp, const tok_vocab *v)
+{
+    size_t n = 0;
+    const char *piece = tok_piece(v, lp.token, true, &n);
+    if (n > WIRE_MAX_TOKEN_BYTES) /* not in any vocabulary seen; cut, not failed */
+        n = WIRE_MAX_TOKEN_BYTES;
+    return (wire_logprob){.token = (uint32_t)lp.token, .logprob = lp.logprob,
+                          .bytes = (const uint8_t *)piece, .n_bytes = (uint32_t)n};
+}
+
+/* r->logprobs from ev's, when the job asked for them. */
+static int make_logprobs(jobconv_result *r, const engine_event *ev, const tok_vocab *v)
+{
+    if (!ev->logprobs)
+        return 0;
+    const size_t n = (size_t)ev->n_tokens, k = (size_t)ev->n_top;
+    r->logprobs = malloc((n ? n : 1) * sizeof *r->logprobs);
+    r->top = malloc((n * k > 0 ? n * k : 1) * sizeof *r->top);
+    if (!r->logprobs || !r->top)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < k; j++)
+            r->top[i * k + j] = wire_logprob_of(ev->top_logprobs[i * k + j], v);
+        r->logprobs[i] = (wire_token_logprobs){.chosen = wire_logprob_of(ev->logprobs[i], v),
+                                               .top = r->top + i * k, .n_top = (uint32_t)k};
+    }
+    return 0;
+}
+
 int jobconv_result_make(jobconv_result *r, uint32_t attempt, const engine_event *ev,
-                        llmq_err *err)
+                        const tok_vocab *v, llmq_err *err)
 {
     memset(r, 0, sizeof *r);
     const unsigned long long id = (unsigned long long)ev->id;
     r->text = text_clean(ev->full_text, ev->full_text_len, SIZE_MAX - 1);
     r->tokens = malloc((ev->n_tokens ? (size_t)ev->n_tokens : 1) * sizeof *r->tokens);
-    if (!r->text || !r->tokens) {
+    if (!r->text || !r->tokens || make_logprobs(r, ev, v) != 0) {
         jobconv_result_free(r);
         return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: out of memory for the result", id);
     }
@@ -104,6 +133,8 @@ int jobconv_result_make(jobconv_result *r, uint32_t attempt, const engine_event 
     w->text = r->text;
     w->tokens = r->tokens;
     w->n_tokens = (uint32_t)ev->n_tokens;
+    w->logprobs = r->logprobs;
+    w->n_logprobs = r->logprobs ? (uint32_t)ev->n_tokens : 0;
     w->finish = finish(ev->finish);
     w->prompt_tokens = (uint32_t)t->n_prompt;
     w->gen_tokens = (uint32_t)t->n_generated;
@@ -116,5 +147,7 @@ void jobconv_result_free(jobconv_result *r)
 {
     free(r->text);
     free(r->tokens);
+    free(r->logprobs);
+    free(r->top);
     memset(r, 0, sizeof *r);
 }

@@ -304,7 +304,7 @@ static int send_result(session *s, const jobs_entry *e, const engine_event *ev, 
 {
     jobconv_result r;
     llmq_err bad;
-    if (jobconv_result_make(&r, e->attempt, ev, &bad) != 0)
+    if (jobconv_result_make(&r, e->attempt, ev, s->vocab, &bad) != 0)
         return fail_job(s, e->id, e->attempt, &bad, err);
     int rc = link_send(s->link, &r.msg, &bad);
     jobconv_result_free(&r);

@@ -613,6 +613,121 @@ static void test_outcomes(void)
     store_close(st);
 }
 
+/* ---- logprobs ---------------------------------------------------------------- */
+
+typedef struct kept_logprobs {
+    bool present;
+    uint32_t n;
+    wire_token_logprobs v[4];
+    wire_logprob top[8];
+    uint8_t bytes[64];
+} kept_logprobs;
+
+static int keep_logprobs(void *ctx, const store_outcome *o, llmq_err *err)
+{
+    (void)err;
+    kept_logprobs *k = ctx;
+    k->present = o->res && o->res->logprobs;
+    if (!k->present || o->res->n_logprobs > 4)
+        return 0;
+    k->n = o->res->n_logprobs;
+    /* The store's memory lives for the call only: copy what the checks read. */
+    size_t at = 0, t = 0;
+    for (uint32_t i = 0; i < k->n; i++) {
+        k->v[i] = o->res->logprobs[i];
+        memcpy(k->bytes + at, k->v[i].chosen.bytes, k->v[i].chosen.n_bytes);
+        k->v[i].chosen.bytes = k->bytes + at;
+        at += k->v[i].chosen.n_bytes;
+        for (uint32_t j = 0; j < k->v[i].n_top && t < 8; j++)
+            k->top[t++] = k->v[i].top[j];
+    }
+    return 0;
+}
+
+/* A result's logprobs go into results.logprobs as packed records and come
+ * back the same; a result without them has none. */
+static void test_logprobs(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {0};
+    int64_t w = add_worker(st, "w", 0, 1), job[2];
+    claimed c;
+    store_begin(st, &err);
+    for (int i = 0; i < 2; i++)
+        job[i] = submit(st, &(store_job){.prompt = "p"}, 2 + i);
+    store_commit(st, &err);
+    claim(st, w, 2, 4, &c);
+    const int64_t a = job[0], b = job[1];
+    static const uint32_t toks[2] = {7, 8};
+#define BYTES(s) .bytes = (const uint8_t *)(s), .n_bytes = sizeof(s) - 1
+    static const wire_logprob alt[2] = {{.token = 8, .logprob = -0.75f, BYTES("\xe2\x96")},
+                                        {.token = 1, .logprob = -9999.0f, .n_bytes = 0}};
+    static const wire_token_logprobs lp[2] = {
+        {.chosen = {.token = 7, .logprob = -0.5f, BYTES("once")}},
+        {.chosen = {.token = 8, .logprob = -0.75f, BYTES("\xe2\x96")}, .top = alt, .n_top = 2}};
+    store_result r = {.text = "once", .token_ids = toks, .n_token_ids = 2, .logprobs = lp,
+                      .n_logprobs = 2, .finish_reason = "length", .prompt_tokens = 1,
+                      .generated_tokens = 2, .prefill_ms = 1, .decode_ms = 1};
+    store_change ch;
+    store_begin(st, &err);
+    store_result_put(st, a, w, 0, &r, 5, &ch, &err);
+    r.logprobs = NULL;
+    r.n_logprobs = 0;
+    store_result_put(st, b, w, 0, &r, 5, &ch, &err);
+    store_commit(st, &err);
+    kept_logprobs ka = {0}, kb = {0};
+    bool found;
+    store_outcome_get(st, a, keep_logprobs, &ka, &found, &err);
+    store_outcome_get(st, b, keep_logprobs, &kb, &found, &err);
+    CHECK(ka.present && ka.n == 2 && ka.v[0].chosen.token == 7 &&
+              ka.v[0].chosen.logprob == -0.5f && ka.v[0].n_top == 0 &&
+              ka.v[1].chosen.n_bytes == 2 &&
+              memcmp(ka.v[1].chosen.bytes, "\xe2\x96", 2) == 0 && ka.v[1].n_top == 2 &&
+              ka.top[0].token == 8 && ka.top[1].logprob == -9999.0f && ka.top[1].n_bytes == 0,
+          "logprobs come back from the store as they were put, alternatives and bytes included");
+    CHECK(!kb.present, "a result without logprobs reads back without them");
+    CHECK(sql_int("SELECT length(logprobs) FROM results WHERE job_id = 1") ==
+              (10 + 4 + 1) + (10 + 2 + 1) + (10 + 2) + 10,
+          "results.logprobs holds the packed records: 10 bytes a record plus its bytes, 1 a count");
+    store_close(st);
+}
+
+/* A database of schema version 1 (before logprobs) is migrated in place:
+ * its jobs read back without logprobs. */
+static void test_migration_from_v1(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    store_close(st);
+    sqlite3 *db;
+    sqlite3_open(path, &db);
+    int rc = sqlite3_exec(db,
+                          "ALTER TABLE jobs DROP COLUMN logprobs;"
+                          "ALTER TABLE jobs DROP COLUMN top_logprobs;"
+                          "ALTER TABLE results DROP COLUMN logprobs;"
+                          "INSERT INTO jobs (prompt, max_tokens, temperature, top_k, top_p, min_p,"
+                          " repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty,"
+                          " seed, submitted_at) VALUES ('old', 8, 0, 0, 1, 0, 1, 64, 0, 0, 0, 1);"
+                          "PRAGMA user_version = 1;",
+                          NULL, NULL, NULL);
+    sqlite3_close(db);
+    st = open_db(&opts3, 2000);
+    int64_t w = st ? add_worker(st, "w", 0, 3) : 0;
+    job_params p = {.logprobs = true, .top_logprobs = 3};
+    llmq_err err = {0};
+    int n = 0;
+    if (st) {
+        store_begin(st, &err);
+        store_claim(st, w, NULL, 1, 3, keep_params, &p, &n, &err);
+        store_commit(st, &err);
+    }
+    CHECK(rc == SQLITE_OK && st && sql_int("PRAGMA user_version") == STORE_SCHEMA_VERSION &&
+              n == 1 && !p.logprobs && p.top_logprobs == 0 && p.max_tokens == 8,
+          "a version 1 database migrates to %d; its job has logprobs off", STORE_SCHEMA_VERSION);
+    store_close(st);
+}
+
 static long file_size(const char *p)
 {
     struct stat sb;
@@ -713,6 +828,8 @@ int main(void)
     test_rollback_restores();
     test_model_routing_and_meta();
     test_outcomes();
+    test_logprobs();
+    test_migration_from_v1();
     test_checkpoints_while_open();
     test_views();
     fresh_db();

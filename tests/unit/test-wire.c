@@ -386,6 +386,11 @@ static const bad_case BAD[] = {
     {SUB "[{\"prompt\":\"a\",\"seed\":-1}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].seed"},
     {SUB "[{\"prompt\":\"a\",\"priority\":1001}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].priority"},
     {SUB "[{\"prompt\":\"a\",\"ignore_eos\":1}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].ignore_eos"},
+    {SUB "[{\"prompt\":\"a\",\"logprobs\":1}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].logprobs"},
+    {SUB "[{\"prompt\":\"a\",\"logprobs\":true,\"top_logprobs\":21}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].top_logprobs"},
+    {SUB "[{\"prompt\":\"a\",\"top_logprobs\":2}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].top_logprobs"},
     {SUB "[{\"prompt\":\"a\",\"stop\":\"x\"}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].stop"},
     {SUB "[{\"prompt\":\"a\",\"stop\":[\"x\",\"\"]}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].stop[1]"},
     {SUB "[{\"prompt\":\"a\",\"stop\":[1]}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].stop[0]"},
@@ -416,6 +421,10 @@ static const bad_case BAD[] = {
     {"{\"v\":1,\"type\":\"job_result\",\"id\":1,\"attempt\":1,\"text\":\"x\",\"tokens\":[],"
      "\"finish\":\"stop\",\"prompt_tokens\":1,\"gen_tokens\":0,\"prefill_ms\":-1,\"decode_ms\":1}",
      W2B, WIRE_E_BAD_VALUE, "prefill_ms"},
+    {"{\"v\":1,\"type\":\"job_result\",\"id\":1,\"attempt\":1,\"text\":\"x\",\"tokens\":[7],"
+     "\"finish\":\"stop\",\"prompt_tokens\":1,\"gen_tokens\":1,\"prefill_ms\":1,\"decode_ms\":1,"
+     "\"logprobs\":[{\"token\":7,\"logprob\":-1,\"bytes\":\"x\",\"top_logprobs\":[]}]}",
+     W2B, WIRE_E_BAD_TYPE, "logprobs[0].bytes"},
     {"{\"v\":1,\"type\":\"job_failure\",\"id\":1,\"attempt\":1,\"reason\":\"x\"}", W2B,
      WIRE_E_MISSING_FIELD, "retryable"},
     {"{\"v\":1,\"type\":\"result\",\"id\":1,\"state\":\"done\",\"text\":\"x\"}",
@@ -646,6 +655,84 @@ static void test_names(void)
           "out-of-range values have no name; names of states and finish reasons resolve");
 }
 
+/* ---- logprobs --------------------------------------------------------------- */
+
+/* A result of three tokens with logprobs: the last has a byte of a split
+ * UTF-8 character, and two alternatives. */
+#define BYTES(s) .bytes = (const uint8_t *)(s), .n_bytes = sizeof(s) - 1
+static const wire_logprob LP_TOP[] = {{.token = 30, .logprob = -0.5f, BYTES("\xe2")},
+                                      {.token = 4, .logprob = -1.5f, BYTES("cat")}};
+static const wire_token_logprobs LP[] = {
+    {.chosen = {.token = 10, .logprob = -0.125f, BYTES(" a")}},
+    {.chosen = {.token = 20, .logprob = -9999.0f, .bytes = NULL, .n_bytes = 0}},
+    {.chosen = {.token = 30, .logprob = -0.5f, BYTES("\xe2")}, .top = LP_TOP, .n_top = 2}};
+
+static bool same_logprob(const wire_logprob *a, const wire_logprob *b)
+{
+    return a->token == b->token && a->logprob == b->logprob && a->n_bytes == b->n_bytes &&
+           (a->n_bytes == 0 || memcmp(a->bytes, b->bytes, a->n_bytes) == 0);
+}
+
+static void test_logprobs(void)
+{
+    wire_msg m, back;
+    wire_msg_init(&m, WIRE_T_SUBMIT);
+    wire_job job = {.prompt = "a", .params = job_params_default()};
+    job.params.logprobs = true;
+    job.params.top_logprobs = 20;
+    m.submit = (wire_submit){.jobs = &job, .n_jobs = 1};
+    check_round_trip(&m, WIRE_DIR_CLIENT_TO_BROKER, &back);
+    CHECK(back.submit.jobs[0].params.logprobs && back.submit.jobs[0].params.top_logprobs == 20,
+          "submit: logprobs and top_logprobs 20 come back");
+    wire_msg_free(&back);
+
+    for (int type = 0; type < 2; type++) {
+        wire_msg_init(&m, type ? WIRE_T_RESULT : WIRE_T_JOB_RESULT);
+        m.result = sample_result();
+        if (type == 0) { /* a job_result has none of these */
+            m.result.key = m.result.batch = m.result.worker = NULL;
+            m.result.state = WIRE_STATE_NONE;
+        }
+        m.result.logprobs = LP;
+        m.result.n_logprobs = 3;
+        check_round_trip(&m, type ? WIRE_DIR_BROKER_TO_CLIENT : WIRE_DIR_WORKER_TO_BROKER, &back);
+        const wire_result *r = &back.result;
+        CHECK(r->n_logprobs == 3 && same_logprob(&r->logprobs[0].chosen, &LP[0].chosen) &&
+                  same_logprob(&r->logprobs[1].chosen, &LP[1].chosen) &&
+                  r->logprobs[0].n_top == 0 && r->logprobs[2].n_top == 2 &&
+                  same_logprob(&r->logprobs[2].top[0], &LP_TOP[0]) &&
+                  same_logprob(&r->logprobs[2].top[1], &LP_TOP[1]),
+              "%s: logprobs come back, with empty and split-character bytes and alternatives",
+              wire_type_name(m.type));
+        wire_msg_free(&back);
+    }
+
+    wire_msg_init(&m, WIRE_T_JOB_RESULT);
+    m.result = sample_result();
+    m.result.state = WIRE_STATE_NONE;
+    m.result.logprobs = LP;
+    m.result.n_logprobs = 2;
+    char *buf;
+    size_t len;
+    wire_error e;
+    CHECK(wire_encode(&m, &buf, &len, &e) < 0 && e.code == WIRE_E_BAD_VALUE &&
+              strcmp(e.field, "logprobs") == 0,
+          "logprobs for 2 of 3 tokens are refused: %s", e.err.msg);
+    wire_token_logprobs wrong[3] = {LP[0], LP[1], LP[2]};
+    wrong[1].chosen.token = 21;
+    m.result.logprobs = wrong;
+    m.result.n_logprobs = 3;
+    CHECK(wire_encode(&m, &buf, &len, &e) < 0 && strcmp(e.field, "logprobs[1].token") == 0,
+          "a logprob of another token than the one generated is refused: %s", e.err.msg);
+    wrong[1].chosen.token = 20;
+    wrong[1].chosen.logprob = 0.5f;
+    int rc = wire_encode(&m, &buf, &len, &e);
+    rc = rc == 0 ? wire_decode(buf, len, WIRE_DIR_WORKER_TO_BROKER, &back, &e) : 0;
+    free(buf);
+    CHECK(rc < 0 && e.code == WIRE_E_BAD_VALUE && strcmp(e.field, "logprobs[1].logprob") == 0,
+          "a positive logprob is refused: %s", e.err.msg);
+}
+
 /* The one map from error codes to the wire: reply types and retry-or-fail. */
 static void test_err_codes(void)
 {
@@ -673,6 +760,7 @@ static void test_err_codes(void)
 int main(void)
 {
     test_submit();
+    test_logprobs();
     test_err_codes();
     test_defaults();
     test_client_messages();

@@ -132,7 +132,7 @@ static void test_jobconv(const tok_vocab *v)
                        .timing = {.added_ms = 100, .first_sched_ms = 110, .first_token_ms = 125,
                                   .finished_ms = 140, .n_prompt = 5, .n_generated = 2}};
     jobconv_result res;
-    rc = jobconv_result_make(&res, 3, &ev, &err);
+    rc = jobconv_result_make(&res, 3, &ev, v, &err);
     const wire_result *w = &res.msg.result;
     CHECK(rc == 0 && w->id == 42 && w->attempt == 3 && w->finish == WIRE_FINISH_STOP &&
               strcmp(w->text, ", there") == 0 && w->n_tokens == 2 && w->tokens[1] == 383 &&
@@ -140,6 +140,24 @@ static void test_jobconv(const tok_vocab *v)
           "an end-of-generation token is finish 'stop', with the text and tokens");
     CHECK(rc == 0 && w->timings.prefill_ms == 15 && w->timings.decode_ms == 15,
           "prefill is first scheduled -> first token, decode first token -> last (15, 15 ms)");
+    CHECK(rc == 0 && !w->logprobs, "no logprobs unless the job asked");
+    jobconv_result_free(&res);
+
+    static const engine_logprob lp[] = {{432, -0.5f}, {383, -1.25f}};
+    static const engine_logprob top[] = {{432, -0.5f}, {9, -2.0f}, {1, -0.25f}, {383, -1.25f}};
+    ev.logprobs = lp;
+    ev.top_logprobs = top;
+    ev.n_top = 2;
+    rc = jobconv_result_make(&res, 3, &ev, v, &err);
+    w = &res.msg.result;
+    size_t n_piece = 0;
+    const char *piece = tok_piece(v, 383, true, &n_piece);
+    CHECK(rc == 0 && w->n_logprobs == 2 && w->logprobs[1].chosen.token == 383 &&
+              w->logprobs[1].chosen.logprob == -1.25f && w->logprobs[1].n_top == 2 &&
+              w->logprobs[1].top[0].token == 1 && w->logprobs[1].top[1].logprob == -1.25f &&
+              w->logprobs[1].chosen.n_bytes == n_piece &&
+              memcmp(w->logprobs[1].chosen.bytes, piece, n_piece) == 0,
+          "logprobs travel per token, with the alternatives and each token's bytes");
     jobconv_result_free(&res);
 }
 
