@@ -85,6 +85,8 @@ static void usage(FILE *out)
             "      --seed S          random seed (default: a new one, printed)\n"
             "      --stop TEXT       stop when TEXT appears (repeatable, at most 16)\n"
             "      --ignore-eos      keep generating past end-of-generation tokens\n"
+            "      --logprobs N      after the text, each token's log-probability and the N\n"
+            "                        likeliest tokens' (0..20), under the raw logits\n"
             "\n"
             "engine:\n"
             "      --gpu N           run on CUDA device N (default: device 0 when built with\n"
@@ -154,6 +156,7 @@ static void default_opts(run_opts *o)
     g->sampling.min_p = 0.05f;
     g->engine = engine_default_config();
     g->ppl_ctx = 512;
+    g->logprobs = -1;
     g->bench_reps = 3;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     g->threads = cores > 0 ? (int32_t)cores : 1;
@@ -163,7 +166,7 @@ enum {
     OPT_TOKENIZE = 256, OPT_DETOKENIZE, OPT_NO_PARSE_SPECIAL, OPT_NO_BOS, OPT_PARALLEL,
     OPT_PERPLEXITY, OPT_BENCH, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY,
     OPT_PRESENCE, OPT_FREQUENCY, OPT_REPEAT_LAST_N, OPT_SEED, OPT_STOP, OPT_IGNORE_EOS,
-    OPT_BATCH, OPT_KV_BLOCKS, OPT_KV_F32, OPT_REPS, OPT_JSON, OPT_CPU, OPT_GPU,
+    OPT_BATCH, OPT_KV_BLOCKS, OPT_KV_F32, OPT_REPS, OPT_JSON, OPT_CPU, OPT_GPU, OPT_LOGPROBS,
 };
 
 /* One option into o; 0, or EXIT_USAGE with a message. */
@@ -212,6 +215,8 @@ static int take_option(int c, const char *arg, run_opts *o, bool *ctx_given)
         g->stop[g->n_stop++] = arg;
         return 0;
     case OPT_IGNORE_EOS: g->ignore_eos = true; return 0;
+    case OPT_LOGPROBS:
+        return parse_int("--logprobs", arg, 0, ENGINE_MAX_TOP_LOGPROBS, &g->logprobs);
     case OPT_BATCH: return parse_int("--batch", arg, 1, 1 << 16, &g->engine.max_batch_tokens);
     case OPT_KV_BLOCKS: return parse_int("--kv-blocks", arg, 1, INT32_MAX, &g->engine.n_blocks);
     case OPT_KV_F32: g->engine.kv_type = BE_KV_F32; return 0;
@@ -293,6 +298,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         {"seed", required_argument, NULL, OPT_SEED},
         {"stop", required_argument, NULL, OPT_STOP},
         {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
+        {"logprobs", required_argument, NULL, OPT_LOGPROBS},
         {"batch", required_argument, NULL, OPT_BATCH},
         {"kv-blocks", required_argument, NULL, OPT_KV_BLOCKS},
         {"kv-f32", no_argument, NULL, OPT_KV_F32},

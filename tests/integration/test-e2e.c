@@ -6,7 +6,7 @@
  * Pins: a batch of 200 jobs spread over both workers gives exactly the
  * texts llmq-run gives for the same prompts (greedy), with timings in every
  * result row; logprobs asked for travel from the worker through the store
- * to the C client, consistent with the tokens; kill -9 of a
+ * to the C and Python clients, consistent with the tokens; kill -9 of a
  * worker in the middle of a batch loses no job and duplicates none (one
  * result row per job, the killed worker's running jobs finished by the
  * other); kill -9 of the broker while clients submit and
@@ -174,7 +174,7 @@ static uint32_t logprobs_in_wait_end(harness *h, uint64_t id)
 }
 
 /* One greedy job with logprobs and its twin without, through broker, store
- * and a worker. */
+ * and a worker; then the same job from the Python client. */
 static void test_logprobs(harness *h, llmq_client *c)
 {
     llmq_job jobs[2];
@@ -207,6 +207,14 @@ static void test_logprobs(harness *h, llmq_client *c)
           "the store keeps them in results.logprobs, NULL for the job that did not ask");
     CHECK(logprobs_in_wait_end(h, ids[0]) == seen[0].n_tokens,
           "a non-streaming wait's wait_end carries them too");
+    const char *src = getenv("LLMQ_SRCDIR");
+    int rc = fleet_sh("/usr/bin/python3 %s/proto/python/llmq_client.py --broker %s submit"
+                      " --prompt 'Once upon a time' --max-tokens 4 --top-logprobs 2 --wait |"
+                      " /usr/bin/python3 -c 'import json, sys; r = json.load(sys.stdin);"
+                      " lp = r[\"logprobs\"]; assert len(lp) == len(r[\"tokens\"]) == 4;"
+                      " assert all(len(t[\"top_logprobs\"]) == 2 and isinstance(t[\"bytes\"],"
+                      " list) for t in lp)' 2> %s/py-lp.err", src, h->clients, h->dir);
+    CHECK(rc == 0, "the Python client gets them, the bytes printed as numbers");
 }
 
 /* ---- kill -9 of a worker ---------------------------------------------------------------- */
