@@ -114,8 +114,8 @@ static void send_submit(bench *b, void *sock, long k)
         memset(&jobs[i], 0, sizeof jobs[i]);
         jobs[i].key = keys[i];
         jobs[i].prompt = "Once upon a time";
-        jobs[i].sampling = wire_sampling_default();
-        jobs[i].sampling.max_tokens = 1;
+        jobs[i].params = job_params_default();
+        jobs[i].params.max_tokens = 1;
     }
     wire_msg m;
     wire_msg_init(&m, WIRE_T_SUBMIT);

@@ -69,7 +69,7 @@ static char *build_text(const char *dir, size_t *len)
 static int bench(const char *dir, const char *vocab, const char *text, size_t len)
 {
     char path[1024];
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     gguf_file *f = NULL;
     tok_vocab *v = NULL;
     snprintf(path, sizeof path, "%s/vocab/ggml-vocab-%s.gguf", dir, vocab);

@@ -2,6 +2,7 @@
 noinst_LIBRARIES += broker/libllmq_broker.a
 broker_libllmq_broker_a_SOURCES = \
 	broker/store.c broker/store.h broker/schema.sql.h \
+	broker/lpblob.c broker/lpblob.h \
 	broker/checkpointer.c broker/checkpointer.h \
 	broker/net.c broker/net.h \
 	broker/pool.c broker/pool.h \

@@ -147,7 +147,7 @@ int main(int argc, char **argv)
         return 1;
     }
     broker *b;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     const int rc = broker_open(&b, &cfg, &err) || broker_run(b, &err);
     if (rc)
         broker_log("fatal: %s", err.msg);

@@ -7,31 +7,13 @@
 
 #include "broker/broker_priv.h"
 #include "common/grow.h"
+#include "broker/lpblob.h"
 #include "common/utf8.h"
 
 /* Job ids all waits together may hold, so that waits cannot exhaust memory. */
 #define MAX_WAITED_IDS 10000000u
 
 /* ---- submit -------------------------------------------------------------------- */
-
-static store_params params_from_wire(const wire_sampling *s)
-{
-    return (store_params){
-        .max_tokens = (int32_t)s->max_tokens,
-        .temperature = s->temperature,
-        .top_k = s->top_k,
-        .top_p = s->top_p,
-        .min_p = s->min_p,
-        .repeat_penalty = s->repeat_penalty,
-        .repeat_last_n = s->repeat_last_n,
-        .presence_penalty = s->presence_penalty,
-        .frequency_penalty = s->frequency_penalty,
-        .seed = s->seed,
-        .ignore_eos = s->ignore_eos,
-        .stop = s->stop,
-        .n_stop = s->n_stop,
-    };
-}
 
 static store_job job_from_wire(const wire_job *j, const char *batch,
                                int64_t submit_id)
@@ -45,7 +27,7 @@ static store_job job_from_wire(const wire_job *j, const char *batch,
         .prompt = j->prompt,
         .prompt_ids = j->prompt ? NULL : j->tokens,
         .n_prompt_ids = j->prompt ? 0 : j->n_tokens,
-        .params = params_from_wire(&j->sampling),
+        .params = j->params,
     };
 }
 
@@ -411,6 +393,8 @@ static void result_from_outcome(const store_outcome *o, wire_result *r,
     r->text = o->res->text;
     r->tokens = o->res->token_ids;
     r->n_tokens = (uint32_t)o->res->n_token_ids;
+    r->logprobs = o->res->logprobs;
+    r->n_logprobs = o->res->n_logprobs;
     r->finish = wire_finish_from_name(o->res->finish_reason);
     r->prompt_tokens = (uint32_t)o->res->prompt_tokens;
     r->gen_tokens = (uint32_t)o->res->generated_tokens;
@@ -479,6 +463,10 @@ static int keep_outcome(void *ctx, const store_outcome *o, llmq_err *err)
         memcpy(tokens, r->tokens, r->n_tokens * sizeof *tokens);
     rs->oom |= r->n_tokens && !tokens;
     r->tokens = tokens;
+    wire_token_logprobs *lp = NULL;
+    if (r->logprobs && lpblob_dup(r->logprobs, r->n_logprobs, &lp, err) != 0)
+        rs->oom = true;
+    r->logprobs = lp;
     return rs->oom ? llmq_errf(err, "out of memory collecting results") : 0;
 }
 
@@ -492,6 +480,7 @@ static void result_set_free(result_set *rs)
         free((char *)r->error);
         free((char *)r->text);
         free((uint32_t *)r->tokens);
+        free((wire_token_logprobs *)r->logprobs);
     }
     free(rs->v);
 }

@@ -94,25 +94,6 @@ static void on_credit(broker *b, pool_worker *w, uint32_t n)
 
 /* ---- jobs out ---------------------------------------------------------------------- */
 
-static wire_sampling sampling_from_params(const store_params *p)
-{
-    wire_sampling s = wire_sampling_default();
-    s.max_tokens = (uint32_t)p->max_tokens;
-    s.temperature = (float)p->temperature;
-    s.top_k = p->top_k;
-    s.top_p = (float)p->top_p;
-    s.min_p = (float)p->min_p;
-    s.repeat_penalty = (float)p->repeat_penalty;
-    s.repeat_last_n = p->repeat_last_n;
-    s.presence_penalty = (float)p->presence_penalty;
-    s.frequency_penalty = (float)p->frequency_penalty;
-    s.seed = p->seed;
-    s.ignore_eos = p->ignore_eos;
-    s.stop = p->stop;
-    s.n_stop = (uint32_t)p->n_stop;
-    return s;
-}
-
 int on_worker_send_job(void *ctx, const store_job *job, llmq_err *err)
 {
     dispatch_ctx *d = ctx;
@@ -124,7 +105,7 @@ int on_worker_send_job(void *ctx, const store_job *job, llmq_err *err)
     m.job.tokens = job->prompt ? NULL : job->prompt_ids;
     m.job.n_tokens = job->prompt ? 0 : (uint32_t)job->n_prompt_ids;
     m.job.model = job->model;
-    m.job.sampling = sampling_from_params(&job->params);
+    m.job.params = job->params;
     d->w->last_sent = d->b->now;
     if (d->b->cfg.verbose)
         broker_log("job %" PRId64 " attempt %d -> worker %s", job->id,
@@ -155,7 +136,8 @@ static int on_result(broker *b, pool_worker *w, const wire_result *r,
                      llmq_err *err)
 {
     store_result sr = {.text = r->text, .token_ids = r->tokens,
-                       .n_token_ids = r->n_tokens,
+                       .n_token_ids = r->n_tokens, .logprobs = r->logprobs,
+                       .n_logprobs = r->n_logprobs,
                        .finish_reason = wire_finish_name(r->finish),
                        .prompt_tokens = (int32_t)r->prompt_tokens,
                        .generated_tokens = (int32_t)r->gen_tokens,

@@ -156,6 +156,12 @@ static const char *const store_migrations[] = {
     "  sum(busy_ms) AS busy_ms,"
     "  1000.0 * sum(generated_tokens) / nullif(sum(busy_ms), 0) AS gen_tok_s"
     " FROM v_worker_stats GROUP BY host, gpu_index;",
+
+    /* 2: log-probabilities: asked for per job, reported per result (the
+     * packed records of broker/lpblob.h). */
+    "ALTER TABLE jobs ADD COLUMN logprobs INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN top_logprobs INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE results ADD COLUMN logprobs BLOB;",
 };
 
 #endif

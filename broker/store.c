@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "broker/checkpointer.h"
+#include "broker/lpblob.h"
 #include "broker/schema.sql.h"
 #include "common/check.h"
 #include "common/grow.h"
@@ -18,6 +19,91 @@
 #define N_MIGRATIONS (sizeof store_migrations / sizeof store_migrations[0])
 _Static_assert(N_MIGRATIONS == STORE_SCHEMA_VERSION,
                "one migration per schema version");
+
+/* ---- rows ------------------------------------------------------------------
+ * The columns a statement binds or reads and the struct fields they come
+ * from or go to are listed once, as X(column, kind) lists: the SQL column
+ * lists, the named parameters (":column") and the descriptors (col) that
+ * bind_row / read_row walk are all expanded from them, so that no column is
+ * bound or read by a number written by hand.  Reads take the descriptor's
+ * columns first, in its order; a statement's other columns follow, numbered
+ * by an enum that starts at the descriptor's count. */
+
+typedef enum col_kind {
+    COL_I32, COL_I64, COL_U32, COL_U64, COL_F32, COL_F64, COL_BOOL, COL_TEXT
+} col_kind;
+
+typedef struct col {
+    const char *param; /* the parameter it binds (":name"); read-only rows: the column */
+    col_kind kind;
+    size_t off;        /* of the field in the row's struct */
+} col;
+
+#define SQL_NAME(name, ...) #name ", "
+#define SQL_PARAM(name, ...) ":" #name ", "
+#define COUNT_ONE(...) +1
+
+/* A job as submitted: store_job fields, then its job_params. */
+#define JOB_IN_ROW(X) X(client_key, TEXT) X(batch_id, TEXT) X(model, TEXT) X(priority, I32) \
+    X(prompt, TEXT)
+/* Read back besides those. */
+#define JOB_OUT_ROW(X) X(id, I64) X(submit_id, I64) X(attempts, I32) X(submitted_at, I64)
+
+#define JOB_COL(name, kind) {":" #name, COL_##kind, offsetof(store_job, name)},
+#define PARAM_COL(name, kind, ...) {":" #name, COL_##kind, offsetof(job_params, name)},
+static const col JOB_IN_COLS[] = {JOB_IN_ROW(JOB_COL)};
+static const col JOB_OUT_COLS[] = {JOB_OUT_ROW(JOB_COL)};
+static const col PARAM_COLS[] = {JOB_PARAMS(PARAM_COL)};
+enum { N_JOB_IN = 0 JOB_IN_ROW(COUNT_ONE), N_JOB_OUT = 0 JOB_OUT_ROW(COUNT_ONE),
+       N_PARAMS = 0 JOB_PARAMS(COUNT_ONE) };
+/* S_JOB_READ's columns after the three descriptors'. */
+enum { JR_PROMPT_IDS = N_JOB_IN + N_PARAMS + N_JOB_OUT, JR_STOP, JR_STATE };
+
+/* A worker's result: store_result's fields (token_ids apart). */
+#define RESULT_ROW(X) X(text, TEXT) X(finish_reason, TEXT) X(prompt_tokens, I32) \
+    X(generated_tokens, I32) X(prefill_ms, F64) X(decode_ms, F64)
+#define RESULT_COL(name, kind) {":" #name, COL_##kind, offsetof(store_result, name)},
+#define SQL_RESULT(name, kind) "r." #name ", "
+static const col RESULT_COLS[] = {RESULT_ROW(RESULT_COL)};
+enum { N_RESULT = 0 RESULT_ROW(COUNT_ONE) };
+
+/* Rows that are only read, from expressions: X(expression, field, kind). */
+#define EXPR_SQL(expr, field, kind) expr ", "
+#define OUTCOME_ROW(X) X("j.id", job_id, I64) X("j.client_key", client_key, TEXT)             \
+    X("j.batch_id", batch_id, TEXT) X("j.error", error, TEXT) X("j.attempts", attempts, I32) \
+    X("w.name", worker, TEXT) X("r.queue_wait_ms", queue_wait_ms, F64)                       \
+    X("r.prefill_tok_s", prefill_tok_s, F64) X("r.decode_tok_s", decode_tok_s, F64)          \
+    X("r.total_ms", total_ms, F64)
+#define OUTCOME_COL(expr, field, kind) {expr, COL_##kind, offsetof(store_outcome, field)},
+static const col OUTCOME_COLS[] = {OUTCOME_ROW(OUTCOME_COL)};
+enum { N_OUTCOME = 0 OUTCOME_ROW(COUNT_ONE) };
+enum { OC_STATE = N_OUTCOME + N_RESULT, OC_TOKEN_IDS, OC_LOGPROBS };
+
+#define BRIEF_ROW(X) X("j.id", id, I64) X("j.attempts", attempts, I32) X("w.name", worker, TEXT)
+#define BRIEF_COL(expr, field, kind) {expr, COL_##kind, offsetof(store_brief, field)},
+static const col BRIEF_COLS[] = {BRIEF_ROW(BRIEF_COL)};
+enum { N_BRIEF = 0 BRIEF_ROW(COUNT_ONE), BR_STATE = N_BRIEF };
+
+/* Where a job stands now (job_current). */
+typedef struct job_now {
+    store_state state;
+    int64_t worker_id;
+    int32_t attempt;
+    int32_t faults;
+} job_now;
+
+#define NOW_ROW(X) X("coalesce(worker_id, 0)", worker_id, I64) X("attempts", attempt, I32) \
+    X("faults", faults, I32)
+#define NOW_COL(expr, field, kind) {expr, COL_##kind, offsetof(job_now, field)},
+static const col NOW_COLS[] = {NOW_ROW(NOW_COL)};
+enum { N_NOW = 0 NOW_ROW(COUNT_ONE), JC_STATE = N_NOW };
+
+#define WORKER_ROW(X) X(name, TEXT) X(host, TEXT) X(pid, I64) X(gpu_name, TEXT) \
+    X(gpu_index, I32) X(gpu_uuid, TEXT) X(model, TEXT) X(engine, TEXT) X(slots, I32)
+#define WORKER_COL(name, kind) {":" #name, COL_##kind, offsetof(store_worker, name)},
+static const col WORKER_COLS[] = {WORKER_ROW(WORKER_COL)};
+
+#define N_COLS(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ---- prepared statements ------------------------------------------------- */
 
@@ -31,22 +117,12 @@ enum {
     S_COUNT
 };
 
-#define JOB_COLUMNS                                                           \
-    "id, client_key, batch_id, model, submit_id, priority, prompt,"           \
-    " prompt_ids, max_tokens, temperature, top_k, top_p, min_p,"              \
-    " repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty,"    \
-    " seed, ignore_eos, stop, state, attempts, submitted_at"
-
-#define OUTCOME_COLUMNS                                                       \
-    "j.id, j.client_key, j.batch_id, j.state, j.error, j.attempts, w.name,"   \
-    " r.text, r.token_ids, r.finish_reason, r.prompt_tokens,"                 \
-    " r.generated_tokens, r.prefill_ms, r.decode_ms, r.queue_wait_ms,"        \
-    " r.prefill_tok_s, r.decode_tok_s, r.total_ms"                            \
+#define OUTCOME_FROM                                                          \
     " FROM jobs j LEFT JOIN results r ON r.job_id = j.id"                     \
     " LEFT JOIN workers w ON w.id = j.worker_id"
 
-#define BRIEF_COLUMNS                                                         \
-    "j.id, j.state, j.attempts, w.name FROM jobs j"                           \
+#define BRIEF_SELECT                                                          \
+    "SELECT " BRIEF_ROW(EXPR_SQL) "j.state FROM jobs j"                       \
     " LEFT JOIN workers w ON w.id = j.worker_id"
 
 static const char *const stmt_sql[S_COUNT] = {
@@ -57,69 +133,94 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_MARK_RELEASE] = "RELEASE msg",
     [S_MARK_UNDO] = "ROLLBACK TO msg",
     [S_SUBMIT_META] = "INSERT INTO submits (batch_id, meta, received_at)"
-                      " VALUES (?1, ?2, ?3)",
-    [S_FIND_KEY] = "SELECT id FROM jobs WHERE client_key = ?1",
+                      " VALUES (:batch_id, :meta, :now)",
+    [S_FIND_KEY] = "SELECT id FROM jobs WHERE client_key = :client_key",
     [S_INSERT_JOB] =
-        "INSERT INTO jobs (client_key, batch_id, model, submit_id, priority,"
-        " prompt, prompt_ids, max_tokens, temperature, top_k, top_p, min_p,"
-        " repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty,"
-        " seed, ignore_eos, stop, submitted_at) VALUES"
-        " (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,"
-        " ?16, ?17, ?18, ?19, ?20)",
+        "INSERT INTO jobs (" JOB_IN_ROW(SQL_NAME) JOB_PARAMS(SQL_NAME)
+        "submit_id, prompt_ids, stop, submitted_at) VALUES ("
+        JOB_IN_ROW(SQL_PARAM) JOB_PARAMS(SQL_PARAM)
+        ":submit_id, :prompt_ids, :stop, :now)",
     [S_QUEUE_HEAD] = "SELECT id FROM jobs WHERE state = 'queued'"
-                     " AND (model IS NULL OR ?2 IS NULL OR model = ?2)"
-                     " ORDER BY priority DESC, id LIMIT ?1",
+                     " AND (model IS NULL OR :model IS NULL OR model = :model)"
+                     " ORDER BY priority DESC, id LIMIT :max",
     [S_CLAIM] = "UPDATE jobs SET state = 'running', attempts = attempts + 1,"
-                " worker_id = ?2, started_at = ?3 WHERE id = ?1"
+                " worker_id = :worker_id, started_at = :now WHERE id = :job_id"
                 " RETURNING attempts",
     [S_ATTEMPT_START] = "INSERT INTO attempts (job_id, attempt, worker_id,"
-                        " started_at) VALUES (?1, ?2, ?3, ?4)",
-    [S_JOB_READ] = "SELECT " JOB_COLUMNS " FROM jobs WHERE id = ?1",
-    [S_JSON_EACH] = "SELECT value FROM json_each(?1)",
-    [S_DONE] = "UPDATE jobs SET state = 'done', finished_at = ?4"
-               " WHERE id = ?1 AND state = 'running' AND worker_id = ?2"
-               " AND (?3 <= 0 OR attempts = ?3)"
-               " RETURNING attempts, submitted_at, started_at",
+                        " started_at) VALUES (:job_id, :attempt, :worker_id, :now)",
+    [S_JOB_READ] = "SELECT " JOB_IN_ROW(SQL_NAME) JOB_PARAMS(SQL_NAME)
+                   JOB_OUT_ROW(SQL_NAME) "prompt_ids, stop, state"
+                   " FROM jobs WHERE id = :job_id",
+    [S_JSON_EACH] = "SELECT value FROM json_each(:json)",
+    [S_DONE] = "UPDATE jobs SET state = 'done', finished_at = :now"
+               " WHERE id = :job_id AND state = 'running' AND worker_id = :worker_id"
+               " AND (:attempt <= 0 OR attempts = :attempt)"
+               " RETURNING attempts",
+    /* The derived columns are computed here, from the job's row (done by
+     * S_DONE a moment before), so that every reader gets one definition. */
     [S_INSERT_RESULT] =
-        "INSERT INTO results (job_id, text, token_ids, finish_reason,"
-        " prompt_tokens, generated_tokens, queue_wait_ms, prefill_ms,"
-        " prefill_tok_s, decode_ms, decode_tok_s, total_ms, worker_id,"
-        " attempt, created_at) VALUES"
-        " (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-    [S_ATTEMPT_END] = "UPDATE attempts SET ended_at = ?3, outcome = ?4,"
-                      " reason = ?5 WHERE job_id = ?1 AND attempt = ?2",
+        "INSERT INTO results (job_id, " RESULT_ROW(SQL_NAME) "token_ids, logprobs,"
+        " queue_wait_ms, prefill_tok_s, decode_tok_s, total_ms, worker_id,"
+        " attempt, created_at) SELECT id, coalesce(:text, ''), :finish_reason,"
+        " :prompt_tokens, :generated_tokens, :prefill_ms, :decode_ms, :token_ids, :logprobs,"
+        " started_at - submitted_at,"
+        " CASE WHEN :prefill_ms > 0 THEN 1000.0 * :prompt_tokens / :prefill_ms END,"
+        " CASE WHEN :decode_ms > 0 THEN 1000.0 * :generated_tokens / :decode_ms END,"
+        " :now - submitted_at, worker_id, attempts, :now FROM jobs WHERE id = :job_id",
+    [S_ATTEMPT_END] = "UPDATE attempts SET ended_at = :now, outcome = :outcome,"
+                      " reason = :reason WHERE job_id = :job_id AND attempt = :attempt",
     [S_WORKER_CREDIT] = "UPDATE workers SET jobs_done = jobs_done + 1,"
-                        " tokens_done = tokens_done + ?2, last_seen = ?3"
-                        " WHERE id = ?1",
-    [S_JOB_CURRENT] = "SELECT state, coalesce(worker_id, 0), attempts, faults"
-                      " FROM jobs WHERE id = ?1",
+                        " tokens_done = tokens_done + :tokens, last_seen = :now"
+                        " WHERE id = :worker_id",
+    [S_JOB_CURRENT] = "SELECT " NOW_ROW(EXPR_SQL) "state FROM jobs WHERE id = :job_id",
     [S_REQUEUE] = "UPDATE jobs SET state = 'queued', worker_id = NULL,"
-                  " faults = faults + ?2 WHERE id = ?1",
+                  " faults = faults + :faults WHERE id = :job_id",
     /* The reasons of every faulted attempt, oldest first, become the error. */
     [S_FAIL] = "UPDATE jobs SET state = 'failed', faults = faults + 1,"
-               " finished_at = ?2, error = (SELECT group_concat(line, '; ')"
+               " finished_at = :now, error = (SELECT group_concat(line, '; ')"
                " FROM (SELECT 'attempt ' || attempt || ' on worker '"
                " || worker_id || ': ' || outcome || ': ' || coalesce(reason, '')"
-               " AS line FROM attempts WHERE job_id = ?1"
+               " AS line FROM attempts WHERE job_id = :job_id"
                " AND outcome IN ('lost', 'failed') ORDER BY attempt))"
-               " WHERE id = ?1",
-    [S_CANCEL] = "UPDATE jobs SET state = 'cancelled', finished_at = ?2,"
-                 " error = 'cancelled by a client' WHERE id = ?1",
+               " WHERE id = :job_id",
+    [S_CANCEL] = "UPDATE jobs SET state = 'cancelled', finished_at = :now,"
+                 " error = 'cancelled by a client' WHERE id = :job_id",
     [S_RUNNING_ON] = "SELECT id FROM jobs WHERE state = 'running'"
-                     " AND worker_id = ?1 ORDER BY id",
-    [S_OUTCOME] = "SELECT " OUTCOME_COLUMNS " WHERE j.id = ?1",
-    [S_BRIEF] = "SELECT " BRIEF_COLUMNS " WHERE j.id = ?1",
-    [S_BATCH_BRIEFS] = "SELECT " BRIEF_COLUMNS " WHERE j.batch_id = ?1"
-                       " ORDER BY j.id",
+                     " AND worker_id = :worker_id ORDER BY id",
+    [S_OUTCOME] = "SELECT " OUTCOME_ROW(EXPR_SQL) RESULT_ROW(SQL_RESULT)
+                  "j.state, r.token_ids, r.logprobs" OUTCOME_FROM " WHERE j.id = :job_id",
+    [S_BRIEF] = BRIEF_SELECT " WHERE j.id = :job_id",
+    [S_BATCH_BRIEFS] = BRIEF_SELECT " WHERE j.batch_id = :batch_id ORDER BY j.id",
     [S_WORKER_ADD] =
-        "INSERT INTO workers (name, host, pid, gpu_name, gpu_index, gpu_uuid,"
-        " model, engine, slots, first_seen, last_seen) VALUES"
-        " (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10) RETURNING id",
-    [S_WORKER_SET] = "UPDATE workers SET state = ?2, last_seen = ?3"
-                     " WHERE id = ?1",
-    [S_MODEL_SEEN] = "SELECT 1 FROM workers WHERE model = ?1"
-                     " AND last_seen >= ?2 LIMIT 1",
+        "INSERT INTO workers (" WORKER_ROW(SQL_NAME) "first_seen, last_seen) VALUES ("
+        WORKER_ROW(SQL_PARAM) ":now, :now) RETURNING id",
+    [S_WORKER_SET] = "UPDATE workers SET state = :state, last_seen = :now"
+                     " WHERE id = :worker_id",
+    [S_MODEL_SEEN] = "SELECT 1 FROM workers WHERE model = :model"
+                     " AND last_seen >= :since LIMIT 1",
 };
+
+/* The rows bound from a descriptor, each into one statement.  Their
+ * parameters' indexes are looked up once, when the statements are prepared,
+ * where a descriptor naming a parameter its statement lacks fails
+ * store_open. */
+typedef enum row_bind { RB_JOB, RB_JOB_PARAMS, RB_RESULT, RB_WORKER, RB_COUNT } row_bind;
+
+static const struct {
+    int stmt;
+    const col *cols;
+    size_t n;
+} ROW_BINDS[RB_COUNT] = {
+    [RB_JOB] = {S_INSERT_JOB, JOB_IN_COLS, N_COLS(JOB_IN_COLS)},
+    [RB_JOB_PARAMS] = {S_INSERT_JOB, PARAM_COLS, N_COLS(PARAM_COLS)},
+    [RB_RESULT] = {S_INSERT_RESULT, RESULT_COLS, N_COLS(RESULT_COLS)},
+    [RB_WORKER] = {S_WORKER_ADD, WORKER_COLS, N_COLS(WORKER_COLS)},
+};
+
+#define MAX_ROW_COLS 16
+_Static_assert(N_JOB_IN <= MAX_ROW_COLS && N_PARAMS <= MAX_ROW_COLS &&
+                   N_RESULT <= MAX_ROW_COLS && N_COLS(WORKER_COLS) <= MAX_ROW_COLS,
+               "a row descriptor outgrew MAX_ROW_COLS");
 
 /* WAL pages after which a checkpoint is asked for (SQLite's default). */
 #define CHECKPOINT_PAGES 1000
@@ -135,7 +236,9 @@ struct store {
     int64_t count[STORE_N_STATES];
     int64_t count_at_begin[STORE_N_STATES], count_at_mark[STORE_N_STATES];
     json_buf json_a, json_b; /* scratch for JSON columns being bound */
+    const char *unbound; /* a parameter name a bind did not find (a bug) */
     sqlite3_stmt *stmt[S_COUNT];
+    int row_param[RB_COUNT][MAX_ROW_COLS]; /* ROW_BINDS' parameter indexes */
 };
 
 static const char *const state_names[STORE_N_STATES] = {
@@ -175,9 +278,20 @@ static sqlite3_stmt *stmt_get(store *st, int which)
     return s;
 }
 
+/* A bind to a name its statement lacks (a bug) fails the next step. */
+static int unbound_fail(store *st, llmq_err *err)
+{
+    const char *name = st->unbound;
+    st->unbound = NULL;
+    return llmq_errf(err, "sqlite: parameter %s is not in the statement it was bound to",
+                     name);
+}
+
 /* Runs a statement that returns no row we want. */
 static int stmt_run(store *st, sqlite3_stmt *s, llmq_err *err)
 {
+    if (st->unbound)
+        return unbound_fail(st, err);
     int rc = sqlite3_step(s);
     while (rc == SQLITE_ROW)
         rc = sqlite3_step(s);
@@ -189,6 +303,9 @@ static int stmt_run(store *st, sqlite3_stmt *s, llmq_err *err)
 
 static int step_row(store *st, sqlite3_stmt *s, bool *has_row, llmq_err *err)
 {
+    *has_row = false;
+    if (st->unbound)
+        return unbound_fail(st, err);
     int rc = sqlite3_step(s);
     *has_row = rc == SQLITE_ROW;
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
@@ -197,17 +314,87 @@ static int step_row(store *st, sqlite3_stmt *s, bool *has_row, llmq_err *err)
     return 0;
 }
 
-static void bind_text(sqlite3_stmt *s, int i, const char *text)
+/* ---- binding and reading by name ------------------------------------------ */
+
+static int param_index(store *st, sqlite3_stmt *s, const char *name)
 {
-    if (text)
-        sqlite3_bind_text(s, i, text, -1, SQLITE_STATIC);
-    else
-        sqlite3_bind_null(s, i);
+    int i = sqlite3_bind_parameter_index(s, name);
+    if (i == 0 && !st->unbound)
+        st->unbound = name;
+    return i;
+}
+
+/* SQLite integers are signed: a u64 (a seed above INT64_MAX) is stored as
+ * its two's complement and read back unchanged. */
+static void bind_at(sqlite3_stmt *s, int i, col_kind k, const void *p)
+{
+    switch (k) {
+    case COL_I32: sqlite3_bind_int(s, i, *(const int32_t *)p); return;
+    case COL_I64: sqlite3_bind_int64(s, i, *(const int64_t *)p); return;
+    case COL_U32: sqlite3_bind_int64(s, i, *(const uint32_t *)p); return;
+    case COL_U64: sqlite3_bind_int64(s, i, (int64_t)*(const uint64_t *)p); return;
+    case COL_F32: sqlite3_bind_double(s, i, *(const float *)p); return;
+    case COL_F64: sqlite3_bind_double(s, i, *(const double *)p); return;
+    case COL_BOOL: sqlite3_bind_int(s, i, *(const bool *)p); return;
+    case COL_TEXT: {
+        const char *text = *(const char *const *)p;
+        if (text)
+            sqlite3_bind_text(s, i, text, -1, SQLITE_STATIC);
+        else
+            sqlite3_bind_null(s, i);
+        return;
+    }
+    }
+}
+
+static void bind_value(store *st, sqlite3_stmt *s, const char *name, col_kind k,
+                       const void *p)
+{
+    bind_at(s, param_index(st, s, name), k, p);
+}
+
+static void bind_i64(store *st, sqlite3_stmt *s, const char *name, int64_t v)
+{
+    bind_value(st, s, name, COL_I64, &v);
+}
+
+static void bind_str(store *st, sqlite3_stmt *s, const char *name, const char *text)
+{
+    bind_value(st, s, name, COL_TEXT, &text);
+}
+
+/* Binds row rb's parameters (into its statement s) from obj. */
+static void bind_row(store *st, sqlite3_stmt *s, row_bind rb, const void *obj)
+{
+    const col *c = ROW_BINDS[rb].cols;
+    for (size_t i = 0; i < ROW_BINDS[rb].n; i++)
+        bind_at(s, st->row_param[rb][i], c[i].kind, (const char *)obj + c[i].off);
 }
 
 static const char *col_text(sqlite3_stmt *s, int i)
 {
     return (const char *)sqlite3_column_text(s, i);
+}
+
+static void read_value(sqlite3_stmt *s, int i, col_kind k, void *p)
+{
+    switch (k) {
+    case COL_I32: *(int32_t *)p = sqlite3_column_int(s, i); return;
+    case COL_I64: *(int64_t *)p = sqlite3_column_int64(s, i); return;
+    case COL_U32: *(uint32_t *)p = (uint32_t)sqlite3_column_int64(s, i); return;
+    case COL_U64: *(uint64_t *)p = (uint64_t)sqlite3_column_int64(s, i); return;
+    case COL_F32: *(float *)p = (float)sqlite3_column_double(s, i); return;
+    case COL_F64: *(double *)p = sqlite3_column_double(s, i); return;
+    case COL_BOOL: *(bool *)p = sqlite3_column_int(s, i) != 0; return;
+    case COL_TEXT: *(const char **)p = col_text(s, i); return;
+    }
+}
+
+/* Reads the row's columns first, first + 1, ... into obj, per c. */
+static void read_row(sqlite3_stmt *s, int first, const col *c, size_t n, void *obj)
+{
+    for (size_t i = 0; i < n; i++)
+        read_value(s, first + (int)i, c[i].kind, (char *)obj + c[i].off);
 }
 
 /* ---- JSON arrays in TEXT columns ------------------------------------------
@@ -259,7 +446,7 @@ static void strlist_free(strlist *l)
 static sqlite3_stmt *json_each_stmt(store *st, const char *json)
 {
     sqlite3_stmt *s = stmt_get(st, S_JSON_EACH);
-    bind_text(s, 1, json);
+    bind_str(st, s, ":json", json);
     return s;
 }
 
@@ -401,13 +588,25 @@ static int migrate(store *st, llmq_err *err)
     return 0;
 }
 
+static int resolve_row_params(store *st, llmq_err *err)
+{
+    for (int rb = 0; rb < RB_COUNT; rb++)
+        for (size_t i = 0; i < ROW_BINDS[rb].n; i++) {
+            sqlite3_stmt *s = st->stmt[ROW_BINDS[rb].stmt];
+            const char *name = ROW_BINDS[rb].cols[i].param;
+            if (!(st->row_param[rb][i] = sqlite3_bind_parameter_index(s, name)))
+                return llmq_errf(err, "sqlite: %s: no parameter %s", sqlite3_sql(s), name);
+        }
+    return 0;
+}
+
 static int prepare_all(store *st, llmq_err *err)
 {
     for (int i = 0; i < S_COUNT; i++)
         if (sqlite3_prepare_v3(st->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
                                &st->stmt[i], NULL) != SQLITE_OK)
             return db_fail(st, err, stmt_sql[i]);
-    return 0;
+    return resolve_row_params(st, err);
 }
 
 /* A previous broker's running jobs and live workers: it is gone, so are its
@@ -642,9 +841,9 @@ int store_submit_meta(store *st, const char *batch_id, const char *meta,
                       int64_t now_ms, int64_t *submit_id, llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_SUBMIT_META);
-    bind_text(s, 1, batch_id);
-    bind_text(s, 2, meta);
-    sqlite3_bind_int64(s, 3, now_ms);
+    bind_str(st, s, ":batch_id", batch_id);
+    bind_str(st, s, ":meta", meta);
+    bind_i64(st, s, ":now", now_ms);
     if (stmt_run(st, s, err))
         return -1;
     *submit_id = sqlite3_last_insert_rowid(st->db);
@@ -655,7 +854,7 @@ static int find_key(store *st, const store_job *job, int64_t *id, bool *found,
                     llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_FIND_KEY);
-    bind_text(s, 1, job->client_key);
+    bind_str(st, s, ":client_key", job->client_key);
     if (step_row(st, s, found, err))
         return -1;
     if (*found)
@@ -675,40 +874,21 @@ static int encode_json_columns(store *st, const store_job *job, llmq_err *err)
     return 0;
 }
 
-static void bind_params(sqlite3_stmt *s, const store_params *p)
-{
-    sqlite3_bind_int(s, 8, p->max_tokens);
-    sqlite3_bind_double(s, 9, p->temperature);
-    sqlite3_bind_int(s, 10, p->top_k);
-    sqlite3_bind_double(s, 11, p->top_p);
-    sqlite3_bind_double(s, 12, p->min_p);
-    sqlite3_bind_double(s, 13, p->repeat_penalty);
-    sqlite3_bind_int(s, 14, p->repeat_last_n);
-    sqlite3_bind_double(s, 15, p->presence_penalty);
-    sqlite3_bind_double(s, 16, p->frequency_penalty);
-    /* SQLite integers are signed: a seed above INT64_MAX is stored as its
-     * two's complement and read back unchanged. */
-    sqlite3_bind_int64(s, 17, (int64_t)p->seed);
-    sqlite3_bind_int(s, 18, p->ignore_eos);
-}
-
 static int insert_job(store *st, const store_job *job, int64_t now,
                       int64_t *id, llmq_err *err)
 {
     if (encode_json_columns(st, job, err))
         return -1;
     sqlite3_stmt *s = stmt_get(st, S_INSERT_JOB);
-    bind_text(s, 1, job->client_key);
-    bind_text(s, 2, job->batch_id);
-    bind_text(s, 3, job->model);
+    bind_row(st, s, RB_JOB, job);
+    bind_row(st, s, RB_JOB_PARAMS, &job->params);
     if (job->submit_id > 0)
-        sqlite3_bind_int64(s, 4, job->submit_id);
-    sqlite3_bind_int(s, 5, job->priority);
-    bind_text(s, 6, job->prompt);
-    bind_text(s, 7, job->prompt ? NULL : st->json_a.p);
-    bind_params(s, &job->params);
-    bind_text(s, 19, job->params.n_stop ? st->json_b.p : NULL);
-    sqlite3_bind_int64(s, 20, now);
+        bind_i64(st, s, ":submit_id", job->submit_id);
+    else
+        bind_str(st, s, ":submit_id", NULL);
+    bind_str(st, s, ":prompt_ids", job->prompt ? NULL : st->json_a.p);
+    bind_str(st, s, ":stop", job->params.n_stop ? st->json_b.p : NULL);
+    bind_i64(st, s, ":now", now);
     if (stmt_run(st, s, err))
         return -1;
     *id = sqlite3_last_insert_rowid(st->db);
@@ -737,61 +917,45 @@ int store_submit(store *st, const store_job *job, int64_t max_queued,
 
 /* ---- claim ----------------------------------------------------------------- */
 
-static void params_from_row(sqlite3_stmt *s, store_params *p)
-{
-    p->max_tokens = sqlite3_column_int(s, 8);
-    p->temperature = sqlite3_column_double(s, 9);
-    p->top_k = sqlite3_column_int(s, 10);
-    p->top_p = sqlite3_column_double(s, 11);
-    p->min_p = sqlite3_column_double(s, 12);
-    p->repeat_penalty = sqlite3_column_double(s, 13);
-    p->repeat_last_n = sqlite3_column_int(s, 14);
-    p->presence_penalty = sqlite3_column_double(s, 15);
-    p->frequency_penalty = sqlite3_column_double(s, 16);
-    p->seed = (uint64_t)sqlite3_column_int64(s, 17);
-    p->ignore_eos = sqlite3_column_int(s, 18) != 0;
-}
-
 /* Fills job from a S_JOB_READ row; *ids and *stop own the arrays. */
 static int job_from_row(store *st, sqlite3_stmt *s, store_job *job,
                         uint32_t **ids, strlist *stop, llmq_err *err)
 {
     memset(job, 0, sizeof *job);
-    job->id = sqlite3_column_int64(s, 0);
-    job->client_key = col_text(s, 1);
-    job->batch_id = col_text(s, 2);
-    job->model = col_text(s, 3);
-    job->submit_id = sqlite3_column_int64(s, 4);
-    job->priority = sqlite3_column_int(s, 5);
-    job->prompt = col_text(s, 6);
-    store_params *p = &job->params;
-    params_from_row(s, p);
-    if (state_parse(sqlite3_column_text(s, 20), &job->state))
+    job_params *p = &job->params;
+    read_row(s, 0, JOB_IN_COLS, N_COLS(JOB_IN_COLS), job);
+    read_row(s, N_JOB_IN, PARAM_COLS, N_COLS(PARAM_COLS), p);
+    read_row(s, N_JOB_IN + N_PARAMS, JOB_OUT_COLS, N_COLS(JOB_OUT_COLS), job);
+    if (state_parse(sqlite3_column_text(s, JR_STATE), &job->state))
         return llmq_errf(err, "job %" PRId64 ": unknown state '%s'", job->id,
-                         col_text(s, 20));
-    job->attempts = sqlite3_column_int(s, 21);
-    job->submitted_at = sqlite3_column_int64(s, 22);
+                         col_text(s, JR_STATE));
     /* json_each runs on another statement: s keeps its row meanwhile. */
-    if (json_read_ids(st, col_text(s, 7), ids, &job->n_prompt_ids, err))
+    if (json_read_ids(st, col_text(s, JR_PROMPT_IDS), ids, &job->n_prompt_ids, err))
         return -1;
     job->prompt_ids = *ids;
-    if (json_read_strings(st, col_text(s, 19), stop, err))
+    if (json_read_strings(st, col_text(s, JR_STOP), stop, err))
         return -1;
     p->stop = (const char *const *)stop->v;
-    p->n_stop = stop->n;
+    p->n_stop = (uint32_t)stop->n;
     return 0;
+}
+
+/* Steps a statement of a claim, which must yield the job's row. */
+static int claimed_row(store *st, sqlite3_stmt *s, int64_t id, llmq_err *err)
+{
+    bool row;
+    if (step_row(st, s, &row, err))
+        return -1;
+    return row ? 0 : llmq_errf(err, "job %" PRId64 " vanished while claimed", id);
 }
 
 static int emit_job(store *st, int64_t id, store_job_fn fn, void *ctx,
                     llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_JOB_READ);
-    sqlite3_bind_int64(s, 1, id);
-    bool row;
-    if (step_row(st, s, &row, err))
+    bind_i64(st, s, ":job_id", id);
+    if (claimed_row(st, s, id, err))
         return -1;
-    if (!row)
-        return llmq_errf(err, "job %" PRId64 " vanished while claimed", id);
     store_job job;
     uint32_t *ids = NULL;
     strlist stop = {0};
@@ -807,22 +971,19 @@ static int claim_one(store *st, int64_t id, int64_t worker_id, int64_t now,
                      llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_CLAIM);
-    sqlite3_bind_int64(s, 1, id);
-    sqlite3_bind_int64(s, 2, worker_id);
-    sqlite3_bind_int64(s, 3, now);
-    bool row;
-    if (step_row(st, s, &row, err))
+    bind_i64(st, s, ":job_id", id);
+    bind_i64(st, s, ":worker_id", worker_id);
+    bind_i64(st, s, ":now", now);
+    if (claimed_row(st, s, id, err))
         return -1;
-    if (!row)
-        return llmq_errf(err, "job %" PRId64 " vanished while claimed", id);
     int64_t attempt = sqlite3_column_int64(s, 0);
     if (finish(st, s, err))
         return -1;
     s = stmt_get(st, S_ATTEMPT_START);
-    sqlite3_bind_int64(s, 1, id);
-    sqlite3_bind_int64(s, 2, attempt);
-    sqlite3_bind_int64(s, 3, worker_id);
-    sqlite3_bind_int64(s, 4, now);
+    bind_i64(st, s, ":job_id", id);
+    bind_i64(st, s, ":attempt", attempt);
+    bind_i64(st, s, ":worker_id", worker_id);
+    bind_i64(st, s, ":now", now);
     if (stmt_run(st, s, err))
         return -1;
     count_move(st, STORE_QUEUED, STORE_RUNNING);
@@ -834,8 +995,8 @@ static int queue_head(store *st, const char *model, int max, int64_t *ids,
                       int *n, llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_QUEUE_HEAD);
-    sqlite3_bind_int(s, 1, max);
-    bind_text(s, 2, model);
+    bind_i64(st, s, ":max", max);
+    bind_str(st, s, ":model", model);
     *n = 0;
     for (;;) {
         bool row;
@@ -875,28 +1036,19 @@ int store_claim(store *st, int64_t worker_id, const char *model, int max,
 
 /* ---- ends of attempts ------------------------------------------------------ */
 
-typedef struct job_now {
-    store_state state;
-    int64_t worker_id;
-    int32_t attempt;
-    int32_t faults;
-} job_now;
-
 static int job_current(store *st, int64_t id, job_now *cur, bool *found,
                        llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_JOB_CURRENT);
-    sqlite3_bind_int64(s, 1, id);
+    bind_i64(st, s, ":job_id", id);
     if (step_row(st, s, found, err))
         return -1;
     if (!*found)
         return 0;
-    if (state_parse(sqlite3_column_text(s, 0), &cur->state))
+    if (state_parse(sqlite3_column_text(s, JC_STATE), &cur->state))
         return llmq_errf(err, "job %" PRId64 ": unknown state '%s'", id,
-                         col_text(s, 0));
-    cur->worker_id = sqlite3_column_int64(s, 1);
-    cur->attempt = sqlite3_column_int(s, 2);
-    cur->faults = sqlite3_column_int(s, 3);
+                         col_text(s, JC_STATE));
+    read_row(s, 0, NOW_COLS, N_COLS(NOW_COLS), cur);
     return 0;
 }
 
@@ -922,22 +1074,22 @@ static int attempt_end(store *st, int64_t id, int32_t attempt, int64_t now,
                        const char *outcome, const char *reason, llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_ATTEMPT_END);
-    sqlite3_bind_int64(s, 1, id);
-    sqlite3_bind_int(s, 2, attempt);
-    sqlite3_bind_int64(s, 3, now);
-    bind_text(s, 4, outcome);
-    bind_text(s, 5, reason);
+    bind_i64(st, s, ":job_id", id);
+    bind_i64(st, s, ":attempt", attempt);
+    bind_i64(st, s, ":now", now);
+    bind_str(st, s, ":outcome", outcome);
+    bind_str(st, s, ":reason", reason);
     return stmt_run(st, s, err);
 }
 
-/* A running job leaves for `to` through statement `which` (?1 the job,
- * ?2 its argument: the faults to add for S_REQUEUE, the time for S_FAIL). */
-static int leave_running(store *st, int which, int64_t id, int64_t arg,
-                         store_state to, llmq_err *err)
+/* A running job leaves for `to` through statement `which`, given its
+ * argument: :faults to add for S_REQUEUE, the time :now for S_FAIL. */
+static int leave_running(store *st, int which, int64_t id, const char *name,
+                         int64_t arg, store_state to, llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, which);
-    sqlite3_bind_int64(s, 1, id);
-    sqlite3_bind_int64(s, 2, arg);
+    bind_i64(st, s, ":job_id", id);
+    bind_i64(st, s, name, arg);
     if (stmt_run(st, s, err))
         return -1;
     count_move(st, STORE_RUNNING, to);
@@ -958,8 +1110,8 @@ static int fault_job(store *st, int64_t id, int64_t worker_id, int32_t attempt,
     if (attempt_end(st, id, cur.attempt, now, outcome, reason, err))
         return -1;
     *failed = permanent || cur.faults + 1 >= st->opts.max_attempts;
-    return *failed ? leave_running(st, S_FAIL, id, now, STORE_FAILED, err)
-                   : leave_running(st, S_REQUEUE, id, 1, STORE_QUEUED, err);
+    return *failed ? leave_running(st, S_FAIL, id, ":now", now, STORE_FAILED, err)
+                   : leave_running(st, S_REQUEUE, id, ":faults", 1, STORE_QUEUED, err);
 }
 
 int store_fault(store *st, int64_t job_id, int64_t worker_id, int32_t attempt,
@@ -981,7 +1133,7 @@ int store_hand_back(store *st, int64_t job_id, int64_t worker_id,
         return 0;
     if (attempt_end(st, job_id, cur.attempt, now_ms, "returned", reason, err))
         return -1;
-    return leave_running(st, S_REQUEUE, job_id, 0, STORE_QUEUED, err);
+    return leave_running(st, S_REQUEUE, job_id, ":faults", 0, STORE_QUEUED, err);
 }
 
 int store_cancel(store *st, int64_t job_id, int64_t now_ms, store_change *out,
@@ -1008,8 +1160,8 @@ int store_cancel(store *st, int64_t job_id, int64_t now_ms, store_change *out,
             return -1;
     }
     sqlite3_stmt *s = stmt_get(st, S_CANCEL);
-    sqlite3_bind_int64(s, 1, job_id);
-    sqlite3_bind_int64(s, 2, now_ms);
+    bind_i64(st, s, ":job_id", job_id);
+    bind_i64(st, s, ":now", now_ms);
     if (stmt_run(st, s, err))
         return -1;
     count_move(st, cur.state, STORE_CANCELLED);
@@ -1020,7 +1172,7 @@ static int running_on(store *st, int64_t worker_id, int64_t **ids, size_t *n,
                       llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_RUNNING_ON);
-    sqlite3_bind_int64(s, 1, worker_id);
+    bind_i64(st, s, ":worker_id", worker_id);
     size_t cap = 0;
     *ids = NULL;
     *n = 0;
@@ -1044,111 +1196,118 @@ static int running_on(store *st, int64_t worker_id, int64_t **ids, size_t *n,
     return -1;
 }
 
-int store_hand_back_worker(store *st, int64_t worker_id, const char *reason,
-                           int64_t now_ms, llmq_err *err)
+/* What ends for every job running on a worker, and how. */
+typedef struct worker_end {
+    int64_t worker_id;
+    const char *reason;
+    int64_t now;
+    store_id_fn failed_fn; /* store_fault_worker: called for each job failed for good */
+    void *ctx;
+} worker_end;
+
+typedef int (*end_fn)(store *st, int64_t job_id, const worker_end *w, llmq_err *err);
+
+static int hand_back_one(store *st, int64_t job_id, const worker_end *w, llmq_err *err)
+{
+    store_change ch;
+    return store_hand_back(st, job_id, w->worker_id, 0, w->reason, w->now, &ch, err);
+}
+
+static int lose_one(store *st, int64_t job_id, const worker_end *w, llmq_err *err)
+{
+    store_change ch;
+    bool failed;
+    if (fault_job(st, job_id, w->worker_id, 0, "lost", w->reason, false, w->now, &ch,
+                  &failed, err))
+        return -1;
+    return failed && w->failed_fn ? w->failed_fn(w->ctx, job_id, err) : 0;
+}
+
+static int end_running(store *st, const worker_end *w, end_fn fn, llmq_err *err)
 {
     int64_t *ids;
     size_t n;
-    if (running_on(st, worker_id, &ids, &n, err))
+    if (running_on(st, w->worker_id, &ids, &n, err))
         return -1;
     int rc = 0;
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        store_change ch;
-        rc = store_hand_back(st, ids[i], worker_id, 0, reason, now_ms, &ch,
-                             err);
-    }
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = fn(st, ids[i], w, err);
     free(ids);
     return rc;
+}
+
+int store_hand_back_worker(store *st, int64_t worker_id, const char *reason,
+                           int64_t now_ms, llmq_err *err)
+{
+    const worker_end w = {.worker_id = worker_id, .reason = reason, .now = now_ms};
+    return end_running(st, &w, hand_back_one, err);
 }
 
 int store_fault_worker(store *st, int64_t worker_id, const char *reason,
                        int64_t now_ms, store_id_fn failed_fn, void *ctx,
                        llmq_err *err)
 {
-    int64_t *ids;
-    size_t n;
-    if (running_on(st, worker_id, &ids, &n, err))
-        return -1;
-    int rc = 0;
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        store_change ch;
-        bool failed;
-        rc = fault_job(st, ids[i], worker_id, 0, "lost", reason, false, now_ms,
-                       &ch, &failed, err);
-        if (rc == 0 && failed && failed_fn)
-            rc = failed_fn(ctx, ids[i], err);
-    }
-    free(ids);
-    return rc;
+    const worker_end w = {.worker_id = worker_id, .reason = reason, .now = now_ms,
+                          .failed_fn = failed_fn, .ctx = ctx};
+    return end_running(st, &w, lose_one, err);
 }
 
 /* ---- results ----------------------------------------------------------------- */
 
-static void bind_rate(sqlite3_stmt *s, int i, int32_t tokens, double ms)
-{
-    if (ms > 0)
-        sqlite3_bind_double(s, i, 1000.0 * tokens / ms);
-    else
-        sqlite3_bind_null(s, i);
-}
-
-typedef struct done_row {
-    int64_t job_id, worker_id, submitted_at, started_at, now;
-    int32_t attempt;
-} done_row;
-
-static int insert_result(store *st, const done_row *d, const store_result *r,
+static int insert_result(store *st, int64_t job_id, const store_result *r, int64_t now,
                          llmq_err *err)
 {
     st->json_a.len = 0;
     if (r->token_ids &&
         json_ids(r->token_ids, r->n_token_ids, &st->json_a, err))
         return -1;
+    const size_t lp_size = r->logprobs ? lpblob_size(r->logprobs, r->n_logprobs) : 0;
+    uint8_t *lp = r->logprobs ? malloc(lp_size ? lp_size : 1) : NULL;
+    if (r->logprobs && !lp)
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %" PRId64 ": out of memory for logprobs",
+                         job_id);
+    if (lp)
+        lpblob_pack(r->logprobs, r->n_logprobs, lp);
     sqlite3_stmt *s = stmt_get(st, S_INSERT_RESULT);
-    sqlite3_bind_int64(s, 1, d->job_id);
-    bind_text(s, 2, r->text ? r->text : "");
-    bind_text(s, 3, r->token_ids ? st->json_a.p : NULL);
-    bind_text(s, 4, r->finish_reason);
-    sqlite3_bind_int(s, 5, r->prompt_tokens);
-    sqlite3_bind_int(s, 6, r->generated_tokens);
-    sqlite3_bind_int64(s, 7, d->started_at - d->submitted_at);
-    sqlite3_bind_double(s, 8, r->prefill_ms);
-    bind_rate(s, 9, r->prompt_tokens, r->prefill_ms);
-    sqlite3_bind_double(s, 10, r->decode_ms);
-    bind_rate(s, 11, r->generated_tokens, r->decode_ms);
-    sqlite3_bind_int64(s, 12, d->now - d->submitted_at);
-    sqlite3_bind_int64(s, 13, d->worker_id);
-    sqlite3_bind_int(s, 14, d->attempt);
-    sqlite3_bind_int64(s, 15, d->now);
-    return stmt_run(st, s, err);
+    bind_i64(st, s, ":job_id", job_id);
+    bind_row(st, s, RB_RESULT, r);
+    bind_str(st, s, ":token_ids", r->token_ids ? st->json_a.p : NULL);
+    if (lp)
+        sqlite3_bind_blob64(s, param_index(st, s, ":logprobs"), lp, lp_size, SQLITE_STATIC);
+    bind_i64(st, s, ":now", now);
+    int rc = stmt_run(st, s, err);
+    free(lp);
+    return rc;
 }
 
-static int credit_worker(store *st, int64_t worker_id, int32_t tokens,
-                         int64_t now, llmq_err *err)
+/* A workers row update (S_WORKER_CREDIT, S_WORKER_SET): one value named
+ * `name`, and last_seen. */
+static int worker_update(store *st, int which, int64_t worker_id, const char *name,
+                         col_kind kind, const void *value, int64_t now, llmq_err *err)
 {
-    sqlite3_stmt *s = stmt_get(st, S_WORKER_CREDIT);
-    sqlite3_bind_int64(s, 1, worker_id);
-    sqlite3_bind_int(s, 2, tokens);
-    sqlite3_bind_int64(s, 3, now);
+    sqlite3_stmt *s = stmt_get(st, which);
+    bind_i64(st, s, ":worker_id", worker_id);
+    bind_value(st, s, name, kind, value);
+    bind_i64(st, s, ":now", now);
     return stmt_run(st, s, err);
 }
 
 /* The conditional UPDATE is the whole first-result-wins rule: it matches
- * only while the job runs on that worker session and attempt. */
-static int mark_done(store *st, done_row *d, bool *applied, llmq_err *err)
+ * only while the job runs on that worker session and attempt.  *attempt
+ * becomes the attempt that ended. */
+static int mark_done(store *st, int64_t job_id, int64_t worker_id, int32_t *attempt,
+                     int64_t now, bool *applied, llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_DONE);
-    sqlite3_bind_int64(s, 1, d->job_id);
-    sqlite3_bind_int64(s, 2, d->worker_id);
-    sqlite3_bind_int(s, 3, d->attempt);
-    sqlite3_bind_int64(s, 4, d->now);
+    bind_i64(st, s, ":job_id", job_id);
+    bind_i64(st, s, ":worker_id", worker_id);
+    bind_i64(st, s, ":attempt", *attempt);
+    bind_i64(st, s, ":now", now);
     if (step_row(st, s, applied, err))
         return -1;
     if (!*applied)
         return 0;
-    d->attempt = sqlite3_column_int(s, 0);
-    d->submitted_at = sqlite3_column_int64(s, 1);
-    d->started_at = sqlite3_column_int64(s, 2);
+    *attempt = sqlite3_column_int(s, 0);
     return finish(st, s, err);
 }
 
@@ -1156,19 +1315,19 @@ int store_result_put(store *st, int64_t job_id, int64_t worker_id,
                      int32_t attempt, const store_result *res, int64_t now_ms,
                      store_change *out, llmq_err *err)
 {
-    done_row d = {.job_id = job_id, .worker_id = worker_id,
-                  .attempt = attempt, .now = now_ms};
+    int32_t ended = attempt;
     bool applied;
-    if (mark_done(st, &d, &applied, err))
+    if (mark_done(st, job_id, worker_id, &ended, now_ms, &applied, err))
         return -1;
     if (!applied) {
         job_now cur;
         return check_running(st, job_id, worker_id, attempt, &cur, out, err);
     }
     *out = STORE_APPLIED;
-    if (insert_result(st, &d, res, err) ||
-        attempt_end(st, job_id, d.attempt, now_ms, "done", NULL, err) ||
-        credit_worker(st, worker_id, res->generated_tokens, now_ms, err))
+    if (insert_result(st, job_id, res, now_ms, err) ||
+        attempt_end(st, job_id, ended, now_ms, "done", NULL, err) ||
+        worker_update(st, S_WORKER_CREDIT, worker_id, ":tokens", COL_I32,
+                      &res->generated_tokens, now_ms, err))
         return -1;
     count_move(st, STORE_RUNNING, STORE_DONE);
     return 0;
@@ -1181,34 +1340,30 @@ static int emit_outcome(store *st, sqlite3_stmt *s, store_outcome_fn fn,
 {
     store_outcome o = {0};
     store_result r = {0};
-    o.job_id = sqlite3_column_int64(s, 0);
-    o.client_key = col_text(s, 1);
-    o.batch_id = col_text(s, 2);
-    if (state_parse(sqlite3_column_text(s, 3), &o.state))
+    read_row(s, 0, OUTCOME_COLS, N_COLS(OUTCOME_COLS), &o);
+    if (state_parse(sqlite3_column_text(s, OC_STATE), &o.state))
         return llmq_errf(err, "job %" PRId64 ": unknown state '%s'", o.job_id,
-                         col_text(s, 3));
-    o.error = col_text(s, 4);
-    o.attempts = sqlite3_column_int(s, 5);
-    o.worker = col_text(s, 6);
+                         col_text(s, OC_STATE));
     if (o.state != STORE_DONE)
         return fn(ctx, &o, err);
-    r.text = col_text(s, 7);
-    r.finish_reason = col_text(s, 9);
-    r.prompt_tokens = sqlite3_column_int(s, 10);
-    r.generated_tokens = sqlite3_column_int(s, 11);
-    r.prefill_ms = sqlite3_column_double(s, 12);
-    r.decode_ms = sqlite3_column_double(s, 13);
-    o.queue_wait_ms = sqlite3_column_double(s, 14);
-    o.prefill_tok_s = sqlite3_column_double(s, 15);
-    o.decode_tok_s = sqlite3_column_double(s, 16);
-    o.total_ms = sqlite3_column_double(s, 17);
+    read_row(s, N_OUTCOME, RESULT_COLS, N_COLS(RESULT_COLS), &r);
+    wire_token_logprobs *lp = NULL;
+    const void *blob = sqlite3_column_blob(s, OC_LOGPROBS);
+    if (sqlite3_column_type(s, OC_LOGPROBS) != SQLITE_NULL &&
+        lpblob_unpack(blob, (size_t)sqlite3_column_bytes(s, OC_LOGPROBS), &lp, &r.n_logprobs,
+                      err))
+        return llmq_err_prefix(err, "job %" PRId64, o.job_id);
+    r.logprobs = lp;
     uint32_t *ids;
-    if (json_read_ids(st, col_text(s, 8), &ids, &r.n_token_ids, err))
+    if (json_read_ids(st, col_text(s, OC_TOKEN_IDS), &ids, &r.n_token_ids, err)) {
+        free(lp);
         return -1;
+    }
     r.token_ids = ids;
     o.res = &r;
     int rc = fn(ctx, &o, err);
     free(ids);
+    free(lp);
     return rc;
 }
 
@@ -1216,7 +1371,7 @@ int store_outcome_get(store *st, int64_t job_id, store_outcome_fn fn,
                       void *ctx, bool *found, llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_OUTCOME);
-    sqlite3_bind_int64(s, 1, job_id);
+    bind_i64(st, s, ":job_id", job_id);
     if (step_row(st, s, found, err))
         return -1;
     return *found ? emit_outcome(st, s, fn, ctx, err) : 0;
@@ -1225,12 +1380,11 @@ int store_outcome_get(store *st, int64_t job_id, store_outcome_fn fn,
 static int emit_brief(store *st, sqlite3_stmt *s, store_brief_fn fn,
                       void *ctx, llmq_err *err)
 {
-    store_brief b = {.id = sqlite3_column_int64(s, 0),
-                     .attempts = sqlite3_column_int(s, 2),
-                     .worker = col_text(s, 3)};
-    if (state_parse(sqlite3_column_text(s, 1), &b.state))
+    store_brief b;
+    read_row(s, 0, BRIEF_COLS, N_COLS(BRIEF_COLS), &b);
+    if (state_parse(sqlite3_column_text(s, BR_STATE), &b.state))
         return llmq_errf(err, "job %" PRId64 ": unknown state '%s'", b.id,
-                         col_text(s, 1));
+                         col_text(s, BR_STATE));
     return fn(ctx, &b, err);
 }
 
@@ -1238,7 +1392,7 @@ int store_brief_get(store *st, int64_t job_id, store_brief_fn fn, void *ctx,
                     bool *found, llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_BRIEF);
-    sqlite3_bind_int64(s, 1, job_id);
+    bind_i64(st, s, ":job_id", job_id);
     if (step_row(st, s, found, err))
         return -1;
     return *found ? emit_brief(st, s, fn, ctx, err) : 0;
@@ -1248,7 +1402,7 @@ int store_batch_briefs(store *st, const char *batch_id, store_brief_fn fn,
                        void *ctx, int64_t *n, llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_BATCH_BRIEFS);
-    bind_text(s, 1, batch_id);
+    bind_str(st, s, ":batch_id", batch_id);
     *n = 0;
     for (;;) {
         bool row;
@@ -1273,16 +1427,8 @@ int store_worker_add(store *st, const store_worker *w, int64_t now_ms,
                      int64_t *worker_id, llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_WORKER_ADD);
-    bind_text(s, 1, w->name);
-    bind_text(s, 2, w->host);
-    sqlite3_bind_int64(s, 3, w->pid);
-    bind_text(s, 4, w->gpu_name);
-    sqlite3_bind_int(s, 5, w->gpu_index);
-    bind_text(s, 6, w->gpu_uuid);
-    bind_text(s, 7, w->model);
-    bind_text(s, 8, w->engine);
-    sqlite3_bind_int(s, 9, w->slots);
-    sqlite3_bind_int64(s, 10, now_ms);
+    bind_row(st, s, RB_WORKER, w);
+    bind_i64(st, s, ":now", now_ms);
     bool row;
     if (step_row(st, s, &row, err))
         return -1;
@@ -1295,19 +1441,16 @@ int store_worker_add(store *st, const store_worker *w, int64_t now_ms,
 int store_worker_set(store *st, int64_t worker_id, const char *state,
                      int64_t now_ms, llmq_err *err)
 {
-    sqlite3_stmt *s = stmt_get(st, S_WORKER_SET);
-    sqlite3_bind_int64(s, 1, worker_id);
-    bind_text(s, 2, state);
-    sqlite3_bind_int64(s, 3, now_ms);
-    return stmt_run(st, s, err);
+    return worker_update(st, S_WORKER_SET, worker_id, ":state", COL_TEXT, &state, now_ms,
+                         err);
 }
 
 int store_model_seen(store *st, const char *model, int64_t since_ms,
                      bool *seen, llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_MODEL_SEEN);
-    bind_text(s, 1, model);
-    sqlite3_bind_int64(s, 2, since_ms);
+    bind_str(st, s, ":model", model);
+    bind_i64(st, s, ":since", since_ms);
     int rc = step_row(st, s, seen, err);
     sqlite3_reset(s);
     return rc;

@@ -37,11 +37,13 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "proto/job_params.h"
+#include "proto/wire.h"
 
 typedef struct store store;
 
 /* The schema version this build creates and understands. */
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2
 
 typedef enum store_sync {
     STORE_SYNC_FULL = 0, /* default: survives power loss */
@@ -65,23 +67,6 @@ typedef enum store_state {
 /* "queued", "running", ... as written in jobs.state. */
 const char *store_state_name(store_state s);
 
-/* Sampling and stopping parameters, one column each (ranges: PROTOCOL.md). */
-typedef struct store_params {
-    int32_t max_tokens;
-    double temperature;
-    int32_t top_k;
-    double top_p;
-    double min_p;
-    double repeat_penalty;
-    int32_t repeat_last_n;
-    double presence_penalty;
-    double frequency_penalty;
-    uint64_t seed;
-    bool ignore_eos;
-    const char *const *stop; /* n_stop strings */
-    size_t n_stop;
-} store_params;
-
 /* A job as submitted (input of store_submit) or as stored (handed to the
  * callbacks).  Exactly one of prompt / prompt_ids is set.  Optional strings
  * are NULL when absent. */
@@ -95,7 +80,7 @@ typedef struct store_job {
     const char *prompt;
     const uint32_t *prompt_ids;
     size_t n_prompt_ids;
-    store_params params;
+    job_params params;        /* one column each (proto/job_params.h); stop as JSON */
     /* Filled when read back: */
     store_state state;
     int32_t attempts;
@@ -168,6 +153,8 @@ typedef struct store_result {
     const char *text;
     const uint32_t *token_ids;
     size_t n_token_ids;
+    const wire_token_logprobs *logprobs; /* NULL unless the job asked for them */
+    uint32_t n_logprobs;
     const char *finish_reason;
     int32_t prompt_tokens;
     int32_t generated_tokens;

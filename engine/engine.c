@@ -1,11 +1,13 @@
 #include "engine/engine.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/check.h"
 #include "common/clock.h"
 #include "common/grow.h"
+#include "common/topk.h"
 #include "engine/kvpool.h"
 
 typedef enum seq_state { SEQ_WAITING, SEQ_RUNNING, SEQ_DONE } seq_state;
@@ -22,7 +24,12 @@ typedef struct seq {
     uint64_t admitted; /* admission order: the largest is the youngest */
     sampler_params sp;
     int32_t max_tokens;
-    bool ignore_eog;
+    bool ignore_eos;
+    bool logprobs;
+    int32_t n_top;      /* alternatives reported per step */
+    engine_logprob *lp; /* logprobs: one per generated token, then n_top each in top */
+    engine_logprob *top;
+    int32_t lp_cap;     /* generated tokens lp and top have room for */
     bool cancel;
     char **stop;
     int32_t n_stop;
@@ -37,8 +44,8 @@ typedef struct seq {
 /* Where a sequence's next token comes from.  The backend's argmax for a
  * greedy one, its best logits for a top-k one (sampler_top_needed of them),
  * the whole row otherwise -- and always while an observer wants to see the
- * logits.  A step copies back ids and candidates, not n_vocab floats per
- * row, wherever it can. */
+ * logits or the sequence wants its log-probabilities.  A step copies back
+ * ids and candidates, not n_vocab floats per row, wherever it can. */
 typedef enum row_source { FROM_GREEDY, FROM_TOP, FROM_LOGITS } row_source;
 
 struct engine {
@@ -69,6 +76,8 @@ struct engine {
     int32_t *b_top_ids;  /* max_seqs x BE_TOP_K_MAX */
     float *b_top_vals;
     float *logits;     /* host copies of the logit rows that need them */
+    float *lp_row;     /* a row's raw logits, kept from the sampler's penalties for logprobs */
+    topk_entry lp_best[ENGINE_MAX_TOP_LOGPROBS];
     engine_event *events;
     int32_t n_events;
 };
@@ -171,6 +180,8 @@ static void seq_free(seq *s)
     for (int32_t i = 0; i < s->n_stop; i++)
         free(s->stop[i]);
     free(s->stop);
+    free(s->lp);
+    free(s->top);
     tok_stream_free(s->stream);
     free(s->text);
     free(s);
@@ -194,32 +205,41 @@ static int seq_append_text(seq *s, const char *p, size_t n)
     return 0;
 }
 
+/* Every refusal is the request's fault: LLMQ_ERR_INVALID. */
 static int check_request(const engine *e, const engine_request *r, llmq_err *err)
 {
+    const unsigned long long id = (unsigned long long)r->id;
     if (r->n_prompt < 1)
-        return llmq_errf(err, "job %llu: prompt: empty (need at least one token)",
-                         (unsigned long long)r->id);
+        return llmq_errc(err, LLMQ_ERR_INVALID, "job %llu: prompt: empty (need at least one token)",
+                         id);
     if (r->max_tokens < 1)
-        return llmq_errf(err, "job %llu: max_tokens: %d (need >= 1)", (unsigned long long)r->id,
+        return llmq_errc(err, LLMQ_ERR_INVALID, "job %llu: max_tokens: %d (need >= 1)", id,
                          r->max_tokens);
     if (r->n_prompt >= e->cfg.n_ctx)
-        return llmq_errf(err, "job %llu: prompt: %d tokens do not fit the context of %d",
-                         (unsigned long long)r->id, r->n_prompt, e->cfg.n_ctx);
+        return llmq_errc(err, LLMQ_ERR_INVALID,
+                         "job %llu: prompt: %d tokens do not fit the context of %d", id,
+                         r->n_prompt, e->cfg.n_ctx);
     for (int32_t i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= e->n_vocab)
-            return llmq_errf(err, "job %llu: prompt token %d: id %d out of range [0, %d)",
-                             (unsigned long long)r->id, i, r->prompt[i], e->n_vocab);
+            return llmq_errc(err, LLMQ_ERR_INVALID,
+                             "job %llu: prompt token %d: id %d out of range [0, %d)", id, i,
+                             r->prompt[i], e->n_vocab);
     if (r->n_stop < 0 || r->n_stop > ENGINE_MAX_STOPS)
-        return llmq_errf(err, "job %llu: stop: %d strings (at most %d)", (unsigned long long)r->id,
+        return llmq_errc(err, LLMQ_ERR_INVALID, "job %llu: stop: %d strings (at most %d)", id,
                          r->n_stop, ENGINE_MAX_STOPS);
     for (int32_t i = 0; i < r->n_stop; i++)
         if (!r->stop[i] || !r->stop[i][0])
-            return llmq_errf(err, "job %llu: stop[%d]: empty string", (unsigned long long)r->id, i);
+            return llmq_errc(err, LLMQ_ERR_INVALID, "job %llu: stop[%d]: empty string", id, i);
+    if (r->top_logprobs < 0 || r->top_logprobs > ENGINE_MAX_TOP_LOGPROBS ||
+        (r->top_logprobs > 0 && !r->logprobs))
+        return llmq_errc(err, LLMQ_ERR_INVALID,
+                         "job %llu: top_logprobs: %d (0..%d, and only with logprobs)", id,
+                         r->top_logprobs, ENGINE_MAX_TOP_LOGPROBS);
     for (int32_t i = 0; i < e->n_live; i++)
         if (e->live[i]->id == r->id)
-            return llmq_errf(err, "job %llu: already in the engine", (unsigned long long)r->id);
+            return llmq_errc(err, LLMQ_ERR_INVALID, "job %llu: already in the engine", id);
     if (sampler_check_params(&r->sampling, err) != 0)
-        return llmq_err_prefix(err, "job %llu", (unsigned long long)r->id);
+        return llmq_err_prefix(err, "job %llu", id);
     return 0;
 }
 
@@ -243,7 +263,9 @@ static seq *seq_new(const engine *e, const engine_request *r)
     s->n_tokens = s->n_prompt = r->n_prompt;
     s->sp = r->sampling;
     s->max_tokens = r->max_tokens;
-    s->ignore_eog = r->ignore_eog;
+    s->ignore_eos = r->ignore_eos;
+    s->logprobs = r->logprobs;
+    s->n_top = r->top_logprobs < e->n_vocab ? r->top_logprobs : e->n_vocab;
     for (int32_t i = 0; i < r->n_stop; i++) {
         if (!(s->stop[i] = strdup(r->stop[i]))) {
             seq_free(s);
@@ -263,11 +285,12 @@ int engine_add(engine *e, const engine_request *r, llmq_err *err)
     if (check_request(e, r, err) != 0)
         return -1;
     if (e->n_live >= e->max_live)
-        return llmq_errf(err, "job %llu: engine full (%d sequences live)",
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: engine full (%d sequences live)",
                          (unsigned long long)r->id, e->n_live);
     seq *s = seq_new(e, r);
     if (!s)
-        return llmq_errf(err, "job %llu: out of memory", (unsigned long long)r->id);
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: out of memory",
+                         (unsigned long long)r->id);
     /* New sequences queue behind the waiting ones, before the running ones. */
     int32_t at = n_waiting(e);
     memmove(&e->live[at + 1], &e->live[at], (size_t)(e->n_live - at) * sizeof *e->live);
@@ -486,6 +509,59 @@ static bool find_stop(const seq *s, size_t from, size_t *at)
     return found;
 }
 
+/* ---- log-probabilities ---- */
+
+static float logprob_of(float logit, double log_sum)
+{
+    const double v = (double)logit - log_sum;
+    return v >= ENGINE_LOGPROB_FLOOR ? (float)v : ENGINE_LOGPROB_FLOOR;
+}
+
+static int grow_logprobs(seq *s, int32_t need)
+{
+    if (need <= s->lp_cap)
+        return 0;
+    const int32_t cap = s->lp_cap ? s->lp_cap * 2 : 64;
+    engine_logprob *lp = realloc(s->lp, (size_t)cap * sizeof *lp);
+    if (lp)
+        s->lp = lp;
+    engine_logprob *top = s->n_top ? realloc(s->top, (size_t)cap * s->n_top * sizeof *top) : NULL;
+    if (top)
+        s->top = top;
+    if (!lp || (s->n_top && !top))
+        return -1;
+    s->lp_cap = cap;
+    return 0;
+}
+
+/* The log-softmax of the raw row kept in e->lp_row, for the token just
+ * generated and the n_top best (common/topk's order: ties to the lower id).
+ * A NaN logit counts as -inf: it has no probability. */
+static int record_logprobs(engine *e, seq *s, int32_t tok)
+{
+    const int32_t at = s->n_tokens - s->n_prompt - 1;
+    if (grow_logprobs(s, at + 1) != 0)
+        return -1;
+    float *x = e->lp_row, max = -INFINITY;
+    for (int32_t i = 0; i < e->n_vocab; i++) {
+        if (isnan(x[i]))
+            x[i] = -INFINITY;
+        max = x[i] > max ? x[i] : max;
+    }
+    double sum = 0.0;
+    for (int32_t i = 0; max > -INFINITY && i < e->n_vocab; i++)
+        sum += exp((double)x[i] - max);
+    const double log_sum = max > -INFINITY ? max + log(sum) : INFINITY;
+    s->lp[at] = (engine_logprob){.token = tok, .logprob = logprob_of(x[tok], log_sum)};
+    if (s->n_top == 0)
+        return 0;
+    topk_select(e->lp_best, x, NULL, e->n_vocab, s->n_top);
+    for (int32_t k = 0; k < s->n_top; k++)
+        s->top[(size_t)at * s->n_top + k] = (engine_logprob){
+            .token = e->lp_best[k].id, .logprob = logprob_of(e->lp_best[k].value, log_sum)};
+    return 0;
+}
+
 static engine_event *new_event(engine *e, seq *s)
 {
     LLMQ_ASSERT(e->n_events < e->max_live, "event %d of a step, past the %d its sequences make",
@@ -519,6 +595,13 @@ static void fill_final(seq *s, engine_event *ev)
     ev->n_tokens = s->n_tokens - s->n_prompt;
     ev->full_text = s->text ? s->text : "";
     ev->full_text_len = s->text_len;
+    if (s->logprobs) {
+        /* A sequence that generated nothing has no arrays yet. */
+        static const engine_logprob none[1];
+        ev->logprobs = s->lp ? s->lp : none;
+        ev->top_logprobs = s->top ? s->top : none;
+        ev->n_top = s->n_top;
+    }
     ev->timing = s->timing;
     ev->timing.n_generated = ev->n_tokens;
 }
@@ -539,17 +622,20 @@ static int advance(engine *e, seq *s, int32_t li, engine_event *ev, llmq_err *er
         float *logits = e->logits + (size_t)li * e->n_vocab;
         if (e->observer)
             e->observer(e->observer_ctx, s->id, step, logits, e->n_vocab);
+        if (s->logprobs)
+            memcpy(e->lp_row, logits, (size_t)e->n_vocab * sizeof *logits);
         tok = sampler_sample(e->smp, &s->sp, logits, s->tokens, s->n_tokens, (uint64_t)step);
     }
     ev->token = tok;
     if (step == 0)
         s->timing.first_token_ms = clock_mono_ms_f();
-    if (!s->ignore_eog && tok_is_eog(e->vocab, tok)) {
+    if (!s->ignore_eos && tok_is_eog(e->vocab, tok)) {
         const char *rest;
         size_t n;
         tok_stream_flush(s->stream, &rest, &n);
         if (seq_append_text(s, rest, n) != 0)
-            return llmq_errf(err, "job %llu: out of memory", (unsigned long long)s->id);
+            return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: out of memory",
+                             (unsigned long long)s->id);
         return ENGINE_FINISH_EOG;
     }
     const char *piece;
@@ -558,6 +644,9 @@ static int advance(engine *e, seq *s, int32_t li, engine_event *ev, llmq_err *er
     if (seq_push_token(s, tok) != 0 || tok_stream_push(s->stream, tok, &piece, &n, err) != 0 ||
         seq_append_text(s, piece, n) != 0)
         return llmq_errf(err, "job %llu: cannot append token %d", (unsigned long long)s->id, tok);
+    if (s->logprobs && record_logprobs(e, s, tok) != 0)
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: out of memory for logprobs",
+                         (unsigned long long)s->id);
     size_t at = 0;
     if (s->n_stop > 0 && find_stop(s, before, &at)) {
         s->text_len = at;
@@ -568,7 +657,8 @@ static int advance(engine *e, seq *s, int32_t li, engine_event *ev, llmq_err *er
         const char *rest;
         tok_stream_flush(s->stream, &rest, &n);
         if (seq_append_text(s, rest, n) != 0)
-            return llmq_errf(err, "job %llu: out of memory", (unsigned long long)s->id);
+            return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: out of memory",
+                             (unsigned long long)s->id);
         return s->n_tokens - s->n_prompt >= s->max_tokens ? ENGINE_FINISH_LENGTH
                                                           : ENGINE_FINISH_CONTEXT;
     }
@@ -587,7 +677,7 @@ static int find_live(const engine *e, const seq *s)
 static row_source source_of(const engine *e, const seq *s, int32_t *top_needed)
 {
     *top_needed = 0;
-    if (e->observer)
+    if (e->observer || s->logprobs)
         return FROM_LOGITS;
     if (sampler_is_greedy(&s->sp))
         return FROM_GREEDY;
@@ -766,10 +856,11 @@ int engine_create(engine **out, model *m, const tok_vocab *vocab, const engine_c
     e->b_top_ids = malloc(seqs * BE_TOP_K_MAX * sizeof(int32_t));
     e->b_top_vals = malloc(seqs * BE_TOP_K_MAX * sizeof(float));
     e->logits = malloc(seqs * (size_t)mc->n_vocab * sizeof(float));
+    e->lp_row = malloc((size_t)mc->n_vocab * sizeof(float));
     if (!e->live || !e->done || !e->events || !e->b_tokens || !e->b_pos || !e->b_slot ||
         !e->b_row_seq || !e->b_table || !e->b_seq_len || !e->b_logit_rows || !e->b_seqs ||
         !e->b_chunk || !e->b_source || !e->b_greedy || !e->b_top_ids || !e->b_top_vals ||
-        !e->logits) {
+        !e->logits || !e->lp_row) {
         llmq_errf(err, "engine: out of memory");
         goto fail;
     }
@@ -811,5 +902,6 @@ void engine_free(engine *e)
     free(e->b_top_ids);
     free(e->b_top_vals);
     free(e->logits);
+    free(e->lp_row);
     free(e);
 }

@@ -65,6 +65,7 @@ typedef enum engine_finish {
 const char *engine_finish_name(engine_finish f); /* "eog", "stop", "length", ... */
 
 #define ENGINE_MAX_STOPS 16
+#define ENGINE_MAX_TOP_LOGPROBS 20
 
 typedef struct engine_request {
     uint64_t id; /* the caller's; unique among live sequences */
@@ -74,8 +75,25 @@ typedef struct engine_request {
     int32_t max_tokens;          /* >= 1 */
     const char *const *stop;     /* stop strings (copied) */
     int32_t n_stop;
-    bool ignore_eog;             /* keep going past end-of-generation tokens */
+    bool ignore_eos;             /* keep going past end-of-generation tokens */
+    bool logprobs;               /* report each generated token's log-probability */
+    int32_t top_logprobs;        /* and the n most likely tokens' at each step,
+                                    0..ENGINE_MAX_TOP_LOGPROBS (needs logprobs) */
 } engine_request;
+
+/* A token and its log-probability: ln of its softmax probability under the
+ * model's raw logits, before penalties, temperature and truncation (what
+ * the model predicts, not what the sampler drew from).  Computed on the
+ * host from the whole row: on a GPU a sequence that asks for them copies
+ * its logits back at every step, as a sampler without top_k does (a
+ * reduction on the device is later work).  Below -9999 (an underflow, a
+ * masked or NaN logit) it is -9999, OpenAI's "as good as impossible". */
+typedef struct engine_logprob {
+    int32_t token;
+    float logprob;
+} engine_logprob;
+
+#define ENGINE_LOGPROB_FLOOR -9999.0f
 
 /* Wall-clock accounting of one sequence (milliseconds, clock_mono_ms_f). */
 typedef struct engine_timing {
@@ -99,6 +117,10 @@ typedef struct engine_event {
     int32_t n_tokens;
     const char *full_text; /* all generated text, stop string cut */
     size_t full_text_len;
+    /* Set when finished and the request asked for logprobs (else NULL): */
+    const engine_logprob *logprobs;     /* n_tokens: each generated token's */
+    const engine_logprob *top_logprobs; /* n_tokens x n_top: at each step, the best first */
+    int32_t n_top;
     engine_timing timing;
 } engine_event;
 
@@ -110,10 +132,12 @@ void engine_free(engine *e);
 
 const engine_config *engine_get_config(const engine *e);
 
-/* Queues a sequence.  Fails (naming the field) on a bad request: empty or
- * too long prompt, token ids out of range, bad sampling parameters, an id
- * already live; or when the engine is full: max_seqs * 2 sequences live
- * (waiting + running), so that up to max_seqs wait behind the running ones. */
+/* Queues a sequence.  Fails, naming the field, with LLMQ_ERR_INVALID on a
+ * bad request (empty or too long prompt, token ids out of range, bad
+ * sampling parameters, top_logprobs out of range or without logprobs, an id
+ * already live), and with LLMQ_ERR_NO_ROOM when the engine holds all the
+ * sequences it can (max_seqs * 2 live, waiting + running: engine_free_slots()
+ * is 0) or memory runs out: that request may succeed later, or elsewhere. */
 int engine_add(engine *e, const engine_request *req, llmq_err *err);
 
 /* Finishes a sequence with ENGINE_FINISH_CANCELLED at the next step; false

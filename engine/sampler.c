@@ -45,34 +45,35 @@ sampler_params sampler_default_params(void)
         .repeat_penalty = 1.0f,
         .presence_penalty = 0.0f,
         .frequency_penalty = 0.0f,
-        .penalty_last_n = 64,
+        .repeat_last_n = 64,
         .seed = 0,
     };
 }
 
 int sampler_check_params(const sampler_params *p, llmq_err *err)
 {
+    const llmq_err_code bad = LLMQ_ERR_INVALID;
     /* Written as "accept if" so that NaN, which fails every comparison, is
      * refused by each test. */
     if (!(isfinite(p->temperature) && p->temperature >= 0.0f))
-        return llmq_errf(err, "sampler: temperature must be finite and >= 0, got %g",
+        return llmq_errc(err, bad, "sampler: temperature must be finite and >= 0, got %g",
                          (double)p->temperature);
     if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
-        return llmq_errf(err, "sampler: top_p must be in (0, 1], got %g", (double)p->top_p);
+        return llmq_errc(err, bad, "sampler: top_p must be in (0, 1], got %g", (double)p->top_p);
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
-        return llmq_errf(err, "sampler: min_p must be in [0, 1], got %g", (double)p->min_p);
+        return llmq_errc(err, bad, "sampler: min_p must be in [0, 1], got %g", (double)p->min_p);
     if (!(isfinite(p->repeat_penalty) && p->repeat_penalty > 0.0f))
-        return llmq_errf(err, "sampler: repeat_penalty must be finite and > 0, got %g",
+        return llmq_errc(err, bad, "sampler: repeat_penalty must be finite and > 0, got %g",
                          (double)p->repeat_penalty);
     if (!isfinite(p->presence_penalty))
-        return llmq_errf(err, "sampler: presence_penalty must be finite, got %g",
+        return llmq_errc(err, bad, "sampler: presence_penalty must be finite, got %g",
                          (double)p->presence_penalty);
     if (!isfinite(p->frequency_penalty))
-        return llmq_errf(err, "sampler: frequency_penalty must be finite, got %g",
+        return llmq_errc(err, bad, "sampler: frequency_penalty must be finite, got %g",
                          (double)p->frequency_penalty);
-    if (p->penalty_last_n < -1)
-        return llmq_errf(err, "sampler: penalty_last_n must be >= -1, got %d",
-                         (int)p->penalty_last_n);
+    if (p->repeat_last_n < -1)
+        return llmq_errc(err, bad, "sampler: repeat_last_n must be >= -1, got %d",
+                         (int)p->repeat_last_n);
     return 0;
 }
 
@@ -132,7 +133,7 @@ double sampler_uniform(uint64_t seed, uint64_t step)
 
 static bool penalties_off(const sampler_params *p)
 {
-    return p->penalty_last_n == 0 ||
+    return p->repeat_last_n == 0 ||
            (p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
             p->presence_penalty == 0.0f);
 }
@@ -145,7 +146,7 @@ bool sampler_is_greedy(const sampler_params *p)
 /* How many of the last tokens the penalties look at. */
 static int64_t window_len(const sampler_params *p, int64_t n_history)
 {
-    return p->penalty_last_n < 0 || p->penalty_last_n > n_history ? n_history : p->penalty_last_n;
+    return p->repeat_last_n < 0 || p->repeat_last_n > n_history ? n_history : p->repeat_last_n;
 }
 
 /* The penalty window's tokens counted into s->count (zero between calls),

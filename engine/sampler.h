@@ -1,7 +1,7 @@
 /* sampler: turns one row of logits into the next token of one sequence.
  *
  * Chain (llama.cpp's default order): repetition/presence/frequency penalties
- * over the last `penalty_last_n` tokens, top-k, top-p, min-p, temperature,
+ * over the last `repeat_last_n` tokens, top-k, top-p, min-p, temperature,
  * then a draw.  temperature <= 0 is greedy (argmax, ties to the lower id).
  *
  * Determinism: the draw for a sequence's step s uses a random number that is a
@@ -34,16 +34,16 @@ typedef struct sampler_params {
     float repeat_penalty;     /* 1: off */
     float presence_penalty;   /* 0: off */
     float frequency_penalty;  /* 0: off */
-    int32_t penalty_last_n;   /* tokens looked back for penalties; 0: off, -1: whole history */
+    int32_t repeat_last_n;    /* tokens looked back for penalties; 0: off, -1: whole history */
     uint64_t seed;
 } sampler_params;
 
-/* Defaults: greedy, no truncation, no penalties, penalty_last_n 64, seed 0. */
+/* Defaults: greedy, no truncation, no penalties, repeat_last_n 64, seed 0. */
 sampler_params sampler_default_params(void);
 
 /* Checks ranges (temperature finite and >= 0, top_p in (0,1], min_p in [0,1],
- * repeat_penalty > 0, finite penalties, penalty_last_n >= -1); the error
- * names the field. */
+ * repeat_penalty > 0, finite penalties, repeat_last_n >= -1); the error
+ * (LLMQ_ERR_INVALID) names the field. */
 int sampler_check_params(const sampler_params *p, llmq_err *err);
 
 /* True when the token is always the lowest id of the row's maximum logit

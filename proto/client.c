@@ -54,7 +54,9 @@ struct llmq_wait {
     size_t done, pending;
     bool timed_out;
     double deadline;         /* monotonic ms; 0: none */
-    wire_msg cur;            /* backs the last result handed out */
+    wire_msg cur;            /* backs the last result handed out, */
+    llmq_token_logprobs *lp; /* with its logprobs in the public types */
+    llmq_logprob *lp_top;
     llmq_wait *next;
 };
 
@@ -382,15 +384,21 @@ static int rpc(llmq_client *c, wire_msg *m, wire_type expect, wire_msg *reply, l
 
 /* ---- submit -------------------------------------------------------------------------- */
 
+/* llmq_job spells out the parameters of proto/job_params.h for the public
+ * header; each must be there, with the table's C type. */
+#define CHECK_PUBLIC_TYPE(name, kind, lo, hi, lo_open, dflt, engine)                     \
+    _Static_assert(_Generic(((llmq_job *)0)->name, JOB_PARAM_TYPE_##kind: 1, default: 0), \
+                   "llmq_job." #name " has another type than proto/job_params.h says");
+JOB_PARAMS(CHECK_PUBLIC_TYPE)
+
+#define COPY_PARAM(name, kind, lo, hi, lo_open, dflt, engine) to->name = from->name;
+
 void llmq_job_init(llmq_job *job)
 {
-    wire_sampling s = wire_sampling_default();
-    *job = (llmq_job){
-        .max_tokens = s.max_tokens, .temperature = s.temperature, .top_k = s.top_k,
-        .top_p = s.top_p, .min_p = s.min_p, .repeat_penalty = s.repeat_penalty,
-        .repeat_last_n = s.repeat_last_n, .presence_penalty = s.presence_penalty,
-        .frequency_penalty = s.frequency_penalty, .seed = s.seed, .ignore_eos = s.ignore_eos,
-    };
+    *job = (llmq_job){0};
+    const job_params d = job_params_default(), *from = &d;
+    llmq_job *to = job;
+    JOB_PARAMS(COPY_PARAM)
 }
 
 static int to_wire_job(const llmq_job *j, size_t index, wire_job *w, llmq_error *err)
@@ -400,13 +408,11 @@ static int to_wire_job(const llmq_job *j, size_t index, wire_job *w, llmq_error 
     *w = (wire_job){
         .key = j->key, .prompt = j->prompt, .tokens = j->tokens, .n_tokens = (uint32_t)j->n_tokens,
         .priority = j->priority, .model = j->model,
-        .sampling = {.max_tokens = j->max_tokens, .temperature = j->temperature,
-                     .top_k = j->top_k, .top_p = j->top_p, .min_p = j->min_p,
-                     .repeat_penalty = j->repeat_penalty, .repeat_last_n = j->repeat_last_n,
-                     .presence_penalty = j->presence_penalty,
-                     .frequency_penalty = j->frequency_penalty, .seed = j->seed,
-                     .ignore_eos = j->ignore_eos, .stop = j->stop, .n_stop = (uint32_t)j->n_stop},
+        .params = {.stop = j->stop, .n_stop = (uint32_t)j->n_stop},
     };
+    const llmq_job *from = j;
+    job_params *to = &w->params;
+    JOB_PARAMS(COPY_PARAM)
     return 0;
 }
 
@@ -581,6 +587,46 @@ int llmq_wait_begin(llmq_client *c, const llmq_select *sel, int timeout_ms, llmq
     return 0;
 }
 
+static llmq_logprob public_logprob(const wire_logprob *p)
+{
+    return (llmq_logprob){.token = p->token, .logprob = p->logprob, .bytes = p->bytes,
+                          .n_bytes = p->n_bytes};
+}
+
+/* The result's logprobs as llmq.h has them, owned by w until the next call. */
+static int to_logprobs(llmq_wait *w, const wire_result *r, llmq_result *out, llmq_error *err)
+{
+    if (!r->logprobs)
+        return 0;
+    size_t n_top = 0;
+    for (uint32_t i = 0; i < r->n_logprobs; i++)
+        n_top += r->logprobs[i].n_top;
+    w->lp = malloc((r->n_logprobs ? r->n_logprobs : 1) * sizeof *w->lp);
+    w->lp_top = malloc((n_top ? n_top : 1) * sizeof *w->lp_top);
+    if (!w->lp || !w->lp_top)
+        return fail(err, LLMQ_E_INTERNAL, "out of memory for %u logprobs", r->n_logprobs);
+    llmq_logprob *top = w->lp_top;
+    for (uint32_t i = 0; i < r->n_logprobs; i++) {
+        const wire_token_logprobs *t = &r->logprobs[i];
+        w->lp[i] = (llmq_token_logprobs){.chosen = public_logprob(&t->chosen), .top = top,
+                                         .n_top = t->n_top};
+        for (uint32_t k = 0; k < t->n_top; k++)
+            *top++ = public_logprob(&t->top[k]);
+    }
+    out->logprobs = w->lp;
+    out->n_logprobs = r->n_logprobs;
+    return 0;
+}
+
+static void release_current(llmq_wait *w)
+{
+    wire_msg_free(&w->cur);
+    free(w->lp);
+    free(w->lp_top);
+    w->lp = NULL;
+    w->lp_top = NULL;
+}
+
 static void to_result(const wire_result *r, llmq_result *out)
 {
     *out = (llmq_result){
@@ -611,7 +657,7 @@ static void mark_ended(llmq_wait *w, const wire_msg *m)
 int llmq_wait_next(llmq_wait *w, int step_ms, llmq_result *out, llmq_error *err)
 {
     for (;;) {
-        wire_msg_free(&w->cur);
+        release_current(w);
         if (w->n_ended == w->n_reqs)
             return LLMQ_WAIT_END;
         int wait = step_ms;
@@ -629,7 +675,7 @@ int llmq_wait_next(llmq_wait *w, int step_ms, llmq_result *out, llmq_error *err)
         switch (w->cur.type) {
         case WIRE_T_RESULT:
             to_result(&w->cur.result, out);
-            return LLMQ_WAIT_RESULT;
+            return to_logprobs(w, &w->cur.result, out, err) < 0 ? -1 : LLMQ_WAIT_RESULT;
         case WIRE_T_WAIT_END:
             mark_ended(w, &w->cur);
             continue;
@@ -673,7 +719,7 @@ void llmq_wait_free(llmq_wait *w)
             p = &(*p)->next;
         }
     }
-    wire_msg_free(&w->cur);
+    release_current(w);
     free(w->reqs);
     free(w->ended);
     free(w);

@@ -101,6 +101,8 @@ typedef struct llmq_job {
     float frequency_penalty;    /* default 0 */
     uint64_t seed;              /* default 0 */
     bool ignore_eos;            /* default false */
+    bool logprobs;              /* default false: each generated token's log-probability */
+    int32_t top_logprobs;       /* 0..20, default 0: and the n likeliest tokens' (needs logprobs) */
     const char *const *stop;    /* stop strings */
     size_t n_stop;
     int32_t priority;           /* -1000..1000, default 0, higher first */
@@ -131,6 +133,25 @@ typedef struct llmq_select {
 } llmq_select;
 
 /* ---- results ------------------------------------------------------------------------ */
+
+/* A token and its log-probability: ln of its softmax probability under the
+ * model's raw logits, before penalties, temperature and truncation
+ * (docs/PROTOCOL.md); -9999 for "as good as impossible". */
+typedef struct llmq_logprob {
+    uint32_t token;
+    float logprob;
+    const uint8_t *bytes;       /* what the token stands for: possibly part of a UTF-8
+                                   character; a control token's name (e.g. "</s>") */
+    size_t n_bytes;
+} llmq_logprob;
+
+/* One generated token's: its own, and the job's top_logprobs likeliest. */
+typedef struct llmq_token_logprobs {
+    llmq_logprob chosen;
+    const llmq_logprob *top;    /* most likely first */
+    size_t n_top;
+} llmq_token_logprobs;
+
 typedef struct llmq_result {
     uint64_t id;
     llmq_state state;           /* DONE, FAILED or CANCELLED */
@@ -140,6 +161,8 @@ typedef struct llmq_result {
     const char *text;           /* DONE: generated text; else NULL */
     const uint32_t *tokens;     /* DONE: generated tokens */
     size_t n_tokens;
+    const llmq_token_logprobs *logprobs; /* DONE, if the job asked: one per token; else NULL */
+    size_t n_logprobs;
     const char *finish;         /* DONE: "stop", "length" or "context"; else NULL */
     uint32_t prompt_tokens;
     uint32_t gen_tokens;

@@ -1,6 +1,7 @@
 # ---- proto: wire protocol (wire.c), shared by broker, worker and clients ----
 noinst_LIBRARIES += proto/libllmq_proto.a
-proto_libllmq_proto_a_SOURCES = proto/wire.c proto/wire.h proto/curve.c proto/curve.h
+proto_libllmq_proto_a_SOURCES = proto/wire.c proto/wire.h proto/job_params.c proto/job_params.h \
+	proto/curve.c proto/curve.h
 proto_libllmq_proto_a_CFLAGS = $(AM_CFLAGS) $(MSGPACK_CFLAGS) $(ZMQ_CFLAGS)
 # Link order: proto needs common.
 LLMQ_PROTO_LIBS = proto/libllmq_proto.a common/libllmq_common.a $(MSGPACK_LIBS)
@@ -10,6 +11,7 @@ LLMQ_PROTO_LIBS = proto/libllmq_proto.a common/libllmq_common.a $(MSGPACK_LIBS)
 # uninstalled dependencies; only the public API is exported.
 lib_LTLIBRARIES += proto/libllmq.la
 proto_libllmq_la_SOURCES = proto/client.c proto/llmq.h proto/wire.c proto/wire.h \
+	proto/job_params.c proto/job_params.h \
 	proto/curve.c proto/curve.h \
 	common/err.c common/err.h common/utf8.c common/utf8.h \
 	common/clock.c common/clock.h

@@ -83,6 +83,7 @@ typedef enum kind {
     K_U64_ARRAY, K_U32_ARRAY, K_BOOL_ARRAY, K_STR_ARRAY,
     K_STATE, K_FINISH, K_CODE,   /* enums travelling as their names */
     K_OBJ, K_OBJ_ARRAY,
+    K_BIN,                       /* bytes, with their count at n_off */
 } kind;
 
 enum {
@@ -123,7 +124,7 @@ typedef struct schema {
 } schema;
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
-#define BIG 1e300
+#define BIG WIRE_NO_MAX
 #define NUM(nm, kd, fl, st, mb, lo_, hi_) \
     {.name = nm, .k = kd, .flags = fl, .off = offsetof(st, mb), .lo = lo_, .hi = hi_}
 #define STR(nm, fl, st, mb, lo_, hi_) NUM(nm, K_STR, fl, st, mb, lo_, hi_)
@@ -134,19 +135,13 @@ typedef struct schema {
     {.name = nm, .k = K_OBJ_ARRAY, .flags = fl, .off = offsetof(st, mb),                  \
      .n_off = offsetof(st, nmb), .lo = lo_, .hi = hi_, .sub = sc}
 
-static const fdef SAMPLING_FIELDS[] = {
-    NUM("max_tokens", K_U32, 0, wire_sampling, max_tokens, 1, WIRE_MAX_GEN_TOKENS),
-    NUM("temperature", K_F32, 0, wire_sampling, temperature, 0, 100),
-    NUM("top_k", K_I32, 0, wire_sampling, top_k, 0, 1048576),
-    NUM("top_p", K_F32, F_LO_OPEN, wire_sampling, top_p, 0, 1),
-    NUM("min_p", K_F32, 0, wire_sampling, min_p, 0, 1),
-    NUM("repeat_penalty", K_F32, F_LO_OPEN, wire_sampling, repeat_penalty, 0, 100),
-    NUM("repeat_last_n", K_I32, 0, wire_sampling, repeat_last_n, -1, 1048576),
-    NUM("presence_penalty", K_F32, 0, wire_sampling, presence_penalty, -2, 2),
-    NUM("frequency_penalty", K_F32, 0, wire_sampling, frequency_penalty, -2, 2),
-    NUM("seed", K_U64, 0, wire_sampling, seed, 0, BIG),
-    NUM("ignore_eos", K_BOOL, 0, wire_sampling, ignore_eos, 0, 0),
-    ARR("stop", K_STR_ARRAY, 0, wire_sampling, stop, n_stop, 0, WIRE_MAX_STOP, 1,
+/* The job parameters' fields, from the one table (proto/job_params.h). */
+#define PARAM_FIELD(name, kind, lo, hi, lo_open, dflt, engine) \
+    NUM(#name, K_##kind, (lo_open) ? F_LO_OPEN : 0, job_params, name, lo, hi),
+
+static const fdef PARAM_FIELDS[] = {
+    JOB_PARAMS(PARAM_FIELD)
+    ARR("stop", K_STR_ARRAY, 0, job_params, stop, n_stop, 0, WIRE_MAX_STOP, 1,
         WIRE_MAX_STOP_BYTES),
 };
 
@@ -195,6 +190,31 @@ static const fdef JOB_STATE_FIELDS[] = {
 
 #define TIMING(nm, fl) NUM(#nm, K_F64, fl, wire_result, timings.nm, 0, BIG)
 
+static const fdef LOGPROB_FIELDS[] = {
+    NUM("token", K_U32, F_REQ, wire_logprob, token, 0, WIRE_MAX_TOKEN_ID),
+    NUM("logprob", K_F32, F_REQ, wire_logprob, logprob, WIRE_LOGPROB_FLOOR, 0),
+    {.name = "bytes", .k = K_BIN, .flags = F_REQ, .off = offsetof(wire_logprob, bytes),
+     .n_off = offsetof(wire_logprob, n_bytes), .lo = 0, .hi = WIRE_MAX_TOKEN_BYTES},
+};
+
+static const schema LOGPROB = {.parts = {{LOGPROB_FIELDS, N(LOGPROB_FIELDS), 0}},
+                                .size = sizeof(wire_logprob)};
+
+static const fdef TOP_LOGPROBS_FIELDS[] = {
+    OBJS("top_logprobs", F_REQ, wire_token_logprobs, top, n_top, 0, WIRE_MAX_TOP_LOGPROBS,
+         &LOGPROB),
+};
+
+/* A generated token's: the token's own fields, then its alternatives. */
+static const schema TOKEN_LOGPROBS = {
+    .parts = {{LOGPROB_FIELDS, N(LOGPROB_FIELDS), offsetof(wire_token_logprobs, chosen)},
+              {TOP_LOGPROBS_FIELDS, N(TOP_LOGPROBS_FIELDS), 0}},
+    .size = sizeof(wire_token_logprobs)};
+
+#define LOGPROBS_FIELD                                                                    \
+    OBJS("logprobs", 0, wire_result, logprobs, n_logprobs, 0, WIRE_MAX_GEN_TOKENS,         \
+         &TOKEN_LOGPROBS)
+
 static const fdef RESULT_FIELDS[] = {
     NUM("id", K_U64, F_REQ, wire_result, id, 1, BIG),
     NUM("state", K_STATE, F_REQ, wire_result, state, 0, 0),
@@ -204,6 +224,7 @@ static const fdef RESULT_FIELDS[] = {
     STR("text", 0, wire_result, text, 0, WIRE_MAX_TEXT_BYTES),
     ARR("tokens", K_U32_ARRAY, 0, wire_result, tokens, n_tokens, 0, WIRE_MAX_GEN_TOKENS, 0,
         WIRE_MAX_TOKEN_ID),
+    LOGPROBS_FIELD,
     NUM("finish", K_FINISH, 0, wire_result, finish, 0, 0),
     NUM("prompt_tokens", K_U32, 0, wire_result, prompt_tokens, 0, UINT32_MAX),
     NUM("gen_tokens", K_U32, 0, wire_result, gen_tokens, 0, WIRE_MAX_GEN_TOKENS),
@@ -219,6 +240,7 @@ static const fdef JOB_RESULT_FIELDS[] = {
     STR("text", F_REQ, wire_result, text, 0, WIRE_MAX_TEXT_BYTES),
     ARR("tokens", K_U32_ARRAY, F_REQ, wire_result, tokens, n_tokens, 0, WIRE_MAX_GEN_TOKENS,
         0, WIRE_MAX_TOKEN_ID),
+    LOGPROBS_FIELD,
     NUM("finish", K_FINISH, F_REQ, wire_result, finish, 0, 0),
     NUM("prompt_tokens", K_U32, F_REQ, wire_result, prompt_tokens, 0, UINT32_MAX),
     NUM("gen_tokens", K_U32, F_REQ, wire_result, gen_tokens, 0, WIRE_MAX_GEN_TOKENS),
@@ -239,7 +261,7 @@ static const fdef WORKER_STAT_FIELDS[] = {
 
 static void init_job(void *obj)
 {
-    ((wire_job *)obj)->sampling = wire_sampling_default();
+    ((wire_job *)obj)->params = job_params_default();
 }
 
 static void init_wait(void *obj)
@@ -251,6 +273,7 @@ static int check_job(const void *obj, rd *r);
 static int check_select(const void *obj, rd *r);
 static int check_wait(const void *obj, rd *r);
 static int check_result(const void *obj, rd *r);
+static int check_job_result(const void *obj, rd *r);
 
 #define PART(a, st) {a, N(a), 0}
 #define SCHEMA1(a, st, ...) {.parts = {PART(a, st)}, .size = sizeof(st), __VA_ARGS__}
@@ -261,7 +284,7 @@ static const schema RESULT = SCHEMA1(RESULT_FIELDS, wire_result, .check = check_
 static const schema WORKER_STAT = SCHEMA1(WORKER_STAT_FIELDS, wire_worker_stat);
 static const schema SUBMIT_JOB = {
     .parts = {PART(SUBMIT_JOB_FIELDS, wire_job),
-              {SAMPLING_FIELDS, N(SAMPLING_FIELDS), offsetof(wire_job, sampling)}},
+              {PARAM_FIELDS, N(PARAM_FIELDS), offsetof(wire_job, params)}},
     .size = sizeof(wire_job), .init = init_job, .check = check_job};
 
 static const fdef SUBMIT_FIELDS[] = {
@@ -350,7 +373,8 @@ static const schema WAIT = {
 /* F_SHARED_N makes the decoder match the counts of "ids" and "existing". */
 static const schema SUBMIT_OK = SCHEMA1(SUBMIT_OK_FIELDS, wire_submit_ok);
 static const schema JOBS_REPLY = SCHEMA1(JOBS_REPLY_FIELDS, wire_jobs_reply);
-static const schema JOB_RESULT = SCHEMA1(JOB_RESULT_FIELDS, wire_result);
+static const schema JOB_RESULT =
+    SCHEMA1(JOB_RESULT_FIELDS, wire_result, .check = check_job_result);
 static const schema WAIT_END = SCHEMA1(WAIT_END_FIELDS, wire_wait_end);
 static const schema STATS_OK = SCHEMA1(STATS_OK_FIELDS, wire_stats_ok);
 static const schema ERROR = SCHEMA1(ERROR_FIELDS, wire_error_msg);
@@ -359,7 +383,7 @@ static const schema WELCOME = SCHEMA1(WELCOME_FIELDS, wire_welcome);
 static const schema CREDIT = SCHEMA1(CREDIT_FIELDS, uint32_t);
 static const schema JOB = {
     .parts = {PART(JOB_FIELDS, wire_job),
-              {SAMPLING_FIELDS, N(SAMPLING_FIELDS), offsetof(wire_job, sampling)}},
+              {PARAM_FIELDS, N(PARAM_FIELDS), offsetof(wire_job, params)}},
     .size = sizeof(wire_job), .init = init_job, .check = check_job};
 static const schema FAILURE = SCHEMA1(FAILURE_FIELDS, wire_job_failure);
 static const schema JOB_CANCEL = SCHEMA1(JOB_CANCEL_FIELDS, uint64_t);
@@ -400,15 +424,6 @@ static bool has_req(wire_type t)
     return (MSGS[t].dirs & (C2B | B2C)) != 0;
 }
 
-wire_sampling wire_sampling_default(void)
-{
-    return (wire_sampling){
-        .max_tokens = 256, .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f,
-        .repeat_penalty = 1.0f, .repeat_last_n = 64, .presence_penalty = 0.0f,
-        .frequency_penalty = 0.0f, .seed = 0, .ignore_eos = false, .stop = NULL, .n_stop = 0,
-    };
-}
-
 void wire_msg_init(wire_msg *m, wire_type t)
 {
     memset(m, 0, sizeof *m);
@@ -445,11 +460,33 @@ int wire_fail(wire_error *err, wire_code code, const char *field, const char *fm
     return -1;
 }
 
+static const struct {
+    wire_code wire;
+    bool retryable;
+} BY_ERR_CODE[LLMQ_ERR_CODE_COUNT] = {
+    [LLMQ_ERR_GENERIC] = {WIRE_E_INTERNAL, false},
+    [LLMQ_ERR_INVALID] = {WIRE_E_BAD_VALUE, false},
+    [LLMQ_ERR_NO_ROOM] = {WIRE_E_QUEUE_FULL, true},
+    [LLMQ_ERR_UNAVAILABLE] = {WIRE_E_SHUTTING_DOWN, true},
+    [LLMQ_ERR_IO] = {WIRE_E_INTERNAL, true},
+    [LLMQ_ERR_INTERNAL] = {WIRE_E_INTERNAL, false},
+};
+
+wire_code wire_code_for(llmq_err_code c)
+{
+    return (unsigned)c < LLMQ_ERR_CODE_COUNT ? BY_ERR_CODE[c].wire : WIRE_E_INTERNAL;
+}
+
+bool wire_retryable(llmq_err_code c)
+{
+    return (unsigned)c < LLMQ_ERR_CODE_COUNT && BY_ERR_CODE[c].retryable;
+}
+
 void wire_error_reply(wire_msg *m, const wire_error *err)
 {
     wire_msg_init(m, WIRE_T_ERROR);
     m->req = err->req;
-    m->error.code = err->code == WIRE_OK ? WIRE_E_INTERNAL : err->code;
+    m->error.code = err->code == WIRE_OK ? wire_code_for(err->err.code) : err->code;
     m->error.field = err->field[0] ? err->field : NULL;
     m->error.message = err->err.msg[0] ? err->err.msg : wire_code_name(m->error.code);
 }
@@ -715,6 +752,25 @@ static int read_array(rd *r, const msgpack_object *o, const fdef *f, char *base)
     return 0;
 }
 
+static int read_bin(rd *r, const msgpack_object *o, const fdef *f, char *base)
+{
+    if (o->type != MSGPACK_OBJECT_BIN)
+        return bad_type(r, o, "bin");
+    uint32_t n = o->via.bin.size;
+    if ((double)n > f->hi)
+        return rd_fail(r, WIRE_E_TOO_LARGE, "%u bytes, at most %.0f allowed", n, f->hi);
+    if ((double)n < f->lo)
+        return rd_fail(r, WIRE_E_BAD_VALUE, "%u bytes, at least %.0f required", n, f->lo);
+    uint8_t *copy = msgpack_zone_malloc(r->zone, n ? n : 1);
+    if (!copy)
+        return rd_fail(r, WIRE_E_INTERNAL, "out of memory");
+    if (n)
+        memcpy(copy, o->via.bin.ptr, n);
+    memcpy(base + f->off, &copy, sizeof copy);
+    memcpy(base + f->n_off, &n, sizeof n);
+    return 0;
+}
+
 static int read_scalar(rd *r, const msgpack_object *o, const fdef *f, char *p)
 {
     int64_t si = 0;
@@ -769,6 +825,8 @@ static int read_scalar(rd *r, const msgpack_object *o, const fdef *f, char *p)
         return 0;
     case K_OBJ:
         return read_obj(r, o, f->sub, p);
+    case K_BIN:
+        return read_bin(r, o, f, p - f->off);
     default:
         return read_array(r, o, f, p - f->off);
     }
@@ -874,6 +932,12 @@ static int one_of(rd *r, bool a, bool b, const char *na, const char *nb)
 static int check_job(const void *obj, rd *r)
 {
     const wire_job *j = obj;
+    if (j->params.top_logprobs > 0 && !j->params.logprobs) {
+        size_t saved;
+        path_key(r, "top_logprobs", &saved);
+        return rd_fail(r, WIRE_E_BAD_VALUE, "%d alternatives need \"logprobs\": true",
+                       j->params.top_logprobs);
+    }
     return one_of(r, j->prompt != NULL, j->tokens != NULL, "prompt", "tokens");
 }
 
@@ -897,6 +961,27 @@ static int check_wait(const void *obj, rd *r)
     return 0;
 }
 
+/* Logprobs, when there are, are the generated tokens'. */
+static int check_job_result(const void *obj, rd *r)
+{
+    const wire_result *res = obj;
+    if (!res->logprobs)
+        return 0;
+    size_t saved;
+    path_key(r, "logprobs", &saved);
+    if (res->n_logprobs != res->n_tokens)
+        return rd_fail(r, WIRE_E_BAD_VALUE, "%u entries for %u tokens", res->n_logprobs,
+                       res->n_tokens);
+    for (uint32_t i = 0; i < res->n_logprobs; i++)
+        if (res->logprobs[i].chosen.token != res->tokens[i]) {
+            path_push(r, "[%u].token", i);
+            return rd_fail(r, WIRE_E_BAD_VALUE, "%u where tokens[%u] is %u",
+                           res->logprobs[i].chosen.token, i, res->tokens[i]);
+        }
+    path_pop(r, saved);
+    return 0;
+}
+
 static int check_result(const void *obj, rd *r)
 {
     const wire_result *res = obj;
@@ -907,7 +992,7 @@ static int check_result(const void *obj, rd *r)
             path_key(r, res->text ? "finish" : "text", &saved);
             return rd_fail(r, WIRE_E_MISSING_FIELD, "required when state is \"done\"");
         }
-        return 0;
+        return check_job_result(obj, r);
     case WIRE_STATE_FAILED:
     case WIRE_STATE_CANCELLED:
         if (!res->error) {
@@ -1171,6 +1256,7 @@ static bool present(const fdef *f, const char *p)
     case K_BOOL_ARRAY:
     case K_STR_ARRAY:
     case K_OBJ_ARRAY:
+    case K_BIN:
         return ptr_at(p) != NULL || (f->flags & F_REQ);
     case K_STATE:
     case K_FINISH:
@@ -1231,6 +1317,15 @@ static int write_value(wr *w, const fdef *f, const char *p, const char *base)
     case K_FINISH: pack_str(pk, wire_finish_name((wire_finish)u32_at(p))); return 0;
     case K_CODE: pack_str(pk, wire_code_name((wire_code)u32_at(p))); return 0;
     case K_OBJ: return write_obj(w, f->sub, p);
+    case K_BIN: {
+        const uint8_t *bytes = ptr_at(p);
+        uint32_t n = u32_at(base + f->n_off);
+        if ((double)n > f->hi || (n && !bytes))
+            return wire_fail(w->err, (double)n > f->hi ? WIRE_E_TOO_LARGE : WIRE_E_BAD_VALUE,
+                             f->name, "%u bytes (at most %.0f, non-NULL)", n, f->hi);
+        msgpack_pack_bin(pk, n);
+        return n ? msgpack_pack_bin_body(pk, bytes, n) : 0;
+    }
     default: {
         const char *arr = ptr_at(p);
         uint32_t n = u32_at(base + f->n_off);

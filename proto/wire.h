@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "proto/job_params.h"
 
 /* ---- limits (all inclusive) ------------------------------------------------ */
 #define WIRE_VERSION 1
@@ -47,7 +48,11 @@
 #define WIRE_MAX_MESSAGE_BYTES 4096u         /* error messages, failure reasons */
 #define WIRE_MAX_SLOTS 4096u                 /* worker capacity, credits per message */
 #define WIRE_MAX_TOKEN_ID 2147483647u        /* token ids are non-negative int32 */
+#define WIRE_MAX_TOP_LOGPROBS 20u            /* top_logprobs, alternatives per token */
+#define WIRE_MAX_TOKEN_BYTES 1024u           /* the bytes of one token in logprobs */
+#define WIRE_LOGPROB_FLOOR -9999.0           /* the least logprob: "as good as impossible" */
 #define WIRE_MAX_DEPTH 8                     /* msgpack nesting accepted at all */
+#define WIRE_NO_MAX 1e300                    /* a range without an upper bound */
 
 /* Defaults for liveness (the broker announces its own in "welcome"). */
 #define WIRE_HEARTBEAT_MS 1000u
@@ -138,27 +143,6 @@ typedef struct wire_error {
 
 /* ---- the parts of messages ------------------------------------------------------ */
 
-/* Sampling and stopping parameters, shared with the engine (plain C fields,
- * the engine copies them).  Ranges and defaults: docs/PROTOCOL.md. */
-typedef struct wire_sampling {
-    uint32_t max_tokens;       /* 1..WIRE_MAX_GEN_TOKENS, default 256 */
-    float temperature;         /* 0..100, default 0 (greedy) */
-    int32_t top_k;             /* 0..1048576, default 0 (off) */
-    float top_p;               /* (0, 1], default 1 (off) */
-    float min_p;               /* [0, 1], default 0 (off) */
-    float repeat_penalty;      /* (0, 100], default 1 (off) */
-    int32_t repeat_last_n;     /* -1 (whole history)..1048576, default 64 */
-    float presence_penalty;    /* [-2, 2], default 0 */
-    float frequency_penalty;   /* [-2, 2], default 0 */
-    uint64_t seed;             /* default 0 */
-    bool ignore_eos;           /* default false: generate max_tokens regardless of EOS */
-    const char *const *stop;   /* 0..WIRE_MAX_STOP strings of 1..WIRE_MAX_STOP_BYTES */
-    uint32_t n_stop;
-} wire_sampling;
-
-/* The defaults above. */
-wire_sampling wire_sampling_default(void);
-
 /* One job: an element of submit's "jobs", or the body of a "job" message. */
 typedef struct wire_job {
     uint64_t id;               /* job message: broker job id (>= 1); submit: unused */
@@ -169,7 +153,7 @@ typedef struct wire_job {
     uint32_t n_tokens;         /* 1..WIRE_MAX_PROMPT_TOKENS when tokens are used */
     int32_t priority;          /* submit: -1000..1000, higher first, default 0 */
     const char *model;         /* optional model name, for routing */
-    wire_sampling sampling;
+    job_params params;         /* proto/job_params.h; ranges and defaults: docs/PROTOCOL.md */
 } wire_job;
 
 /* Which jobs a status / wait / cancel is about: ids XOR batch. */
@@ -188,9 +172,27 @@ typedef struct wire_timings {
     double total_ms;           /* submit -> result recorded */
 } wire_timings;
 
+/* A token and its log-probability (docs/PROTOCOL.md: ln of its softmax
+ * probability under the model's raw logits). */
+typedef struct wire_logprob {
+    uint32_t token;
+    float logprob;             /* WIRE_LOGPROB_FLOOR..0 */
+    const uint8_t *bytes;      /* the bytes the token stands for (may be part of a UTF-8
+                                  character), 0..WIRE_MAX_TOKEN_BYTES */
+    uint32_t n_bytes;
+} wire_logprob;
+
+/* One generated token's: its own, and the job's top_logprobs best. */
+typedef struct wire_token_logprobs {
+    wire_logprob chosen;
+    const wire_logprob *top;   /* 0..WIRE_MAX_TOP_LOGPROBS, most likely first */
+    uint32_t n_top;
+} wire_token_logprobs;
+
 /* A job's outcome.  "job_result" (worker -> broker) carries id, attempt,
- * text, tokens, finish, prompt_tokens, gen_tokens, prefill_ms, decode_ms;
- * "result" (broker -> client) carries everything, state first. */
+ * text, tokens, finish, prompt_tokens, gen_tokens, prefill_ms, decode_ms
+ * and logprobs; "result" (broker -> client) carries everything, state
+ * first. */
 typedef struct wire_result {
     uint64_t id;
     uint32_t attempt;
@@ -200,6 +202,8 @@ typedef struct wire_result {
     const char *text;          /* DONE: generated text (stop string excluded) */
     const uint32_t *tokens;    /* DONE: generated token ids */
     uint32_t n_tokens;
+    const wire_token_logprobs *logprobs; /* DONE, when the job asked: one per token, else NULL */
+    uint32_t n_logprobs;       /* = n_tokens */
     wire_finish finish;        /* DONE: why generation ended */
     uint32_t prompt_tokens;
     uint32_t gen_tokens;
@@ -350,7 +354,16 @@ void wire_msg_free(wire_msg *m);
 int wire_fail(wire_error *err, wire_code code, const char *field,
               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-/* Builds the "error" reply for err (pointers into err). */
+/* Builds the "error" reply for err (pointers into err); an err without a
+ * wire code carries its llmq_err's (wire_code_for). */
 void wire_error_reply(wire_msg *m, const wire_error *err);
+
+/* How the codes of common/err.h reach the wire, in this one place: the
+ * error type a reply carries for an error of code c, and whether a job
+ * that failed with it may run again (job_failure.retryable: lack of room,
+ * a worker that cannot serve it now, I/O) or fails for good (bad input,
+ * internal and unclassified errors). */
+wire_code wire_code_for(llmq_err_code c);
+bool wire_retryable(llmq_err_code c);
 
 #endif

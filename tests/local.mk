@@ -39,6 +39,13 @@ tests_unit_test_parity_SOURCES = tests/unit/test-parity.c tests/unit/check.h
 tests_unit_test_parity_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
 # ---- end CPU engine parity ----
 
+# ---- common: errors with a code (common/err.c) ----
+check_PROGRAMS += tests/unit/test-err
+TESTS += tests/unit/test-err
+tests_unit_test_err_SOURCES = tests/unit/test-err.c tests/unit/check.h
+tests_unit_test_err_LDADD = common/libllmq_common.a
+# ---- end common: errors ----
+
 # ---- common: JSON reader (common/json.c) ----
 check_PROGRAMS += tests/unit/test-json
 TESTS += tests/unit/test-json
@@ -124,6 +131,7 @@ FUZZ_TARGETS += tests/fuzz/fuzz-wire
 EXTRA_DIST += tests/fuzz/fuzz-wire.c tests/fuzz/corpus-wire tests/fuzz/wire.dict \
 	tests/fuzz/gen-corpus-wire.py
 FUZZ_WIRE_SRCS = $(top_srcdir)/tests/fuzz/fuzz-wire.c $(top_srcdir)/proto/wire.c \
+	$(top_srcdir)/proto/job_params.c \
 	$(top_srcdir)/common/err.c $(top_srcdir)/common/utf8.c
 tests/fuzz/fuzz-wire: $(FUZZ_WIRE_SRCS)
 	@$(MKDIR_P) tests/fuzz

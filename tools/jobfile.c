@@ -7,10 +7,11 @@
 #include <sys/types.h>
 
 #include "common/grow.h"
+#include "proto/job_params.h"
 
 /* ---- job fields ------------------------------------------------------------------ */
 
-typedef enum ntype { N_U32, N_I32, N_U64, N_FLOAT, N_BOOL } ntype;
+typedef enum ntype { N_U32, N_I32, N_U64, N_F32, N_BOOL } ntype;
 
 typedef struct numfield {
     const char *name;
@@ -18,20 +19,22 @@ typedef struct numfield {
     size_t off;
 } numfield;
 
+/* The job parameters (proto/job_params.h), then the job's own numbers. */
+#define PARAM_NUM(name, kind, lo, hi, lo_open, dflt, engine) \
+    {#name, N_##kind, offsetof(llmq_job, name)},
+
 static const numfield NUMS[] = {
-    {"max_tokens", N_U32, offsetof(llmq_job, max_tokens)},
-    {"temperature", N_FLOAT, offsetof(llmq_job, temperature)},
-    {"top_k", N_I32, offsetof(llmq_job, top_k)},
-    {"top_p", N_FLOAT, offsetof(llmq_job, top_p)},
-    {"min_p", N_FLOAT, offsetof(llmq_job, min_p)},
-    {"repeat_penalty", N_FLOAT, offsetof(llmq_job, repeat_penalty)},
-    {"repeat_last_n", N_I32, offsetof(llmq_job, repeat_last_n)},
-    {"presence_penalty", N_FLOAT, offsetof(llmq_job, presence_penalty)},
-    {"frequency_penalty", N_FLOAT, offsetof(llmq_job, frequency_penalty)},
-    {"seed", N_U64, offsetof(llmq_job, seed)},
-    {"ignore_eos", N_BOOL, offsetof(llmq_job, ignore_eos)},
+    JOB_PARAMS(PARAM_NUM)
     {"priority", N_I32, offsetof(llmq_job, priority)},
 };
+
+static const numfield *num_named(const char *name)
+{
+    for (size_t i = 0; i < sizeof NUMS / sizeof NUMS[0]; i++)
+        if (strcmp(name, NUMS[i].name) == 0)
+            return &NUMS[i];
+    return NULL;
+}
 
 static int int_in(const json_value *v, const char *name, int64_t lo, int64_t hi, int64_t *out,
                   llmq_err *err)
@@ -53,7 +56,7 @@ static int set_number(const json_value *v, const numfield *f, llmq_job *job, llm
     char *p = (char *)job + f->off;
     int64_t i;
     switch (f->t) {
-    case N_FLOAT: {
+    case N_F32: {
         if (v->type != JSON_NUMBER)
             return llmq_errf(err, "%s: must be a number, not %s", f->name,
                              json_type_name(v->type));
@@ -138,9 +141,9 @@ static int parse_tokens(jobfile_entry *e, const json_value *v, llmq_err *err)
 /* A job field shared by both shapes: 1 if it was one, 0 if not, -1 on error. */
 static int job_field(jobfile_entry *e, const char *key, const json_value *v, llmq_err *err)
 {
-    for (size_t i = 0; i < sizeof NUMS / sizeof NUMS[0]; i++)
-        if (strcmp(key, NUMS[i].name) == 0)
-            return set_number(v, &NUMS[i], &e->job, err) < 0 ? -1 : 1;
+    const numfield *f = num_named(key);
+    if (f)
+        return set_number(v, f, &e->job, err) < 0 ? -1 : 1;
     if (strcmp(key, "stop") == 0)
         return parse_stop(e, v, err) < 0 ? -1 : 1;
     if (strcmp(key, "tokens") == 0)
@@ -270,7 +273,7 @@ static int body_special(jobfile_entry *e, const char *key, const json_value *v, 
     if (strcmp(key, "model") == 0)
         return str_of(v, "model", &e->model, err) < 0 ? -1 : 1;
     if (strcmp(key, "max_completion_tokens") == 0)
-        return set_number(v, &NUMS[0], &e->job, err) < 0 ? -1 : 1;
+        return set_number(v, num_named("max_tokens"), &e->job, err) < 0 ? -1 : 1;
     if (strcmp(key, "n") == 0) {
         if (v->type != JSON_NUMBER || !v->num.is_int || v->num.i != 1)
             return llmq_errf(err, "n: only 1 is supported");
@@ -283,6 +286,27 @@ static int body_special(jobfile_entry *e, const char *key, const json_value *v, 
     }
     if (strcmp(key, "user") == 0)
         return 1;
+    return 0;
+}
+
+/* OpenAI's "logprobs": true/false in a chat body (with "top_logprobs" for
+ * alternatives), in a completions body the number of alternatives, 0..5
+ * (the legacy API's); null is "no". */
+static int body_logprobs(jobfile_entry *e, const json_value *v, llmq_err *err)
+{
+    if (!v || v->type == JSON_NULL)
+        return 0;
+    if (e->chat) {
+        if (v->type != JSON_BOOL)
+            return llmq_errf(err, "logprobs: chat completions take true or false (and "
+                             "\"top_logprobs\" for alternatives)");
+        e->job.logprobs = v->boolean;
+        return 0;
+    }
+    if (v->type != JSON_NUMBER || !v->num.is_int || v->num.i < 0 || v->num.i > 5)
+        return llmq_errf(err, "logprobs: completions take the number of alternatives, 0..5");
+    e->job.logprobs = true;
+    e->job.top_logprobs = (int32_t)v->num.i;
     return 0;
 }
 
@@ -301,6 +325,10 @@ static int parse_body(jobfile_entry *e, const json_value *body, llmq_err *err)
     for (size_t i = 0; i < body->obj.n; i++) {
         const char *key = body->obj.members[i].key;
         const json_value *v = &body->obj.members[i].value;
+        /* Its meaning depends on the kind of body, known once "messages" or
+         * "prompt" has been read. */
+        if (strcmp(key, "logprobs") == 0)
+            continue;
         int rc = body_special(e, key, v, err);
         if (rc == 0)
             rc = job_field(e, key, v, err);
@@ -311,6 +339,8 @@ static int parse_body(jobfile_entry *e, const json_value *body, llmq_err *err)
     }
     if (!e->job.prompt && !e->job.tokens)
         return llmq_errf(err, "body: \"prompt\" or \"messages\" is required");
+    if (body_logprobs(e, json_get(body, "logprobs"), err) < 0)
+        return in_body(err);
     return 0;
 }
 
@@ -520,6 +550,68 @@ static void write_timings(FILE *f, const llmq_result *r)
             r->total_ms);
 }
 
+/* "token" (its bytes as text, a split character's bytes as U+FFFD), "logprob"
+ * and "bytes", OpenAI's fields; native output adds the token's "id". */
+static void write_logprob_fields(FILE *f, const llmq_logprob *lp, bool with_id)
+{
+    if (with_id)
+        fprintf(f, "\"id\":%" PRIu32 ",", lp->token);
+    fputs("\"token\":", f);
+    json_write_string(f, (const char *)lp->bytes, lp->n_bytes);
+    fprintf(f, ",\"logprob\":%.9g,\"bytes\":[", (double)lp->logprob);
+    for (size_t i = 0; i < lp->n_bytes; i++)
+        fprintf(f, "%s%u", i ? "," : "", (unsigned)lp->bytes[i]);
+    fputc(']', f);
+}
+
+/* [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}, ...]:
+ * OpenAI chat's logprobs.content, and native output's logprobs. */
+static void write_logprobs_content(FILE *f, const llmq_result *r, bool with_id)
+{
+    fputc('[', f);
+    for (size_t i = 0; i < r->n_logprobs; i++) {
+        const llmq_token_logprobs *t = &r->logprobs[i];
+        fputs(i ? ",{" : "{", f);
+        write_logprob_fields(f, &t->chosen, with_id);
+        fputs(",\"top_logprobs\":[", f);
+        for (size_t k = 0; k < t->n_top; k++) {
+            fputs(k ? ",{" : "{", f);
+            write_logprob_fields(f, &t->top[k], with_id);
+            fputc('}', f);
+        }
+        fputs("]}", f);
+    }
+    fputc(']', f);
+}
+
+/* The legacy completions API's logprobs: parallel lists of the tokens, their
+ * logprobs and, per token, an object of the likeliest tokens' (text_offset,
+ * a character count of the text before each token, is not given). */
+static void write_legacy_logprobs(FILE *f, const llmq_result *r)
+{
+    fputs("{\"tokens\":[", f);
+    for (size_t i = 0; i < r->n_logprobs; i++) {
+        const llmq_logprob *lp = &r->logprobs[i].chosen;
+        fputs(i ? "," : "", f);
+        json_write_string(f, (const char *)lp->bytes, lp->n_bytes);
+    }
+    fputs("],\"token_logprobs\":[", f);
+    for (size_t i = 0; i < r->n_logprobs; i++)
+        fprintf(f, "%s%.9g", i ? "," : "", (double)r->logprobs[i].chosen.logprob);
+    fputs("],\"top_logprobs\":[", f);
+    for (size_t i = 0; i < r->n_logprobs; i++) {
+        const llmq_token_logprobs *t = &r->logprobs[i];
+        fputs(i ? ",{" : "{", f);
+        for (size_t k = 0; k < t->n_top; k++) {
+            fputs(k ? "," : "", f);
+            json_write_string(f, (const char *)t->top[k].bytes, t->top[k].n_bytes);
+            fprintf(f, ":%.9g", (double)t->top[k].logprob);
+        }
+        fputc('}', f);
+    }
+    fputs("]}", f);
+}
+
 void jobfile_write_ack(FILE *out, const jobfile_entry *e, bool existing)
 {
     fputs("{\"id\":", out);
@@ -546,7 +638,12 @@ static void write_native(FILE *f, const jobfile_entry *e, const llmq_result *r)
             r->finish ? r->finish : "", r->prompt_tokens, r->gen_tokens);
     for (size_t i = 0; i < r->n_tokens; i++)
         fprintf(f, "%s%" PRIu32, i ? "," : "", r->tokens[i]);
-    fputs("],\"timings\":", f);
+    fputc(']', f);
+    if (r->logprobs) {
+        fputs(",\"logprobs\":", f);
+        write_logprobs_content(f, r, true);
+    }
+    fputs(",\"timings\":", f);
     write_timings(f, r);
     fputs(",\"worker\":", f);
     write_str(f, r->worker);
@@ -562,10 +659,19 @@ static void write_openai_choice(FILE *f, const jobfile_entry *e, const llmq_resu
         fputs("\"message\":{\"role\":\"assistant\",\"content\":", f);
         write_str(f, r->text);
         fputs("}", f);
+        if (r->logprobs) {
+            fputs(",\"logprobs\":{\"content\":", f);
+            write_logprobs_content(f, r, false);
+            fputs(",\"refusal\":null}", f);
+        }
     } else {
         fputs("\"text\":", f);
         write_str(f, r->text);
-        fputs(",\"logprobs\":null", f);
+        fputs(",\"logprobs\":", f);
+        if (r->logprobs)
+            write_legacy_logprobs(f, r);
+        else
+            fputs("null", f);
     }
     fprintf(f, ",\"finish_reason\":\"%s\"}]", finish);
 }

@@ -13,7 +13,9 @@
  *           with "messages" instead of "prompt" for /v1/chat/completions;
  *           "max_completion_tokens" is an alias of "max_tokens"; "n" must be
  *           1 and "stream" false; "user" is ignored; body.model is echoed in
- *           the output, not used for routing.  Messages are rendered as a
+ *           the output, not used for routing; "logprobs" is true/false in a
+ *           chat body (with "top_logprobs" 0..20), and in a completions body
+ *           the legacy API's number of alternatives, 0..5.  Messages are rendered as a
  *           plain transcript, one "Role: content" line per message ("System",
  *           "User", "Assistant"; content strings or lists of text parts),
  *           followed by "Assistant:", which the model continues.
@@ -73,10 +75,14 @@ void jobfile_write_ack(FILE *out, const jobfile_entry *e, bool existing);
 
 /* One output line for a result.  Native input gives
  * {"id", "job_id", "state", "text", "finish_reason", "prompt_tokens",
- *  "completion_tokens", "tokens", "timings": {...}, "worker", "attempt"} (or
- * "error" instead of text for a failed job); OpenAI input gives OpenAI's
- * batch output line (custom_id, response.status_code, response.body with
- * choices and usage; error), plus our timings under response.body.llmq.
+ *  "completion_tokens", "tokens", "logprobs", "timings": {...}, "worker",
+ *  "attempt"} (or "error" instead of text for a failed job; "logprobs" only
+ * for a job that asked: [{"id", "token", "logprob", "bytes",
+ * "top_logprobs": [...]}] per token); OpenAI input gives OpenAI's batch
+ * output line (custom_id, response.status_code, response.body with choices
+ * and usage; error), plus our timings under response.body.llmq, with
+ * logprobs as OpenAI writes them: choices[0].logprobs.content for chat, the
+ * legacy tokens / token_logprobs / top_logprobs lists for completions.
  * `created` is the Unix time stamped in OpenAI bodies. */
 void jobfile_write_result(FILE *out, const jobfile_entry *e, const llmq_result *r, time_t created);
 

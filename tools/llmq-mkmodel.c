@@ -736,7 +736,7 @@ int main(int argc, char **argv)
     const int status = parse_args(argc, argv, &o);
     if (status != CLI_RUN)
         return status;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     if (!o.threads) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         o.threads = n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (uint64_t)n;

@@ -75,6 +75,7 @@ static void default_opts(run_opts *o)
     /* --seed replaces it; two runs in one millisecond still differ by pid. */
     g->sampling.seed = ((uint64_t)clock_wall_ms() << 20) ^ (uint64_t)getpid();
     g->engine = engine_default_config();
+    g->logprobs = -1;
     g->bench_reps = 3;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     g->threads = cores > 0 ? (int32_t)cores : 1;
@@ -198,13 +199,17 @@ static int parse_args(int argc, char **argv, run_opts *o)
          CLI_FLOAT(&sp->frequency_penalty, -FLT_MAX, FLT_MAX)},
         {"repeat-last-n", 0, "N",
          "how many tokens back the penalties look; 0 off, -1 all (default 64)",
-         CLI_INT32(&sp->penalty_last_n, -1, INT32_MAX)},
+         CLI_INT32(&sp->repeat_last_n, -1, INT32_MAX)},
         {"seed", 0, "S", "random seed (default: a new one, printed)",
          CLI_UINT64(&sp->seed, 0, UINT64_MAX)},
         {"stop", 0, "TEXT", "stop when TEXT appears (repeatable, at most 16)",
          CLI_LIST(g->stop, &g->n_stop, ENGINE_MAX_STOPS, 1, 0)},
         {"ignore-eos", 0, NULL, "keep generating past end-of-generation tokens",
          CLI_SWITCH(&g->ignore_eos)},
+        {"logprobs", 0, "N",
+         "after the text, each token's log-probability and the N likeliest tokens' (0..20),"
+         " under the raw logits",
+         CLI_INT32(&g->logprobs, 0, ENGINE_MAX_TOP_LOGPROBS)},
         CLI_HEADING("engine:"),
         {"gpu", 0, "N",
          "run on CUDA device N (default: device 0 when built with CUDA and a GPU is there, else"
@@ -263,7 +268,7 @@ static int run_tokenize(const run_opts *o, const tok_vocab *v)
     bool special = !o->no_bos && tok_add_bos(v);
     int32_t *ids;
     size_t n;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     int rc = tok_encode(v, text, len, special, !o->no_parse_special, &ids, &n, &err);
     free(owned);
     if (rc < 0) {
@@ -311,7 +316,7 @@ static int run_detokenize(const run_opts *o, const tok_vocab *v)
     int32_t *ids;
     size_t n, len;
     char *text;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     if (parse_id_list(o->ids, &ids, &n) < 0)
         return 1;
     int rc = tok_detokenize(v, ids, n, TOK_STRIP_SPACE, &text, &len, &err);
@@ -329,7 +334,7 @@ static int run_detokenize(const run_opts *o, const tok_vocab *v)
 /* The tokenizer modes need only the vocabulary (vocab-only files work). */
 static int run_tokenizer_mode(const run_opts *o)
 {
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     gguf_file *f = NULL;
     tok_vocab *v = NULL;
     if (gguf_open(&f, o->model, &err) < 0 || tok_load(&v, f, &err) < 0) {
@@ -359,7 +364,7 @@ static int make_backend(const run_opts *o, backend **be, llmq_err *err)
 
 static int run_engine_mode(run_opts *o)
 {
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     backend *be = NULL;
     model *m = NULL;
     tok_vocab *v = NULL;

@@ -317,7 +317,7 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc != CLI_RUN)
         return rc;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     rc = stats_main(&o, &err);
     if (rc)
         fprintf(stderr, "llmq-stats: %s\n", err.msg);

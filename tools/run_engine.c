@@ -22,8 +22,35 @@ static engine_request make_request(const run_gen_opts *o, uint64_t id, const int
 {
     return (engine_request){.id = id, .prompt = ids, .n_prompt = (int32_t)n,
                             .sampling = o->sampling, .max_tokens = o->n_predict,
-                            .stop = o->stop, .n_stop = (int32_t)o->n_stop,
-                            .ignore_eog = o->ignore_eos};
+                            .stop = o->stop, .n_stop = (int32_t)o->n_stop, .ignore_eos = o->ignore_eos,
+                            .logprobs = o->logprobs >= 0,
+                            .top_logprobs = o->logprobs > 0 ? o->logprobs : 0};
+}
+
+static void print_token(const tok_vocab *v, engine_logprob lp)
+{
+    size_t n = 0;
+    const char *piece = tok_piece(v, lp.token, true, &n);
+    json_write_string(stdout, piece, n);
+    printf(" %.4f", (double)lp.logprob);
+}
+
+/* --logprobs: a line per generated token, its own logprob then the likeliest. */
+static void print_logprobs(const tok_vocab *v, const engine_event *ev)
+{
+    if (!ev->logprobs)
+        return;
+    printf("logprobs (ln p under the model's raw logits): step, token, then the %d likeliest\n",
+           ev->n_top);
+    for (int32_t i = 0; i < ev->n_tokens; i++) {
+        printf("%5d  ", i);
+        print_token(v, ev->logprobs[i]);
+        for (int32_t k = 0; k < ev->n_top; k++) {
+            printf(k ? "  " : "   |  ");
+            print_token(v, ev->top_logprobs[(size_t)i * ev->n_top + k]);
+        }
+        printf("\n");
+    }
 }
 
 static void print_timing(const char *label, const engine_timing *t)
@@ -78,6 +105,7 @@ int run_generate(const run_gen_opts *o, model *m, const tok_vocab *v)
             fflush(stdout);
             if (ev[i].finish != ENGINE_RUNNING) {
                 printf("\n");
+                print_logprobs(v, &ev[i]);
                 fprintf(stderr, "llmq-run: finished (%s): ", engine_finish_name(ev[i].finish));
                 print_timing("", &ev[i].timing);
             }
@@ -169,6 +197,7 @@ int run_parallel(const run_gen_opts *o, model *m, const tok_vocab *v)
             printf("--- prompt %llu (%s, %d tokens)\n%s%.*s\n", (unsigned long long)ev[i].id + 1,
                    engine_finish_name(ev[i].finish), ev[i].n_tokens, pl.lines[ev[i].id],
                    (int)ev[i].full_text_len, ev[i].full_text);
+            print_logprobs(v, &ev[i]);
             char label[48];
             snprintf(label, sizeof label, "llmq-run: prompt %llu: ",
                      (unsigned long long)ev[i].id + 1);
@@ -268,7 +297,7 @@ static int bench_once(model *m, const tok_vocab *v, const engine_config *base, i
         random_prompt(v, ids, n_prompt, (uint32_t)s + 1);
         engine_request req = {.id = (uint64_t)s, .prompt = ids, .n_prompt = n_prompt,
                               .sampling = sampler_default_params(), .max_tokens = n_gen,
-                              .ignore_eog = true};
+                              .ignore_eos = true};
         rc = engine_add(e, &req, err);
     }
     free(ids);

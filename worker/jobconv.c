@@ -5,19 +5,20 @@
 
 #include "worker/text.h"
 
-static sampler_params sampling(const wire_sampling *w)
+/* A job parameter goes to the engine_request field or the sampler_params
+ * field of its name (proto/job_params.h says which): one the engine lacks
+ * fails the build. */
+#define ENGINE_SAMPLER(req) (req)->sampling
+#define ENGINE_REQUEST(req) (*(req))
+#define TO_ENGINE(name, kind, lo, hi, lo_open, dflt, engine) \
+    ENGINE_##engine(req).name = p->name;
+
+static void engine_params(engine_request *req, const job_params *p)
 {
-    sampler_params p = sampler_default_params();
-    p.temperature = w->temperature;
-    p.top_k = w->top_k;
-    p.top_p = w->top_p;
-    p.min_p = w->min_p;
-    p.repeat_penalty = w->repeat_penalty;
-    p.presence_penalty = w->presence_penalty;
-    p.frequency_penalty = w->frequency_penalty;
-    p.penalty_last_n = w->repeat_last_n;
-    p.seed = w->seed;
-    return p;
+    req->sampling = sampler_default_params();
+    JOB_PARAMS(TO_ENGINE)
+    req->stop = p->stop;
+    req->n_stop = (int32_t)p->n_stop;
 }
 
 static int prompt_ids(jobconv_request *r, const wire_job *j, const tok_vocab *v, size_t *n,
@@ -33,7 +34,8 @@ static int prompt_ids(jobconv_request *r, const wire_job *j, const tok_vocab *v,
      * fit the engine's int32. */
     r->ids = malloc((j->n_tokens ? j->n_tokens : 1) * sizeof *r->ids);
     if (!r->ids)
-        return llmq_errf(err, "job %llu: tokens: out of memory", (unsigned long long)j->id);
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: tokens: out of memory",
+                         (unsigned long long)j->id);
     for (uint32_t i = 0; i < j->n_tokens; i++)
         r->ids[i] = (int32_t)j->tokens[i];
     *n = j->n_tokens;
@@ -47,11 +49,8 @@ int jobconv_request_make(jobconv_request *r, const wire_job *j, const tok_vocab 
     size_t n = 0;
     if (prompt_ids(r, j, v, &n, err) != 0)
         return -1;
-    const wire_sampling *s = &j->sampling;
-    r->req = (engine_request){.id = j->id, .prompt = r->ids, .n_prompt = (int32_t)n,
-                              .sampling = sampling(s), .max_tokens = (int32_t)s->max_tokens,
-                              .stop = s->stop, .n_stop = (int32_t)s->n_stop,
-                              .ignore_eog = s->ignore_eos};
+    r->req = (engine_request){.id = j->id, .prompt = r->ids, .n_prompt = (int32_t)n};
+    engine_params(&r->req, &j->params);
     return 0;
 }
 
@@ -77,22 +76,52 @@ static double span_ms(double from, double to)
     return to > from ? to - from : 0.0;
 }
 
+static wire_logprob wire_logprob_of(engine_logprob lp, const tok_vocab *v)
+{
+    size_t n = 0;
+    const char *piece = tok_piece(v, lp.token, true, &n);
+    if (n > WIRE_MAX_TOKEN_BYTES) /* not in any vocabulary seen; cut, not failed */
+        n = WIRE_MAX_TOKEN_BYTES;
+    return (wire_logprob){.token = (uint32_t)lp.token, .logprob = lp.logprob,
+                          .bytes = (const uint8_t *)piece, .n_bytes = (uint32_t)n};
+}
+
+/* r->logprobs from ev's, when the job asked for them. */
+static int make_logprobs(jobconv_result *r, const engine_event *ev, const tok_vocab *v)
+{
+    if (!ev->logprobs)
+        return 0;
+    const size_t n = (size_t)ev->n_tokens, k = (size_t)ev->n_top;
+    r->logprobs = malloc((n ? n : 1) * sizeof *r->logprobs);
+    r->top = malloc((n * k > 0 ? n * k : 1) * sizeof *r->top);
+    if (!r->logprobs || !r->top)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < k; j++)
+            r->top[i * k + j] = wire_logprob_of(ev->top_logprobs[i * k + j], v);
+        r->logprobs[i] = (wire_token_logprobs){.chosen = wire_logprob_of(ev->logprobs[i], v),
+                                               .top = r->top + i * k, .n_top = (uint32_t)k};
+    }
+    return 0;
+}
+
 int jobconv_result_make(jobconv_result *r, uint32_t attempt, const engine_event *ev,
-                        llmq_err *err)
+                        const tok_vocab *v, llmq_err *err)
 {
     memset(r, 0, sizeof *r);
     const unsigned long long id = (unsigned long long)ev->id;
     r->text = text_clean(ev->full_text, ev->full_text_len, SIZE_MAX - 1);
     r->tokens = malloc((ev->n_tokens ? (size_t)ev->n_tokens : 1) * sizeof *r->tokens);
-    if (!r->text || !r->tokens) {
+    if (!r->text || !r->tokens || make_logprobs(r, ev, v) != 0) {
         jobconv_result_free(r);
-        return llmq_errf(err, "job %llu: out of memory for the result", id);
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: out of memory for the result", id);
     }
     size_t len = strlen(r->text);
     if (len > WIRE_MAX_TEXT_BYTES) {
         jobconv_result_free(r);
-        return llmq_errf(err, "job %llu: text: %zu bytes generated, a result carries at most %u",
-                         id, len, WIRE_MAX_TEXT_BYTES);
+        return llmq_errc(err, LLMQ_ERR_INVALID,
+                         "job %llu: text: %zu bytes generated, a result carries at most %u", id,
+                         len, WIRE_MAX_TEXT_BYTES);
     }
     for (int32_t i = 0; i < ev->n_tokens; i++)
         r->tokens[i] = (uint32_t)ev->tokens[i];
@@ -104,6 +133,8 @@ int jobconv_result_make(jobconv_result *r, uint32_t attempt, const engine_event 
     w->text = r->text;
     w->tokens = r->tokens;
     w->n_tokens = (uint32_t)ev->n_tokens;
+    w->logprobs = r->logprobs;
+    w->n_logprobs = r->logprobs ? (uint32_t)ev->n_tokens : 0;
     w->finish = finish(ev->finish);
     w->prompt_tokens = (uint32_t)t->n_prompt;
     w->gen_tokens = (uint32_t)t->n_generated;
@@ -116,5 +147,7 @@ void jobconv_result_free(jobconv_result *r)
 {
     free(r->text);
     free(r->tokens);
+    free(r->logprobs);
+    free(r->top);
     memset(r, 0, sizeof *r);
 }

@@ -6,7 +6,8 @@
  * same output, through the queue and on the command line; token ids are
  * used as given.  A finished sequence becomes a `job_result`: its text
  * repaired into wire-clean UTF-8 (worker/text.h), its timings measured by
- * the engine for this job alone.
+ * the engine for this job alone, its logprobs (when asked for) with each
+ * token's bytes as the vocabulary has them.
  *
  * Both own their buffers until the matching _free. */
 #ifndef LLMQ_WORKER_JOBCONV_H
@@ -24,23 +25,28 @@ typedef struct jobconv_request {
     int32_t *ids;
 } jobconv_request;
 
-/* Fails, naming the job and the field, when the prompt cannot be tokenized.
- * What the engine checks itself (length against the context, id range) is
- * left to engine_add. */
+/* Fails, naming the job and the field, when the prompt cannot be tokenized
+ * (the tokenizer's error) or memory runs out (LLMQ_ERR_NO_ROOM).  What the
+ * engine checks itself (length against the context, id range) is left to
+ * engine_add. */
 int jobconv_request_make(jobconv_request *r, const wire_job *j, const tok_vocab *v,
                          llmq_err *err);
 void jobconv_request_free(jobconv_request *r);
 
 typedef struct jobconv_result {
-    wire_msg msg; /* WIRE_T_JOB_RESULT, pointing into the buffers below */
+    wire_msg msg; /* WIRE_T_JOB_RESULT, pointing into the buffers below and v's pieces */
     char *text;
     uint32_t *tokens;
+    wire_token_logprobs *logprobs;
+    wire_logprob *top;
 } jobconv_result;
 
-/* ev is a finished event (not ENGINE_RUNNING, not cancelled).  Fails when
- * the text is over WIRE_MAX_TEXT_BYTES or memory runs out. */
+/* ev is a finished event (not ENGINE_RUNNING, not cancelled); its tokens'
+ * bytes in logprobs are v's pieces (v must outlive r).  Fails when the text
+ * is over WIRE_MAX_TEXT_BYTES (LLMQ_ERR_INVALID: the job would generate it
+ * again) or memory runs out (LLMQ_ERR_NO_ROOM). */
 int jobconv_result_make(jobconv_result *r, uint32_t attempt, const engine_event *ev,
-                        llmq_err *err);
+                        const tok_vocab *v, llmq_err *err);
 void jobconv_result_free(jobconv_result *r);
 
 #endif

@@ -43,11 +43,12 @@ jobs_entry *jobs_add(jobs *t, uint64_t id, uint32_t attempt)
 void jobs_remove(jobs *t, jobs_entry *e)
 {
     *e = t->v[--t->n];
+    t->withheld = 0;
 }
 
 uint32_t jobs_grantable(const jobs *t)
 {
-    uint64_t used = (uint64_t)t->n + t->credits;
+    uint64_t used = (uint64_t)t->n + t->credits + t->withheld;
     return used < t->cap ? t->cap - (uint32_t)used : 0;
 }
 
@@ -66,6 +67,13 @@ void jobs_arrived(jobs *t)
 void jobs_new_session(jobs *t)
 {
     t->credits = 0;
+    t->withheld = 0;
+}
+
+void jobs_withhold(jobs *t)
+{
+    if (t->n > 0 && t->withheld < t->cap)
+        t->withheld++;
 }
 
 uint32_t jobs_mark_stale(jobs *t)

@@ -4,7 +4,9 @@
  * `job` message until its result or failure is sent) or promised to the
  * broker as an unused credit.  The invariant held + credits <= cap is what
  * lets the worker never be sent more than its engine can take: credits are
- * granted only out of jobs_grantable().
+ * granted only out of jobs_grantable().  A slot whose job the engine
+ * refused for lack of room is withheld (offered to nobody) until a job
+ * leaves: granting it at once would only bring the job straight back.
  *
  * A job's id is the broker's job id and also its engine sequence id: the
  * broker never gives one session the same job twice at once, and a session
@@ -33,6 +35,7 @@ typedef struct jobs {
     uint32_t n;       /* jobs held */
     uint32_t cap;     /* slots */
     uint32_t credits; /* granted to the broker and not yet used by a job */
+    uint32_t withheld; /* slots not granted until a job leaves (jobs_withhold) */
 } jobs;
 
 int jobs_init(jobs *t, uint32_t cap, llmq_err *err);
@@ -50,6 +53,10 @@ uint32_t jobs_grantable(const jobs *t);
 void jobs_granted(jobs *t, uint32_t n);
 void jobs_arrived(jobs *t);
 void jobs_new_session(jobs *t);
+/* The engine refused a job for lack of room: one slot is not granted again
+ * before a held job leaves (none when no job is held, as then nothing would
+ * ever give it back). */
+void jobs_withhold(jobs *t);
 
 /* Marks every held job stale (its session is over); returns how many. */
 uint32_t jobs_mark_stale(jobs *t);

@@ -57,6 +57,7 @@ typedef struct options {
     int32_t gpu; /* -1: not given */
     int32_t slots, threads, ctx, batch, kv_blocks, heartbeat_ms, grace_ms;
     int32_t min_step_ms; /* LLMQ_TEST_MIN_STEP_MS: tests only, see serve() */
+    int32_t test_engine_seqs; /* LLMQ_TEST_ENGINE_SEQS: tests only, see open_engine() */
 } options;
 
 /* ---- the command line ---------------------------------------------------------- */
@@ -139,20 +140,29 @@ static int parse_args(int argc, char **argv, options *o)
     return cli_read(&spec, argc, argv);
 }
 
-/* LLMQ_TEST_MIN_STEP_MS=N (tests only, llmq-worker(1)): no engine step
- * starts sooner than N ms after the previous one, so a test can act on a
- * job that provably cannot have finished, on a machine of any speed. */
-static int read_environment(options *o)
+static int read_test_knob(const char *name, int64_t hi, int32_t *out)
 {
-    const char *text = getenv("LLMQ_TEST_MIN_STEP_MS");
+    const char *text = getenv(name);
     int64_t v = 0;
     llmq_err err;
-    if (text && cli_int("LLMQ_TEST_MIN_STEP_MS", text, 0, 60000, &v, &err) != 0) {
+    if (text && cli_int(name, text, 0, hi, &v, &err) != 0) {
         fprintf(stderr, "llmq-worker: %s\n", err.msg);
         return -1;
     }
-    o->min_step_ms = (int32_t)v;
+    *out = (int32_t)v;
     return 0;
+}
+
+/* Knobs for tests only (llmq-worker(1)).  LLMQ_TEST_MIN_STEP_MS=N: no
+ * engine step starts sooner than N ms after the previous one, so a test can
+ * act on a job that provably cannot have finished, on a machine of any
+ * speed.  LLMQ_TEST_ENGINE_SEQS=N: the engine runs N sequences at once (and
+ * holds 2N) while the worker still announces --slots, so that a test can
+ * see the engine refuse a job for lack of room. */
+static int read_environment(options *o)
+{
+    return read_test_knob("LLMQ_TEST_MIN_STEP_MS", 60000, &o->min_step_ms) ||
+           read_test_knob("LLMQ_TEST_ENGINE_SEQS", WIRE_MAX_SLOTS, &o->test_engine_seqs);
 }
 
 /* ---- set-up ------------------------------------------------------------------------- */
@@ -192,7 +202,7 @@ static int32_t slots_of(const options *o, const parts *p)
 static int open_engine(const options *o, parts *p, llmq_err *err)
 {
     engine_config cfg = engine_default_config();
-    const int32_t slots = slots_of(o, p);
+    const int32_t slots = o->test_engine_seqs > 0 ? o->test_engine_seqs : slots_of(o, p);
     cfg.max_seqs = slots;
     cfg.max_batch_tokens = o->batch > slots ? o->batch : slots;
     cfg.n_ctx = o->ctx;
@@ -205,10 +215,10 @@ static int open_session(const options *o, parts *p, llmq_err *err)
     session_config sc = {.grace_ms = (uint32_t)o->grace_ms, .verbose = o->verbose};
     identity_hello(&p->id, &sc.hello);
     sc.hello.engine = p->be->name;
-    /* Never more than the engine can hold at once. */
+    /* Never more than the engine can hold at once, unless a test asks. */
     int32_t free_slots = engine_free_slots(p->eng);
     const int32_t slots = slots_of(o, p);
-    sc.hello.slots = (uint32_t)(slots < free_slots ? slots : free_slots);
+    sc.hello.slots = (uint32_t)(slots < free_slots || o->test_engine_seqs ? slots : free_slots);
     sc.hello.n_ctx = (uint32_t)engine_get_config(p->eng)->n_ctx;
     return session_create(&p->sess, &sc, p->link, p->eng, p->vocab, err);
 }
@@ -383,7 +393,7 @@ static int read_messages(parts *p, llmq_err *err)
 {
     for (;;) {
         wire_msg m;
-        llmq_err bad = {{0}};
+        llmq_err bad = {0};
         int got = link_recv(p->link, &m, &bad);
         if (got < 0)
             return llmq_errf(err, "%s", bad.msg);
@@ -463,7 +473,7 @@ int main(int argc, char **argv)
         return rc;
     }
     parts p = {0};
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     rc = open_parts(&o, &p, &err);
     if (rc == 0) {
         say_ready(&o, &p);

@@ -96,8 +96,8 @@ static int send_simple(session *s, wire_type t, llmq_err *err)
     return link_send(s->link, &m, err);
 }
 
-static int send_failure(session *s, uint64_t id, uint32_t attempt, const char *reason,
-                        bool retryable, llmq_err *err)
+static int send_job_failure(session *s, uint64_t id, uint32_t attempt, const char *reason,
+                            bool retryable, llmq_err *err)
 {
     wire_msg m;
     wire_msg_init(&m, WIRE_T_JOB_FAILURE);
@@ -108,6 +108,14 @@ static int send_failure(session *s, uint64_t id, uint32_t attempt, const char *r
             retryable ? "returned" : "failed", reason);
     s->n_failed += !retryable;
     return link_send(s->link, &m, err);
+}
+
+/* A job that cannot go on here: whether it may run again is its error's
+ * code's to say (wire_retryable). */
+static int fail_job(session *s, uint64_t id, uint32_t attempt, const llmq_err *why,
+                    llmq_err *err)
+{
+    return send_job_failure(s, id, attempt, why->msg, wire_retryable(why->code), err);
 }
 
 static int send_hello(session *s, llmq_err *err)
@@ -133,22 +141,24 @@ static int grant_credits(session *s, llmq_err *err)
 
 /* ---- jobs in ---------------------------------------------------------------------- */
 
-/* Checks that need the session rather than the job; a reason, or NULL. */
-static const char *cannot_take(session *s, const wire_job *j, char *why, size_t cap)
+/* Checks that need the session rather than the job: -1 (why filled) when
+ * this worker cannot take it now, though another may. */
+static int cannot_take(session *s, const wire_job *j, llmq_err *why)
 {
     const jobs_entry *e = jobs_find(&s->jobs, j->id);
     if (e)
-        snprintf(why, cap, "job %" PRIu64 ": attempt %u arrived while attempt %u still runs here",
-                 j->id, j->attempt, e->attempt);
-    else if (s->jobs.n == s->jobs.cap)
-        snprintf(why, cap, "job %" PRIu64 ": sent without a credit: all %u slots are busy", j->id,
-                 s->jobs.cap);
-    else if (j->model && strcmp(j->model, s->cfg.hello.model) != 0)
-        snprintf(why, cap, "job %" PRIu64 ": model: '%s' asked for, this worker serves '%s'",
-                 j->id, j->model, s->cfg.hello.model);
-    else
-        return NULL;
-    return why;
+        return llmq_errc(why, LLMQ_ERR_UNAVAILABLE,
+                         "job %" PRIu64 ": attempt %u arrived while attempt %u still runs here",
+                         j->id, j->attempt, e->attempt);
+    if (s->jobs.n == s->jobs.cap)
+        return llmq_errc(why, LLMQ_ERR_NO_ROOM,
+                         "job %" PRIu64 ": sent without a credit: all %u slots are busy", j->id,
+                         s->jobs.cap);
+    if (j->model && strcmp(j->model, s->cfg.hello.model) != 0)
+        return llmq_errc(why, LLMQ_ERR_UNAVAILABLE,
+                         "job %" PRIu64 ": model: '%s' asked for, this worker serves '%s'", j->id,
+                         j->model, s->cfg.hello.model);
+    return 0;
 }
 
 static int on_job(session *s, const wire_job *j, llmq_err *err)
@@ -160,17 +170,19 @@ static int on_job(session *s, const wire_job *j, llmq_err *err)
         return 0;
     }
     jobs_arrived(&s->jobs);
-    char why[LLMQ_ERR_MAX];
-    if (cannot_take(s, j, why, sizeof why))
-        return send_failure(s, j->id, j->attempt, why, true, err);
     jobconv_request r;
     llmq_err bad;
-    if (jobconv_request_make(&r, j, s->vocab, &bad) != 0)
-        return send_failure(s, j->id, j->attempt, bad.msg, false, err);
+    if (cannot_take(s, j, &bad) != 0 || jobconv_request_make(&r, j, s->vocab, &bad) != 0)
+        return fail_job(s, j->id, j->attempt, &bad, err);
     int rc = engine_add(s->eng, &r.req, &bad);
     jobconv_request_free(&r);
-    if (rc != 0)
-        return send_failure(s, j->id, j->attempt, bad.msg, false, err);
+    if (rc != 0) {
+        /* Room the engine lacks comes back as its jobs leave: no credit for
+         * it until then, or the broker would send this job straight back. */
+        if (bad.code == LLMQ_ERR_NO_ROOM)
+            jobs_withhold(&s->jobs);
+        return fail_job(s, j->id, j->attempt, &bad, err);
+    }
     jobs_add(&s->jobs, j->id, j->attempt);
     if (s->cfg.verbose)
         say(s, "job %" PRIu64 " attempt %u started", j->id, j->attempt);
@@ -275,12 +287,12 @@ static int send_result(session *s, const jobs_entry *e, const engine_event *ev, 
 {
     jobconv_result r;
     llmq_err bad;
-    if (jobconv_result_make(&r, e->attempt, ev, &bad) != 0)
-        return send_failure(s, e->id, e->attempt, bad.msg, false, err);
+    if (jobconv_result_make(&r, e->attempt, ev, s->vocab, &bad) != 0)
+        return fail_job(s, e->id, e->attempt, &bad, err);
     int rc = link_send(s->link, &r.msg, &bad);
     jobconv_result_free(&r);
     if (rc != 0) /* the result did not encode: the job must still end */
-        return send_failure(s, e->id, e->attempt, bad.msg, false, err);
+        return fail_job(s, e->id, e->attempt, &bad, err);
     s->n_done++;
     if (s->cfg.verbose) {
         const engine_timing *t = &ev->timing;
@@ -296,8 +308,8 @@ static int on_finished(session *s, jobs_entry *e, const engine_event *ev, llmq_e
     int rc = 0;
     if (e->stale)
         rc = 0;
-    else if (ev->finish == ENGINE_FINISH_CANCELLED)
-        rc = send_failure(s, e->id, e->attempt, "cancelled", false, err);
+    else if (ev->finish == ENGINE_FINISH_CANCELLED) /* job_cancel's answer (PROTOCOL.md §7) */
+        rc = send_job_failure(s, e->id, e->attempt, "cancelled", false, err);
     else
         rc = send_result(s, e, ev, err);
     jobs_remove(&s->jobs, e);
@@ -321,16 +333,25 @@ int session_on_events(session *s, const engine_event *ev, int32_t n, llmq_err *e
 
 /* ---- timers ---------------------------------------------------------------------------------- */
 
+/* Fails every job held in this session with why (stale ones are the
+ * broker's already). */
+static int fail_held(session *s, const llmq_err *why, llmq_err *err)
+{
+    for (uint32_t i = 0; i < s->jobs.n; i++) {
+        const jobs_entry *e = &s->jobs.v[i];
+        if (!e->stale && fail_job(s, e->id, e->attempt, why, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* Retryable failures while the broker drains hand the jobs back (no fault). */
 static int end_drain(session *s, llmq_err *err)
 {
-    for (uint32_t i = 0; s->broker_drain && i < s->jobs.n; i++) {
-        const jobs_entry *e = &s->jobs.v[i];
-        if (!e->stale && send_failure(s, e->id, e->attempt,
-                                      "worker stopping: its grace period is over", true,
-                                      err) != 0)
-            return -1;
-    }
+    llmq_err over;
+    llmq_errc(&over, LLMQ_ERR_UNAVAILABLE, "worker stopping: its grace period is over");
+    if (s->broker_drain && fail_held(s, &over, err) != 0)
+        return -1;
     say(s, "leaving: %" PRIu64 " jobs done, %" PRIu64 " failed here, %u unfinished %s",
         s->n_done, s->n_failed, s->jobs.n,
         s->broker_drain ? "returned to the broker" : "left to the broker to requeue");
@@ -372,11 +393,11 @@ int session_tick(session *s, llmq_err *err)
 int session_abort(session *s, const char *reason, llmq_err *err)
 {
     say(s, "the engine failed: %s", reason);
-    for (uint32_t i = 0; s->phase == PHASE_LIVE && i < s->jobs.n; i++) {
-        const jobs_entry *e = &s->jobs.v[i];
-        if (!e->stale && send_failure(s, e->id, e->attempt, reason, true, err) != 0)
-            return -1;
-    }
+    /* The jobs are not at fault, whatever the engine's error was. */
+    llmq_err why;
+    llmq_errc(&why, LLMQ_ERR_UNAVAILABLE, "%s", reason);
+    if (s->phase == PHASE_LIVE && fail_held(s, &why, err) != 0)
+        return -1;
     s->phase = PHASE_DONE;
     return send_simple(s, WIRE_T_BYE, err);
 }

@@ -3,8 +3,11 @@
  *
  * Life: hello -> welcome -> credits for every free slot -> jobs in (each
  * tokenized and added to the engine, or answered at once with a failure
- * naming the job and field) -> each finished sequence out as job_result the
- * moment the engine reports it, and its slot granted again as a credit.
+ * naming the job and field, retryable or not as its error's code says:
+ * wire_retryable) -> each finished sequence out as job_result the moment
+ * the engine reports it, and its slot granted again as a credit.  A job
+ * the engine has no room for also keeps its slot from being granted until
+ * a job leaves (jobs_withhold).
  * job_cancel stops a job in the engine; it is answered with job_failure
  * "cancelled" once the engine lets it go.
  *

@@ -133,7 +133,10 @@ class Client:
 
     def wait(self, ids=None, batch=None, timeout_ms=0):
         """Yields each result as the broker pushes it; returns at wait_end
-        (its fields are then in self.last_wait_end)."""
+        (its fields are then in self.last_wait_end).  A job that asked for
+        logprobs has result["logprobs"]: per generated token a dict with
+        "token" (its id), "logprob", "bytes" (bytes) and "top_logprobs" (a
+        list of such dicts, most likely first)."""
         req = self.send("wait", ids=ids, batch=batch, timeout_ms=timeout_ms, stream=True)
         while True:
             msg = self.reply(req, timeout_ms + self.timeout_ms)
@@ -145,17 +148,27 @@ class Client:
 
 def job_from_args(a):
     job = {"prompt": a.prompt, "max_tokens": a.max_tokens}
-    for name in ("temperature", "top_k", "top_p", "min_p", "seed", "key", "priority"):
+    for name in ("temperature", "top_k", "top_p", "min_p", "seed", "key", "priority",
+                 "top_logprobs"):
         value = getattr(a, name)
         if value is not None:
             job[name] = value
+    if a.logprobs or a.top_logprobs:
+        job["logprobs"] = True
     if a.stop:
         job["stop"] = a.stop
     return job
 
 
+def json_bytes(value):
+    """A token's bytes (msgpack bin) in printed JSON: their values, as OpenAI writes them."""
+    if isinstance(value, bytes):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def print_json(obj):
-    print(json.dumps(obj, ensure_ascii=False, sort_keys=True))
+    print(json.dumps(obj, ensure_ascii=False, sort_keys=True, default=json_bytes))
 
 
 def cmd_submit(c, a):
@@ -218,6 +231,8 @@ def parse_args(argv):
     s.add_argument("--min-p", type=float)
     s.add_argument("--seed", type=int)
     s.add_argument("--stop", action="append", help="stop string (repeatable)")
+    s.add_argument("--logprobs", action="store_true", help="each token's log-probability")
+    s.add_argument("--top-logprobs", type=int, help="and the N likeliest tokens' (0..20)")
     s.add_argument("--key", help="client key (idempotent resubmission)")
     s.add_argument("--priority", type=int)
     s.add_argument("--batch")

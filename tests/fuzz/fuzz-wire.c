@@ -30,8 +30,8 @@ static size_t walk_msg(const wire_msg *m)
         for (uint32_t i = 0; i < m->submit.n_jobs; i++) {
             const wire_job *j = &m->submit.jobs[i];
             n += walk(j->key) + walk(j->prompt) + walk(j->model);
-            for (uint32_t k = 0; k < j->sampling.n_stop; k++)
-                n += walk(j->sampling.stop[k]);
+            for (uint32_t k = 0; k < j->params.n_stop; k++)
+                n += walk(j->params.stop[k]);
         }
         break;
     case WIRE_T_RESULT:

@@ -19,9 +19,19 @@ DICT = "tests/fuzz/wire.dict"
 
 SAMPLING = {"max_tokens": 16, "temperature": 0.7, "top_k": 40, "top_p": 0.9, "min_p": 0.05,
             "repeat_penalty": 1.1, "repeat_last_n": -1, "presence_penalty": 0.5,
-            "frequency_penalty": -0.5, "seed": 2**64 - 1, "ignore_eos": True, "stop": ["\n", "end"]}
+            "frequency_penalty": -0.5, "seed": 2**64 - 1, "ignore_eos": True, "stop": ["\n", "end"],
+            "logprobs": True, "top_logprobs": 2}
+
+
+def logprobs(tokens):
+    """A logprobs entry per token: a split UTF-8 character's byte, and alternatives."""
+    return [{"token": t, "logprob": -0.5, "bytes": b"\xe2",
+             "top_logprobs": [{"token": t, "logprob": -0.5, "bytes": b"\xe2"},
+                              {"token": 9, "logprob": -9999.0, "bytes": b""}]} for t in tokens]
+
 RESULT = {"id": 9, "state": "done", "attempt": 2, "key": "k", "batch": "b", "text": "a cat",
-          "tokens": [1, 2], "finish": "length", "prompt_tokens": 3, "gen_tokens": 2,
+          "tokens": [1, 2], "logprobs": logprobs([1, 2]), "finish": "length", "prompt_tokens": 3,
+          "gen_tokens": 2,
           "queue_wait_ms": 0.5, "prefill_ms": 1.0, "prefill_tok_s": 3000.0, "decode_ms": 2.0,
           "decode_tok_s": 1000.0, "total_ms": 4.0, "worker": "w"}
 COUNTS = {"queued": 1, "running": 2, "done": 3, "failed": 0, "cancelled": 1}
@@ -52,8 +62,9 @@ MESSAGES = {
     "welcome": {"heartbeat_ms": 1000, "dead_after_ms": 5000},
     "credit": {"n": 4},
     "job": dict({"id": 1, "attempt": 1, "prompt": "Hello", "model": "m"}, **SAMPLING),
-    "job_result": {"id": 1, "attempt": 1, "text": "x", "tokens": [5], "finish": "stop",
-                   "prompt_tokens": 2, "gen_tokens": 1, "prefill_ms": 1.5, "decode_ms": 0.5},
+    "job_result": {"id": 1, "attempt": 1, "text": "x", "tokens": [5], "logprobs": logprobs([5]),
+                   "finish": "stop", "prompt_tokens": 2, "gen_tokens": 1, "prefill_ms": 1.5,
+                   "decode_ms": 0.5},
     "job_failure": {"id": 1, "attempt": 1, "reason": "cancelled", "retryable": False},
     "job_cancel": {"id": 1},
     "shutdown": {"grace_ms": 1000},
@@ -73,7 +84,8 @@ def dict_words():
     words |= set(SAMPLING) | set(RESULT) | set(COUNTS)
     words |= {"queued", "running", "done", "failed", "cancelled", "stop", "length", "context",
               "prompt", "tokens", "key", "priority", "model", "attempts", "worker", "error",
-              "bad_value", "malformed", "unknown_job", "queue_full", "unknown_worker"}
+              "bad_value", "malformed", "unknown_job", "queue_full", "unknown_worker", "token",
+              "logprob", "bytes", "top_logprobs"}
     return sorted(words)
 
 

@@ -1048,7 +1048,7 @@ static void test_teacher_forced(ctx *c, loaded *l, const char *name)
     for (int i = 0; i < TF_TOKENS; i++)
         tokens[i] = (int32_t)(next_u64(c) % (uint64_t)nv);
     tokens[0] = tok_bos(l->v) != TOK_NONE ? tok_bos(l->v) : 1;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     bool ok = lg[0] && lg[1] && lg[2];
     for (int run = 0; run < 3 && ok; run++) {
         model *m = l->m[run == 0 ? 0 : 1];
@@ -1118,7 +1118,7 @@ static int run_engine(ctx *c, model *m, const tok_vocab *v, const int32_t *promp
             other[i] = (int32_t)(next_u64(c) % (uint64_t)model_get_config(m)->n_vocab);
         engine_request req = {.id = (uint64_t)j, .prompt = j == 0 ? prompt : other,
                               .n_prompt = n_prompt, .sampling = sampler_default_params(),
-                              .max_tokens = n_gen, .ignore_eog = true};
+                              .max_tokens = n_gen, .ignore_eos = true};
         rc = engine_add(e, &req, err);
     }
     while (rc == 0 && engine_has_work(e)) {
@@ -1140,7 +1140,7 @@ static void test_greedy(ctx *c, loaded *l, const char *name, const int32_t *prom
     const int32_t nv = l->cfg->n_vocab;
     int32_t tok[2][GEN];
     record rec[2] = {{nv, GEN, malloc((size_t)GEN * nv * 4)}, {nv, GEN, malloc((size_t)GEN * nv * 4)}};
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     bool ok = rec[0].logits && rec[1].logits;
     for (int i = 0; i < 2 && ok; i++)
         ok = run_engine(c, l->m[i], l->v, prompt, PROMPT, 1, GEN, tok[i], &rec[i], &err) == 0;
@@ -1185,7 +1185,7 @@ static void test_batch_invariance(ctx *c, loaded *l, const char *name, const int
     const int32_t nv = l->cfg->n_vocab, gen = 16;
     int32_t tok[2][16];
     record rec[2] = {{nv, gen, malloc((size_t)gen * nv * 4)}, {nv, gen, malloc((size_t)gen * nv * 4)}};
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     bool ok = rec[0].logits && rec[1].logits &&
               run_engine(c, l->m[1], l->v, prompt, PROMPT, 1, gen, tok[0], &rec[0], &err) == 0 &&
               run_engine(c, l->m[1], l->v, prompt, PROMPT, n_jobs, gen, tok[1], &rec[1], &err) == 0;
@@ -1234,7 +1234,7 @@ static void test_graphs(ctx *c, loaded *l, const char *name, const char *path,
     const int32_t nv = l->cfg->n_vocab, gen = 16;
     backend *eager = NULL;
     model *m = NULL;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     setenv("LLMQ_CUDA_GRAPHS", "0", 1);
     const bool made = backend_cuda_create(&eager, 0, &err) == 0 && model_load(&m, path, eager, &err) == 0;
     unsetenv("LLMQ_CUDA_GRAPHS");
@@ -1280,7 +1280,7 @@ static void test_perplexity(ctx *c, loaded *l, const char *name, const char *dat
     snprintf(path, sizeof path, "%s/reference/story.txt", data);
     char *text;
     size_t len;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     ppl_result r[2];
     if (file_read_all(path, &text, &len, &err) != 0 ||
         ppl_compute(l->m[0], l->v, text, len, 128, NULL, NULL, &r[0], &err) != 0 ||
@@ -1304,7 +1304,7 @@ static void test_model(ctx *c, const char *path, const char *data)
 {
     const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     loaded l = {{NULL, NULL}, NULL, NULL};
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     if (model_load(&l.m[0], path, c->cpu, &err) != 0 || model_load(&l.m[1], path, c->gpu, &err) != 0 ||
         tok_load(&l.v, model_gguf(l.m[0]), &err) != 0) {
         printf("| %s | load | %s | | FAIL |\n", name, err.msg);

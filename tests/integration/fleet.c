@@ -30,20 +30,21 @@ static void model_path(char *out, size_t cap)
 
 /* ---- processes ---------------------------------------------------------------------- */
 
-/* fork + exec with stdout/stderr redirected and, when env_min_step_ms > 0,
- * LLMQ_TEST_MIN_STEP_MS set in the child; the child dies with the test. */
+/* fork + exec with stdout/stderr redirected and the variables of env
+ * ("NAME=VALUE", NULL-ended; env may be NULL) set in the child; the child
+ * dies with the test. */
 static pid_t spawn(const char *const *argv, const char *out, const char *err_log,
-                   int env_min_step_ms)
+                   const char *const *env)
 {
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        char pace[32];
-        snprintf(pace, sizeof pace, "%d", env_min_step_ms);
-        if ((out && !freopen(out, "w", stdout)) || !freopen(err_log, "a", stderr) ||
-            (env_min_step_ms > 0 && setenv("LLMQ_TEST_MIN_STEP_MS", pace, 1) != 0))
+        if ((out && !freopen(out, "w", stdout)) || !freopen(err_log, "a", stderr))
             _exit(98);
+        for (; env && *env; env++)
+            if (putenv((char *)*env) != 0)
+                _exit(98);
         execv(argv[0], (char *const *)argv);
         _exit(97);
     }
@@ -52,11 +53,20 @@ static pid_t spawn(const char *const *argv, const char *out, const char *err_log
 
 void fleet_start(harness *h, fleet_worker *w, const char *name, const char *const *extra)
 {
-    fleet_start_paced(h, w, name, extra, 0);
+    fleet_start_env(h, w, name, extra, NULL);
 }
 
 void fleet_start_paced(harness *h, fleet_worker *w, const char *name, const char *const *extra,
                        int min_step_ms)
+{
+    char pace[64];
+    snprintf(pace, sizeof pace, "LLMQ_TEST_MIN_STEP_MS=%d", min_step_ms);
+    const char *const env[] = {pace, NULL};
+    fleet_start_env(h, w, name, extra, env);
+}
+
+void fleet_start_env(harness *h, fleet_worker *w, const char *name, const char *const *extra,
+                     const char *const *env)
 {
     char exe[512], model[512];
     snprintf(exe, sizeof exe, "%s/worker/llmq-worker", need_env("LLMQ_BUILDDIR"));
@@ -68,7 +78,7 @@ void fleet_start_paced(harness *h, fleet_worker *w, const char *name, const char
     for (; extra && *extra && n < 39; extra++)
         argv[n++] = *extra;
     argv[n] = NULL;
-    w->pid = spawn(argv, NULL, w->log, min_step_ms);
+    w->pid = spawn(argv, NULL, w->log, env);
 }
 
 int fleet_reap(fleet_worker *w, int wait_ms)
@@ -184,7 +194,7 @@ int fleet_reference(harness *h, char **prompts, size_t n, int max_tokens, char *
     const char *argv[] = {exe, "-m", model, "--parallel", "16", "-f", file, "-n", ntok,
                           "--temp", "0", "-t", "1", NULL};
     int status;
-    pid_t pid = spawn(argv, out, log, 0);
+    pid_t pid = spawn(argv, out, log, NULL);
     if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         return -1;
     char *text;

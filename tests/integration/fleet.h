@@ -30,6 +30,10 @@ void fleet_start(harness *h, fleet_worker *w, const char *name, const char *cons
  * runs for N * min_step_ms or more, on a machine of any speed. */
 void fleet_start_paced(harness *h, fleet_worker *w, const char *name, const char *const *extra,
                        int min_step_ms);
+/* The same with the variables of env ("NAME=VALUE", NULL-ended) set for
+ * the worker: its test knobs (llmq-worker(1), ENVIRONMENT). */
+void fleet_start_env(harness *h, fleet_worker *w, const char *name, const char *const *extra,
+                     const char *const *env);
 /* Waits up to wait_ms for the worker to exit: the waitpid status, or -1 if
  * it had to be killed.  fleet_stop sends SIGTERM first. */
 int fleet_reap(fleet_worker *w, int wait_ms);

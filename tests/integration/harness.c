@@ -184,7 +184,7 @@ void h_job(wire_job *j, const char *key, const char *prompt)
     memset(j, 0, sizeof *j);
     j->key = key;
     j->prompt = prompt;
-    j->sampling = wire_sampling_default();
+    j->params = job_params_default();
 }
 
 int64_t h_sql(const harness *h, const char *sql) { return sql_first_int(h->db, sql); }

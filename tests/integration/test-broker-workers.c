@@ -102,7 +102,7 @@ static int await_job(void *w, int timeout_ms, got_job *j)
         return -1;
     j->id = m.job.id;
     j->attempt = m.job.attempt;
-    j->max_tokens = m.job.sampling.max_tokens;
+    j->max_tokens = m.job.params.max_tokens;
     snprintf(j->prompt, sizeof j->prompt, "%s", m.job.prompt ? m.job.prompt : "");
     wire_msg_free(&m);
     return 0;
@@ -156,7 +156,7 @@ static int submit(void *c, const char *batch, int n, const int *prio,
         h_job(&jobs[i], NULL, prompts[i]);
         jobs[i].priority = prio ? prio[i] : 0;
         jobs[i].model = model;
-        jobs[i].sampling.max_tokens = 7;
+        jobs[i].params.max_tokens = 7;
     }
     wire_msg m;
     wire_msg_init(&m, WIRE_T_SUBMIT);

@@ -5,9 +5,11 @@
  *
  * Pins: a batch of 200 jobs spread over both workers gives exactly the
  * texts llmq-run gives for the same prompts (greedy), with timings in every
- * result row; kill -9 of a worker in the middle of a batch loses no job and
- * duplicates none (one result row per job, the killed worker's running jobs
- * finished by the other); kill -9 of the broker while clients submit and
+ * result row; logprobs asked for travel from the worker through the store
+ * to the C and Python clients, consistent with the tokens; kill -9 of a
+ * worker in the middle of a batch loses no job and duplicates none (one
+ * result row per job, the killed worker's running jobs finished by the
+ * other); kill -9 of the broker while clients submit and
  * workers run, then a restart on the same database: every acknowledged job
  * is there and completes, and the workers come back by themselves; SIGTERM
  * of the broker then stops the workers cleanly (exit 0). */
@@ -94,6 +96,126 @@ static void test_batch_matches_llmq_run(harness *h, llmq_client *c)
         free(ref[i]);
         free(got[i]);
     }
+}
+
+/* ---- logprobs ---------------------------------------------------------------------------- */
+
+#define LP_MAX 16
+#define LP_TOP 3
+
+typedef struct lp_seen {
+    bool done, has;
+    uint32_t tokens[LP_MAX];
+    size_t n_tokens;
+    char text[512];
+    bool agree, greedy, ordered, in_range, bytes_are_text;
+} lp_seen;
+
+/* What a greedy result's logprobs must satisfy, checked on the client's copy. */
+static void inspect(const llmq_result *r, lp_seen *s)
+{
+    s->done = r->state == LLMQ_STATE_DONE;
+    s->has = r->logprobs != NULL;
+    s->n_tokens = r->n_tokens < LP_MAX ? r->n_tokens : LP_MAX;
+    memcpy(s->tokens, r->tokens, s->n_tokens * sizeof *s->tokens);
+    snprintf(s->text, sizeof s->text, "%s", r->text ? r->text : "");
+    s->agree = s->greedy = s->ordered = s->in_range = s->has && r->n_logprobs == r->n_tokens;
+    char joined[512];
+    size_t len = 0;
+    for (size_t i = 0; s->has && i < r->n_logprobs; i++) {
+        const llmq_token_logprobs *t = &r->logprobs[i];
+        s->agree &= t->chosen.token == r->tokens[i] && t->n_top == LP_TOP;
+        s->greedy &= t->n_top > 0 && t->top[0].token == t->chosen.token &&
+                     t->top[0].logprob == t->chosen.logprob;
+        for (size_t k = 0; k < t->n_top; k++) {
+            s->ordered &= k == 0 || t->top[k].logprob <= t->top[k - 1].logprob;
+            s->in_range &= t->top[k].logprob >= -9999.0f && t->top[k].logprob <= 0.0f;
+        }
+        if (len + t->chosen.n_bytes < sizeof joined) {
+            memcpy(joined + len, t->chosen.bytes, t->chosen.n_bytes);
+            len += t->chosen.n_bytes;
+        }
+    }
+    joined[len] = '\0';
+    s->bytes_are_text = s->has && strcmp(joined, s->text) == 0;
+}
+
+static void wait_inspect(llmq_client *c, const uint64_t *ids, lp_seen *seen)
+{
+    llmq_select sel = {.ids = ids, .n_ids = 2};
+    llmq_wait *w;
+    llmq_error err;
+    if (llmq_wait_begin(c, &sel, 60000, &w, &err) != 0)
+        return;
+    llmq_result r;
+    int ev;
+    while ((ev = llmq_wait_next(w, 1000, &r, &err)) != LLMQ_WAIT_END && ev >= 0)
+        if (ev == LLMQ_WAIT_RESULT)
+            inspect(&r, &seen[r.id == ids[0] ? 0 : 1]);
+    llmq_wait_free(w);
+}
+
+/* A non-streaming wait gets the results in its wait_end: the broker copies
+ * them out of the store, logprobs included. */
+static uint32_t logprobs_in_wait_end(harness *h, uint64_t id)
+{
+    void *peer = h_peer(h, h->clients);
+    wire_msg m, reply;
+    wire_msg_init(&m, WIRE_T_WAIT);
+    m.req = 5;
+    m.wait = (wire_wait){.sel = {.ids = &id, .n_ids = 1}, .timeout_ms = 0, .stream = false};
+    uint32_t n = 0;
+    if (h_send(peer, &m) == 0 && h_recv_type(peer, 10000, WIRE_T_WAIT_END, &reply) == 0) {
+        if (reply.wait_end.n_results == 1 && reply.wait_end.results[0].logprobs)
+            n = reply.wait_end.results[0].n_logprobs;
+        wire_msg_free(&reply);
+    }
+    h_close(peer);
+    return n;
+}
+
+/* One greedy job with logprobs and its twin without, through broker, store
+ * and a worker; then the same job from the Python client. */
+static void test_logprobs(harness *h, llmq_client *c)
+{
+    llmq_job jobs[2];
+    for (int i = 0; i < 2; i++) {
+        llmq_job_init(&jobs[i]);
+        jobs[i].prompt = "Once upon a time";
+        jobs[i].max_tokens = LP_MAX;
+        jobs[i].ignore_eos = true;
+    }
+    jobs[0].logprobs = true;
+    jobs[0].top_logprobs = LP_TOP;
+    uint64_t ids[2] = {0};
+    llmq_error err;
+    lp_seen seen[2] = {0};
+    if (llmq_submit(c, "e2e-logprobs", NULL, jobs, 2, ids, NULL, &err) == 0)
+        wait_inspect(c, ids, seen);
+    CHECK(seen[0].done && seen[0].has && seen[0].agree && seen[1].done && !seen[1].has,
+          "a job that asks gets a logprob, and %d alternatives, for each of its %zu tokens; its"
+          " twin that does not, none", LP_TOP, seen[0].n_tokens);
+    CHECK(seen[0].greedy && seen[0].ordered && seen[0].in_range,
+          "greedy, each token is its step's likeliest; alternatives in order, within [-9999, 0]");
+    CHECK(seen[0].bytes_are_text, "the tokens' bytes make up the text: '%s'", seen[0].text);
+    CHECK(seen[0].n_tokens == seen[1].n_tokens &&
+              memcmp(seen[0].tokens, seen[1].tokens, seen[0].n_tokens * sizeof(uint32_t)) == 0,
+          "asking for logprobs does not change the tokens");
+    CHECK(fleet_sqlf(h, "SELECT length(logprobs) > %d FROM results WHERE job_id = %llu",
+                     LP_MAX * 4 * 10, (unsigned long long)ids[0]) == 1 &&
+              fleet_sqlf(h, "SELECT logprobs IS NULL FROM results WHERE job_id = %llu",
+                         (unsigned long long)ids[1]) == 1,
+          "the store keeps them in results.logprobs, NULL for the job that did not ask");
+    CHECK(logprobs_in_wait_end(h, ids[0]) == seen[0].n_tokens,
+          "a non-streaming wait's wait_end carries them too");
+    const char *src = getenv("LLMQ_SRCDIR");
+    int rc = fleet_sh("/usr/bin/python3 %s/proto/python/llmq_client.py --broker %s submit"
+                      " --prompt 'Once upon a time' --max-tokens 4 --top-logprobs 2 --wait |"
+                      " /usr/bin/python3 -c 'import json, sys; r = json.load(sys.stdin);"
+                      " lp = r[\"logprobs\"]; assert len(lp) == len(r[\"tokens\"]) == 4;"
+                      " assert all(len(t[\"top_logprobs\"]) == 2 and isinstance(t[\"bytes\"],"
+                      " list) for t in lp)' 2> %s/py-lp.err", src, h->clients, h->dir);
+    CHECK(rc == 0, "the Python client gets them, the bytes printed as numbers");
 }
 
 /* ---- kill -9 of a worker ---------------------------------------------------------------- */
@@ -236,6 +358,7 @@ int main(void)
     llmq_client *c = fleet_client(&h, 10000);
 
     test_batch_matches_llmq_run(&h, c);
+    test_logprobs(&h, c);
     test_worker_killed(&h, c, w);
     fleet_start(&h, &w[0], "w0", WORKER_FLAGS);
     llmq_close(c);

@@ -5,8 +5,10 @@
  * naming the problem); a job the model cannot take (a token id outside the
  * vocabulary, a prompt longer than the context) fails for good with a
  * reason naming the job and field while the other jobs of the batch
- * complete; cancel of a running job frees its slot at once; heartbeats keep
- * going through an engine step longer than the broker's worker timeout;
+ * complete; a job the engine has no room for goes back to the queue and
+ * runs on another worker; cancel of a running job frees its slot at once;
+ * heartbeats keep going through an engine step longer than the broker's
+ * worker timeout;
  * SIGTERM lets a running job finish within the grace period, or past it
  * hands the job back to the broker without counting a fault, and exits 0;
  * the Python client (another language, no shared code) gets from a real
@@ -139,6 +141,59 @@ static uint64_t submit_one(env *e, const char *prompt, uint32_t max_tokens)
     if (llmq_submit(e->c, NULL, NULL, &j, 1, &id, NULL, &err) != 0)
         fprintf(stderr, "submit: %s\n", err.message);
     return id;
+}
+
+/* ---- a job the engine has no room for ------------------------------------------------------ */
+
+static void cancel_ids(env *e, const uint64_t *ids, size_t n)
+{
+    llmq_select sel = {.ids = ids, .n_ids = n};
+    llmq_status *st;
+    llmq_error err;
+    if (llmq_cancel(e->c, &sel, &st, &err) == 0)
+        llmq_status_free(st);
+}
+
+/* w-full announces 3 slots while its engine holds 2 sequences
+ * (LLMQ_TEST_ENGINE_SEQS=1): of three jobs sent together, the third finds no
+ * room.  It is not the job's fault: it goes back to the queue, w-full keeps
+ * that slot to itself until a job of its own leaves, and the job runs on the
+ * next worker that comes. */
+static void test_no_room(env *e)
+{
+    fleet_worker full, roomy;
+    const char *flags[] = {"--slots", "3", NULL};
+    char pace[48];
+    snprintf(pace, sizeof pace, "LLMQ_TEST_MIN_STEP_MS=%d", PACE_MS);
+    const char *const knobs[] = {"LLMQ_TEST_ENGINE_SEQS=1", pace, NULL};
+    fleet_start_env(&e->h, &full, "w-full", flags, knobs);
+    llmq_job jobs[3];
+    for (int i = 0; i < 3; i++) {
+        llmq_job_init(&jobs[i]);
+        jobs[i].prompt = "Once upon a time";
+        jobs[i].max_tokens = i < 2 ? 2000 : 8; /* the first two outlast the test */
+        jobs[i].ignore_eos = true;
+    }
+    uint64_t ids[3] = {0};
+    llmq_error err;
+    llmq_submit(e->c, "room", NULL, jobs, 3, ids, NULL, &err);
+    const unsigned long long third = (unsigned long long)ids[2];
+    CHECK(fleet_sql_becomes(&e->h, 20000, "SELECT outcome = 'failed' AND reason LIKE"
+                            " '%%job %llu: engine full%%' FROM attempts WHERE job_id = %llu"
+                            " AND attempt = 1", third, third),
+          "the engine refuses the third job for lack of room");
+        const char *one[] = {"--slots", "1", NULL};
+    fleet_start(&e->h, &roomy, "w-roomy", one);
+    llmq_state st = 0;
+    size_t final = fleet_wait(e->c, &ids[2], 1, 20000, &st, NULL);
+    CHECK(final == 1 && st == LLMQ_STATE_DONE &&
+              fleet_sqlf(&e->h, "SELECT j.attempts = 2 AND j.faults = 1 AND w.name = 'w-roomy'"
+                                " FROM jobs j JOIN results r ON r.job_id = j.id JOIN workers w"
+                                " ON w.id = r.worker_id WHERE j.id = %llu", third) == 1,
+          "it was retried, once, and done by the worker that came next");
+    cancel_ids(e, ids, 2);
+    fleet_stop(&full, 20000);
+    fleet_stop(&roomy, 10000);
 }
 
 static bool wait_running(env *e, uint64_t id)
@@ -331,6 +386,7 @@ int main(void)
     h_start(&e.h, BROKER_FLAGS);
     e.c = fleet_client(&e.h, 10000);
     test_bad_jobs(&e);
+    test_no_room(&e);
     fleet_worker w;
     /* A grace period no machine runs 300 paced tokens past. */
     const char *flags[] = {"--slots", "1", "--grace-ms", "120000", "-v", NULL};

@@ -27,7 +27,7 @@ static void check_gpus(int n)
           (int)backend_gpus_built());
     CHECK(n >= 0 && (CUDA_BUILT || n == 0), "%d GPUs visible", n);
     char name[256], uuid[64];
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     char want[32];
     snprintf(want, sizeof want, "GPU %d", n);
     CHECK(backend_gpu_info(n, name, sizeof name, uuid, sizeof uuid, &err) == -1 &&
@@ -45,7 +45,7 @@ static void check_select(int n_gpus)
     backend *be = NULL;
     int gpu = 7;
     char fallback[LLMQ_ERR_MAX];
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     const backend_request cpu = {.cpu_only = true, .gpu = -1, .threads = 1};
     CHECK(backend_select(&be, &cpu, &gpu, fallback, sizeof fallback, &err) == 0 && be &&
               strcmp(be->name, "cpu") == 0 && gpu == -1 && fallback[0] == '\0',
@@ -67,7 +67,7 @@ static void check_select(int n_gpus)
 static void check_kv_block_bytes(void)
 {
     backend *be = NULL;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     if (backend_cpu_create(&be, 1, &err) != 0) {
         CHECK(0, "cpu backend: %s", err.msg);
         return;
@@ -83,7 +83,7 @@ static void check_kv_block_bytes(void)
 
 int main(void)
 {
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     const int n = backend_gpu_count(&err);
     if (n < 0)
         printf("# counting GPUs: %s\n", err.msg);

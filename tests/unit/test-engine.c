@@ -346,6 +346,7 @@ static void check_bad_requests(const fixture *fx)
     bad.n_prompt = 2;
     CHECK(engine_add(e, &bad, &err) != 0 && strstr(err.msg, "out of range"),
           "a token id past the vocabulary is refused: %s", err.msg);
+    CHECK(err.code == LLMQ_ERR_INVALID, "... as a bad request (%s)", llmq_err_code_name(err.code));
     bad = req;
     bad.id = 3;
     bad.n_prompt = 0;
@@ -361,6 +362,8 @@ static void check_bad_requests(const fixture *fx)
     bad.sampling.top_p = 0.0f;
     CHECK(engine_add(e, &bad, &err) != 0 && strstr(err.msg, "top_p"),
           "top_p 0 is refused: %s", err.msg);
+    CHECK(err.code == LLMQ_ERR_INVALID, "... as a bad request, through the sampler's check (%s)",
+          llmq_err_code_name(err.code));
     int32_t long_prompt[64] = {1};
     bad = req;
     bad.id = 6;
@@ -373,6 +376,159 @@ static void check_bad_requests(const fixture *fx)
     drain(e, out);
     CHECK(out[1].done && out[1].n_tokens == 4, "the good request still completes (%d tokens)",
           out[1].n_tokens);
+    engine_free(e);
+}
+
+/* ---- log-probabilities ---- */
+
+#define LP_STEPS 24
+#define LP_TOP 5
+
+/* The raw logits sequence 0 had at each step, as the observer saw them. */
+typedef struct seen_rows {
+    float *rows; /* LP_STEPS x n_vocab */
+    int32_t n_vocab, n_steps;
+} seen_rows;
+
+static void keep_row(void *ctx, uint64_t id, int32_t step, const float *logits, int32_t n_vocab)
+{
+    seen_rows *r = ctx;
+    if (id != 0 || step >= LP_STEPS)
+        return;
+    memcpy(r->rows + (size_t)step * n_vocab, logits, (size_t)n_vocab * sizeof *logits);
+    r->n_steps = step + 1 > r->n_steps ? step + 1 : r->n_steps;
+}
+
+/* ln softmax(row)[id], computed here the plain way. */
+static double direct_logprob(const float *row, int32_t n, int32_t id)
+{
+    double max = row[0], sum = 0.0;
+    for (int32_t i = 1; i < n; i++)
+        max = row[i] > max ? row[i] : max;
+    for (int32_t i = 0; i < n; i++)
+        sum += exp(row[i] - max);
+    return row[id] - max - log(sum);
+}
+
+/* The row's tokens by a full sort in common/topk.h's order (larger first,
+ * ties to the lower id): out[k] is the rank-k token. */
+static void direct_order(const float *row, int32_t n, topk_entry *out)
+{
+    for (int32_t i = 0; i < n; i++)
+        out[i] = (topk_entry){.value = row[i], .id = i};
+    qsort(out, (size_t)n, sizeof *out, topk_cmp);
+}
+
+typedef struct lp_run {
+    int32_t tokens[LP_STEPS], n_tokens;
+    engine_logprob lp[LP_STEPS], top[LP_STEPS * LP_TOP];
+    int32_t n_top;
+    bool has_logprobs;
+} lp_run;
+
+/* One sampled sequence (temperature, top-k, a repeat penalty) beside a greedy
+ * one without logprobs, in one batch. */
+static int run_logprobs(const fixture *fx, bool logprobs, seen_rows *seen, lp_run *out)
+{
+    engine *e = make_engine(fx, 2, 0, 128);
+    if (!e)
+        return -1;
+    if (seen)
+        engine_set_logits_observer(e, keep_row, seen);
+    engine_request req[2];
+    int32_t *ids[2];
+    int rc = request(fx, 0, prompts[0], LP_STEPS, 0.9f, NULL, &req[0], &ids[0]) |
+             request(fx, 1, prompts[1], LP_STEPS, 0.0f, NULL, &req[1], &ids[1]);
+    req[0].sampling.repeat_penalty = 1.3f;
+    req[0].logprobs = logprobs;
+    req[0].top_logprobs = logprobs ? LP_TOP : 0;
+    req[0].ignore_eos = true;
+    llmq_err err;
+    for (int i = 0; rc == 0 && i < 2; i++)
+        rc = engine_add(e, &req[i], &err);
+    memset(out, 0, sizeof *out);
+    while (rc == 0 && engine_has_work(e)) {
+        const engine_event *ev;
+        int32_t n;
+        rc = engine_step(e, &ev, &n, &err);
+        for (int32_t i = 0; rc == 0 && i < n; i++) {
+            if (ev[i].finish == ENGINE_RUNNING || ev[i].id != 0)
+                continue;
+            out->n_tokens = ev[i].n_tokens;
+            memcpy(out->tokens, ev[i].tokens, (size_t)ev[i].n_tokens * sizeof(int32_t));
+            out->has_logprobs = ev[i].logprobs != NULL;
+            if (ev[i].logprobs) {
+                out->n_top = ev[i].n_top;
+                memcpy(out->lp, ev[i].logprobs, (size_t)ev[i].n_tokens * sizeof *out->lp);
+                memcpy(out->top, ev[i].top_logprobs,
+                       (size_t)ev[i].n_tokens * ev[i].n_top * sizeof *out->top);
+            }
+        }
+    }
+    free(ids[0]);
+    free(ids[1]);
+    engine_free(e);
+    return rc;
+}
+
+static void check_logprobs(const fixture *fx)
+{
+    seen_rows seen = {.n_vocab = (int32_t)tok_n_vocab(fx->vocab)};
+    seen.rows = calloc((size_t)LP_STEPS * seen.n_vocab, sizeof *seen.rows);
+    static lp_run with, without;
+    int rc = seen.rows ? run_logprobs(fx, true, &seen, &with) : -1;
+    rc |= run_logprobs(fx, false, NULL, &without);
+    CHECK(rc == 0 && with.has_logprobs && !without.has_logprobs && with.n_top == LP_TOP &&
+              with.n_tokens == LP_STEPS && seen.n_steps == LP_STEPS,
+          "a sequence that asks gets %d logprobs with %d alternatives each; one that does not,"
+          " none",
+          with.n_tokens, with.n_top);
+    CHECK(rc == 0 && with.n_tokens == without.n_tokens &&
+              memcmp(with.tokens, without.tokens, (size_t)with.n_tokens * sizeof(int32_t)) == 0,
+          "asking for logprobs does not change what is generated");
+    double worst = 0.0;
+    int ordered = 0, chosen = 0;
+    topk_entry *order = malloc((size_t)seen.n_vocab * sizeof *order);
+    rc |= order ? 0 : -1;
+    for (int32_t t = 0; rc == 0 && t < with.n_tokens; t++) {
+        const float *row = seen.rows + (size_t)t * seen.n_vocab;
+        direct_order(row, seen.n_vocab, order);
+        chosen += with.lp[t].token == with.tokens[t];
+        double d = fabs(with.lp[t].logprob - direct_logprob(row, seen.n_vocab, with.tokens[t]));
+        worst = d > worst ? d : worst;
+        for (int32_t k = 0; k < LP_TOP; k++) {
+            const engine_logprob *alt = &with.top[t * LP_TOP + k];
+            ordered += alt->token == order[k].id;
+            d = fabs(alt->logprob - direct_logprob(row, seen.n_vocab, alt->token));
+            worst = d > worst ? d : worst;
+        }
+    }
+    CHECK(rc == 0 && chosen == with.n_tokens && ordered == with.n_tokens * LP_TOP,
+          "each step's alternatives are the row's %d best, in order (%d of %d)", LP_TOP, ordered,
+          with.n_tokens * LP_TOP);
+    CHECK(rc == 0 && worst < 1e-5,
+          "every logprob is the log-softmax of the raw logits, before penalties and temperature"
+          " (largest difference %.2g)", worst);
+    free(order);
+    free(seen.rows);
+}
+
+/* An engine that holds all it can refuses the next sequence as lack of room,
+ * which the same request may find later or elsewhere. */
+static void check_no_room(const fixture *fx)
+{
+    engine *e = make_engine(fx, 1, 0, 64);
+    int32_t ids[] = {1, 403, 407};
+    engine_request req = {.prompt = ids, .n_prompt = 3, .sampling = sampler_default_params(),
+                          .max_tokens = 4};
+    llmq_err err;
+    int taken = 0;
+    for (req.id = 1; engine_free_slots(e) > 0; req.id++)
+        taken += engine_add(e, &req, &err) == 0;
+    CHECK(engine_add(e, &req, &err) != 0 && err.code == LLMQ_ERR_NO_ROOM &&
+              strstr(err.msg, "engine full"),
+          "after %d sequences, the next is refused for lack of room (%s): %s", taken,
+          llmq_err_code_name(err.code), err.msg);
     engine_free(e);
 }
 
@@ -497,6 +653,8 @@ int main(void)
     check_stops(&fx);
     check_cancel(&fx);
     check_bad_requests(&fx);
+    check_no_room(&fx);
+    check_logprobs(&fx);
     check_prefill_first(&fx);
     check_default_pool(&fx);
     check_argmax_rule(be);

@@ -149,7 +149,7 @@ static blob load(const char *rel)
 static gguf_file *open_fixture(const char *rel)
 {
     char path[4096];
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     gguf_file *f = NULL;
     int rc = gguf_open(&f, check_data_path(path, sizeof path, rel), &err);
     CHECK(rc == 0 && f, "%s opens%s%s", rel, rc ? ": " : "", rc ? err.msg : "");
@@ -258,7 +258,7 @@ static void test_getters(void)
     gguf_file *f = open_fixture("models/stories260K.gguf");
     if (!f)
         return;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     uint32_t u = 7;
     CHECK(gguf_get_u32(f, "llama.rope.freq_base", &u, &err) == 1 && u == 7,
           "absent key: getter returns 1 and leaves the default alone");
@@ -305,7 +305,7 @@ static void test_integer_types(void)
     walk_file(b.data, &w);
     uint64_t k = kv_index(&w, "llama.embedding_length");
     put32(b.data, w.kv_type_off[k], GGUF_INT32);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     gguf_file *f = NULL;
     uint32_t u = 0;
     int32_t i = 0;
@@ -416,7 +416,7 @@ static bool refused(const uint8_t *data, size_t size, char *msg, size_t cap, ...
 {
     uint8_t *copy = malloc(size ? size : 1);
     memcpy(copy, data, size);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     gguf_file *f = (gguf_file *)&err; /* must be reset to NULL on failure */
     int rc = gguf_open_buffer(&f, copy, size, "bad.gguf", &err);
     bool ok = rc == -1 && f == NULL && strncmp(err.msg, "bad.gguf: ", 10) == 0;
@@ -574,7 +574,7 @@ static void test_realign(mutant *m, const walk *w, uint64_t k, uint32_t align)
     memcpy(buf + new_start, b->data + old_start, b->size - old_start);
     memcpy(buf + w->kv_off[k] + 8, "general.alignment", 17);
     put32(buf, w->kv_val_off[k], align);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     gguf_file *f = NULL;
     bool ok = gguf_open_buffer(&f, buf, size, "realigned", &err) == 0;
     const gguf_tensor *t = ok ? gguf_find_tensor(f, "blk.4.ffn_down.weight") : NULL;
@@ -699,7 +699,7 @@ static void test_corrupted(void)
 
 static void test_open_errors(void)
 {
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     gguf_file *f = NULL;
     char dir[4096];
     bool ok = gguf_open(&f, "/nonexistent/model.gguf", &err) == -1 && f == NULL &&

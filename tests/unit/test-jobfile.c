@@ -80,6 +80,36 @@ static void test_openai(void)
     jobfile_free(&jf);
 }
 
+/* Reads text, which must give n jobs (what says which). */
+static bool read_jobs(const char *text, size_t n, jobfile *jf, const char *what)
+{
+    llmq_err err;
+    int rc = read_text(text, jf, &err);
+    CHECK(rc == 0 && jf->n == n, "%s%s%s", what, rc ? ": " : "", rc ? err.msg : "");
+    return rc == 0;
+}
+
+/* logprobs as each line shape spells them. */
+static void test_logprobs_in(void)
+{
+    jobfile jf;
+    if (!read_jobs("{\"id\": 1, \"prompt\": \"a\", \"logprobs\": true, \"top_logprobs\": 3}\n"
+                   "{\"custom_id\": \"c\", \"body\": {\"logprobs\": true, \"top_logprobs\": 20,"
+                   " \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}}\n"
+                   "{\"custom_id\": \"p\", \"body\": {\"logprobs\": 5, \"prompt\": \"a\"}}\n"
+                   "{\"custom_id\": \"q\", \"body\": {\"prompt\": \"a\", \"logprobs\": null}}\n",
+                   4, &jf, "four lines with logprobs"))
+        return;
+    CHECK(jf.entries[0].job.logprobs && jf.entries[0].job.top_logprobs == 3,
+          "native: logprobs and top_logprobs by their wire names");
+    CHECK(jf.entries[1].job.logprobs && jf.entries[1].job.top_logprobs == 20,
+          "chat: logprobs true and top_logprobs, before \"messages\" in the body");
+    CHECK(jf.entries[2].job.logprobs && jf.entries[2].job.top_logprobs == 5,
+          "completions: logprobs is the number of alternatives");
+    CHECK(!jf.entries[3].job.logprobs, "logprobs null is no logprobs");
+    jobfile_free(&jf);
+}
+
 typedef struct bad_line {
     const char *text;
     const char *want;
@@ -106,8 +136,17 @@ static const bad_line BAD[] = {
      "jobs.jsonl:3: id: repeats the id of line 1"},
     {"", "jobs.jsonl: no jobs"},
     {"{\"custom_id\":\"r\"}\n", "body: required"},
-    {"{\"custom_id\":\"r\",\"body\":{\"prompt\":\"a\",\"logprobs\":true}}\n", "body.logprobs: unknown field"},
+    {"{\"custom_id\":\"r\",\"body\":{\"prompt\":\"a\",\"response_format\":{}}}\n",
+     "body.response_format: unknown field"},
     {"{\"custom_id\":\"r\",\"body\":{\"prompt\":\"a\",\"n\":2}}\n", "body.n: only 1 is supported"},
+    {"{\"custom_id\":\"r\",\"body\":{\"prompt\":\"a\",\"logprobs\":6}}\n",
+     "body.logprobs: completions take the number of alternatives, 0..5"},
+    {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+     "\"logprobs\":2}}\n", "body.logprobs: chat completions take true or false"},
+    {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+     "\"top_logprobs\":2}}\n", "body.top_logprobs: 2 alternatives need \"logprobs\": true"},
+    {"{\"id\":1,\"prompt\":\"a\",\"logprobs\":true,\"top_logprobs\":21}\n",
+     "top_logprobs: 21 is out of range [0, 20]"},
     {"{\"custom_id\":\"r\",\"body\":{\"prompt\":\"a\",\"temperature\":101}}\n", "body.temperature: 101 is out of range"},
     {"{\"custom_id\":\"r\",\"body\":{\"max_tokens\":3}}\n", "body: \"prompt\" or \"messages\" is required"},
     {"{\"custom_id\":\"r\",\"url\":\"/v1/chat/completions\",\"body\":{\"prompt\":\"a\"}}\n",
@@ -124,7 +163,7 @@ static void test_bad_lines(void)
 {
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
         jobfile jf;
-        llmq_err err = {{0}};
+        llmq_err err = {0};
         int rc = read_text(BAD[i].text, &jf, &err);
         CHECK(rc < 0 && strstr(err.msg, BAD[i].want) && jf.n == 0 && !jf.entries,
               "refused with \"%s\" (got \"%s\")", BAD[i].want, err.msg);
@@ -217,6 +256,57 @@ static void test_output(void)
           "a failed OpenAI line has response null and an error object");
     json_free(v);
 
+    static const llmq_logprob alts[2] = {{.token = 6, .logprob = -0.25f,
+                                          .bytes = (const uint8_t *)" b", .n_bytes = 2},
+                                         {.token = 9, .logprob = -2.5f,
+                                          .bytes = (const uint8_t *)"\xe2", .n_bytes = 1}};
+    static const llmq_token_logprobs lps[2] = {
+        {.chosen = {.token = 5, .logprob = -0.5f, .bytes = (const uint8_t *)"a", .n_bytes = 1}},
+        {.chosen = {.token = 6, .logprob = -0.25f, .bytes = (const uint8_t *)" b", .n_bytes = 2},
+         .top = alts, .n_top = 2}};
+    r.logprobs = lps;
+    r.n_logprobs = 2;
+    v = written(&jf.entries[0], &r, false);
+    const json_value *lp = json_get(v, "logprobs");
+    const json_value *second = lp && lp->type == JSON_ARRAY && lp->arr.n == 2 ? &lp->arr.items[1]
+                                                                               : NULL;
+    const json_value *top = json_get(second, "top_logprobs");
+    CHECK(second && num(second, "id", NULL) == 6 && strcmp(str(second, "token"), " b") == 0 &&
+              num(second, "logprob", NULL) == -0.25 && json_get(second, "bytes")->arr.n == 2 &&
+              top && top->arr.n == 2 &&
+              strcmp(str(&top->arr.items[1], "token"), "\xef\xbf\xbd") == 0 &&
+              json_get(&top->arr.items[1], "bytes")->arr.items[0].num.i == 0xe2,
+          "a native line's logprobs: per token its id, text, logprob, bytes and alternatives (a"
+          " split character as U+FFFD in the text, whole in the bytes)");
+    json_free(v);
+    v = written(&jf.entries[1], &r, false);
+    body = json_get(json_get(v, "response"), "body");
+    choice = body ? &json_get(body, "choices")->arr.items[0] : NULL;
+    const json_value *content = json_get(json_get(choice, "logprobs"), "content");
+    CHECK(content && content->arr.n == 2 &&
+              strcmp(str(&content->arr.items[0], "token"), "a") == 0 &&
+              !json_get(&content->arr.items[0], "id") &&
+              json_get(&content->arr.items[1], "top_logprobs")->arr.n == 2,
+          "an OpenAI chat line's logprobs are choices[0].logprobs.content, OpenAI's fields only");
+    json_free(v);
+    jobfile cf;
+    if (read_text("{\"custom_id\":\"p\",\"body\":{\"prompt\":\"a\",\"logprobs\":2}}\n", &cf,
+                  &err) == 0) {
+        v = written(&cf.entries[0], &r, false);
+        body = json_get(json_get(v, "response"), "body");
+        choice = body ? &json_get(body, "choices")->arr.items[0] : NULL;
+        const json_value *legacy = json_get(choice, "logprobs");
+        const json_value *tops = json_get(legacy, "top_logprobs");
+        CHECK(legacy && json_get(legacy, "tokens")->arr.n == 2 &&
+                  json_get(legacy, "token_logprobs")->arr.items[1].num.d == -0.25 && tops &&
+                  tops->arr.n == 2 && tops->arr.items[0].obj.n == 0 &&
+                  num(&tops->arr.items[1], " b", NULL) == -0.25,
+              "an OpenAI completions line's logprobs are the legacy tokens, token_logprobs and"
+              " top_logprobs lists");
+        json_free(v);
+        jobfile_free(&cf);
+    }
+
     jf.entries[0].job_id = 41;
     v = written(&jf.entries[0], NULL, true);
     CHECK(v && num(v, "job_id", NULL) == 41 && json_get(v, "existing")->boolean,
@@ -229,6 +319,7 @@ int main(void)
 {
     test_native();
     test_openai();
+    test_logprobs_in();
     test_bad_lines();
     test_output();
     return check_done();

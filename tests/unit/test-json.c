@@ -18,7 +18,7 @@ static json_value *parse(const char *text, llmq_err *err)
 
 static void check_refused(const char *text, const char *where, const char *what)
 {
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     json_value *v = parse(text, &err);
     CHECK(!v && strstr(err.msg, where) != NULL, "refused: %s (%s) -> \"%s\"", what, where,
           err.msg);

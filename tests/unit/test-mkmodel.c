@@ -399,7 +399,7 @@ static void test_mixes(const env *e, const gguf_file *vocab)
         char out[300], log[4096];
         path_in(e, out, sizeof out, "mix.gguf");
         int rc = mkmodel(e, e->vocab, &SMALL, x->mix, "1", "2", out, log, sizeof log);
-        llmq_err err = {{0}};
+        llmq_err err = {0};
         gguf_file *f = NULL;
         int open_rc = rc == 0 ? gguf_open(&f, out, &err) : -1;
         CHECK(rc == 0 && open_rc == 0, "%s: written and read back (rc %d) %s", x->mix, rc, err.msg);
@@ -422,7 +422,7 @@ static void compare_synth(const env *e, const char *fixture, const shape *s, con
     check_data_path(want_path, sizeof want_path, fixture);
     path_in(e, out, sizeof out, "synth.gguf");
     int rc = mkmodel(e, e->vocab, s, mix, "3", "2", out, NULL, 0);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     gguf_file *want = NULL, *got = NULL;
     if (rc || gguf_open(&want, want_path, &err) || gguf_open(&got, out, &err)) {
         CHECK(0, "%s: shape written and both files open (rc %d) %s", fixture, rc, err.msg);
@@ -638,7 +638,7 @@ int main(void)
         perror("mkdtemp");
         return 1;
     }
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     gguf_file *vocab = NULL;
     if (gguf_open(&vocab, e.vocab, &err)) {
         CHECK(0, "open the vocab: %s", err.msg);

@@ -83,7 +83,7 @@ static void test_types(void)
           "retired and out-of-range ids have no name");
     CHECK(!strcmp(quant_type_name((quant_type)23), "iq4_xs"), "i-quants are named for errors");
 
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     uint64_t b = 0;
     CHECK(quant_row_bytes(QUANT_Q4_0, 4096, &b, &err) == -1 &&
               !strcmp(err.msg, "tensor type q4_0 is not supported (supported: f32, f16, bf16, "
@@ -426,7 +426,7 @@ static void test_q6_K(void)
 static void test_tinystories(void)
 {
     char p1[512], p2[512];
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     gguf_file *q8 = NULL, *f16 = NULL;
     if (gguf_open(&q8, check_data_path(p1, sizeof p1, "models/tinystories-656k-q8_0.gguf"), &err) ||
         gguf_open(&f16, check_data_path(p2, sizeof p2, "models/TinyStories-656K.f16.gguf"), &err)) {

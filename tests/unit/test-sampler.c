@@ -130,11 +130,11 @@ static void fill_logits(float *l, int32_t n, uint64_t key, float scale)
 
 static void test_params(void)
 {
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     sampler_params d = sampler_default_params();
     CHECK(sampler_check_params(&d, &err) == 0 && d.temperature == 0.0f && d.top_k == 0 &&
               d.top_p == 1.0f && d.min_p == 0.0f && d.repeat_penalty == 1.0f &&
-              d.penalty_last_n == 64 && d.seed == 0,
+              d.repeat_last_n == 64 && d.seed == 0,
           "defaults are valid and off: greedy, no truncation, no penalties, last_n 64");
 
     struct {
@@ -144,7 +144,7 @@ static void test_params(void)
         {"temperature", d}, {"temperature", d}, {"temperature", d}, {"top_p", d},
         {"top_p", d},       {"top_p", d},       {"min_p", d},       {"min_p", d},
         {"repeat_penalty", d}, {"repeat_penalty", d}, {"presence_penalty", d},
-        {"frequency_penalty", d}, {"penalty_last_n", d},
+        {"frequency_penalty", d}, {"repeat_last_n", d},
     };
     bad[0].p.temperature = NAN;
     bad[1].p.temperature = -0.5f;
@@ -158,7 +158,7 @@ static void test_params(void)
     bad[9].p.repeat_penalty = NAN;
     bad[10].p.presence_penalty = INFINITY;
     bad[11].p.frequency_penalty = NAN;
-    bad[12].p.penalty_last_n = -2;
+    bad[12].p.repeat_last_n = -2;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err.msg[0] = '\0';
         int rc = sampler_check_params(&bad[i].p, &err);
@@ -169,11 +169,11 @@ static void test_params(void)
     sampler_params edge = d;
     edge.top_p = 1.0f;
     edge.min_p = 1.0f;
-    edge.penalty_last_n = -1;
+    edge.repeat_last_n = -1;
     edge.top_k = -5;
     edge.presence_penalty = -1.0f;
     CHECK(sampler_check_params(&edge, &err) == 0,
-          "range ends accepted: top_p 1, min_p 1, penalty_last_n -1, top_k < 0, negative presence");
+          "range ends accepted: top_p 1, min_p 1, repeat_last_n -1, top_k < 0, negative presence");
 
     sampler *s = NULL;
     CHECK(sampler_create(&s, 0, &err) == -1 && s == NULL && strstr(err.msg, "vocabulary"),
@@ -384,7 +384,7 @@ static void test_penalties(samplers *ss)
     p.repeat_penalty = 2.0f;
     p.frequency_penalty = 0.5f;
     p.presence_penalty = 0.25f;
-    p.penalty_last_n = 8;
+    p.repeat_last_n = 8;
 
     /* Window = last 8: counts 0:2, 1:1, 2:1, 3:2; id 7 and the first 0 fall out.
      * 0: 2/2 - (2*.5+.25); 1: -1*2 - .75; 2: 0*2 - .75; 3: 3/2 - 1.25. */
@@ -398,20 +398,20 @@ static void test_penalties(samplers *ss)
     }
 
     /* -1: the whole history; id 0 counted 3 times, id 7 once. */
-    p.penalty_last_n = -1;
+    p.repeat_last_n = -1;
     const float wall[8] = {-0.75f, -2.75f, -0.75f, 0.25f, 4.0f, -2.0f, 1.0f, -0.75f};
     memcpy(l, base, sizeof l);
     sampler_sample(s, &p, l, hist, 10, 0);
-    CHECK(memcmp(l, wall, sizeof l) == 0, "penalty_last_n -1 covers the whole history");
-    p.penalty_last_n = 1000;
+    CHECK(memcmp(l, wall, sizeof l) == 0, "repeat_last_n -1 covers the whole history");
+    p.repeat_last_n = 1000;
     memcpy(l, base, sizeof l);
     sampler_sample(s, &p, l, hist, 10, 0);
     CHECK(memcmp(l, wall, sizeof l) == 0, "a window longer than the history covers all of it");
 
-    p.penalty_last_n = 0;
+    p.repeat_last_n = 0;
     memcpy(l, base, sizeof l);
     sampler_sample(s, &p, l, hist, 10, 0);
-    CHECK(memcmp(l, base, sizeof l) == 0, "penalty_last_n 0 leaves the logits alone");
+    CHECK(memcmp(l, base, sizeof l) == 0, "repeat_last_n 0 leaves the logits alone");
 
     /* Repetition alone: positive logits divided, the rest multiplied. */
     p = sampler_default_params();
@@ -621,7 +621,7 @@ static void test_from_top(samplers *ss)
         p.repeat_penalty = cases[c].repeat;
         p.presence_penalty = cases[c].presence;
         p.frequency_penalty = cases[c].frequency;
-        p.penalty_last_n = cases[c].last_n;
+        p.repeat_last_n = cases[c].last_n;
         for (int r = 0; r < 12; r++) {
             float l[V];
             fill_logits(l, V, (uint64_t)(700 + 13 * c + r), r % 3 == 0 ? 1.0f : 6.0f);
@@ -661,8 +661,8 @@ static void test_from_top(samplers *ss)
             agree += same;
             const bool penalties = p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f ||
                                    p.frequency_penalty != 0.0f;
-            const int32_t window = p.penalty_last_n < 0 || p.penalty_last_n > 48 ? 48
-                                                                                 : p.penalty_last_n;
+            const int32_t window = p.repeat_last_n < 0 || p.repeat_last_n > 48 ? 48
+                                                                                 : p.repeat_last_n;
             exact_n += need == p.top_k + (penalties ? window : 0);
         }
     }
@@ -679,7 +679,7 @@ static void test_from_top(samplers *ss)
     p.presence_penalty = -0.5f;
     CHECK(sampler_top_needed(&p, 10, V, max_k) == 0, "a negative presence penalty needs the whole row");
     p.presence_penalty = 0.0f;
-    p.penalty_last_n = -1;
+    p.repeat_last_n = -1;
     CHECK(sampler_top_needed(&p, 1000, V, max_k) == 0,
           "a window past max_k candidates needs the whole row");
     p = at_temperature(0.0f);
@@ -726,7 +726,7 @@ static void seq_init(seq *q, int which)
         q->p.min_p = 0.05f;
         q->p.frequency_penalty = 0.4f;
         q->p.presence_penalty = 0.2f;
-        q->p.penalty_last_n = -1;
+        q->p.repeat_last_n = -1;
         q->p.seed = 2;
     }
 }

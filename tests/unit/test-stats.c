@@ -58,10 +58,10 @@ static void add_jobs(scenario *s, const char *batch, int first, int last, int64_
 {
     for (int n = first; n <= last; n++) {
         store_job j = {.prompt = "Once upon a time", .batch_id = batch};
-        j.params = (store_params){.max_tokens = 64, .top_p = 1, .repeat_penalty = 1,
+        j.params = (job_params){.max_tokens = 64, .top_p = 1, .repeat_penalty = 1,
                                   .repeat_last_n = 64};
         store_submit_outcome out;
-        llmq_err err = {{0}};
+        llmq_err err = {0};
         must(s, store_submit(s->st, &j, 0, at, &s->id[n], &out, &err), &err, "submit");
     }
 }
@@ -75,7 +75,7 @@ static int no_op(void *ctx, const store_job *job, llmq_err *err)
 static void claim(scenario *s, int64_t worker, int n, int64_t at)
 {
     int got;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     must(s, store_claim(s->st, worker, NULL, n, at, no_op, NULL, &got, &err), &err, "claim");
     if (got != n) {
         printf("setup failed: claimed %d jobs, not %d\n", got, n);
@@ -90,7 +90,7 @@ static void result(scenario *s, int n, int64_t worker, int64_t at, int pt, int g
                       .generated_tokens = gt, .prefill_ms = prefill_ms,
                       .decode_ms = decode_ms};
     store_change ch;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     must(s, store_result_put(s->st, s->id[n], worker, 0, &r, at, &ch, &err), &err, "result");
     if (ch != STORE_APPLIED) {
         printf("setup failed: result of job %d not applied\n", n);
@@ -102,7 +102,7 @@ static void fault(scenario *s, int n, int64_t worker, int64_t at, bool permanent
 {
     store_change ch;
     bool failed;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     must(s, store_fault(s->st, s->id[n], worker, 0, permanent ? "bad prompt" : "worker lost",
                         permanent, at, &ch, &failed, &err), &err, "fault");
 }
@@ -113,7 +113,7 @@ static int64_t add_worker(scenario *s, const char *name, int gpu, const char *mo
                       .gpu_name = gpu >= 0 ? "Test GPU" : NULL, .model = model,
                       .engine = gpu >= 0 ? "cuda" : "cpu", .slots = slots};
     int64_t id = 0;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     must(s, store_worker_add(s->st, &w, T0, &id, &err), &err, "worker");
     return id;
 }
@@ -125,7 +125,7 @@ static int64_t add_worker(scenario *s, const char *name, int gpu, const char *mo
 static int build_scenario(void)
 {
     scenario s = {0};
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_opts o = {.max_attempts = 3, .sync = STORE_SYNC_NORMAL};
     if (store_open(&s.st, db_path, &o, T0, &err)) {
         printf("store_open: %s\n", err.msg);
@@ -303,7 +303,7 @@ static const report_shape MINUTES = {.bucket_ms = 60000, .bin_lo = 0, .bin_width
 static int run(report_db *db, report_kind k, const report_filter *f, const report_shape *sh,
                table *t)
 {
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     if (report_run(db, k, f, sh, t, &err)) {
         printf("report %s: %s\n", report_name(k), err.msg);
         return -1;
@@ -595,7 +595,7 @@ static void test_cli_json(const char *now)
     int rc = capture(out, sizeof out, "%s --db %s --now %s --bucket 1m --format json"
                      " -t batches -t workers -t time", exe, db_path, now);
     json_value *root = NULL;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     CHECK(rc == 0 && json_parse(out, strlen(out), &root, &err) == 0,
           "--format json exits 0 and prints one valid JSON document%s%s", rc ? "" : " ",
           rc ? "" : err.msg);
@@ -771,7 +771,7 @@ static void test_when(void)
     bool ok = true;
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         int64_t ms = 0;
-        llmq_err err = {{0}};
+        llmq_err err = {0};
         if (when_parse(good[i].text, NOW, &ms, &err) || ms != good[i].ms) {
             printf("  %s: %" PRId64 " (%s), not %" PRId64 "\n", good[i].text, ms, err.msg,
                    good[i].ms);
@@ -784,7 +784,7 @@ static void test_when(void)
     ok = true;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int64_t ms;
-        llmq_err err = {{0}};
+        llmq_err err = {0};
         if (when_parse(bad[i], NOW, &ms, &err) == 0 || !strstr(err.msg, "not a time")) {
             printf("  '%s' was taken (%s)\n", bad[i], err.msg);
             ok = false;
@@ -812,7 +812,7 @@ int main(void)
     snprintf(db_path, sizeof db_path, "%s/llmq.db", dir);
     CHECK(build_scenario() == 0, "the scenario is written through the broker's store");
     report_db *db = NULL;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     CHECK(report_db_open(&db, db_path, &err) == 0, "report_db_open reads it%s%s",
           db ? "" : ": ", db ? "" : err.msg);
     if (db) {

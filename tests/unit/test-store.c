@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "broker/store.h"
+#include "proto/job_params.h"
 #include "tests/unit/check.h"
 #include "tests/unit/sql_read.h"
 
@@ -26,7 +27,7 @@ static const store_opts opts3 = {.max_attempts = 3, .sync = STORE_SYNC_FULL};
 static store *open_db(const store_opts *o, int64_t now)
 {
     store *st;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     if (store_open(&st, path, o, now, &err)) {
         printf("store_open: %s\n", err.msg);
         return NULL;
@@ -42,7 +43,7 @@ static store_job text_job(const char *prompt, const char *batch,
     j.batch_id = batch;
     j.client_key = key;
     j.priority = priority;
-    j.params = (store_params){.max_tokens = 16, .temperature = 0.0,
+    j.params = (job_params){.max_tokens = 16, .temperature = 0.0,
                               .top_p = 1.0, .repeat_penalty = 1.0,
                               .repeat_last_n = 64};
     return j;
@@ -52,7 +53,7 @@ static int64_t submit(store *st, const store_job *j, int64_t now)
 {
     int64_t id = 0;
     store_submit_outcome out;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     if (store_submit(st, j, 0, now, &id, &out, &err) || out != STORE_NEW) {
         printf("submit: %s\n", err.msg);
         return -1;
@@ -121,7 +122,7 @@ static int on_claim(void *ctx, const store_job *j, llmq_err *err)
 static int claim_model(store *st, int64_t worker, const char *model, int max,
                        int64_t now, claimed *c)
 {
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     int n = 0;
     memset(c, 0, sizeof *c);
     if (store_begin(st, &err) ||
@@ -144,7 +145,7 @@ static int64_t add_worker(store *st, const char *name, int gpu, int64_t now)
                       .gpu_index = gpu, .gpu_name = gpu >= 0 ? "H200" : NULL,
                       .model = "stories260K", .engine = "cpu", .slots = 4};
     int64_t id = 0;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     if (store_worker_add(st, &w, now, &id, &err))
         printf("worker_add: %s\n", err.msg);
     return id;
@@ -159,7 +160,7 @@ static store_change put_result(store *st, int64_t job, int64_t worker,
                       .prompt_tokens = 5, .generated_tokens = gen,
                       .prefill_ms = 10, .decode_ms = 100};
     store_change ch = STORE_UNKNOWN;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     if (store_result_put(st, job, worker, attempt, &r, now, &ch, &err))
         printf("result_put: %s\n", err.msg);
     return ch;
@@ -184,7 +185,7 @@ static void test_create_and_versions(void)
     sqlite3_open(path, &db);
     sqlite3_exec(db, "PRAGMA user_version = 99", NULL, NULL, NULL);
     sqlite3_close(db);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     int rc = store_open(&st, path, &opts3, 1000, &err);
     CHECK(rc == -1 && !st && strstr(err.msg, "99") && strstr(err.msg, "newer"),
           "a newer schema is refused naming its version: %s", err.msg);
@@ -194,7 +195,7 @@ static void test_reopen_and_requeue(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     int64_t a = submit(st, &(store_job){.prompt = "a", .params.max_tokens = 4},
                        1000);
@@ -228,7 +229,7 @@ static void test_client_keys_and_backpressure(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     store_job j = text_job("hello", "b1", "k1", 0);
     int64_t id1 = 0, id2 = 0, id3 = 0;
@@ -260,7 +261,7 @@ static void test_priority_order_and_json(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     int64_t low = submit(st, &(store_job){.prompt = "low", .priority = 0}, 1);
     static const uint32_t ids[3] = {1, 2, 2147483647u};
@@ -292,11 +293,68 @@ static void test_priority_order_and_json(void)
     store_close(st);
 }
 
+/* One value of each kind that a lossy column would change: a u32 above
+ * INT32_MAX, a negative i32, a u64 above INT64_MAX, a float that is not a
+ * short decimal, true. */
+#define PROBE_U32 4000000000u
+#define PROBE_I32 (-123456)
+#define PROBE_U64 (UINT64_MAX - 0x123456789u)
+#define PROBE_F32 0.1f
+#define PROBE_BOOL true
+#define SET_PROBE(name, kind, ...) p.name = PROBE_##kind;
+#define SAME_PARAM(name, ...) &&got->name == want->name
+#define SQL_TYPE_U32 "INTEGER"
+#define SQL_TYPE_I32 "INTEGER"
+#define SQL_TYPE_U64 "INTEGER"
+#define SQL_TYPE_BOOL "INTEGER"
+#define SQL_TYPE_F32 "REAL"
+#define HAS_COLUMN(name, kind, ...)                                                     \
+    &&sql_int("SELECT count(*) FROM pragma_table_info('jobs') WHERE name = '" #name     \
+              "' AND type = '" SQL_TYPE_##kind "' AND \"notnull\" = 1") == 1
+
+static int keep_params(void *ctx, const store_job *j, llmq_err *err)
+{
+    (void)err;
+    *(job_params *)ctx = j->params;
+    return 0;
+}
+
+static bool same_params(const job_params *got, const job_params *want)
+{
+    return true JOB_PARAMS(SAME_PARAM);
+}
+
+/* Every parameter of proto/job_params.h has its column and survives the
+ * store, whatever its kind. */
+static void test_param_columns(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {0};
+    CHECK(true JOB_PARAMS(HAS_COLUMN),
+          "each job parameter has a NOT NULL jobs column of its kind's type");
+    job_params p = {0};
+    JOB_PARAMS(SET_PROBE)
+    store_job j = {.prompt = "p", .params = p};
+    store_begin(st, &err);
+    submit(st, &j, 1);
+    store_commit(st, &err);
+    int64_t w = add_worker(st, "w", 0, 4);
+    job_params back = {0};
+    int n = 0;
+    store_begin(st, &err);
+    int rc = store_claim(st, w, NULL, 1, 2, keep_params, &back, &n, &err);
+    store_commit(st, &err);
+    CHECK(rc == 0 && n == 1 && same_params(&back, &p),
+          "every job parameter reads back as it was submitted");
+    store_close(st);
+}
+
 static void test_first_result_wins(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     int64_t job = submit(st, &(store_job){.prompt = "p"}, 1000);
     store_commit(st, &err);
@@ -340,7 +398,7 @@ static void test_first_result_wins(void)
 static void fault_once(store *st, int64_t job, int64_t w, const char *why,
                        bool permanent, bool *failed)
 {
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_change ch;
     store_begin(st, &err);
     if (store_fault(st, job, w, 0, why, permanent, 5000, &ch, failed, &err) ||
@@ -354,7 +412,7 @@ static void test_attempts_exhaustion(void)
     fresh_db();
     store_opts o2 = {.max_attempts = 2};
     store *st = open_db(&o2, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     int64_t job = submit(st, &(store_job){.prompt = "poison"}, 1000);
     int64_t job2 = submit(st, &(store_job){.prompt = "too long"}, 1000);
@@ -383,7 +441,7 @@ static void test_cancel_and_hand_back(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     int64_t q = submit(st, &(store_job){.prompt = "q"}, 1);
     int64_t r = submit(st, &(store_job){.prompt = "r"}, 2);
@@ -431,7 +489,7 @@ static void test_rollback_restores(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     submit(st, &(store_job){.prompt = "kept"}, 1);
     store_mark(st, &err);
@@ -452,7 +510,7 @@ static void test_model_routing_and_meta(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     int64_t sid = 0;
     store_submit_meta(st, "b", "{\"owner\": \"test\"}", 1, &sid, &err);
@@ -516,7 +574,7 @@ static void test_outcomes(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     int64_t a = submit(st, &(store_job){.prompt = "a", .batch_id = "x"}, 1);
     int64_t b = submit(st, &(store_job){.prompt = "b", .batch_id = "x"}, 2);
@@ -555,6 +613,121 @@ static void test_outcomes(void)
     store_close(st);
 }
 
+/* ---- logprobs ---------------------------------------------------------------- */
+
+typedef struct kept_logprobs {
+    bool present;
+    uint32_t n;
+    wire_token_logprobs v[4];
+    wire_logprob top[8];
+    uint8_t bytes[64];
+} kept_logprobs;
+
+static int keep_logprobs(void *ctx, const store_outcome *o, llmq_err *err)
+{
+    (void)err;
+    kept_logprobs *k = ctx;
+    k->present = o->res && o->res->logprobs;
+    if (!k->present || o->res->n_logprobs > 4)
+        return 0;
+    k->n = o->res->n_logprobs;
+    /* The store's memory lives for the call only: copy what the checks read. */
+    size_t at = 0, t = 0;
+    for (uint32_t i = 0; i < k->n; i++) {
+        k->v[i] = o->res->logprobs[i];
+        memcpy(k->bytes + at, k->v[i].chosen.bytes, k->v[i].chosen.n_bytes);
+        k->v[i].chosen.bytes = k->bytes + at;
+        at += k->v[i].chosen.n_bytes;
+        for (uint32_t j = 0; j < k->v[i].n_top && t < 8; j++)
+            k->top[t++] = k->v[i].top[j];
+    }
+    return 0;
+}
+
+/* A result's logprobs go into results.logprobs as packed records and come
+ * back the same; a result without them has none. */
+static void test_logprobs(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {0};
+    int64_t w = add_worker(st, "w", 0, 1), job[2];
+    claimed c;
+    store_begin(st, &err);
+    for (int i = 0; i < 2; i++)
+        job[i] = submit(st, &(store_job){.prompt = "p"}, 2 + i);
+    store_commit(st, &err);
+    claim(st, w, 2, 4, &c);
+    const int64_t a = job[0], b = job[1];
+    static const uint32_t toks[2] = {7, 8};
+#define BYTES(s) .bytes = (const uint8_t *)(s), .n_bytes = sizeof(s) - 1
+    static const wire_logprob alt[2] = {{.token = 8, .logprob = -0.75f, BYTES("\xe2\x96")},
+                                        {.token = 1, .logprob = -9999.0f, .n_bytes = 0}};
+    static const wire_token_logprobs lp[2] = {
+        {.chosen = {.token = 7, .logprob = -0.5f, BYTES("once")}},
+        {.chosen = {.token = 8, .logprob = -0.75f, BYTES("\xe2\x96")}, .top = alt, .n_top = 2}};
+    store_result r = {.text = "once", .token_ids = toks, .n_token_ids = 2, .logprobs = lp,
+                      .n_logprobs = 2, .finish_reason = "length", .prompt_tokens = 1,
+                      .generated_tokens = 2, .prefill_ms = 1, .decode_ms = 1};
+    store_change ch;
+    store_begin(st, &err);
+    store_result_put(st, a, w, 0, &r, 5, &ch, &err);
+    r.logprobs = NULL;
+    r.n_logprobs = 0;
+    store_result_put(st, b, w, 0, &r, 5, &ch, &err);
+    store_commit(st, &err);
+    kept_logprobs ka = {0}, kb = {0};
+    bool found;
+    store_outcome_get(st, a, keep_logprobs, &ka, &found, &err);
+    store_outcome_get(st, b, keep_logprobs, &kb, &found, &err);
+    CHECK(ka.present && ka.n == 2 && ka.v[0].chosen.token == 7 &&
+              ka.v[0].chosen.logprob == -0.5f && ka.v[0].n_top == 0 &&
+              ka.v[1].chosen.n_bytes == 2 &&
+              memcmp(ka.v[1].chosen.bytes, "\xe2\x96", 2) == 0 && ka.v[1].n_top == 2 &&
+              ka.top[0].token == 8 && ka.top[1].logprob == -9999.0f && ka.top[1].n_bytes == 0,
+          "logprobs come back from the store as they were put, alternatives and bytes included");
+    CHECK(!kb.present, "a result without logprobs reads back without them");
+    CHECK(sql_int("SELECT length(logprobs) FROM results WHERE job_id = 1") ==
+              (10 + 4 + 1) + (10 + 2 + 1) + (10 + 2) + 10,
+          "results.logprobs holds the packed records: 10 bytes a record plus its bytes, 1 a count");
+    store_close(st);
+}
+
+/* A database of schema version 1 (before logprobs) is migrated in place:
+ * its jobs read back without logprobs. */
+static void test_migration_from_v1(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    store_close(st);
+    sqlite3 *db;
+    sqlite3_open(path, &db);
+    int rc = sqlite3_exec(db,
+                          "ALTER TABLE jobs DROP COLUMN logprobs;"
+                          "ALTER TABLE jobs DROP COLUMN top_logprobs;"
+                          "ALTER TABLE results DROP COLUMN logprobs;"
+                          "INSERT INTO jobs (prompt, max_tokens, temperature, top_k, top_p, min_p,"
+                          " repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty,"
+                          " seed, submitted_at) VALUES ('old', 8, 0, 0, 1, 0, 1, 64, 0, 0, 0, 1);"
+                          "PRAGMA user_version = 1;",
+                          NULL, NULL, NULL);
+    sqlite3_close(db);
+    st = open_db(&opts3, 2000);
+    int64_t w = st ? add_worker(st, "w", 0, 3) : 0;
+    job_params p = {.logprobs = true, .top_logprobs = 3};
+    llmq_err err = {0};
+    int n = 0;
+    if (st) {
+        store_begin(st, &err);
+        store_claim(st, w, NULL, 1, 3, keep_params, &p, &n, &err);
+        store_commit(st, &err);
+    }
+    CHECK(rc == SQLITE_OK && st && sql_int("PRAGMA user_version") == STORE_SCHEMA_VERSION &&
+              n == 1 && !p.logprobs && p.top_logprobs == 0 && p.max_tokens == 8,
+          "a version 1 database migrates to %d; its job has logprobs off", STORE_SCHEMA_VERSION);
+    store_close(st);
+}
+
 static long file_size(const char *p)
 {
     struct stat sb;
@@ -567,7 +740,7 @@ static void test_checkpoints_while_open(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     static char prompt[2049];
     memset(prompt, 'p', sizeof prompt - 1);
     for (int t = 0; t < 40; t++) {
@@ -595,7 +768,7 @@ static void test_views(void)
 {
     fresh_db();
     store *st = open_db(&opts3, 1000);
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     store_begin(st, &err);
     for (int i = 0; i < 10; i++)
         submit(st, &(store_job){.prompt = "p", .batch_id = i < 6 ? "A" : "B"},
@@ -648,12 +821,15 @@ int main(void)
     test_reopen_and_requeue();
     test_client_keys_and_backpressure();
     test_priority_order_and_json();
+    test_param_columns();
     test_first_result_wins();
     test_attempts_exhaustion();
     test_cancel_and_hand_back();
     test_rollback_restores();
     test_model_routing_and_meta();
     test_outcomes();
+    test_logprobs();
+    test_migration_from_v1();
     test_checkpoints_while_open();
     test_views();
     fresh_db();

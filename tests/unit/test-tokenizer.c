@@ -42,7 +42,7 @@ typedef struct loaded {
 static bool load(loaded *l, const char *rel)
 {
     char path[1024];
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     check_data_path(path, sizeof path, rel);
     l->f = NULL;
     l->v = NULL;
@@ -92,7 +92,7 @@ static size_t parse_ids(const char *s, const char *end, int32_t *out, size_t cap
 static int encode(const tok_vocab *v, const char *s, size_t len, bool bos, bool special,
                   int32_t **ids, size_t *n)
 {
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     if (tok_encode(v, s, len, bos, special, ids, n, &err) < 0) {
         printf("# %s\n", err.msg);
         return -1;
@@ -105,7 +105,7 @@ static bool round_trips(const tok_vocab *v, const char *s, size_t len)
     int32_t *ids;
     size_t n, tl;
     char *text = NULL;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     if (encode(v, s, len, false, false, &ids, &n) < 0)
         return false;
     bool ok = tok_detokenize(v, ids, n, TOK_STRIP_SPACE, &text, &tl, &err) == 0 && tl == len &&
@@ -190,7 +190,7 @@ static void check_prompts(const char *model)
         if (nl)
             *nl = 0;
         json_value *j = NULL;
-        llmq_err err = {{0}};
+        llmq_err err = {0};
         if (json_parse(line, strlen(line), &j, &err) < 0) {
             printf("# %s: %s\n", rel, err.msg);
             break;
@@ -289,7 +289,7 @@ static bool stream_all(const tok_vocab *v, const int32_t *ids, size_t n, unsigne
                        char *out, size_t cap, size_t *no, bool *held_some)
 {
     tok_stream *s;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     bool boundaries = true;
     *no = 0;
     *held_some = false;
@@ -348,7 +348,7 @@ static void check_stream(void)
     int32_t *e;
     size_t ne;
     tok_stream *s;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     const char *t;
     size_t tl, got[4] = {9, 9, 9, 9};
     if (encode(v, "\xf0\x9f\xa6\x99", 4, false, false, &e, &ne) == 0 && ne >= 4 &&
@@ -600,7 +600,7 @@ static int try_load(gbuf *kvs, tok_vocab **v, llmq_err *err)
 static void expect_error(gbuf *kvs, const char *what, const char *needle)
 {
     tok_vocab *v;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     int rc = try_load(kvs, &v, &err);
     CHECK(rc < 0 && v == NULL && strstr(err.msg, needle), "malformed: %s is refused (%s)", what,
           err.msg);
@@ -611,7 +611,7 @@ static void check_built_spm(void)
 {
     gbuf b = {0};
     tok_vocab *v;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     base_spm(&b, true, true);
     if (try_load(&b, &v, &err) < 0) {
         CHECK(0, "built SentencePiece vocabulary loads (%s)", err.msg);
@@ -693,7 +693,7 @@ static void check_built_bpe(void)
     static const char *const merges[] = {"b c", "a b", "a bc"};
     gbuf b = {0};
     tok_vocab *v;
-    llmq_err err = {{0}};
+    llmq_err err = {0};
     base_bpe(&b, "gpt-2", merges, 3);
     if (try_load(&b, &v, &err) < 0) {
         CHECK(0, "built BPE vocabulary loads (%s)", err.msg);

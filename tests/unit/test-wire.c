@@ -93,17 +93,17 @@ static void test_submit(void)
     static const uint32_t toks[] = {1, 2, 2147483647u};
     wire_job jobs[2] = {{.key = "a-1", .prompt = "Once upon a time, \xc3\xa9t\xc3\xa9",
                          .priority = -5, .model = "stories260K",
-                         .sampling = wire_sampling_default()},
+                         .params = job_params_default()},
                         {.tokens = toks, .n_tokens = 3, .priority = 1000,
-                         .sampling = wire_sampling_default()}};
-    jobs[0].sampling.temperature = 0.7f;
-    jobs[0].sampling.top_p = 0.9f;
-    jobs[0].sampling.seed = UINT64_MAX;
-    jobs[0].sampling.stop = stops;
-    jobs[0].sampling.n_stop = 2;
-    jobs[1].sampling.repeat_last_n = -1;
-    jobs[1].sampling.ignore_eos = true;
-    jobs[1].sampling.max_tokens = WIRE_MAX_GEN_TOKENS;
+                         .params = job_params_default()}};
+    jobs[0].params.temperature = 0.7f;
+    jobs[0].params.top_p = 0.9f;
+    jobs[0].params.seed = UINT64_MAX;
+    jobs[0].params.stop = stops;
+    jobs[0].params.n_stop = 2;
+    jobs[1].params.repeat_last_n = -1;
+    jobs[1].params.ignore_eos = true;
+    jobs[1].params.max_tokens = WIRE_MAX_GEN_TOKENS;
     wire_msg m, back;
     wire_msg_init(&m, WIRE_T_SUBMIT);
     m.req = 42;
@@ -111,10 +111,10 @@ static void test_submit(void)
     check_round_trip(&m, WIRE_DIR_CLIENT_TO_BROKER, &back);
     const wire_job *j = back.submit.jobs;
     CHECK(back.submit.n_jobs == 2 && strcmp(j[0].prompt, jobs[0].prompt) == 0 &&
-              j[0].sampling.n_stop == 2 && strcmp(j[0].sampling.stop[1], "The end") == 0 &&
-              j[0].sampling.temperature == 0.7f && j[0].sampling.seed == UINT64_MAX &&
+              j[0].params.n_stop == 2 && strcmp(j[0].params.stop[1], "The end") == 0 &&
+              j[0].params.temperature == 0.7f && j[0].params.seed == UINT64_MAX &&
               j[1].tokens[2] == 2147483647u && j[1].prompt == NULL &&
-              j[1].sampling.repeat_last_n == -1 && j[1].sampling.ignore_eos &&
+              j[1].params.repeat_last_n == -1 && j[1].params.ignore_eos &&
               strcmp(back.submit.meta, "{\"owner\":\"x\"}") == 0,
           "submit: prompt, tokens, stop strings, seed 2^64-1 and meta come back");
     wire_msg_free(&back);
@@ -130,7 +130,7 @@ static void test_defaults(void)
     CHECK(rc == 0, "a job with only a prompt decodes");
     if (rc < 0)
         return;
-    const wire_sampling *s = &m.submit.jobs[0].sampling;
+    const job_params *s = &m.submit.jobs[0].params;
     CHECK(m.req == 0 && s->max_tokens == 256 && s->temperature == 0.0f && s->top_k == 0 &&
               s->top_p == 1.0f && s->min_p == 0.0f && s->repeat_penalty == 1.0f &&
               s->repeat_last_n == 64 && s->presence_penalty == 0.0f &&
@@ -145,7 +145,7 @@ static void test_defaults(void)
     wire_msg_free(&m);
     rc = decode_json("{\"v\":1,\"type\":\"submit\",\"jobs\":[{\"prompt\":\"\",\"temperature\":1,"
                      "\"top_p\":1}]}", WIRE_DIR_CLIENT_TO_BROKER, &m, &e);
-    CHECK(rc == 0 && m.submit.jobs[0].sampling.temperature == 1.0f &&
+    CHECK(rc == 0 && m.submit.jobs[0].params.temperature == 1.0f &&
               m.submit.jobs[0].prompt[0] == '\0',
           "integers are accepted for float fields; an empty prompt is allowed");
     wire_msg_free(&m);
@@ -287,10 +287,10 @@ static void test_worker_messages(void)
     m.job.id = 12;
     m.job.attempt = 3;
     m.job.prompt = "Hello";
-    m.job.sampling.min_p = 0.05f;
+    m.job.params.min_p = 0.05f;
     check_round_trip(&m, WIRE_DIR_BROKER_TO_WORKER, &back);
-    CHECK(back.job.id == 12 && back.job.attempt == 3 && back.job.sampling.min_p == 0.05f &&
-              back.job.sampling.max_tokens == 256,
+    CHECK(back.job.id == 12 && back.job.attempt == 3 && back.job.params.min_p == 0.05f &&
+              back.job.params.max_tokens == 256,
           "job: id, attempt and sampling come back");
     wire_msg_free(&back);
 
@@ -386,6 +386,11 @@ static const bad_case BAD[] = {
     {SUB "[{\"prompt\":\"a\",\"seed\":-1}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].seed"},
     {SUB "[{\"prompt\":\"a\",\"priority\":1001}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].priority"},
     {SUB "[{\"prompt\":\"a\",\"ignore_eos\":1}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].ignore_eos"},
+    {SUB "[{\"prompt\":\"a\",\"logprobs\":1}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].logprobs"},
+    {SUB "[{\"prompt\":\"a\",\"logprobs\":true,\"top_logprobs\":21}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].top_logprobs"},
+    {SUB "[{\"prompt\":\"a\",\"top_logprobs\":2}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].top_logprobs"},
     {SUB "[{\"prompt\":\"a\",\"stop\":\"x\"}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].stop"},
     {SUB "[{\"prompt\":\"a\",\"stop\":[\"x\",\"\"]}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].stop[1]"},
     {SUB "[{\"prompt\":\"a\",\"stop\":[1]}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].stop[0]"},
@@ -416,6 +421,10 @@ static const bad_case BAD[] = {
     {"{\"v\":1,\"type\":\"job_result\",\"id\":1,\"attempt\":1,\"text\":\"x\",\"tokens\":[],"
      "\"finish\":\"stop\",\"prompt_tokens\":1,\"gen_tokens\":0,\"prefill_ms\":-1,\"decode_ms\":1}",
      W2B, WIRE_E_BAD_VALUE, "prefill_ms"},
+    {"{\"v\":1,\"type\":\"job_result\",\"id\":1,\"attempt\":1,\"text\":\"x\",\"tokens\":[7],"
+     "\"finish\":\"stop\",\"prompt_tokens\":1,\"gen_tokens\":1,\"prefill_ms\":1,\"decode_ms\":1,"
+     "\"logprobs\":[{\"token\":7,\"logprob\":-1,\"bytes\":\"x\",\"top_logprobs\":[]}]}",
+     W2B, WIRE_E_BAD_TYPE, "logprobs[0].bytes"},
     {"{\"v\":1,\"type\":\"job_failure\",\"id\":1,\"attempt\":1,\"reason\":\"x\"}", W2B,
      WIRE_E_MISSING_FIELD, "retryable"},
     {"{\"v\":1,\"type\":\"result\",\"id\":1,\"state\":\"done\",\"text\":\"x\"}",
@@ -614,7 +623,7 @@ static void test_encode_refusals(void)
     char *out;
     size_t len;
     wire_error e;
-    wire_job job = {.prompt = "a", .tokens = toks, .n_tokens = 1, .sampling = wire_sampling_default()};
+    wire_job job = {.prompt = "a", .tokens = toks, .n_tokens = 1, .params = job_params_default()};
     wire_msg_init(&m, WIRE_T_SUBMIT);
     m.submit = (wire_submit){.jobs = &job, .n_jobs = 1};
     CHECK(wire_encode(&m, &out, &len, &e) < 0 && e.code == WIRE_E_BAD_VALUE && out == NULL,
@@ -646,9 +655,113 @@ static void test_names(void)
           "out-of-range values have no name; names of states and finish reasons resolve");
 }
 
+/* ---- logprobs --------------------------------------------------------------- */
+
+/* A result of three tokens with logprobs: the last has a byte of a split
+ * UTF-8 character, and two alternatives. */
+#define BYTES(s) .bytes = (const uint8_t *)(s), .n_bytes = sizeof(s) - 1
+static const wire_logprob LP_TOP[] = {{.token = 30, .logprob = -0.5f, BYTES("\xe2")},
+                                      {.token = 4, .logprob = -1.5f, BYTES("cat")}};
+static const wire_token_logprobs LP[] = {
+    {.chosen = {.token = 10, .logprob = -0.125f, BYTES(" a")}},
+    {.chosen = {.token = 20, .logprob = -9999.0f, .bytes = NULL, .n_bytes = 0}},
+    {.chosen = {.token = 30, .logprob = -0.5f, BYTES("\xe2")}, .top = LP_TOP, .n_top = 2}};
+
+static bool same_logprob(const wire_logprob *a, const wire_logprob *b)
+{
+    return a->token == b->token && a->logprob == b->logprob && a->n_bytes == b->n_bytes &&
+           (a->n_bytes == 0 || memcmp(a->bytes, b->bytes, a->n_bytes) == 0);
+}
+
+static void test_logprobs(void)
+{
+    wire_msg m, back;
+    wire_msg_init(&m, WIRE_T_SUBMIT);
+    wire_job job = {.prompt = "a", .params = job_params_default()};
+    job.params.logprobs = true;
+    job.params.top_logprobs = 20;
+    m.submit = (wire_submit){.jobs = &job, .n_jobs = 1};
+    check_round_trip(&m, WIRE_DIR_CLIENT_TO_BROKER, &back);
+    CHECK(back.submit.jobs[0].params.logprobs && back.submit.jobs[0].params.top_logprobs == 20,
+          "submit: logprobs and top_logprobs 20 come back");
+    wire_msg_free(&back);
+
+    for (int type = 0; type < 2; type++) {
+        wire_msg_init(&m, type ? WIRE_T_RESULT : WIRE_T_JOB_RESULT);
+        m.result = sample_result();
+        if (type == 0) { /* a job_result has none of these */
+            m.result.key = m.result.batch = m.result.worker = NULL;
+            m.result.state = WIRE_STATE_NONE;
+        }
+        m.result.logprobs = LP;
+        m.result.n_logprobs = 3;
+        check_round_trip(&m, type ? WIRE_DIR_BROKER_TO_CLIENT : WIRE_DIR_WORKER_TO_BROKER, &back);
+        const wire_result *r = &back.result;
+        CHECK(r->n_logprobs == 3 && same_logprob(&r->logprobs[0].chosen, &LP[0].chosen) &&
+                  same_logprob(&r->logprobs[1].chosen, &LP[1].chosen) &&
+                  r->logprobs[0].n_top == 0 && r->logprobs[2].n_top == 2 &&
+                  same_logprob(&r->logprobs[2].top[0], &LP_TOP[0]) &&
+                  same_logprob(&r->logprobs[2].top[1], &LP_TOP[1]),
+              "%s: logprobs come back, with empty and split-character bytes and alternatives",
+              wire_type_name(m.type));
+        wire_msg_free(&back);
+    }
+
+    wire_msg_init(&m, WIRE_T_JOB_RESULT);
+    m.result = sample_result();
+    m.result.state = WIRE_STATE_NONE;
+    m.result.logprobs = LP;
+    m.result.n_logprobs = 2;
+    char *buf;
+    size_t len;
+    wire_error e;
+    CHECK(wire_encode(&m, &buf, &len, &e) < 0 && e.code == WIRE_E_BAD_VALUE &&
+              strcmp(e.field, "logprobs") == 0,
+          "logprobs for 2 of 3 tokens are refused: %s", e.err.msg);
+    wire_token_logprobs wrong[3] = {LP[0], LP[1], LP[2]};
+    wrong[1].chosen.token = 21;
+    m.result.logprobs = wrong;
+    m.result.n_logprobs = 3;
+    CHECK(wire_encode(&m, &buf, &len, &e) < 0 && strcmp(e.field, "logprobs[1].token") == 0,
+          "a logprob of another token than the one generated is refused: %s", e.err.msg);
+    wrong[1].chosen.token = 20;
+    wrong[1].chosen.logprob = 0.5f;
+    int rc = wire_encode(&m, &buf, &len, &e);
+    rc = rc == 0 ? wire_decode(buf, len, WIRE_DIR_WORKER_TO_BROKER, &back, &e) : 0;
+    free(buf);
+    CHECK(rc < 0 && e.code == WIRE_E_BAD_VALUE && strcmp(e.field, "logprobs[1].logprob") == 0,
+          "a positive logprob is refused: %s", e.err.msg);
+}
+
+/* The one map from error codes to the wire: reply types and retry-or-fail. */
+static void test_err_codes(void)
+{
+    CHECK(wire_retryable(LLMQ_ERR_NO_ROOM) && wire_retryable(LLMQ_ERR_UNAVAILABLE) &&
+              wire_retryable(LLMQ_ERR_IO),
+          "lack of room, a worker that cannot serve now, I/O: the job may run again");
+    CHECK(!wire_retryable(LLMQ_ERR_INVALID) && !wire_retryable(LLMQ_ERR_INTERNAL) &&
+              !wire_retryable(LLMQ_ERR_GENERIC) && !wire_retryable(LLMQ_ERR_CODE_COUNT),
+          "bad input, internal, unclassified, out of range: the job fails for good");
+    CHECK(wire_code_for(LLMQ_ERR_INVALID) == WIRE_E_BAD_VALUE &&
+              wire_code_for(LLMQ_ERR_NO_ROOM) == WIRE_E_QUEUE_FULL &&
+              wire_code_for(LLMQ_ERR_UNAVAILABLE) == WIRE_E_SHUTTING_DOWN &&
+              wire_code_for(LLMQ_ERR_GENERIC) == WIRE_E_INTERNAL &&
+              wire_code_for(LLMQ_ERR_CODE_COUNT) == WIRE_E_INTERNAL,
+          "each code has the reply type of its kind");
+    wire_error e = {0};
+    llmq_errc(&e.err, LLMQ_ERR_INVALID, "job 4: prompt token 1: id 99999 out of range");
+    wire_msg m;
+    wire_error_reply(&m, &e);
+    CHECK(m.error.code == WIRE_E_BAD_VALUE,
+          "an error reply without a wire code takes its error's (%s)",
+          wire_code_name(m.error.code));
+}
+
 int main(void)
 {
     test_submit();
+    test_logprobs();
+    test_err_codes();
     test_defaults();
     test_client_messages();
     test_broker_replies();

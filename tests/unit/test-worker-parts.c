@@ -77,13 +77,32 @@ static void test_jobs(void)
     jobs_free(&t);
 }
 
+/* A job the engine refused for lack of room keeps its slot from the broker
+ * until a job leaves, or the broker would send it straight back. */
+static void test_withhold(void)
+{
+    jobs t;
+    jobs_init(&t, 2, NULL);
+    jobs_withhold(&t);
+    CHECK(jobs_grantable(&t) == 2, "with no job held nothing is withheld (nothing would free it)");
+    jobs_granted(&t, 2);
+    jobs_arrived(&t);
+    jobs_add(&t, 7, 1);
+    jobs_arrived(&t); /* job 8: the engine has no room */
+    jobs_withhold(&t);
+    CHECK(jobs_grantable(&t) == 0, "the refused job's slot is not granted again");
+    jobs_remove(&t, jobs_find(&t, 7));
+    CHECK(jobs_grantable(&t) == 2, "once a job leaves, both slots are granted again");
+    jobs_free(&t);
+}
+
 static void test_jobconv(const tok_vocab *v)
 {
     wire_job j = {.id = 42, .attempt = 1, .prompt = "Once upon a time",
-                  .sampling = wire_sampling_default()};
-    j.sampling.temperature = 0.5f;
-    j.sampling.seed = 9;
-    j.sampling.repeat_last_n = -1;
+                  .params = job_params_default()};
+    j.params.temperature = 0.5f;
+    j.params.seed = 9;
+    j.params.repeat_last_n = -1;
     jobconv_request r;
     llmq_err err;
     int32_t *ids;
@@ -94,7 +113,7 @@ static void test_jobconv(const tok_vocab *v)
               memcmp(r.req.prompt, ids, n * sizeof *ids) == 0,
           "a text prompt gets llmq-run's tokens, BOS first (%zu tokens)", n);
     CHECK(rc == 0 && r.req.sampling.temperature == 0.5f && r.req.sampling.seed == 9 &&
-              r.req.sampling.penalty_last_n == -1 && r.req.max_tokens == 256,
+              r.req.sampling.repeat_last_n == -1 && r.req.max_tokens == 256,
           "sampling fields and the max_tokens default reach the engine");
     jobconv_request_free(&r);
     free(ids);
@@ -113,7 +132,7 @@ static void test_jobconv(const tok_vocab *v)
                        .timing = {.added_ms = 100, .first_sched_ms = 110, .first_token_ms = 125,
                                   .finished_ms = 140, .n_prompt = 5, .n_generated = 2}};
     jobconv_result res;
-    rc = jobconv_result_make(&res, 3, &ev, &err);
+    rc = jobconv_result_make(&res, 3, &ev, v, &err);
     const wire_result *w = &res.msg.result;
     CHECK(rc == 0 && w->id == 42 && w->attempt == 3 && w->finish == WIRE_FINISH_STOP &&
               strcmp(w->text, ", there") == 0 && w->n_tokens == 2 && w->tokens[1] == 383 &&
@@ -121,6 +140,24 @@ static void test_jobconv(const tok_vocab *v)
           "an end-of-generation token is finish 'stop', with the text and tokens");
     CHECK(rc == 0 && w->timings.prefill_ms == 15 && w->timings.decode_ms == 15,
           "prefill is first scheduled -> first token, decode first token -> last (15, 15 ms)");
+    CHECK(rc == 0 && !w->logprobs, "no logprobs unless the job asked");
+    jobconv_result_free(&res);
+
+    static const engine_logprob lp[] = {{432, -0.5f}, {383, -1.25f}};
+    static const engine_logprob top[] = {{432, -0.5f}, {9, -2.0f}, {1, -0.25f}, {383, -1.25f}};
+    ev.logprobs = lp;
+    ev.top_logprobs = top;
+    ev.n_top = 2;
+    rc = jobconv_result_make(&res, 3, &ev, v, &err);
+    w = &res.msg.result;
+    size_t n_piece = 0;
+    const char *piece = tok_piece(v, 383, true, &n_piece);
+    CHECK(rc == 0 && w->n_logprobs == 2 && w->logprobs[1].chosen.token == 383 &&
+              w->logprobs[1].chosen.logprob == -1.25f && w->logprobs[1].n_top == 2 &&
+              w->logprobs[1].top[0].token == 1 && w->logprobs[1].top[1].logprob == -1.25f &&
+              w->logprobs[1].chosen.n_bytes == n_piece &&
+              memcmp(w->logprobs[1].chosen.bytes, piece, n_piece) == 0,
+          "logprobs travel per token, with the alternatives and each token's bytes");
     jobconv_result_free(&res);
 }
 
@@ -128,6 +165,7 @@ int main(void)
 {
     test_text();
     test_jobs();
+    test_withhold();
     const char *data = getenv("LLMQ_TEST_DATA");
     if (!data)
         return 77;
