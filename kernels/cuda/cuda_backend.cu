@@ -498,13 +498,20 @@ static void cu_matmul_many(backend *be, int n, const be_weight *const *w, be_act
 }
 
 static void cu_rope(backend *be, float *q, float *k, const int32_t *pos, int32_t rows,
-                    const be_attn_shape *shape, int32_t rope_dim, float freq_base)
+                    const be_attn_shape *shape, const be_rope *rope)
 {
     cuda_backend *cb = cb_of(be);
     /* The same powf as the CPU backend: theta advances by this factor. */
-    const float theta_scale = powf(freq_base, -2.0f / (float)rope_dim);
+    const float theta_scale = powf(rope->freq_base, -2.0f / (float)rope->n_dims);
     if (!cb->failed && rows > 0)
-        launch_rope(cb, q, k, pos, rows, shape, rope_dim, theta_scale);
+        launch_rope(cb, q, k, pos, rows, shape, rope, theta_scale);
+}
+
+static void cu_add_bias(backend *be, float *x, const float *bias, int32_t rows, int32_t n)
+{
+    cuda_backend *cb = cb_of(be);
+    if (!cb->failed && rows > 0)
+        launch_add_bias(cb, x, bias, rows, n);
 }
 
 static void cu_kv_write(backend *be, be_kv *kv, int32_t layer, const float *k, const float *v,
@@ -569,7 +576,8 @@ static const backend_ops cuda_ops = {
     cu_sync,        cu_mem_available, cu_weight_load, cu_weight_free, cu_act_create,
     cu_act_destroy,
     cu_kv_create,   cu_kv_destroy,  cu_embed,      cu_gather_rows,   cu_rmsnorm,
-    cu_matmul,      cu_rope,        cu_kv_write,   cu_attention,     cu_swiglu,
+    cu_matmul,      cu_add_bias,    cu_rope,       cu_kv_write,      cu_attention,
+    cu_swiglu,
     cu_argmax,      cu_top_k,
     cu_matmul_many, cu_graph_begin, cu_graph_end,
 };
