@@ -988,6 +988,7 @@ static void test_ops(ctx *c, bool large)
     const int n_decode = (int)(sizeof att_decode / sizeof *att_decode);
     test_attention(c, 32, 32, 128, att_mixed, n_mixed, 5e-3);
     test_attention(c, 8, 2, 64, att_mixed, n_mixed, 5e-3);
+    test_attention(c, 32, 32, 96, att_mixed, n_mixed, 5e-3); /* Phi-3-mini's head size */
     test_attention(c, 8, 4, 16, att_mixed, n_mixed, 5e-3);
     test_attention(c, 8, 4, 8, att_mixed, n_mixed, 5e-3);
     test_attention(c, 32, 32, 128, att_decode, n_decode, 1e-5);
