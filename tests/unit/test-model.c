@@ -25,13 +25,9 @@
 
 static const char *synth_path(char *buf, size_t cap, const char *name)
 {
-    const char *dir = getenv("LLMQ_BUILDDIR");
-    if (!dir) {
-        fprintf(stderr, "LLMQ_BUILDDIR is not set: run through `make check`\n");
-        exit(77);
-    }
-    snprintf(buf, cap, "%s/tests/synth/%s.gguf", dir, name);
-    return buf;
+    char rel[128];
+    snprintf(rel, sizeof rel, "tests/synth/%s.gguf", name);
+    return check_build_path(buf, cap, rel);
 }
 
 /* One change to a synthetic model: a key or tensor left out, a key added

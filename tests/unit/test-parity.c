@@ -433,12 +433,9 @@ static void check_batch_invariance(fixture *fx)
  * were made from. */
 static int synth_path(const fixture *fx, char *path, size_t cap)
 {
-    const char *dir = getenv("LLMQ_BUILDDIR");
-    if (!dir) {
-        CHECK(0, "%s: LLMQ_BUILDDIR is set (run through make check)", fx->name);
-        return -1;
-    }
-    snprintf(path, cap, "%s/tests/synth/%s.gguf", dir, fx->name);
+    char rel[128];
+    snprintf(rel, sizeof rel, "tests/synth/%s.gguf", fx->name);
+    check_build_path(path, cap, rel);
     size_t len;
     char *bytes = slurp(path, &len);
     const uint64_t h = bytes ? fnv(bytes, len) : 0;
