@@ -74,9 +74,11 @@ static const arch_traits *find_arch(gguf_str name)
     return NULL;
 }
 
-/* The {arch}.* keys read below.  Any other key of the architecture may ask
- * for what this engine does not implement (YaRN's factors, logit scales,
- * soft-capping, ...), so it is refused by name rather than ignored. */
+/* The {arch}.* keys read below, and two that matter only to the YaRN and
+ * LongRoPE scaling refused below (rope.scaling.original_context_length,
+ * .finetuned).  Any other key of the architecture may ask for what this
+ * engine does not implement (YaRN's factors, logit scales, soft-capping,
+ * ...), so it is refused by name rather than ignored. */
 static const char *const k_known_keys[] = {
     "context_length", "embedding_length", "block_count", "feed_forward_length",
     "attention.head_count", "attention.head_count_kv", "attention.layer_norm_rms_epsilon",
@@ -86,12 +88,17 @@ static const char *const k_known_keys[] = {
     "rope.scaling.finetuned", "vocab_size", "expert_count", "expert_used_count",
 };
 
+static bool suffix_is(const char *suffix, size_t len, const char *key)
+{
+    return strlen(key) == len && memcmp(key, suffix, len) == 0;
+}
+
 static bool known_key(const arch_traits *a, const char *suffix, size_t len)
 {
     for (size_t i = 0; i < sizeof k_known_keys / sizeof k_known_keys[0]; i++)
-        if (strlen(k_known_keys[i]) == len && memcmp(k_known_keys[i], suffix, len) == 0)
+        if (suffix_is(suffix, len, k_known_keys[i]))
             return true;
-    return a->sliding_window_off && len == 24 && memcmp(suffix, "attention.sliding_window", 24) == 0;
+    return a->sliding_window_off && suffix_is(suffix, len, "attention.sliding_window");
 }
 
 static int refuse_unknown_keys(const gguf_file *f, const arch_traits *a, llmq_err *err)
@@ -147,8 +154,8 @@ static int refuse_rope_scaling(const gguf_file *f, const char *arch, llmq_err *e
         get_f32_key(f, arch, "rope.scaling.attn_factor", &attn_factor, err))
         return -1;
     if (!gguf_str_eq(type, "none") && factor != 0.0f && factor != 1.0f)
-        return llmq_errf(err, "linear rope scaling by %g (%s.rope.scaling.factor) is not supported",
-                         factor, arch);
+        return llmq_errf(err, "linear rope scaling by %g (%s.rope.scaling.factor or "
+                              ".rope.scale_linear) is not supported", factor, arch);
     if (attn_factor != 1.0f)
         return llmq_errf(err, "rope attention factor %g (%s.rope.scaling.attn_factor, LongRoPE or "
                               "YaRN) is not supported", attn_factor, arch);
