@@ -88,8 +88,6 @@ int ppl_compute(model *m, const tok_vocab *vocab, const char *text, size_t len, 
     const model_config *c = model_get_config(m);
     if (n_ctx < 4 || n_ctx > c->n_ctx_train)
         return llmq_errf(err, "perplexity: context %d out of range [4, %d]", n_ctx, c->n_ctx_train);
-    if (tok_bos(vocab) == TOK_NONE)
-        return llmq_errf(err, "perplexity: the vocabulary has no BOS token");
     int32_t *ids = NULL;
     size_t n_ids = 0;
     if (tok_encode(vocab, text, len, tok_add_bos(vocab), false, &ids, &n_ids, err) != 0)
@@ -105,7 +103,8 @@ int ppl_compute(model *m, const tok_vocab *vocab, const char *text, size_t len, 
     int rc = run_init(m, n_ctx, &r, err);
     for (int32_t ch = 0; rc == 0 && ch < n_chunks; ch++) {
         int32_t *chunk = ids + (size_t)ch * n_ctx;
-        chunk[0] = tok_bos(vocab);
+        if (tok_add_bos(vocab))
+            chunk[0] = tok_bos(vocab);
         rc = score_chunk(m, &r, chunk, &nll, err);
         if (rc == 0 && progress)
             progress(progress_ctx, ch + 1, n_chunks,

@@ -2,7 +2,8 @@
  *
  * The text is tokenized once (BOS first, as the model asks) and cut into
  * whole chunks of n_ctx tokens; each chunk is evaluated in a fresh context
- * with its first token replaced by BOS, and only its second half is scored:
+ * with its first token replaced by BOS where the model asks for BOS (a
+ * Qwen2 vocabulary does not), and only its second half is scored:
  * the logits at positions n_ctx/2 .. n_ctx-2 predict the tokens after them.
  * PPL = exp(mean negative log-likelihood), reported after every chunk. */
 #ifndef LLMQ_ENGINE_PERPLEXITY_H

@@ -1,4 +1,4 @@
-/* backend: the seam between the LLaMA forward pass and the hardware.
+/* backend: the seam between the forward pass and the hardware.
  *
  * The forward pass (model/model.c) is written once against these ops;
  * kernels/cpu implements them in C (the numerical oracle), kernels/cuda on
@@ -78,6 +78,23 @@ typedef struct be_attn_shape {
     int32_t head_dim;
 } be_attn_shape;
 
+/* How rope turns each head of q and k (llama.cpp's ggml_rope_ext without
+ * YaRN: freq_scale 1, ext_factor 0, attn_factor 1).  Its first n_dims values
+ * form n_dims/2 pairs; pair i turns by theta_i = pos * freq_base^(-2i/n_dims)
+ * / factors[i], theta taken by repeated products of freq_base^(-2/n_dims) as
+ * ggml does; the values past n_dims are left as they are. */
+typedef enum be_rope_mode {
+    BE_ROPE_PAIRS = 0,  /* pair i is (x[2i], x[2i+1]): LLAMA_ROPE_TYPE_NORM (llama) */
+    BE_ROPE_HALVES = 1, /* pair i is (x[i], x[i + n_dims/2]): LLAMA_ROPE_TYPE_NEOX (qwen2, phi3) */
+} be_rope_mode;
+
+typedef struct be_rope {
+    be_rope_mode mode;
+    int32_t n_dims;
+    float freq_base;
+    const float *factors_dev; /* [n_dims/2] frequency divisors (Llama 3's rope_freqs), or NULL */
+} be_rope;
+
 typedef enum be_kv_type { BE_KV_F32 = 0, BE_KV_F16 = 1 } be_kv_type;
 
 /* What a decode step's kernels depend on besides the contents of the batch
@@ -138,11 +155,12 @@ typedef struct backend_ops {
                     int32_t dim, be_act *out);
     /* out (rows x w.rows) = in . w^T, or += when accumulate (the residual add). */
     void (*matmul)(backend *be, const be_weight *w, be_act *in, float *out_dev, bool accumulate);
-    /* Rotate q (rows x n_head*head_dim) and k (rows x n_head_kv*head_dim) in place,
-     * adjacent pairs (x[2i], x[2i+1]) as llama.cpp's LLAMA_ROPE_TYPE_NORM, first
-     * rope_dim dims of each head, theta = pos * freq_base^(-2i/rope_dim). */
+    /* x[r][i] += bias[i] (rows x n): the q, k, v biases of qwen2. */
+    void (*add_bias)(backend *be, float *x_dev, const float *bias_dev, int32_t rows, int32_t n);
+    /* Rotate q (rows x n_head*head_dim) and k (rows x n_head_kv*head_dim) in
+     * place, each head as `rope` says (see be_rope). */
     void (*rope)(backend *be, float *q_dev, float *k_dev, const int32_t *pos_dev, int32_t rows,
-                 const be_attn_shape *shape, int32_t rope_dim, float freq_base);
+                 const be_attn_shape *shape, const be_rope *rope);
     /* Store k, v rows (rows x kv_dim) of `layer` at flat slots (block*block_size + offset). */
     void (*kv_write)(backend *be, be_kv *kv, int32_t layer, const float *k_dev, const float *v_dev,
                      const int32_t *slot_dev, int32_t rows);

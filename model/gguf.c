@@ -870,9 +870,14 @@ const gguf_tensor *gguf_tensor_at(const gguf_file *f, uint64_t i)
     return i < f->n_tensors ? &f->tensors[i].t : NULL;
 }
 
+int64_t gguf_find_tensor_index(const gguf_file *f, const char *name)
+{
+    return index_find(&f->tensor_index, f, tensor_entry, (gguf_str){name, strlen(name)});
+}
+
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name)
 {
-    int64_t i = index_find(&f->tensor_index, f, tensor_entry, (gguf_str){name, strlen(name)});
+    int64_t i = gguf_find_tensor_index(f, name);
     return i < 0 ? NULL : &f->tensors[i].t;
 }
 

@@ -104,6 +104,8 @@ uint64_t gguf_tensor_count(const gguf_file *f);
 const gguf_tensor *gguf_tensor_at(const gguf_file *f, uint64_t i);
 /* NULL when absent. */
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
+/* Its index for gguf_tensor_at, or -1 when absent. */
+int64_t gguf_find_tensor_index(const gguf_file *f, const char *name);
 
 /* Name of a value type ("uint32", "string", ...). */
 const char *gguf_vtype_name(gguf_vtype t);

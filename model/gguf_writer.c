@@ -207,6 +207,77 @@ int gw_kv_str_array(gw_writer *w, const char *key, const gguf_str *items, uint64
     return 0;
 }
 
+/* ---- copies ---- */
+
+static void put_le(uint8_t *b, uint64_t v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+}
+
+static int copy_value(gw_writer *w, const gguf_file *f, const char *key, gguf_vtype t,
+                      llmq_err *err)
+{
+    uint8_t le[8];
+    switch (t) {
+    case GGUF_STRING: {
+        gguf_str s;
+        return gguf_get_str(f, key, &s, err) ? -1 : gw_kv_str(w, key, s.ptr, s.len, err);
+    }
+    case GGUF_ARRAY: {
+        gguf_vtype et;
+        const void *data;
+        uint64_t n;
+        if (gguf_get_array(f, key, &et, &data, &n, err))
+            return -1;
+        if (et != GGUF_STRING)
+            return gw_kv_array(w, key, et, data, n, err);
+        const gguf_str *items;
+        return gguf_get_str_array(f, key, &items, &n, err) ? -1
+                                                            : gw_kv_str_array(w, key, items, n, err);
+    }
+    case GGUF_BOOL: {
+        bool b;
+        if (gguf_get_bool(f, key, &b, err))
+            return -1;
+        le[0] = b;
+        return gw_kv_scalar(w, key, t, le, err);
+    }
+    case GGUF_FLOAT32: {
+        float v;
+        return gguf_get_f32(f, key, &v, err) ? -1 : gw_kv_f32(w, key, v, err);
+    }
+    case GGUF_UINT8: case GGUF_UINT16: case GGUF_UINT32: case GGUF_UINT64: {
+        uint64_t v;
+        if (gguf_get_u64(f, key, &v, err))
+            return -1;
+        put_le(le, v, gguf_vtype_size(t));
+        return gw_kv_scalar(w, key, t, le, err);
+    }
+    case GGUF_INT8: case GGUF_INT16: case GGUF_INT32: {
+        int32_t v;
+        if (gguf_get_i32(f, key, &v, err))
+            return -1;
+        put_le(le, (uint64_t)(int64_t)v, gguf_vtype_size(t));
+        return gw_kv_scalar(w, key, t, le, err);
+    }
+    default:
+        return llmq_errf(err, "%s: key '%s' has type %s, which the writer does not copy",
+                         gguf_path(f), key, gguf_vtype_name(t));
+    }
+}
+
+int gw_kv_copy(gw_writer *w, const gguf_file *f, uint64_t i, llmq_err *err)
+{
+    gguf_str k = gguf_kv_key(f, i);
+    char *key = strndup(k.ptr, k.len); /* keys hold no NUL (the reader checks) */
+    if (!key)
+        return llmq_errf(err, "out of memory");
+    int rc = copy_value(w, f, key, gguf_kv_type(f, i), err);
+    free(key);
+    return rc;
+}
+
 /* ---- tensors ---- */
 
 static int tensor_size(const gw_writer *w, const char *name, uint32_t n_dims, const uint64_t *ne,

@@ -40,6 +40,8 @@ int gw_kv_array(gw_writer *w, const char *key, gguf_vtype elem, const void *le, 
                 llmq_err *err);
 int gw_kv_str_array(gw_writer *w, const char *key, const gguf_str *items, uint64_t n,
                     llmq_err *err);
+/* Key-value i of f, with its type (string, scalar or array of either). */
+int gw_kv_copy(gw_writer *w, const gguf_file *f, uint64_t i, llmq_err *err);
 
 /* ---- tensors (before gw_begin) ---- */
 /* Adds a tensor of n_dims (1..4) dims ne[] (ne[0] = row length) and a

@@ -1,5 +1,5 @@
 # model/: the GGUF reader, tokenizers and the forward pass (libllmq_model);
-# model/gguf_writer.c is built into llmq-mkmodel only (tools/local.mk).
+# model/gguf_writer.c is built into llmq-mkmodel (tools/local.mk) and test-model only.
 noinst_LIBRARIES += model/libllmq_model.a
 model_libllmq_model_a_SOURCES = \
 	model/gguf.c model/gguf.h \

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,17 +10,48 @@
 
 typedef struct layer_weights {
     float *attn_norm, *ffn_norm; /* backend memory */
+    float *bq, *bk, *bv;         /* biases of q, k, v (qwen2), or NULL */
     be_weight *wq, *wk, *wv, *wo, *wg, *wu, *wd;
 } layer_weights;
 
+/* ---- architectures ---- */
+
+/* What sets an architecture apart, as llama.cpp c2b1518 defines it
+ * (src/models/{llama,qwen2,phi3}.cpp, llama_model_rope_type).  Everything
+ * else is common: q, k and v come as three matrices or as one fused
+ * attn_qkv, each with an optional bias (llama.cpp's create_tensor_qkv); the
+ * output matrix is token_embd when output.weight is absent. */
+typedef struct arch_traits {
+    const char *name;        /* general.architecture */
+    be_rope_mode rope;
+    bool fused_gate_up;      /* ffn_up holds the gate rows, then the up rows */
+    bool rope_whole_head;    /* rope.dimension_count must be the head size */
+    bool rope_freqs;         /* rope_freqs.weight may divide the frequencies (Llama 3.1+) */
+    /* attention.sliding_window is read and switched off, as llama.cpp does
+     * for Phi-3 ("Phi SWA is currently disabled"): attention is full. */
+    bool sliding_window_off;
+} arch_traits;
+
+static const arch_traits k_archs[] = {
+    {.name = "llama", .rope = BE_ROPE_PAIRS, .rope_whole_head = true, .rope_freqs = true},
+    {.name = "qwen2", .rope = BE_ROPE_HALVES, .rope_whole_head = true},
+    {.name = "phi3", .rope = BE_ROPE_HALVES, .fused_gate_up = true, .sliding_window_off = true},
+};
+
+#define N_ARCHS (sizeof k_archs / sizeof k_archs[0])
+
 struct model {
     model_config cfg;
+    const arch_traits *arch;
     gguf_file *gguf;
     backend *be;
     be_weight *tok_embd;
     be_weight *output; /* == tok_embd when tied */
     float *output_norm;
+    float *rope_factors; /* rope_freqs.weight, or NULL */
+    be_rope rope;
     layer_weights *layers;
+    bool *used; /* while loading: the file's tensors a weight took */
 };
 
 struct model_state {
@@ -36,6 +68,54 @@ struct model_state {
 
 /* ---- configuration ---- */
 
+static const arch_traits *find_arch(gguf_str name)
+{
+    for (size_t i = 0; i < N_ARCHS; i++)
+        if (gguf_str_eq(name, k_archs[i].name))
+            return &k_archs[i];
+    return NULL;
+}
+
+/* The {arch}.* keys read below, and two that matter only to the YaRN and
+ * LongRoPE scaling refused below (rope.scaling.original_context_length,
+ * .finetuned).  Any other key of the architecture may ask for what this
+ * engine does not implement (YaRN's factors, logit scales, soft-capping,
+ * ...), so it is refused by name rather than ignored. */
+static const char *const k_known_keys[] = {
+    "context_length", "embedding_length", "block_count", "feed_forward_length",
+    "attention.head_count", "attention.head_count_kv", "attention.layer_norm_rms_epsilon",
+    "attention.key_length", "attention.value_length", "rope.dimension_count",
+    "rope.freq_base", "rope.scaling.type", "rope.scaling.factor", "rope.scale_linear",
+    "rope.scaling.attn_factor", "rope.scaling.original_context_length",
+    "rope.scaling.finetuned", "vocab_size", "expert_count", "expert_used_count",
+};
+
+static bool suffix_is(const char *suffix, size_t len, const char *key)
+{
+    return strlen(key) == len && memcmp(key, suffix, len) == 0;
+}
+
+static bool known_key(const arch_traits *a, const char *suffix, size_t len)
+{
+    for (size_t i = 0; i < sizeof k_known_keys / sizeof k_known_keys[0]; i++)
+        if (suffix_is(suffix, len, k_known_keys[i]))
+            return true;
+    return a->sliding_window_off && suffix_is(suffix, len, "attention.sliding_window");
+}
+
+static int refuse_unknown_keys(const gguf_file *f, const arch_traits *a, llmq_err *err)
+{
+    const size_t n = strlen(a->name);
+    for (uint64_t i = 0; i < gguf_kv_count(f); i++) {
+        gguf_str k = gguf_kv_key(f, i);
+        if (k.len > n + 1 && memcmp(k.ptr, a->name, n) == 0 && k.ptr[n] == '.' &&
+            !known_key(a, k.ptr + n + 1, (size_t)k.len - n - 1))
+            return llmq_errf(err, "metadata key '%.*s' is not supported (refused rather than "
+                                  "ignored)", (int)k.len, k.ptr);
+    }
+    return 0;
+}
+
 static int get_u32_key(const gguf_file *f, const char *arch, const char *suffix, uint32_t *out,
                        bool required, llmq_err *err)
 {
@@ -49,58 +129,81 @@ static int get_u32_key(const gguf_file *f, const char *arch, const char *suffix,
     return 0;
 }
 
-/* Options llama.cpp knows that this engine does not implement: refusing them
- * beats producing plausible garbage. */
-static int refuse_unsupported(const gguf_file *f, const char *arch, llmq_err *err)
+static int get_f32_key(const gguf_file *f, const char *arch, const char *suffix, float *out,
+                       llmq_err *err)
 {
     char key[160];
-    gguf_str s;
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return gguf_get_f32(f, key, out, err) < 0 ? -1 : 0;
+}
+
+/* RoPE scaling as llama.cpp reads it: no type means "linear", a factor of 0
+ * or 1 means none; this engine runs only unscaled rope (Llama 3's own
+ * scaling is the rope_freqs.weight tensor, not a key). */
+static int refuse_rope_scaling(const gguf_file *f, const char *arch, llmq_err *err)
+{
+    char key[160];
+    gguf_str type = {"linear", 6};
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
-    int rc = gguf_get_str(f, key, &s, err);
-    if (rc < 0)
+    if (gguf_get_str(f, key, &type, err) < 0)
         return -1;
-    if (rc == 0 && !gguf_str_eq(s, "none"))
-        return llmq_errf(err, "rope scaling type '%.*s' (%s) is not supported", (int)s.len, s.ptr,
-                         key);
-    uint32_t experts = 0;
-    if (get_u32_key(f, arch, "expert_count", &experts, false, err) != 0)
+    if (!gguf_str_eq(type, "none") && !gguf_str_eq(type, "linear"))
+        return llmq_errf(err, "rope scaling type '%.*s' (%s) is not supported", (int)type.len,
+                         type.ptr, key);
+    float factor = 0.0f, attn_factor = 1.0f;
+    if (get_f32_key(f, arch, "rope.scale_linear", &factor, err) ||
+        get_f32_key(f, arch, "rope.scaling.factor", &factor, err) ||
+        get_f32_key(f, arch, "rope.scaling.attn_factor", &attn_factor, err))
         return -1;
-    if (experts > 0)
-        return llmq_errf(err, "mixture-of-experts models (%s.expert_count = %u) are not supported",
-                         arch, experts);
-    float factor = 1.0f;
-    snprintf(key, sizeof key, "%s.rope.scale_linear", arch);
-    if (gguf_get_f32(f, key, &factor, err) < 0)
-        return -1;
-    if (factor != 1.0f)
-        return llmq_errf(err, "linear rope scaling (%s = %g) is not supported", key, factor);
+    if (!gguf_str_eq(type, "none") && factor != 0.0f && factor != 1.0f)
+        return llmq_errf(err, "linear rope scaling by %g (%s.rope.scaling.factor or "
+                              ".rope.scale_linear) is not supported", factor, arch);
+    if (attn_factor != 1.0f)
+        return llmq_errf(err, "rope attention factor %g (%s.rope.scaling.attn_factor, LongRoPE or "
+                              "YaRN) is not supported", attn_factor, arch);
     return 0;
 }
 
-static int read_config(const gguf_file *f, model_config *c, llmq_err *err)
+static int refuse_experts(const gguf_file *f, const char *arch, llmq_err *err)
 {
-    gguf_str arch_s;
-    int rc = gguf_get_str(f, "general.architecture", &arch_s, err);
-    if (rc != 0)
-        return rc < 0 ? -1 : llmq_errf(err, "missing metadata key 'general.architecture'");
-    if (!gguf_str_eq(arch_s, "llama"))
-        return llmq_errf(err, "architecture '%.*s' is not supported (supported: llama)",
-                         (int)arch_s.len, arch_s.ptr);
-    const char *arch = "llama";
-    if (refuse_unsupported(f, arch, err) != 0)
+    uint32_t experts = 0, used = 0;
+    if (get_u32_key(f, arch, "expert_count", &experts, false, err) ||
+        get_u32_key(f, arch, "expert_used_count", &used, false, err))
         return -1;
-    memset(c, 0, sizeof *c);
-    gguf_str name;
-    if (gguf_get_str(f, "general.name", &name, err) == 0)
-        snprintf(c->name, sizeof c->name, "%.*s", (int)(name.len < 127 ? name.len : 127), name.ptr);
-    uint32_t dim, layers, heads, heads_kv = 0, ffn, ctx = 2048, rope_dim = 0;
+    if (experts > 0 || used > 0)
+        return llmq_errf(err, "mixture-of-experts models (%s.expert_count = %u) are not supported",
+                         arch, experts);
+    return 0;
+}
+
+/* attention.key_length / value_length, where a converter writes them, must
+ * be the head size dim / heads: other head sizes are not implemented. */
+static int check_head_lengths(const gguf_file *f, const model_config *c, llmq_err *err)
+{
+    static const char *const keys[] = {"attention.key_length", "attention.value_length"};
+    for (size_t i = 0; i < 2; i++) {
+        uint32_t len = (uint32_t)c->head_dim;
+        if (get_u32_key(f, c->arch, keys[i], &len, false, err) != 0)
+            return -1;
+        if (len != (uint32_t)c->head_dim)
+            return llmq_errf(err, "%s.%s = %u differs from the head size %d (embedding_length / "
+                                  "head_count): not supported", c->arch, keys[i], len, c->head_dim);
+    }
+    return 0;
+}
+
+static int read_shape(const gguf_file *f, const arch_traits *a, model_config *c, llmq_err *err)
+{
+    const char *arch = a->name;
+    uint32_t dim, layers, heads, heads_kv = 0, ffn, ctx = 2048, rope_dim = 0, swa = 0;
     if (get_u32_key(f, arch, "embedding_length", &dim, true, err) ||
         get_u32_key(f, arch, "block_count", &layers, true, err) ||
         get_u32_key(f, arch, "attention.head_count", &heads, true, err) ||
         get_u32_key(f, arch, "attention.head_count_kv", &heads_kv, false, err) ||
         get_u32_key(f, arch, "feed_forward_length", &ffn, true, err) ||
         get_u32_key(f, arch, "context_length", &ctx, false, err) ||
-        get_u32_key(f, arch, "rope.dimension_count", &rope_dim, false, err))
+        get_u32_key(f, arch, "rope.dimension_count", &rope_dim, false, err) ||
+        get_u32_key(f, arch, "attention.sliding_window", &swa, false, err))
         return -1;
     if (heads_kv == 0)
         heads_kv = heads;
@@ -118,14 +221,40 @@ static int read_config(const gguf_file *f, model_config *c, llmq_err *err)
     c->head_dim = (int32_t)(dim / heads);
     c->ffn_dim = (int32_t)ffn;
     c->n_ctx_train = (int32_t)ctx;
+    c->sliding_window = (int32_t)swa;
     c->rope_dim = rope_dim ? (int32_t)rope_dim : c->head_dim;
-    if (c->rope_dim > c->head_dim || c->rope_dim % 2 != 0)
-        return llmq_errf(err, "rope.dimension_count %d does not fit head dim %d", c->rope_dim,
-                         c->head_dim);
+    if (c->rope_dim > c->head_dim || c->rope_dim % 2 != 0 || c->rope_dim == 0 ||
+        (a->rope_whole_head && c->rope_dim != c->head_dim))
+        return llmq_errf(err, "%s.rope.dimension_count %d does not fit head size %d", arch,
+                         c->rope_dim, c->head_dim);
+    return 0;
+}
+
+static int read_config(const gguf_file *f, const arch_traits **arch_out, model_config *c,
+                       llmq_err *err)
+{
+    gguf_str arch_s;
+    int rc = gguf_get_str(f, "general.architecture", &arch_s, err);
+    if (rc != 0)
+        return rc < 0 ? -1 : llmq_errf(err, "missing metadata key 'general.architecture'");
+    const arch_traits *a = find_arch(arch_s);
+    if (!a)
+        return llmq_errf(err, "architecture '%.*s' is not supported (supported: llama, qwen2, "
+                              "phi3)", (int)arch_s.len, arch_s.ptr);
+    *arch_out = a;
+    memset(c, 0, sizeof *c);
+    snprintf(c->arch, sizeof c->arch, "%s", a->name);
+    if (refuse_unknown_keys(f, a, err) || refuse_rope_scaling(f, a->name, err) ||
+        refuse_experts(f, a->name, err) || read_shape(f, a, c, err) ||
+        check_head_lengths(f, c, err))
+        return -1;
+    gguf_str name;
+    if (gguf_get_str(f, "general.name", &name, err) == 0)
+        snprintf(c->name, sizeof c->name, "%.*s", (int)(name.len < 127 ? name.len : 127), name.ptr);
     c->rope_freq_base = 10000.0f;
     c->norm_eps = 1e-5f;
-    if (gguf_get_f32(f, "llama.rope.freq_base", &c->rope_freq_base, err) < 0 ||
-        gguf_get_f32(f, "llama.attention.layer_norm_rms_epsilon", &c->norm_eps, err) < 0)
+    if (get_f32_key(f, a->name, "rope.freq_base", &c->rope_freq_base, err) ||
+        get_f32_key(f, a->name, "attention.layer_norm_rms_epsilon", &c->norm_eps, err))
         return -1;
     if (!(c->rope_freq_base > 0.0f) || !(c->norm_eps >= 0.0f))
         return llmq_errf(err, "bad rope.freq_base %g or rms epsilon %g", c->rope_freq_base,
@@ -135,73 +264,172 @@ static int read_config(const gguf_file *f, model_config *c, llmq_err *err)
 
 /* ---- weights ---- */
 
-static const gguf_tensor *find_shaped(const gguf_file *f, const char *name, int64_t ne0,
-                                      int64_t ne1, llmq_err *err)
+/* The tensor `name` if its shape is [ne0, ne1], marked used: 0; absent: 1;
+ * any other shape: -1. */
+static int take_tensor(model *m, const char *name, int64_t ne0, int64_t ne1,
+                       const gguf_tensor **out, llmq_err *err)
 {
-    const gguf_tensor *t = gguf_find_tensor(f, name);
-    if (!t) {
-        llmq_errf(err, "tensor '%s' is missing", name);
-        return NULL;
-    }
-    if ((int64_t)t->ne[0] != ne0 || (int64_t)t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1) {
-        llmq_errf(err, "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%lld, %lld]", name,
-                  (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-                  (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], (long long)ne0,
-                  (long long)ne1);
-        return NULL;
-    }
-    return t;
+    const int64_t i = gguf_find_tensor_index(m->gguf, name);
+    if (i < 0)
+        return 1;
+    const gguf_tensor *t = gguf_tensor_at(m->gguf, (uint64_t)i);
+    if ((int64_t)t->ne[0] != ne0 || (int64_t)t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return llmq_errf(err, "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%lld, %lld]",
+                         name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                         (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
+                         (long long)ne0, (long long)ne1);
+    m->used[i] = true;
+    *out = t;
+    return 0;
+}
+
+static int take_required(model *m, const char *name, int64_t ne0, int64_t ne1,
+                         const gguf_tensor **out, llmq_err *err)
+{
+    int rc = take_tensor(m, name, ne0, ne1, out, err);
+    return rc > 0 ? llmq_errf(err, "tensor '%s' is missing", name) : rc;
+}
+
+/* Rows [row0, row0 + rows) of matrix t as one backend weight: a fused
+ * tensor's parts are separate weights, each row's dot product unchanged. */
+static int load_rows(model *m, const gguf_tensor *t, int64_t row0, int64_t rows, be_weight **out,
+                     llmq_err *err)
+{
+    uint64_t row_bytes;
+    if (quant_row_bytes(t->type, t->ne[0], &row_bytes, err) != 0 ||
+        m->be->ops->weight_load(m->be, t->type, rows, (int64_t)t->ne[0],
+                                (const uint8_t *)t->data + (uint64_t)row0 * row_bytes, out, err))
+        return llmq_err_prefix(err, "tensor '%s'", t->name);
+    return 0;
+}
+
+/* Values [first, first + n) of vector t, as f32 in backend memory, whatever
+ * float type it is stored in. */
+static int load_values(model *m, const gguf_tensor *t, int64_t first, int64_t n, float **out,
+                       llmq_err *err)
+{
+    if (t->type != QUANT_F32 && t->type != QUANT_F16 && t->type != QUANT_BF16)
+        return llmq_errf(err, "tensor '%s' has type %s, expected a float type", t->name,
+                         quant_type_name(t->type));
+    float *host = malloc((size_t)n * sizeof(float));
+    if (!host)
+        return llmq_errf(err, "out of memory loading '%s'", t->name);
+    uint64_t skip;
+    quant_row_bytes(t->type, (uint64_t)first, &skip, NULL); /* a float type: cannot fail */
+    quant_dequantize_row(t->type, (const uint8_t *)t->data + skip, host, n);
+    *out = m->be->ops->alloc(m->be, (size_t)n * sizeof(float), err);
+    int rc = *out ? m->be->ops->upload(m->be, *out, host, (size_t)n * sizeof(float), err) : -1;
+    free(host);
+    return rc == 0 ? 0 : llmq_err_prefix(err, "tensor '%s'", t->name);
 }
 
 static int load_matrix(model *m, const char *name, int64_t cols, int64_t rows, be_weight **out,
                        llmq_err *err)
 {
-    const gguf_tensor *t = find_shaped(m->gguf, name, cols, rows, err);
-    if (!t)
-        return -1;
-    if (m->be->ops->weight_load(m->be, t->type, rows, cols, t->data, out, err) != 0)
-        return llmq_err_prefix(err, "tensor '%s'", name);
-    return 0;
+    const gguf_tensor *t;
+    return take_required(m, name, cols, rows, &t, err) ? -1 : load_rows(m, t, 0, rows, out, err);
 }
 
-/* Norm weights go to the backend as f32 whatever their stored type. */
 static int load_vector(model *m, const char *name, int64_t n, float **out, llmq_err *err)
 {
-    const gguf_tensor *t = find_shaped(m->gguf, name, n, 1, err);
-    if (!t)
-        return -1;
-    if (t->type != QUANT_F32 && t->type != QUANT_F16 && t->type != QUANT_BF16)
-        return llmq_errf(err, "tensor '%s' has type %s, expected a float type", name,
-                         quant_type_name(t->type));
-    float *host = malloc((size_t)n * sizeof(float));
-    if (!host)
-        return llmq_errf(err, "out of memory loading '%s'", name);
-    quant_dequantize_row(t->type, t->data, host, n);
-    *out = m->be->ops->alloc(m->be, (size_t)n * sizeof(float), err);
-    int rc = *out ? m->be->ops->upload(m->be, *out, host, (size_t)n * sizeof(float), err) : -1;
-    free(host);
-    return rc == 0 ? 0 : llmq_err_prefix(err, "tensor '%s'", name);
+    const gguf_tensor *t;
+    return take_required(m, name, n, 1, &t, err) ? -1 : load_values(m, t, 0, n, out, err);
 }
 
-static int load_layer(model *m, int32_t i, llmq_err *err)
+/* An optional vector: absent leaves *out NULL. */
+static int load_optional_vector(model *m, const char *name, int64_t n, float **out,
+                                llmq_err *err)
+{
+    const gguf_tensor *t;
+    int rc = take_tensor(m, name, n, 1, &t, err);
+    return rc != 0 ? (rc < 0 ? -1 : 0) : load_values(m, t, 0, n, out, err);
+}
+
+static const char *layer_name(char *buf, size_t cap, int32_t il, const char *suffix)
+{
+    snprintf(buf, cap, "blk.%d.%s", il, suffix);
+    return buf;
+}
+
+/* q, k and v with their optional biases: three tensors, or llama.cpp's
+ * fused attn_qkv (rows q, then k, then v) cut into its three parts. */
+static int load_qkv(model *m, int32_t il, layer_weights *l, llmq_err *err)
 {
     const model_config *c = &m->cfg;
-    layer_weights *l = &m->layers[i];
     const int64_t kv_dim = (int64_t)c->n_head_kv * c->head_dim;
+    const int64_t rows[3] = {c->dim, kv_dim, kv_dim}, all = c->dim + 2 * kv_dim;
+    be_weight **w[3] = {&l->wq, &l->wk, &l->wv};
+    float **b[3] = {&l->bq, &l->bk, &l->bv};
     char name[96];
-#define LAYER_TENSOR(suffix) (snprintf(name, sizeof name, "blk.%d.%s.weight", i, suffix), name)
-    if (load_vector(m, LAYER_TENSOR("attn_norm"), c->dim, &l->attn_norm, err) ||
-        load_vector(m, LAYER_TENSOR("ffn_norm"), c->dim, &l->ffn_norm, err) ||
-        load_matrix(m, LAYER_TENSOR("attn_q"), c->dim, c->dim, &l->wq, err) ||
-        load_matrix(m, LAYER_TENSOR("attn_k"), c->dim, kv_dim, &l->wk, err) ||
-        load_matrix(m, LAYER_TENSOR("attn_v"), c->dim, kv_dim, &l->wv, err) ||
-        load_matrix(m, LAYER_TENSOR("attn_output"), c->dim, c->dim, &l->wo, err) ||
-        load_matrix(m, LAYER_TENSOR("ffn_gate"), c->dim, c->ffn_dim, &l->wg, err) ||
-        load_matrix(m, LAYER_TENSOR("ffn_up"), c->dim, c->ffn_dim, &l->wu, err) ||
-        load_matrix(m, LAYER_TENSOR("ffn_down"), c->ffn_dim, c->dim, &l->wd, err))
+    const gguf_tensor *fused, *bias = NULL;
+    int rc = take_tensor(m, layer_name(name, sizeof name, il, "attn_qkv.weight"), c->dim, all,
+                         &fused, err);
+    if (rc < 0)
         return -1;
-#undef LAYER_TENSOR
+    if (rc == 0) {
+        if (take_tensor(m, layer_name(name, sizeof name, il, "attn_qkv.bias"), all, 1, &bias,
+                        err) < 0)
+            return -1;
+        int64_t row0 = 0;
+        for (int i = 0; i < 3; row0 += rows[i++])
+            if (load_rows(m, fused, row0, rows[i], w[i], err) ||
+                (bias && load_values(m, bias, row0, rows[i], b[i], err)))
+                return -1;
+        return 0;
+    }
+    static const char *const parts[3] = {"attn_q", "attn_k", "attn_v"};
+    for (int i = 0; i < 3; i++) {
+        char suffix[32];
+        snprintf(suffix, sizeof suffix, "%s.weight", parts[i]);
+        if (load_matrix(m, layer_name(name, sizeof name, il, suffix), c->dim, rows[i], w[i], err))
+            return -1;
+        snprintf(suffix, sizeof suffix, "%s.bias", parts[i]);
+        if (load_optional_vector(m, layer_name(name, sizeof name, il, suffix), rows[i], b[i], err))
+            return -1;
+    }
     return 0;
+}
+
+/* Gate and up: two tensors, or Phi-3's ffn_up of 2 x ffn rows (gate first,
+ * as ggml_swiglu takes its halves). */
+static int load_gate_up(model *m, int32_t il, layer_weights *l, llmq_err *err)
+{
+    const model_config *c = &m->cfg;
+    char name[96];
+    if (!m->arch->fused_gate_up)
+        return load_matrix(m, layer_name(name, sizeof name, il, "ffn_gate.weight"), c->dim,
+                           c->ffn_dim, &l->wg, err) ||
+                       load_matrix(m, layer_name(name, sizeof name, il, "ffn_up.weight"), c->dim,
+                                   c->ffn_dim, &l->wu, err)
+                   ? -1
+                   : 0;
+    const gguf_tensor *t;
+    if (take_required(m, layer_name(name, sizeof name, il, "ffn_up.weight"), c->dim,
+                      2 * (int64_t)c->ffn_dim, &t, err))
+        return -1;
+    return load_rows(m, t, 0, c->ffn_dim, &l->wg, err) ||
+                   load_rows(m, t, c->ffn_dim, c->ffn_dim, &l->wu, err)
+               ? -1
+               : 0;
+}
+
+static int load_layer(model *m, int32_t il, llmq_err *err)
+{
+    const model_config *c = &m->cfg;
+    layer_weights *l = &m->layers[il];
+    char name[96];
+    return load_vector(m, layer_name(name, sizeof name, il, "attn_norm.weight"), c->dim,
+                       &l->attn_norm, err) ||
+                   load_qkv(m, il, l, err) ||
+                   load_matrix(m, layer_name(name, sizeof name, il, "attn_output.weight"), c->dim,
+                               c->dim, &l->wo, err) ||
+                   load_vector(m, layer_name(name, sizeof name, il, "ffn_norm.weight"), c->dim,
+                               &l->ffn_norm, err) ||
+                   load_gate_up(m, il, l, err) ||
+                   load_matrix(m, layer_name(name, sizeof name, il, "ffn_down.weight"),
+                               c->ffn_dim, c->dim, &l->wd, err)
+               ? -1
+               : 0;
 }
 
 static void summarize_types(model *m)
@@ -219,6 +447,59 @@ static void summarize_types(model *m)
     m->cfg.weight_type = (quant_type)best;
 }
 
+static int check_vocab_size(const model *m, llmq_err *err)
+{
+    uint32_t n = (uint32_t)m->cfg.n_vocab;
+    if (get_u32_key(m->gguf, m->cfg.arch, "vocab_size", &n, false, err) != 0)
+        return -1;
+    if (n != (uint32_t)m->cfg.n_vocab)
+        return llmq_errf(err, "%s.vocab_size = %u but token_embd.weight has %d rows", m->cfg.arch,
+                         n, m->cfg.n_vocab);
+    return 0;
+}
+
+/* The embeddings, output head, rope factors and layers. */
+static int load_weights(model *m, llmq_err *err)
+{
+    model_config *c = &m->cfg;
+    const gguf_tensor *emb = gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (!emb)
+        return llmq_errf(err, "tensor 'token_embd.weight' is missing");
+    c->n_vocab = (int32_t)emb->ne[1];
+    c->tied_output = gguf_find_tensor(m->gguf, "output.weight") == NULL;
+    if (check_vocab_size(m, err) ||
+        load_matrix(m, "token_embd.weight", c->dim, c->n_vocab, &m->tok_embd, err) ||
+        load_vector(m, "output_norm.weight", c->dim, &m->output_norm, err) ||
+        (!c->tied_output &&
+         load_matrix(m, "output.weight", c->dim, c->n_vocab, &m->output, err)) ||
+        (m->arch->rope_freqs &&
+         load_optional_vector(m, "rope_freqs.weight", c->rope_dim / 2, &m->rope_factors, err)))
+        return -1;
+    if (c->tied_output)
+        m->output = m->tok_embd;
+    c->rope_freqs = m->rope_factors != NULL;
+    m->rope = (be_rope){.mode = m->arch->rope, .n_dims = c->rope_dim,
+                        .freq_base = c->rope_freq_base, .factors_dev = m->rope_factors};
+    if (!(m->layers = calloc((size_t)c->n_layers, sizeof *m->layers)))
+        return llmq_errf(err, "out of memory");
+    for (int32_t i = 0; i < c->n_layers; i++)
+        if (load_layer(m, i, err) != 0)
+            return -1;
+    return 0;
+}
+
+/* A tensor nothing took would be silently ignored (an output bias, LongRoPE
+ * factors, an expert...): llama.cpp refuses such a file too. */
+static int refuse_unused(const model *m, llmq_err *err)
+{
+    for (uint64_t i = 0; i < gguf_tensor_count(m->gguf); i++)
+        if (!m->used[i])
+            return llmq_errf(err, "tensor '%s' is not used by the %s architecture as implemented "
+                                  "here (refused rather than ignored)",
+                             gguf_tensor_at(m->gguf, i)->name, m->cfg.arch);
+    return 0;
+}
+
 int model_load(model **out, const char *path, backend *be, llmq_err *err)
 {
     *out = NULL;
@@ -230,37 +511,19 @@ int model_load(model **out, const char *path, backend *be, llmq_err *err)
         free(m);
         return -1;
     }
-    if (read_config(m->gguf, &m->cfg, err) != 0)
-        goto fail;
-    const gguf_tensor *emb = gguf_find_tensor(m->gguf, "token_embd.weight");
-    if (!emb) {
-        llmq_errf(err, "tensor 'token_embd.weight' is missing");
-        goto fail;
-    }
-    m->cfg.n_vocab = (int32_t)emb->ne[1];
-    summarize_types(m);
-    m->cfg.tied_output = gguf_find_tensor(m->gguf, "output.weight") == NULL;
-    m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers);
-    if (!m->layers) {
+    if (!(m->used = calloc(gguf_tensor_count(m->gguf) + 1, sizeof *m->used)))
         llmq_errf(err, "out of memory");
-        goto fail;
+    if (!m->used || read_config(m->gguf, &m->arch, &m->cfg, err) != 0 || load_weights(m, err) ||
+        refuse_unused(m, err)) {
+        llmq_err_prefix(err, "%s", path);
+        model_free(m);
+        return -1;
     }
-    if (load_matrix(m, "token_embd.weight", m->cfg.dim, m->cfg.n_vocab, &m->tok_embd, err) ||
-        load_vector(m, "output_norm.weight", m->cfg.dim, &m->output_norm, err))
-        goto fail;
-    if (m->cfg.tied_output)
-        m->output = m->tok_embd;
-    else if (load_matrix(m, "output.weight", m->cfg.dim, m->cfg.n_vocab, &m->output, err))
-        goto fail;
-    for (int32_t i = 0; i < m->cfg.n_layers; i++)
-        if (load_layer(m, i, err) != 0)
-            goto fail;
+    summarize_types(m);
+    free(m->used);
+    m->used = NULL;
     *out = m;
     return 0;
-fail:
-    llmq_err_prefix(err, "%s", path);
-    model_free(m);
-    return -1;
 }
 
 void model_free(model *m)
@@ -274,15 +537,18 @@ void model_free(model *m)
         for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++)
             if (ws[k])
                 ops->weight_free(m->be, ws[k]);
-        ops->free(m->be, l->attn_norm);
-        ops->free(m->be, l->ffn_norm);
+        float *vs[] = {l->attn_norm, l->ffn_norm, l->bq, l->bk, l->bv};
+        for (size_t k = 0; k < sizeof vs / sizeof vs[0]; k++)
+            ops->free(m->be, vs[k]);
     }
     if (m->output && m->output != m->tok_embd)
         ops->weight_free(m->be, m->output);
     if (m->tok_embd)
         ops->weight_free(m->be, m->tok_embd);
     ops->free(m->be, m->output_norm);
+    ops->free(m->be, m->rope_factors);
     free(m->layers);
+    free(m->used);
     gguf_close(m->gguf);
     free(m);
 }
@@ -441,7 +707,12 @@ static void forward_layer(model *m, model_state *st, be_kv *kv, int32_t il,
     const be_weight *qkv[] = {l->wq, l->wk, l->wv};
     float *const qkv_out[] = {st->q, st->k, st->v};
     o->matmul_many(be, 3, qkv, &st->act_dim, qkv_out);
-    o->rope(be, st->q, st->k, st->pos, rows, shape, c->rope_dim, c->rope_freq_base);
+    const float *qkv_bias[] = {l->bq, l->bk, l->bv};
+    const int32_t qkv_cols[] = {c->dim, c->n_head_kv * c->head_dim, c->n_head_kv * c->head_dim};
+    for (int i = 0; i < 3; i++)
+        if (qkv_bias[i])
+            o->add_bias(be, qkv_out[i], qkv_bias[i], rows, qkv_cols[i]);
+    o->rope(be, st->q, st->k, st->pos, rows, shape, &m->rope);
     o->kv_write(be, kv, il, st->k, st->v, st->slot, rows);
     o->attention(be, kv, il, st->q, ab, shape, &st->act_dim);
     o->matmul(be, l->wo, &st->act_dim, st->x, true);

@@ -1,11 +1,17 @@
-/* model: a LLaMA-family model (llama 1/2/3, Mistral, TinyLlama) read from a
- * GGUF file, and its forward pass, written once against the backend ops.
+/* model: a decoder-only transformer read from a GGUF file, and its forward
+ * pass, written once against the backend ops.  Architectures, as llama.cpp
+ * c2b1518 defines them: llama (Llama 1/2/3.x, Mistral, TinyLlama: rope on
+ * adjacent pairs, Llama 3.1's rope_freqs.weight), qwen2 (q/k/v biases, rope
+ * on halves) and phi3 (fused attn_qkv and gate/up, rope on halves); what
+ * differs between them is a row of a table in model.c.
  *
- * model_load validates the architecture and every option it does not
- * implement (rope scaling, experts, ...) so a model is refused at load rather
- * than silently mis-run; it checks each tensor's shape and type and hands
- * the weights to the backend (which may keep pointers into the mapping, so
- * the model keeps the GGUF file open for its whole life).
+ * model_load refuses at load, naming the key or tensor, what it does not
+ * implement rather than silently mis-running it: an {arch}.* metadata key it
+ * does not read, rope scaling (linear, YaRN, LongRoPE), experts, other head
+ * sizes, and any tensor of the file that no weight takes.  It checks each
+ * tensor's shape and type and hands the weights to the backend (which may
+ * keep pointers into the mapping, so the model keeps the GGUF file open for
+ * its whole life); a fused tensor becomes one weight per part.
  *
  * model_forward runs one batch of rows that may mix prompt chunks and decode
  * tokens of many sequences; the caller (the engine) owns the KV cache and the
@@ -22,6 +28,7 @@
 
 typedef struct model_config {
     char name[128];
+    char arch[16]; /* general.architecture: llama, qwen2 or phi3 */
     int32_t n_vocab;
     int32_t dim;
     int32_t n_layers;
@@ -32,6 +39,9 @@ typedef struct model_config {
     int32_t n_ctx_train;
     int32_t rope_dim;
     float rope_freq_base;
+    bool rope_freqs;        /* rope_freqs.weight divides the frequencies (Llama 3.1+) */
+    int32_t sliding_window; /* phi3's attention.sliding_window: read and, as llama.cpp
+                               c2b1518 does, not applied (0 when absent) */
     float norm_eps;
     bool tied_output;
     quant_type weight_type; /* the type of the largest share of the weights */

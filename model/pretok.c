@@ -140,8 +140,9 @@ static void split_gpt2(piece *p)
 }
 
 /* Llama 3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
- *          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
-static void split_llama3(piece *p)
+ *          ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * and Qwen2's, the same but \p{N} (one digit a word): digit_run is 3 or 1. */
+static void split_llama3_digits(piece *p, size_t digit_run)
 {
     for (size_t pos = p->ini; pos < p->end;) {
         uint32_t cpt = p->cpts[pos];
@@ -162,7 +163,7 @@ static void split_llama3(piece *p)
         if (f & F_NUMBER) {
             size_t ini = pos;
             while (fl_at(p, pos) & F_NUMBER) {
-                if (++pos - ini >= 3) {
+                if (++pos - ini >= digit_run) {
                     emit(p, pos);
                     ini = pos;
                 }
@@ -200,6 +201,16 @@ static void split_llama3(piece *p)
         }
         emit(p, ++pos);
     }
+}
+
+static void split_llama3(piece *p)
+{
+    split_llama3_digits(p, 3);
+}
+
+static void split_qwen2(piece *p)
+{
+    split_llama3_digits(p, 1);
 }
 
 /* The splits below stand for plain regexes run as llama.cpp runs them: each
@@ -277,7 +288,7 @@ struct pretok {
 };
 
 /* Names and chains follow llama.cpp's llama-vocab.cpp (the pre-tokenizer
- * types GPT2, LLAMA3, DBRX/SMAUG and DEFAULT). */
+ * types GPT2, LLAMA3, QWEN2, DBRX/SMAUG and DEFAULT). */
 static const pretok k_pretoks[] = {
     {"default",
      {split_punct_runs, split_gpt2, split_number_runs, split_digit_triples},
@@ -298,6 +309,8 @@ static const pretok k_pretoks[] = {
     {"falcon3", {split_llama3}, true, true},
     {"dbrx", {split_llama3}, false, false},
     {"smaug-bpe", {split_llama3}, false, false},
+    {"qwen2", {split_qwen2}, false, false},
+    {"deepseek-r1-qwen", {split_qwen2}, false, false},
 };
 
 #define N_PRETOKS (sizeof k_pretoks / sizeof k_pretoks[0])
@@ -315,7 +328,7 @@ const pretok *pretok_find(const char *name, size_t len)
 const char *pretok_known_names(void)
 {
     return "default, gpt-2, phi-2, jina-es, jina-de, jina-v2-es, jina-v2-de, mpt, olmo, jais, "
-           "llama3, llama-v3, llama-bpe, falcon3, dbrx, smaug-bpe";
+           "llama3, llama-v3, llama-bpe, falcon3, dbrx, smaug-bpe, qwen2, deepseek-r1-qwen";
 }
 
 bool pretok_ignore_merges(const pretok *p)

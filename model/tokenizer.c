@@ -187,6 +187,8 @@ struct tok_vocab {
     uint8_t *byte_val;   /* the byte of each A_BYTE token */
     int32_t *specials;   /* control/user-defined/unknown ids, longest text first */
     size_t n_specials;
+    int32_t *eog;        /* the ids that end generation, ascending */
+    size_t n_eog;
     char *pieces;        /* llama_token_to_piece(special = true) of every token */
     uint32_t *piece_off, *piece_len;
     size_t max_piece, max_token_len;
@@ -221,9 +223,19 @@ int32_t tok_eos(const tok_vocab *v)
     return v->eos;
 }
 
+int32_t tok_eot(const tok_vocab *v)
+{
+    return v->eot;
+}
+
 int32_t tok_unk(const tok_vocab *v)
 {
     return v->unk;
+}
+
+int32_t tok_pad(const tok_vocab *v)
+{
+    return v->pad;
 }
 
 static bool valid_id(const tok_vocab *v, int32_t id)
@@ -234,6 +246,12 @@ static bool valid_id(const tok_vocab *v, int32_t id)
 bool tok_is_eog(const tok_vocab *v, int32_t id)
 {
     return valid_id(v, id) && (v->attr[id] & A_EOG);
+}
+
+size_t tok_eog(const tok_vocab *v, const int32_t **ids)
+{
+    *ids = v->eog;
+    return v->n_eog;
 }
 
 bool tok_is_control(const tok_vocab *v, int32_t id)
@@ -267,6 +285,7 @@ void tok_free(tok_vocab *v)
     free(v->attr);
     free(v->byte_val);
     free(v->specials);
+    free(v->eog);
     free(v->pieces);
     free(v->piece_off);
     free(v->piece_len);
@@ -607,51 +626,111 @@ static int load_specials(tok_vocab *v, const gguf_file *f, llmq_err *err)
     return 0;
 }
 
-/* Tokens llama.cpp recognises by their text, since converters do not always
- * record their role: they become control tokens, and some end generation. */
-enum { R_EOG = 1, R_EOT = 2, R_EOM = 4 };
+/* Tokens llama.cpp (c2b1518, llama-vocab.cpp) recognises by their text,
+ * since converters do not always record their role: each becomes a control
+ * token.  R_EOT and R_EOM: the first found plays the role when no key gives
+ * it.  R_FIM_*: the first found of each group ends generation.  R_EOG: ends
+ * generation.  llama.cpp walks a hash map, so where a vocabulary holds two
+ * names of one group its pick is unspecified; ours is the first in this
+ * table (the order llama.cpp lists them in). */
+enum {
+    R_EOT = 1, R_EOM = 2, R_EOG = 4,
+    R_FIM = 8, R_FIM_PAD = 16, R_FIM_REP = 32, R_FIM_SEP = 64,
+};
+
+#define DS_BAR "\xef\xbd\x9c" /* U+FF5C, DeepSeek's fullwidth bar */
+#define SP SPACE_ESC
 
 static const struct {
     const char *text;
     unsigned roles;
 } k_named[] = {
-    {"<|eot_id|>", R_EOG | R_EOT},    {"<|im_end|>", R_EOG | R_EOT},
-    {"<|end|>", R_EOG | R_EOT},       {"<end_of_turn>", R_EOG | R_EOT},
-    {"<|endoftext|>", R_EOG | R_EOT}, {"<EOT>", R_EOG | R_EOT},
-    {"_<EOT>", R_EOG | R_EOT},        {"<|eom_id|>", R_EOG | R_EOM},
-    {"<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", R_EOT}, /* DeepSeek */
-    {"<|fim_pad|>", R_EOG},
-    {"<|fim_repo|>", R_EOG},          {"<|repo_name|>", R_EOG},
-    {"<|file_sep|>", R_EOG},          {"<|fim_prefix|>", 0},
-    {"<|fim_suffix|>", 0},            {"<|fim_middle|>", 0},
-    {"<fim-prefix>", 0},              {"<fim-suffix>", 0},
-    {"<fim-middle>", 0},              {"<fim_prefix>", 0},
-    {"<fim_suffix>", 0},              {"<fim_middle>", 0},
-    {"<PRE>", 0},                     {"<SUF>", 0},
-    {"<MID>", 0},                     {"\xe2\x96\x81<PRE>", 0},
-    {"\xe2\x96\x81<SUF>", 0},         {"\xe2\x96\x81<MID>", 0},
+    {"<|eot_id|>", R_EOT | R_EOG},       {"<|im_end|>", R_EOT | R_EOG},
+    {"<|end|>", R_EOT | R_EOG},          {"<end_of_turn>", R_EOT | R_EOG},
+    {"<|endoftext|>", R_EOT | R_EOG},    {"<|end_of_text|>", R_EOT | R_EOG},
+    {"<EOT>", R_EOT | R_EOG},            {"_<EOT>", R_EOT | R_EOG},
+    {"[EOT]", R_EOT | R_EOG},            {"<" DS_BAR "end" SP "of" SP "sentence" DS_BAR ">", R_EOT | R_EOG},
+    {"<end_of_utterance>", R_EOT | R_EOG},
+    {"<|eom_id|>", R_EOM | R_EOG},
+    {"<|return|>", R_EOG},               {"<|call|>", R_EOG},
+    {"<|flush|>", R_EOG},                {"<|calls|>", R_EOG},
+    {"</s>", R_EOG},                     {"[EOS]", R_EOG},
+    {"<eos>", R_EOG},                    {"<turn|>", R_EOG},
+    {"<|tool_response>", R_EOG},
+    {"<|fim_pad|>", R_FIM_PAD},          {"<fim-pad>", R_FIM_PAD},
+    {"<fim_pad>", R_FIM_PAD},            {"<PAD>", R_FIM_PAD},
+    {"[PAD]", R_FIM_PAD},
+    {"<|fim_repo|>", R_FIM_REP},         {"<|repo_name|>", R_FIM_REP},
+    {"<fim-repo>", R_FIM_REP},           {"<REPO>", R_FIM_REP},
+    {"<reponame>", R_FIM_REP},
+    {"<|file_sep|>", R_FIM_SEP},
+    {"<|fim_prefix|>", R_FIM},           {"<fim-prefix>", R_FIM},
+    {"<fim_prefix>", R_FIM},             {"<" DS_BAR "fim" SP "begin" DS_BAR ">", R_FIM},
+    {"<PRE>", R_FIM},                    {SP "<PRE>", R_FIM},
+    {"<|code_prefix|>", R_FIM},          {"<|prefix|>", R_FIM},
+    {"<|fim_suffix|>", R_FIM},           {"<fim-suffix>", R_FIM},
+    {"<fim_suffix>", R_FIM},             {"<" DS_BAR "fim" SP "hole" DS_BAR ">", R_FIM},
+    {"<SUF>", R_FIM},                    {SP "<SUF>", R_FIM},
+    {"<|code_suffix|>", R_FIM},          {"<|suffix|>", R_FIM},
+    {"<|fim_middle|>", R_FIM},           {"<fim-middle>", R_FIM},
+    {"<fim_middle>", R_FIM},             {"<" DS_BAR "fim" SP "end" DS_BAR ">", R_FIM},
+    {"<MID>", R_FIM},                    {SP "<MID>", R_FIM},
+    {"<|code_middle|>", R_FIM},          {"<|middle|>", R_FIM},
 };
 
-static void mark_named_tokens(tok_vocab *v)
+#undef SP
+
+static int32_t named_token(const tok_vocab *v, const char *text)
 {
+    return find_token(v, text, strlen(text));
+}
+
+/* llama.cpp's two exceptions: where a vocabulary ends turns with
+ * <|return|>/<|call|> (or <|calls|>/<|flush|>), <|end|> only separates
+ * messages; where it has <|tool_response>, </s> is ordinary text. */
+static void apply_eog_exceptions(tok_vocab *v)
+{
+    const int32_t end = named_token(v, "<|end|>"), s = named_token(v, "</s>");
+    bool eog_return = tok_is_eog(v, named_token(v, "<|return|>"));
+    bool eog_call = tok_is_eog(v, named_token(v, "<|call|>")) ||
+                    tok_is_eog(v, named_token(v, "<|calls|>"));
+    bool eog_flush = tok_is_eog(v, named_token(v, "<|flush|>"));
+    if (tok_is_eog(v, end) && eog_call && (eog_return || eog_flush))
+        v->attr[end] = A_USER_DEFINED;
+    if (tok_is_eog(v, s) && tok_is_eog(v, named_token(v, "<|tool_response>")))
+        v->attr[s] = A_NORMAL;
+}
+
+static int mark_named_tokens(tok_vocab *v, llmq_err *err)
+{
+    unsigned fim_seen = 0; /* the R_FIM_* groups whose first token was found */
     for (size_t i = 0; i < sizeof k_named / sizeof k_named[0]; i++) {
-        int32_t id = find_token(v, k_named[i].text, strlen(k_named[i].text));
+        int32_t id = named_token(v, k_named[i].text);
         if (id == TOK_NONE)
             continue;
         unsigned r = k_named[i].roles;
-        /* The first listed name present plays the role when no key gives it. */
         if ((r & R_EOT) && v->eot == TOK_NONE)
             v->eot = id;
         if ((r & R_EOM) && v->eom == TOK_NONE)
             v->eom = id;
         v->attr[id] |= A_CONTROL;
-        if (r & R_EOG)
+        const unsigned fim = r & (R_FIM_PAD | R_FIM_REP | R_FIM_SEP);
+        if ((r & R_EOG) || (fim && !(fim_seen & fim)))
             v->attr[id] |= A_EOG;
+        fim_seen |= fim;
     }
     int32_t ends[] = {v->eos, v->eot, v->eom};
     for (size_t i = 0; i < 3; i++)
         if (ends[i] != TOK_NONE)
             v->attr[ends[i]] |= A_EOG;
+    apply_eog_exceptions(v);
+    v->eog = malloc(v->n * sizeof *v->eog);
+    if (!v->eog)
+        return llmq_errf(err, "out of memory");
+    for (uint32_t i = 0; i < v->n; i++)
+        if (v->attr[i] & A_EOG)
+            v->eog[v->n_eog++] = (int32_t)i;
+    return 0;
 }
 
 static int cmp_special(const void *a, const void *b, void *ctx)
@@ -876,10 +955,10 @@ int tok_load(tok_vocab **out, const gguf_file *f, llmq_err *err)
         rc = load_merges(v, f, err);
     if (rc == 0)
         rc = load_specials(v, f, err);
-    if (rc == 0) {
-        mark_named_tokens(v);
+    if (rc == 0)
+        rc = mark_named_tokens(v, err);
+    if (rc == 0)
         rc = collect_specials(v, err);
-    }
     if (rc == 0) {
         apply_model_strips(v, f);
         build_byte_tables(v);

@@ -42,11 +42,18 @@ const char *tok_model(const tok_vocab *v);
 /* Special ids, or TOK_NONE. */
 int32_t tok_bos(const tok_vocab *v);
 int32_t tok_eos(const tok_vocab *v);
+int32_t tok_eot(const tok_vocab *v);
 int32_t tok_unk(const tok_vocab *v);
+int32_t tok_pad(const tok_vocab *v);
 
-/* End of generation: eos, eot, eom, and tokens llama.cpp recognises by name
- * (<|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|endoftext|>, ...). */
+/* End of generation, llama.cpp's set (c2b1518): eos, eot, eom, the tokens it
+ * recognises by their text (<|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>,
+ * <|endoftext|>, <|end_of_text|>, </s>, ...; each is made a control token
+ * too) and the first FIM pad, repo and file-separator tokens.  The engine
+ * stops a sequence at any of them unless asked not to. */
 bool tok_is_eog(const tok_vocab *v, int32_t id);
+/* The whole set, ascending: *ids points into the vocab; returns its size. */
+size_t tok_eog(const tok_vocab *v, const int32_t **ids);
 /* Control or unknown: not rendered as text unless asked for. */
 bool tok_is_control(const tok_vocab *v, int32_t id);
 

@@ -37,6 +37,47 @@ check_PROGRAMS += tests/unit/test-parity
 TESTS += tests/unit/test-parity
 tests_unit_test_parity_SOURCES = tests/unit/test-parity.c tests/unit/check.h
 tests_unit_test_parity_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
+
+# The synthetic model of each architecture that tests/data/reference has
+# llama.cpp's outputs for: written by llmq-mkmodel at check time (same seed,
+# same bytes; test-parity checks them against the files the references were
+# made from) rather than committed.
+SYNTH_MODELS = tests/synth/synth-llama3-q4km.gguf tests/synth/synth-qwen2-q4km.gguf \
+	tests/synth/synth-phi3-q4km.gguf tests/synth/synth-llama3-bpe-q8.gguf \
+	tests/synth/synth-qwen2-vocab-q8.gguf tests/synth/synth-llama3-f32.gguf \
+	tests/synth/synth-qwen2-f32.gguf tests/synth/synth-phi3-f32.gguf
+check_DATA = $(SYNTH_MODELS)
+CLEANFILES += $(SYNTH_MODELS) $(SYNTH_MODELS:=.log)
+SYNTH_GEN = $(AM_V_GEN)$(MKDIR_P) tests/synth && tools/llmq-mkmodel$(EXEEXT) --threads 1 \
+	--layers 2 --ctx 256 -o $@
+SYNTH_LOG = >$@.log 2>&1 || { cat $@.log >&2; exit 1; }
+SYNTH_SMALL_VOCAB = $(top_srcdir)/tests/data/models/stories260K.gguf
+tests/synth/synth-llama3-q4km.gguf: tools/llmq-mkmodel$(EXEEXT) $(SYNTH_SMALL_VOCAB)
+	$(SYNTH_GEN) --arch llama3 --vocab $(SYNTH_SMALL_VOCAB) --dim 256 --heads 4 --kv-heads 2 \
+	--ff 512 --mix q4_k_m --seed 31 $(SYNTH_LOG)
+tests/synth/synth-qwen2-q4km.gguf: tools/llmq-mkmodel$(EXEEXT) $(SYNTH_SMALL_VOCAB)
+	$(SYNTH_GEN) --arch qwen2 --tied --vocab $(SYNTH_SMALL_VOCAB) --dim 256 --heads 4 \
+	--kv-heads 2 --ff 768 --mix q4_k_m --seed 32 $(SYNTH_LOG)
+tests/synth/synth-phi3-q4km.gguf: tools/llmq-mkmodel$(EXEEXT) $(SYNTH_SMALL_VOCAB)
+	$(SYNTH_GEN) --arch phi3 --vocab $(SYNTH_SMALL_VOCAB) --dim 256 --heads 4 --kv-heads 4 \
+	--ff 512 --mix q4_k_m --seed 33 $(SYNTH_LOG)
+tests/synth/synth-llama3-bpe-q8.gguf: tools/llmq-mkmodel$(EXEEXT) \
+		$(top_srcdir)/tests/data/vocab/ggml-vocab-llama-bpe.gguf
+	$(SYNTH_GEN) --arch llama3 --tied --vocab $(top_srcdir)/tests/data/vocab/ggml-vocab-llama-bpe.gguf \
+	--dim 32 --heads 2 --kv-heads 1 --ff 64 --mix q8_0 --seed 34 $(SYNTH_LOG)
+tests/synth/synth-qwen2-vocab-q8.gguf: tools/llmq-mkmodel$(EXEEXT) \
+		$(top_srcdir)/tests/data/vocab/ggml-vocab-qwen2.gguf
+	$(SYNTH_GEN) --arch qwen2 --tied --vocab $(top_srcdir)/tests/data/vocab/ggml-vocab-qwen2.gguf \
+	--dim 32 --heads 2 --kv-heads 1 --ff 64 --mix q8_0 --seed 35 $(SYNTH_LOG)
+tests/synth/synth-llama3-f32.gguf: tools/llmq-mkmodel$(EXEEXT) $(SYNTH_SMALL_VOCAB)
+	$(SYNTH_GEN) --arch llama3 --vocab $(SYNTH_SMALL_VOCAB) --dim 128 --heads 4 --kv-heads 2 \
+	--ff 256 --mix f32 --seed 36 $(SYNTH_LOG)
+tests/synth/synth-qwen2-f32.gguf: tools/llmq-mkmodel$(EXEEXT) $(SYNTH_SMALL_VOCAB)
+	$(SYNTH_GEN) --arch qwen2 --vocab $(SYNTH_SMALL_VOCAB) --dim 128 --heads 4 --kv-heads 2 \
+	--ff 256 --mix f32 --seed 37 $(SYNTH_LOG)
+tests/synth/synth-phi3-f32.gguf: tools/llmq-mkmodel$(EXEEXT) $(SYNTH_SMALL_VOCAB)
+	$(SYNTH_GEN) --arch phi3 --vocab $(SYNTH_SMALL_VOCAB) --dim 128 --heads 4 --kv-heads 2 \
+	--ff 256 --mix f32 --seed 38 $(SYNTH_LOG)
 # ---- end CPU engine parity ----
 
 # ---- common: errors with a code (common/err.c) ----
@@ -45,6 +86,14 @@ TESTS += tests/unit/test-err
 tests_unit_test_err_SOURCES = tests/unit/test-err.c tests/unit/check.h
 tests_unit_test_err_LDADD = common/libllmq_common.a
 # ---- end common: errors ----
+
+# ---- model_load: architectures and refusals (model/model.c) ----
+check_PROGRAMS += tests/unit/test-model
+TESTS += tests/unit/test-model
+tests_unit_test_model_SOURCES = tests/unit/test-model.c tests/unit/check.h \
+	model/gguf_writer.c model/gguf_writer.h
+tests_unit_test_model_LDADD = $(LLMQ_MODEL_LIBS)
+# ---- end model_load ----
 
 # ---- common: JSON reader (common/json.c) ----
 check_PROGRAMS += tests/unit/test-json

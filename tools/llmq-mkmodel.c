@@ -1,8 +1,12 @@
-/* llmq-mkmodel: write a LLaMA-shaped GGUF with random, well-scaled weights.
+/* llmq-mkmodel: write a GGUF of the llama, qwen2 or phi3 architecture with
+ * random, well-scaled weights.
  *
- * This is how benchmarks get a 7B model where no weights can be downloaded.
- * The file has llama.cpp's tensor names, shapes and metadata keys, the
- * tokenizer of a vocab GGUF, and one of llama.cpp's type mixes.  Quantized
+ * This is how benchmarks get a 7B model where no weights can be downloaded,
+ * and tests a model of each architecture.  The file has llama.cpp's tensor
+ * names, shapes and metadata keys for the architecture (as its
+ * convert_hf_to_gguf.py writes them: Llama 3.1's rope_freqs.weight, Qwen2's
+ * q/k/v biases, Phi-3's fused attn_qkv and gate/up), the tokenizer of a
+ * vocab GGUF, and one of llama.cpp's type mixes.  Quantized
  * weights are drawn directly in quantized space (no f32 detour), each row
  * with std about 1/sqrt(fan_in):
  *   q4_K  w = d*sc*q - dmin*m with m = sc and dmin = 7.5*d, so each 32-weight
@@ -42,6 +46,35 @@
 
 /* ---- command line ---- */
 
+/* What each --arch writes, from llama.cpp c2b1518's converter
+ * (conversion/llama.py, qwen.py, phi.py) and the models' own configs. */
+typedef struct arch_def {
+    const char *flag;      /* --arch */
+    const char *gguf_arch; /* general.architecture */
+    /* In general.name: never "phi3" or "phi-3", which make llama.cpp apply
+     * the Phi-3 vocabulary's whitespace rules to whatever --vocab gives. */
+    const char *name_tag;
+    float rope_base;       /* rope_theta */
+    float rms_eps;
+    bool rope_freqs;       /* Llama 3.1's rope scaling as rope_freqs.weight */
+    bool qkv_bias;         /* Qwen2's q, k, v biases */
+    bool fused;            /* Phi-3's attn_qkv and ffn_up holding gate and up */
+    bool rope_dims_key;    /* the converter writes rope.dimension_count */
+    bool vocab_size_key;   /* ... vocab_size */
+    bool window_keys;      /* ... rope.scaling.original_context_length, attention.sliding_window */
+} arch_def;
+
+static const arch_def ARCHS[] = {
+    {"llama", "llama", "llama", 10000.0f, 1e-5f, false, false, false, true, true, false},
+    {"llama3", "llama", "llama3", 500000.0f, 1e-5f, true, false, false, true, true, false},
+    {"qwen2", "qwen2", "qwen2", 1000000.0f, 1e-6f, false, true, false, false, false, false},
+    {"phi3", "phi3", "phi-mini", 10000.0f, 1e-5f, false, false, true, true, false, true},
+};
+
+/* Phi-3-mini-4k's attention.sliding_window (which llama.cpp reads and
+ * switches off). */
+#define PHI3_SLIDING_WINDOW 2047
+
 typedef struct mix_def {
     const char *name;
     uint32_t file_type; /* llama_ftype */
@@ -50,9 +83,11 @@ typedef struct mix_def {
 } mix_def;
 
 typedef struct options {
-    const char *vocab, *out, *mix_name;
-    const mix_def *mix; /* the one --mix names, once the command line is checked */
+    const char *vocab, *out, *mix_name, *arch_name;
+    const mix_def *mix;   /* the one --mix names, once the command line is checked */
+    const arch_def *arch; /* the one --arch names, likewise */
     uint64_t dim, layers, heads, kv_heads, ff, ctx, seed, threads;
+    bool tied; /* no output.weight: the output head is token_embd */
 } options;
 
 static const mix_def MIXES[] = {
@@ -71,6 +106,19 @@ static const mix_def *find_mix(const char *name)
     for (size_t i = 0; i < sizeof MIXES / sizeof MIXES[0]; i++)
         if (!strcmp(MIXES[i].name, name))
             return &MIXES[i];
+    return NULL;
+}
+
+static const arch_def *find_arch(const char *flag, llmq_err *err)
+{
+    for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
+        if (!strcmp(ARCHS[i].flag, flag))
+            return &ARCHS[i];
+    char names[64] = "";
+    for (size_t i = 0; i < sizeof ARCHS / sizeof ARCHS[0]; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                 ARCHS[i].flag);
+    llmq_errf(err, "--arch '%s' is not one of %s", flag, names);
     return NULL;
 }
 
@@ -122,7 +170,10 @@ static int check_model(void *opts, llmq_err *err)
 {
     options *o = opts;
     o->mix = find_mix(o->mix_name);
-    return o->mix ? check_shape(o, o->mix, err) : unknown_mix(o->mix_name, err);
+    if (!o->mix)
+        return unknown_mix(o->mix_name, err);
+    o->arch = find_arch(o->arch_name ? o->arch_name : "llama", err);
+    return o->arch ? check_shape(o, o->mix, err) : -1;
 }
 
 /* CLI_RUN, or the status to exit with at once (--help, bad usage: a wrong
@@ -155,6 +206,12 @@ static int parse_args(int argc, char **argv, options *o)
          CLI_UINT64(&o->seed, 0, UINT64_MAX), .required = true},
         {"threads", 0, "N", "worker threads (default: all cores)",
          CLI_UINT64(&o->threads, 1, MAX_THREADS)},
+        {"arch", 0, "ARCH",
+         "llama (default), llama3 (rope base 500000 and Llama 3.1's rope_freqs.weight), qwen2"
+         " (q/k/v biases, rope base 1e6) or phi3 (fused attn_qkv and gate/up, sliding_window"
+         " 2047)",
+         CLI_TEXT(&o->arch_name)},
+        {"tied", 0, NULL, "no output.weight: the output head is token_embd", CLI_SWITCH(&o->tied)},
     };
     const cli_spec spec = {.program = "llmq-mkmodel", .usage = USAGE, .epilog = EPILOG,
                            .flags = flags, .n_flags = CLI_COUNT(flags),
@@ -164,12 +221,17 @@ static int parse_args(int argc, char **argv, options *o)
 
 /* ---- the model's tensors ---- */
 
+/* What a tensor holds: random weights, ones (norms), small random values
+ * (biases), or Llama 3.1's frequency divisors. */
+typedef enum tensor_kind { T_MATRIX, T_NORM, T_BIAS, T_ROPE_FREQS } tensor_kind;
+
 typedef struct tensor_plan {
     char name[NAME_CAP];
     uint32_t n_dims;
     uint64_t ne[2]; /* ne[0]: row length (fan_in); ne[1]: rows */
     quant_type type;
-    bool norm;
+    tensor_kind kind;
+    float rope_base;    /* T_ROPE_FREQS: the frequencies the divisors are for */
     uint64_t index;     /* in the writer */
     uint64_t row_bytes;
     float std;          /* of each row's weights: 1/sqrt(fan_in) */
@@ -186,6 +248,10 @@ static bool use_more_bits(uint64_t i, uint64_t n)
     return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
 }
 
+/* llama.cpp's choice for a matrix under a _K_M mix: q6_K for the output
+ * (token_embd when tied), and for the attn_v-like tensors (attn_v, a fused
+ * attn_qkv: its category test comes first) and ffn_down of use_more_bits
+ * layers. */
 static quant_type matrix_type(const mix_def *mix, const char *role, uint64_t layer,
                               uint64_t n_layers)
 {
@@ -193,56 +259,86 @@ static quant_type matrix_type(const mix_def *mix, const char *role, uint64_t lay
         return mix->base;
     if (!strcmp(role, "output"))
         return QUANT_Q6_K;
-    if ((!strcmp(role, "attn_v") || !strcmp(role, "ffn_down")) && use_more_bits(layer, n_layers))
+    if ((!strcmp(role, "attn_v") || !strcmp(role, "attn_qkv") || !strcmp(role, "ffn_down")) &&
+        use_more_bits(layer, n_layers))
         return QUANT_Q6_K;
     return mix->base;
 }
 
-static void plan_add(plan *p, quant_type type, uint64_t ne0, uint64_t ne1, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+static void plan_add(plan *p, quant_type type, tensor_kind kind, uint64_t ne0, uint64_t ne1,
+                     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
-/* ne1 == 0 makes a 1-D (norm) tensor. */
-static void plan_add(plan *p, quant_type type, uint64_t ne0, uint64_t ne1, const char *fmt, ...)
+/* A 1-D tensor for every kind but T_MATRIX (whose ne1 is its rows). */
+static void plan_add(plan *p, quant_type type, tensor_kind kind, uint64_t ne0, uint64_t ne1,
+                     const char *fmt, ...)
 {
     tensor_plan *t = &p->t[p->n++];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(t->name, sizeof t->name, fmt, ap);
     va_end(ap);
-    t->n_dims = ne1 ? 2 : 1;
+    t->n_dims = kind == T_MATRIX ? 2 : 1;
     t->ne[0] = ne0;
-    t->ne[1] = ne1 ? ne1 : 1;
+    t->ne[1] = kind == T_MATRIX ? ne1 : 1;
     t->type = type;
-    t->norm = ne1 == 0;
+    t->kind = kind;
 }
 
-/* llama.cpp's names and shapes, in the order of its synth fixtures. */
-static int plan_build(plan *p, const options *o, const mix_def *mix, uint64_t n_vocab,
-                      llmq_err *err)
+/* A matrix of block i, named blk.i.ROLE.weight, its type chosen by the mix. */
+static void plan_matrix(plan *p, const mix_def *mix, const char *role, uint64_t i, uint64_t L,
+                        uint64_t ne0, uint64_t ne1)
 {
-    uint64_t dim = o->dim, ff = o->ff, kv_dim = o->kv_heads * (o->dim / o->heads);
-    uint64_t L = o->layers;
-    if (!(p->t = calloc(9 * L + 3, sizeof *p->t))) /* 9 per block, embd, norm, output */
-        return llmq_errf(err, "out of memory");
-    plan_add(p, matrix_type(mix, "token_embd", 0, L), dim, n_vocab, "token_embd.weight");
-    for (uint64_t i = 0; i < L; i++) {
-        plan_add(p, QUANT_F32, dim, 0, "blk.%" PRIu64 ".attn_norm.weight", i);
-        plan_add(p, matrix_type(mix, "attn_q", i, L), dim, dim, "blk.%" PRIu64 ".attn_q.weight", i);
-        plan_add(p, matrix_type(mix, "attn_k", i, L), dim, kv_dim,
-                 "blk.%" PRIu64 ".attn_k.weight", i);
-        plan_add(p, matrix_type(mix, "attn_v", i, L), dim, kv_dim,
-                 "blk.%" PRIu64 ".attn_v.weight", i);
-        plan_add(p, matrix_type(mix, "attn_output", i, L), dim, dim,
-                 "blk.%" PRIu64 ".attn_output.weight", i);
-        plan_add(p, QUANT_F32, dim, 0, "blk.%" PRIu64 ".ffn_norm.weight", i);
-        plan_add(p, matrix_type(mix, "ffn_gate", i, L), dim, ff,
-                 "blk.%" PRIu64 ".ffn_gate.weight", i);
-        plan_add(p, matrix_type(mix, "ffn_up", i, L), dim, ff, "blk.%" PRIu64 ".ffn_up.weight", i);
-        plan_add(p, matrix_type(mix, "ffn_down", i, L), ff, dim,
-                 "blk.%" PRIu64 ".ffn_down.weight", i);
+    plan_add(p, matrix_type(mix, role, i, L), T_MATRIX, ne0, ne1, "blk.%" PRIu64 ".%s.weight", i,
+             role);
+}
+
+/* q, k, v (each with a bias for qwen2), or phi3's one attn_qkv. */
+static void plan_attention(plan *p, const options *o, const arch_def *a, const mix_def *mix,
+                           uint64_t i)
+{
+    const uint64_t dim = o->dim, kv_dim = o->kv_heads * (o->dim / o->heads), L = o->layers;
+    if (a->fused) {
+        plan_matrix(p, mix, "attn_qkv", i, L, dim, dim + 2 * kv_dim);
+        return;
     }
-    plan_add(p, QUANT_F32, dim, 0, "output_norm.weight");
-    plan_add(p, matrix_type(mix, "output", L, L), dim, n_vocab, "output.weight");
+    static const char *const roles[3] = {"attn_q", "attn_k", "attn_v"};
+    const uint64_t rows[3] = {dim, kv_dim, kv_dim};
+    for (int k = 0; k < 3; k++) {
+        plan_matrix(p, mix, roles[k], i, L, dim, rows[k]);
+        if (a->qkv_bias)
+            plan_add(p, QUANT_F32, T_BIAS, rows[k], 0, "blk.%" PRIu64 ".%s.bias", i, roles[k]);
+    }
+}
+
+/* llama.cpp's names and shapes, in the order of its converter's output. */
+static int plan_build(plan *p, const options *o, const arch_def *a, const mix_def *mix,
+                      uint64_t n_vocab, llmq_err *err)
+{
+    uint64_t dim = o->dim, ff = o->ff, L = o->layers;
+    if (!(p->t = calloc(12 * L + 4, sizeof *p->t))) /* at most 12 per block, and 4 more */
+        return llmq_errf(err, "out of memory");
+    if (a->rope_freqs) {
+        plan_add(p, QUANT_F32, T_ROPE_FREQS, dim / o->heads / 2, 0, "rope_freqs.weight");
+        p->t[p->n - 1].rope_base = a->rope_base;
+    }
+    plan_add(p, matrix_type(mix, o->tied ? "output" : "token_embd", 0, L), T_MATRIX, dim, n_vocab,
+             "token_embd.weight");
+    for (uint64_t i = 0; i < L; i++) {
+        plan_add(p, QUANT_F32, T_NORM, dim, 0, "blk.%" PRIu64 ".attn_norm.weight", i);
+        plan_attention(p, o, a, mix, i);
+        plan_matrix(p, mix, "attn_output", i, L, dim, dim);
+        plan_add(p, QUANT_F32, T_NORM, dim, 0, "blk.%" PRIu64 ".ffn_norm.weight", i);
+        if (a->fused) {
+            plan_matrix(p, mix, "ffn_up", i, L, dim, 2 * ff);
+        } else {
+            plan_matrix(p, mix, "ffn_gate", i, L, dim, ff);
+            plan_matrix(p, mix, "ffn_up", i, L, dim, ff);
+        }
+        plan_matrix(p, mix, "ffn_down", i, L, ff, dim);
+    }
+    plan_add(p, QUANT_F32, T_NORM, dim, 0, "output_norm.weight");
+    if (!o->tied)
+        plan_add(p, matrix_type(mix, "output", L, L), T_MATRIX, dim, n_vocab, "output.weight");
     return 0;
 }
 
@@ -362,11 +458,33 @@ static float uniform(uint32_t bits24, float a)
     return ((float)bits24 * 0x1p-23f - 1.0f) * a;
 }
 
+/* Llama 3.1's rope scaling (factor 8, low_freq_factor 1, high_freq_factor 4,
+ * original context 8192: its config.json) as the converter turns it into
+ * the divisor of frequency i of a head of head_dim values, in float32. */
+static float llama3_rope_factor(float base, uint64_t head_dim, uint64_t i)
+{
+    const float factor = 8.0f, low = 1.0f, high = 4.0f, old_ctx = 8192.0f;
+    const float freq = 1.0f / powf(base, (float)(2 * i) / (float)head_dim);
+    const float wavelen = 2.0f * 3.14159265358979f / freq;
+    if (wavelen < old_ctx / high)
+        return 1.0f;
+    if (wavelen > old_ctx / low)
+        return factor;
+    const float smooth = (old_ctx / wavelen - low) / (high - low);
+    return 1.0f / ((1.0f - smooth) / factor + smooth);
+}
+
+/* Biases: random, of about the scale of the projections they shift. */
+#define BIAS_STD 0.5f
+
 static void gen_floats(rng *r, const tensor_plan *t, void *dst)
 {
-    const float a = t->std * 1.7320508f; /* uniform in [-a, a) has std a/sqrt(3) */
+    const float std = t->kind == T_BIAS ? BIAS_STD : t->std;
+    const float a = std * 1.7320508f; /* uniform in [-a, a) has std a/sqrt(3) */
     for (uint64_t i = 0; i < t->ne[0]; i++) {
-        float v = t->norm ? 1.0f : uniform((uint32_t)(rng_next(r) >> 40), a);
+        float v = t->kind == T_NORM         ? 1.0f
+                  : t->kind == T_ROPE_FREQS ? llama3_rope_factor(t->rope_base, 2 * t->ne[0], i)
+                                            : uniform((uint32_t)(rng_next(r) >> 40), a);
         if (t->type == QUANT_F16)
             ((quant_f16 *)dst)[i] = quant_f32_to_f16(v);
         else
@@ -568,64 +686,6 @@ static int generate(const plan *p, const gw_writer *w, const options *o, const s
 
 /* ---- metadata ---- */
 
-static void put_le(uint8_t *b, uint64_t v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-}
-
-/* Copies one key-value of the vocab file, keeping its type. */
-static int copy_kv(gw_writer *w, const gguf_file *f, const char *key, gguf_vtype t, llmq_err *err)
-{
-    uint8_t le[8];
-    switch (t) {
-    case GGUF_STRING: {
-        gguf_str s;
-        return gguf_get_str(f, key, &s, err) ? -1 : gw_kv_str(w, key, s.ptr, s.len, err);
-    }
-    case GGUF_ARRAY: {
-        gguf_vtype et;
-        const void *data;
-        uint64_t n;
-        if (gguf_get_array(f, key, &et, &data, &n, err))
-            return -1;
-        if (et != GGUF_STRING)
-            return gw_kv_array(w, key, et, data, n, err);
-        const gguf_str *items;
-        return gguf_get_str_array(f, key, &items, &n, err) ? -1
-                                                            : gw_kv_str_array(w, key, items, n, err);
-    }
-    case GGUF_BOOL: {
-        bool b;
-        if (gguf_get_bool(f, key, &b, err))
-            return -1;
-        le[0] = b;
-        return gw_kv_scalar(w, key, t, le, err);
-    }
-    case GGUF_FLOAT32: {
-        float v;
-        return gguf_get_f32(f, key, &v, err) ? -1 : gw_kv_f32(w, key, v, err);
-    }
-    case GGUF_UINT8: case GGUF_UINT16: case GGUF_UINT32: case GGUF_UINT64: {
-        uint64_t v;
-        if (gguf_get_u64(f, key, &v, err))
-            return -1;
-        put_le(le, v, gguf_vtype_size(t));
-        return gw_kv_scalar(w, key, t, le, err);
-    }
-    case GGUF_INT8: case GGUF_INT16: case GGUF_INT32: {
-        int32_t v;
-        if (gguf_get_i32(f, key, &v, err))
-            return -1;
-        put_le(le, (uint64_t)(int64_t)v, gguf_vtype_size(t));
-        return gw_kv_scalar(w, key, t, le, err);
-    }
-    default:
-        return llmq_errf(err, "%s: key '%s' has type %s, which llmq-mkmodel does not copy",
-                         gguf_path(f), key, gguf_vtype_name(t));
-    }
-}
-
 /* Every tokenizer.ggml.* key of the vocab file, in its order. */
 static int copy_tokenizer(gw_writer *w, const gguf_file *f, llmq_err *err)
 {
@@ -634,12 +694,7 @@ static int copy_tokenizer(gw_writer *w, const gguf_file *f, llmq_err *err)
         gguf_str k = gguf_kv_key(f, i);
         if (k.len < sizeof prefix - 1 || memcmp(k.ptr, prefix, sizeof prefix - 1))
             continue;
-        char *key = strndup(k.ptr, k.len); /* keys hold no NUL (the reader checks) */
-        if (!key)
-            return llmq_errf(err, "out of memory");
-        int rc = copy_kv(w, f, key, gguf_kv_type(f, i), err);
-        free(key);
-        if (rc)
+        if (gw_kv_copy(w, f, i, err))
             return -1;
     }
     return 0;
@@ -658,25 +713,47 @@ static int vocab_size(const gguf_file *f, uint64_t *n, llmq_err *err)
     return 0;
 }
 
-/* The keys and order llama.cpp's converter and quantizer write. */
-static int write_metadata(gw_writer *w, const options *o, const mix_def *mix,
+static int kv_arch_u32(gw_writer *w, const arch_def *a, const char *suffix, uint64_t v,
+                       llmq_err *err)
+{
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", a->gguf_arch, suffix);
+    return gw_kv_u32(w, key, (uint32_t)v, err);
+}
+
+static int kv_arch_f32(gw_writer *w, const arch_def *a, const char *suffix, float v,
+                       llmq_err *err)
+{
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", a->gguf_arch, suffix);
+    return gw_kv_f32(w, key, v, err);
+}
+
+/* The keys llama.cpp's converter writes for the architecture, in the order
+ * its quantizer leaves them. */
+static int write_metadata(gw_writer *w, const options *o, const arch_def *a, const mix_def *mix,
                           const gguf_file *vocab, uint64_t n_vocab, llmq_err *err)
 {
     char name[96];
-    snprintf(name, sizeof name, "synthetic-llama-%" PRIu64 "L-%" PRIu64, o->layers, o->dim);
-    return gw_kv_str(w, "general.architecture", "llama", 5, err) ||
+    snprintf(name, sizeof name, "synthetic-%s-%" PRIu64 "L-%" PRIu64, a->name_tag, o->layers,
+             o->dim);
+    return gw_kv_str(w, "general.architecture", a->gguf_arch, strlen(a->gguf_arch), err) ||
                    gw_kv_str(w, "general.name", name, strlen(name), err) ||
-                   gw_kv_u32(w, "llama.context_length", (uint32_t)o->ctx, err) ||
-                   gw_kv_u32(w, "llama.embedding_length", (uint32_t)o->dim, err) ||
-                   gw_kv_u32(w, "llama.block_count", (uint32_t)o->layers, err) ||
-                   gw_kv_u32(w, "llama.feed_forward_length", (uint32_t)o->ff, err) ||
-                   gw_kv_u32(w, "llama.rope.dimension_count", (uint32_t)(o->dim / o->heads), err) ||
-                   gw_kv_u32(w, "llama.attention.head_count", (uint32_t)o->heads, err) ||
-                   gw_kv_u32(w, "llama.attention.head_count_kv", (uint32_t)o->kv_heads, err) ||
-                   gw_kv_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f, err) ||
-                   gw_kv_f32(w, "llama.rope.freq_base", 10000.0f, err) ||
+                   kv_arch_u32(w, a, "context_length", o->ctx, err) ||
+                   kv_arch_u32(w, a, "embedding_length", o->dim, err) ||
+                   kv_arch_u32(w, a, "block_count", o->layers, err) ||
+                   kv_arch_u32(w, a, "feed_forward_length", o->ff, err) ||
+                   (a->rope_dims_key &&
+                    kv_arch_u32(w, a, "rope.dimension_count", o->dim / o->heads, err)) ||
+                   kv_arch_u32(w, a, "attention.head_count", o->heads, err) ||
+                   kv_arch_u32(w, a, "attention.head_count_kv", o->kv_heads, err) ||
+                   kv_arch_f32(w, a, "attention.layer_norm_rms_epsilon", a->rms_eps, err) ||
+                   kv_arch_f32(w, a, "rope.freq_base", a->rope_base, err) ||
+                   (a->window_keys &&
+                    (kv_arch_u32(w, a, "rope.scaling.original_context_length", o->ctx, err) ||
+                     kv_arch_u32(w, a, "attention.sliding_window", PHI3_SLIDING_WINDOW, err))) ||
                    gw_kv_u32(w, "general.file_type", mix->file_type, err) ||
-                   gw_kv_u32(w, "llama.vocab_size", (uint32_t)n_vocab, err) ||
+                   (a->vocab_size_key && kv_arch_u32(w, a, "vocab_size", n_vocab, err)) ||
                    gw_kv_u32(w, "general.quantization_version", 2, err) ||
                    copy_tokenizer(w, vocab, err)
                ? -1
@@ -697,7 +774,8 @@ static int add_tensors(gw_writer *w, plan *p, llmq_err *err)
 
 /* ---- main ---- */
 
-static int make_model(const options *o, const mix_def *mix, const sigset_t *stop, llmq_err *err)
+static int make_model(const options *o, const arch_def *a, const mix_def *mix, const sigset_t *stop,
+                      llmq_err *err)
 {
     gguf_file *vocab = NULL;
     gw_writer *w = NULL;
@@ -705,15 +783,15 @@ static int make_model(const options *o, const mix_def *mix, const sigset_t *stop
     uint64_t n_vocab;
     int rc = -1;
     if (gguf_open(&vocab, o->vocab, err) || vocab_size(vocab, &n_vocab, err) ||
-        plan_build(&p, o, mix, n_vocab, err) || gw_new(&w, o->out, err) ||
-        write_metadata(w, o, mix, vocab, n_vocab, err) || add_tensors(w, &p, err) ||
+        plan_build(&p, o, a, mix, n_vocab, err) || gw_new(&w, o->out, err) ||
+        write_metadata(w, o, a, mix, vocab, n_vocab, err) || add_tensors(w, &p, err) ||
         gw_begin(w, err))
         goto out;
     fprintf(stderr,
-            "llmq-mkmodel: llama dim %" PRIu64 ", %" PRIu64 " layers, %" PRIu64 "/%" PRIu64
+            "llmq-mkmodel: %s dim %" PRIu64 ", %" PRIu64 " layers, %" PRIu64 "/%" PRIu64
             " heads, ff %" PRIu64 ", vocab %" PRIu64 ", mix %s: %zu tensors, %" PRIu64
             " bytes of weights, %" PRIu64 " threads\n",
-            o->dim, o->layers, o->heads, o->kv_heads, o->ff, n_vocab, mix->name, p.n,
+            a->flag, o->dim, o->layers, o->heads, o->kv_heads, o->ff, n_vocab, mix->name, p.n,
             gw_data_bytes(w), o->threads);
     double t0 = clock_mono_ms_f() / 1e3;
     if (generate(&p, w, o, stop, err) || gw_commit(w, err))
@@ -749,7 +827,7 @@ int main(int argc, char **argv)
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
-    if (make_model(&o, o.mix, &stop, &err)) {
+    if (make_model(&o, o.arch, o.mix, &stop, &err)) {
         fprintf(stderr, "llmq-mkmodel: %s\n", err.msg);
         return 1;
     }

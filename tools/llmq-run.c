@@ -376,9 +376,9 @@ static int run_engine_mode(run_opts *o)
         return 1;
     }
     const model_config *c = model_get_config(m);
-    fprintf(stderr, "llmq-run: %s: %s, %d layers, dim %d, %d heads (%d kv), vocab %d, %.1f MB %s; "
-                    "%s\n",
-            o->model, c->name, c->n_layers, c->dim, c->n_head, c->n_head_kv, c->n_vocab,
+    fprintf(stderr, "llmq-run: %s: %s, %s, %d layers, dim %d, %d heads (%d kv), vocab %d, %.1f MB "
+                    "%s; %s\n",
+            o->model, c->name, c->arch, c->n_layers, c->dim, c->n_head, c->n_head_kv, c->n_vocab,
             c->weight_bytes / 1e6, quant_type_name(c->weight_type), be->name);
     if (o->mode == MODE_GENERATE || o->mode == MODE_PARALLEL)
         fprintf(stderr, "llmq-run: seed %llu\n", (unsigned long long)o->gen.sampling.seed);

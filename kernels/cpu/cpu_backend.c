@@ -508,26 +508,38 @@ static void cpu_matmul(backend *be, const be_weight *w, be_act *in, float *out, 
     pool_run(cb->pool, matmul_task, &j, j.tasks_w * tiles_x, matmul_cost(w, in->rows, fast));
 }
 
-/* ---- rope: llama.cpp's NORM mode, theta advanced by repeated products ---- */
+/* ---- rope: as ggml's CPU rope, theta advanced by repeated products ---- */
 
 typedef struct rope_job {
     float *q, *k;
     const int32_t *pos;
     const be_attn_shape *shape;
-    int32_t rope_dim;
+    const be_rope *rope;
     float theta_scale;
 } rope_job;
 
+/* Where pair i of a head lies: values step*i and step*i + offset (ggml's
+ * rotate_pairs: step 2, offset 1 for adjacent pairs; 1, n_dims/2 for halves). */
+typedef struct rope_layout {
+    int32_t step, offset;
+} rope_layout;
+
+static rope_layout rope_layout_of(const be_rope *r)
+{
+    return r->mode == BE_ROPE_HALVES ? (rope_layout){1, r->n_dims / 2} : (rope_layout){2, 1};
+}
+
 /* Rotate pairs [i0, i0 + n) of n_heads heads by the angles' cos c and sin s. */
-static void rope_heads(float *x, int32_t n_heads, int32_t head_dim, int32_t i0, int32_t n,
-                       const float *c, const float *s)
+static void rope_heads(float *x, int32_t n_heads, int32_t head_dim, rope_layout lay, int32_t i0,
+                       int32_t n, const float *c, const float *s)
 {
     for (int32_t h = 0; h < n_heads; h++) {
-        float *xh = x + (int64_t)h * head_dim + 2 * i0;
+        float *xh = x + (int64_t)h * head_dim;
         for (int32_t i = 0; i < n; i++) {
-            const float x0 = xh[2 * i], x1 = xh[2 * i + 1];
-            xh[2 * i] = x0 * c[i] - x1 * s[i];
-            xh[2 * i + 1] = x0 * s[i] + x1 * c[i];
+            float *a = xh + (int64_t)lay.step * (i0 + i), *b = a + lay.offset;
+            const float x0 = *a, x1 = *b;
+            *a = x0 * c[i] - x1 * s[i];
+            *b = x0 * s[i] + x1 * c[i];
         }
     }
 }
@@ -540,28 +552,42 @@ static void rope_task(void *ctx, int64_t r, int thread)
 {
     const rope_job *j = ctx;
     const be_attn_shape *sh = j->shape;
+    const be_rope *rp = j->rope;
+    const rope_layout lay = rope_layout_of(rp);
     float theta = (float)j->pos[r];
-    for (int32_t i0 = 0; i0 < j->rope_dim / 2; i0 += ROPE_CHUNK) {
-        const int32_t n = j->rope_dim / 2 - i0 < ROPE_CHUNK ? j->rope_dim / 2 - i0 : ROPE_CHUNK;
+    for (int32_t i0 = 0; i0 < rp->n_dims / 2; i0 += ROPE_CHUNK) {
+        const int32_t n = rp->n_dims / 2 - i0 < ROPE_CHUNK ? rp->n_dims / 2 - i0 : ROPE_CHUNK;
         float c[ROPE_CHUNK], s[ROPE_CHUNK];
         for (int32_t i = 0; i < n; i++) {
-            c[i] = cosf(theta);
-            s[i] = sinf(theta);
+            const float t = rp->factors_dev ? theta / rp->factors_dev[i0 + i] : theta;
+            c[i] = cosf(t);
+            s[i] = sinf(t);
             theta *= j->theta_scale;
         }
-        rope_heads(j->q + r * sh->n_head * sh->head_dim, sh->n_head, sh->head_dim, i0, n, c, s);
-        rope_heads(j->k + r * sh->n_head_kv * sh->head_dim, sh->n_head_kv, sh->head_dim, i0, n, c,
+        rope_heads(j->q + r * sh->n_head * sh->head_dim, sh->n_head, sh->head_dim, lay, i0, n, c,
                    s);
+        rope_heads(j->k + r * sh->n_head_kv * sh->head_dim, sh->n_head_kv, sh->head_dim, lay, i0,
+                   n, c, s);
     }
 }
 
 static void cpu_rope(backend *be, float *q, float *k, const int32_t *pos, int32_t rows,
-                     const be_attn_shape *shape, int32_t rope_dim, float freq_base)
+                     const be_attn_shape *shape, const be_rope *rope)
 {
-    rope_job j = {.q = q, .k = k, .pos = pos, .shape = shape, .rope_dim = rope_dim,
-                  .theta_scale = powf(freq_base, -2.0f / (float)rope_dim)};
+    rope_job j = {.q = q, .k = k, .pos = pos, .shape = shape, .rope = rope,
+                  .theta_scale = powf(rope->freq_base, -2.0f / (float)rope->n_dims)};
     pool_run(pool_of(be), rope_task, &j, rows,
-             (int64_t)rows * (shape->n_head + shape->n_head_kv + 16) * rope_dim);
+             (int64_t)rows * (shape->n_head + shape->n_head_kv + 16) * rope->n_dims);
+}
+
+/* ---- bias ---- */
+
+static void cpu_add_bias(backend *be, float *x, const float *bias, int32_t rows, int32_t n)
+{
+    (void)be;
+    for (int32_t r = 0; r < rows; r++)
+        for (int32_t i = 0; i < n; i++)
+            x[(size_t)r * n + i] += bias[i];
 }
 
 /* ---- KV write ---- */
@@ -850,6 +876,7 @@ static const backend_ops cpu_ops = {
     .gather_rows = cpu_gather_rows,
     .rmsnorm = cpu_rmsnorm,
     .matmul = cpu_matmul,
+    .add_bias = cpu_add_bias,
     .rope = cpu_rope,
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,

@@ -1,13 +1,14 @@
 /* attention: causal attention of each batch row over its sequence's paged
  * f16 KV cache.
  *
- * The tensor-core kernel (head dims 16, 32, 64, 128) is flash attention
- * with mma.sync m16n8k16: a CTA of 4 warps takes one query tile (the rows
- * of one sequence whose positions fall in one 64-aligned window: a decode
- * row is a tile of 1, a 512-row prompt chunk 8 tiles of 64) for one head,
- * and streams the sequence's keys and values in tiles of 64 through shared
- * memory (cp.async, two stages, block table lookups per key), keeping an
- * online softmax in registers (S = Q K^T, P in f16, O += P V, f32 sums).
+ * The tensor-core kernel (head dims 16, 32, 64, 96 for Phi-3-mini, 128) is
+ * flash attention with mma.sync m16n8k16: a CTA of 4 warps takes one query
+ * tile (the rows of one sequence whose positions fall in one 64-aligned
+ * window: a decode row is a tile of 1, a 512-row prompt chunk 8 tiles of 64)
+ * for one head, and streams the sequence's keys and values in tiles of 64
+ * through shared memory (cp.async, two stages, block table lookups per key),
+ * keeping an online softmax in registers (S = Q K^T, P in f16, O += P V, f32
+ * sums).
  * The grid has one CTA per (row, head); a CTA whose row does not start a
  * tile exits at once, so no host-side plan is needed.
  *
@@ -22,7 +23,8 @@
  *
  * Shared memory ledger: Q, 2 x K, 2 x V tiles of 64 rows x (D + 8) halves
  * (the 8 halves of padding put ldmatrix's 8 row addresses on distinct bank
- * quads) = 5 x 64 x (D + 8) x 2 B: 87,040 B at D = 128, 46,080 B at D = 64.
+ * quads) = 5 x 64 x (D + 8) x 2 B: 87,040 B at D = 128, 66,560 B at D = 96,
+ * 46,080 B at D = 64.
  *
  * Roofline: decode reads each cached key and value once per (row, head):
  * 0.5 MB per token of context at 7B (32 heads x 128 x 2 x 2 B), so B = 64
@@ -536,6 +538,9 @@ cudaError_t attention_configure(void)
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)tc_smem<128>());
     if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(attn_tc_kernel<96>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)tc_smem<96>());
+    if (e == cudaSuccess)
         e = cudaFuncSetAttribute(attn_tc_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)tc_smem<64>());
     if (e == cudaSuccess)
@@ -575,6 +580,7 @@ void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const fl
     case 16: attn_tc_kernel<16><<<grid, ATT_THREADS, tc_smem<16>(), s>>>(a, scale_log2); break;
     case 32: attn_tc_kernel<32><<<grid, ATT_THREADS, tc_smem<32>(), s>>>(a, scale_log2); break;
     case 64: attn_tc_kernel<64><<<grid, ATT_THREADS, tc_smem<64>(), s>>>(a, scale_log2); break;
+    case 96: attn_tc_kernel<96><<<grid, ATT_THREADS, tc_smem<96>(), s>>>(a, scale_log2); break;
     case 128: attn_tc_kernel<128><<<grid, ATT_THREADS, tc_smem<128>(), s>>>(a, scale_log2); break;
     default: {
         /* 16 bytes of slack: ptxas merges the guarded loads of the last

@@ -534,13 +534,20 @@ static void cu_matmul_many(backend *be, int n, const be_weight *const *w, be_act
 }
 
 static void cu_rope(backend *be, float *q, float *k, const int32_t *pos, int32_t rows,
-                    const be_attn_shape *shape, int32_t rope_dim, float freq_base)
+                    const be_attn_shape *shape, const be_rope *rope)
 {
     cuda_backend *cb = cb_of(be);
     /* The same powf as the CPU backend: theta advances by this factor. */
-    const float theta_scale = powf(freq_base, -2.0f / (float)rope_dim);
+    const float theta_scale = powf(rope->freq_base, -2.0f / (float)rope->n_dims);
     if (!cb->failed && rows > 0)
-        launch_rope(cb, q, k, pos, rows, shape, rope_dim, theta_scale);
+        launch_rope(cb, q, k, pos, rows, shape, rope, theta_scale);
+}
+
+static void cu_add_bias(backend *be, float *x, const float *bias, int32_t rows, int32_t n)
+{
+    cuda_backend *cb = cb_of(be);
+    if (!cb->failed && rows > 0)
+        launch_add_bias(cb, x, bias, rows, n);
 }
 
 static void cu_kv_write(backend *be, be_kv *kv, int32_t layer, const float *k, const float *v,
@@ -623,6 +630,7 @@ static const backend_ops cuda_ops = {
     .gather_rows = cu_gather_rows,
     .rmsnorm = cu_rmsnorm,
     .matmul = cu_matmul,
+    .add_bias = cu_add_bias,
     .rope = cu_rope,
     .kv_write = cu_kv_write,
     .attention = cu_attention,

@@ -171,7 +171,8 @@ void launch_swiglu(cuda_backend *cb, const float *g, const float *u, int32_t row
 /* The quantized copy of a->x in format fmt (ACT_Q8 or ACT_F16). */
 void launch_act_quantize(cuda_backend *cb, be_act *a, int fmt);
 void launch_rope(cuda_backend *cb, float *q, float *k, const int32_t *pos, int32_t rows,
-                 const be_attn_shape *sh, int32_t rope_dim, float theta_scale);
+                 const be_attn_shape *sh, const be_rope *rope, float theta_scale);
+void launch_add_bias(cuda_backend *cb, float *x, const float *bias, int32_t rows, int32_t n);
 void launch_kv_write(cuda_backend *cb, be_kv *kv, int32_t layer, const float *k, const float *v,
                      const int32_t *slot, int32_t rows);
 

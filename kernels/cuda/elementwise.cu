@@ -1,5 +1,5 @@
 /* elementwise: the row-wise ops (embed, gather, rmsnorm, swiglu, rope,
- * kv_write) and the activation quantizers.
+ * add_bias, kv_write) and the activation quantizers.
  *
  * Layout invariants: the row producers (rmsnorm, swiglu, the quantizers)
  * use blocks of 1024 threads; element e of a row is handled by thread
@@ -15,7 +15,7 @@
  * with the rounding intrinsics (__fmul_rn, ...), so that contraction into
  * FMA cannot change a result: embed, gather, kv_write and rmsnorm (whose sum
  * of squares is in double, as the CPU's) match the CPU to the bit or to the
- * last place; rope and swiglu differ only where CUDA's sinf/cosf/expf round
+ * last place, add_bias to the bit; rope and swiglu differ only where CUDA's sinf/cosf/expf round
  * differently from glibc's (an ulp or two).
  *
  * Roofline: these ops move a few MB per step (a 4096-wide row is 16 KB), so
@@ -239,13 +239,15 @@ void launch_act_quantize(cuda_backend *cb, be_act *a, int fmt)
     cuda_check_launch(cb, "quantize activations");
 }
 
-/* ---- rope: llama.cpp's NORM mode, theta by repeated products as the CPU ---- */
+/* ---- rope: theta by repeated products as the CPU; pair i is values
+ * step*i and step*i + offset (adjacent pairs: 2, 1; halves: 1, n_dims/2) ---- */
 
 __global__ void rope_kernel(float *q, float *k, const int32_t *pos, int32_t n_head,
-                            int32_t n_head_kv, int32_t hd, int32_t rope_dim, float theta_scale)
+                            int32_t n_head_kv, int32_t hd, int32_t n_dims, int32_t step,
+                            int32_t offset, float theta_scale, const float *factors)
 {
     const int64_t r = blockIdx.x;
-    const int32_t half = rope_dim / 2, total = (n_head + n_head_kv) * half;
+    const int32_t half = n_dims / 2, total = (n_head + n_head_kv) * half;
     const float p = (float)pos[r];
     for (int32_t t = threadIdx.x; t < total; t += blockDim.x) {
         const int32_t head = t / half, i = t % half;
@@ -254,19 +256,39 @@ __global__ void rope_kernel(float *q, float *k, const int32_t *pos, int32_t n_he
         float theta = p;
         for (int32_t j = 0; j < i; j++)
             theta = __fmul_rn(theta, theta_scale);
+        if (factors)
+            theta = __fdiv_rn(theta, factors[i]);
         const float c = cosf(theta), s = sinf(theta);
-        const float x0 = x[2 * i], x1 = x[2 * i + 1];
-        x[2 * i] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-        x[2 * i + 1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+        float *a = x + step * i, *b = a + offset;
+        const float x0 = *a, x1 = *b;
+        *a = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        *b = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
     }
 }
 
 void launch_rope(cuda_backend *cb, float *q, float *k, const int32_t *pos, int32_t rows,
-                 const be_attn_shape *sh, int32_t rope_dim, float theta_scale)
+                 const be_attn_shape *sh, const be_rope *rope, float theta_scale)
 {
-    rope_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>(q, k, pos, sh->n_head, sh->n_head_kv,
-                                                      sh->head_dim, rope_dim, theta_scale);
+    const bool halves = rope->mode == BE_ROPE_HALVES;
+    rope_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>(
+        q, k, pos, sh->n_head, sh->n_head_kv, sh->head_dim, rope->n_dims, halves ? 1 : 2,
+        halves ? rope->n_dims / 2 : 1, theta_scale, rope->factors_dev);
     cuda_check_launch(cb, "rope");
+}
+
+/* ---- add_bias: x[r][i] += bias[i], the CPU's one float add ---- */
+
+__global__ void add_bias_kernel(float *x, const float *bias, int32_t n)
+{
+    const int64_t r = blockIdx.x;
+    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
+        x[r * n + i] = __fadd_rn(x[r * n + i], bias[i]);
+}
+
+void launch_add_bias(cuda_backend *cb, float *x, const float *bias, int32_t rows, int32_t n)
+{
+    add_bias_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>(x, bias, n);
+    cuda_check_launch(cb, "add_bias");
 }
 
 /* ---- kv_write: f32 rows into the f16 cache at their slots ---- */

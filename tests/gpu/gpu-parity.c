@@ -8,7 +8,8 @@
  * these bounds:
  *   embed, gather, kv_write (through attention's plain kernel): exact or
  *     1e-6 (the same arithmetic, rounding intrinsics on the GPU);
- *   rmsnorm, swiglu 1e-6; rope 1e-5 (sinf/cosf ulps);
+ *   rmsnorm, swiglu 1e-6; rope 1e-5 (sinf/cosf ulps; both layouts, with
+ *     and without frequency divisors); add_bias exact;
  *   matmul against an f64 reference (dequantized weights, f32 inputs):
  *     quantized weights, <= 8 rows (q8_1 activations): 2e-2; > 8 rows (f16
  *     activations and f16 weight tiles): 2e-3; f16/bf16/f32 weights, <= 8 rows:
@@ -363,6 +364,30 @@ out:
     free(aux);
     free(oc);
     free(og);
+}
+
+/* add_bias: one float add per element, the same bits. */
+static void test_add_bias(ctx *c)
+{
+    enum { ROWS = 9, N = 3584 };
+    static float x[ROWS * N], bias[N], oc[ROWS * N], og[ROWS * N];
+    fill_random(c, x, ROWS * N, 2.0f);
+    fill_random(c, bias, N, 1.0f);
+    backend *be[2] = {c->cpu, c->gpu};
+    float *dx[2], *db[2];
+    for (int i = 0; i < 2; i++) {
+        dx[i] = dev_copy(be[i], x, sizeof x);
+        db[i] = dev_copy(be[i], bias, sizeof bias);
+        be[i]->ops->add_bias(be[i], dx[i], db[i], ROWS, N);
+    }
+    if (fetch(c->cpu, oc, dx[0], ROWS * N) || fetch(c->gpu, og, dx[1], ROWS * N))
+        fail_row(c, "add_bias", "9 x 3584", "run failed");
+    else
+        row(c, "add_bias", "9 x 3584", compare_f(og, oc, ROWS * N), 0.0, NULL, 0);
+    for (int i = 0; i < 2; i++) {
+        be[i]->ops->free(be[i], dx[i]);
+        be[i]->ops->free(be[i], db[i]);
+    }
 }
 
 static void test_gather(ctx *c)
@@ -751,7 +776,9 @@ out:
     free(og);
 }
 
-static void test_rope(ctx *c, int32_t rope_dim, float base)
+/* Both rope layouts, with and without Llama 3.1-like frequency divisors
+ * (1 to 8, drawn at random). */
+static void test_rope(ctx *c, be_rope_mode mode, int32_t rope_dim, float base, bool factors)
 {
     const be_attn_shape sh = {32, 8, 128};
     const int32_t rows = 17;
@@ -759,10 +786,13 @@ static void test_rope(ctx *c, int32_t rope_dim, float base)
     float *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k);
     float *qc = malloc(nq * sizeof *qc), *qg = malloc(nq * sizeof *qg);
     float *kc = malloc(nk * sizeof *kc), *kg = malloc(nk * sizeof *kg);
+    float ff[64];
+    float *dff[2] = {NULL, NULL};
     int32_t pos[17];
-    char what[64];
-    snprintf(what, sizeof what, "17 rows, 32+8 heads of 128, rope_dim %d, base %g", rope_dim,
-             base);
+    char what[96];
+    snprintf(what, sizeof what, "17 rows, 32+8 heads of 128, %s, rope_dim %d, base %g%s",
+             mode == BE_ROPE_HALVES ? "halves" : "pairs", rope_dim, base,
+             factors ? ", factors" : "");
     if (!q || !k || !qc || !qg || !kc || !kg) {
         fail_row(c, "rope", what, "setup failed");
         goto out;
@@ -772,12 +802,18 @@ static void test_rope(ctx *c, int32_t rope_dim, float base)
     for (int i = 0; i < rows; i++)
         pos[i] = (int32_t)(next_u64(c) % 4096);
     pos[0] = 0;
+    for (int i = 0; i < rope_dim / 2; i++)
+        ff[i] = 1.0f + (float)(next_u64(c) % 7000) / 1000.0f;
     float *dq[2] = {dev_copy(c->cpu, q, nq * 4), dev_copy(c->gpu, q, nq * 4)};
     float *dk[2] = {dev_copy(c->cpu, k, nk * 4), dev_copy(c->gpu, k, nk * 4)};
     int32_t *dp[2] = {dev_copy(c->cpu, pos, sizeof pos), dev_copy(c->gpu, pos, sizeof pos)};
     backend *be[2] = {c->cpu, c->gpu};
-    for (int i = 0; i < 2; i++)
-        be[i]->ops->rope(be[i], dq[i], dk[i], dp[i], rows, &sh, rope_dim, base);
+    for (int i = 0; i < 2; i++) {
+        dff[i] = factors ? dev_copy(be[i], ff, sizeof ff) : NULL;
+        const be_rope r = {.mode = mode, .n_dims = rope_dim, .freq_base = base,
+                           .factors_dev = dff[i]};
+        be[i]->ops->rope(be[i], dq[i], dk[i], dp[i], rows, &sh, &r);
+    }
     if (fetch(c->cpu, qc, dq[0], nq) || fetch(c->gpu, qg, dq[1], nq) ||
         fetch(c->cpu, kc, dk[0], nk) || fetch(c->gpu, kg, dk[1], nk)) {
         fail_row(c, "rope", what, "run failed");
@@ -789,6 +825,7 @@ static void test_rope(ctx *c, int32_t rope_dim, float base)
         be[i]->ops->free(be[i], dq[i]);
         be[i]->ops->free(be[i], dk[i]);
         be[i]->ops->free(be[i], dp[i]);
+        be[i]->ops->free(be[i], dff[i]);
     }
 out:
     free(q);
@@ -930,8 +967,12 @@ static void test_ops(ctx *c, bool large)
     test_rowop(c, false, 3, 172);
     test_rowop(c, true, 5, 11008);
     test_rowop(c, true, 40, 172);
-    test_rope(c, 128, 10000.0f);
-    test_rope(c, 64, 500000.0f);
+    test_rope(c, BE_ROPE_PAIRS, 128, 10000.0f, false);
+    test_rope(c, BE_ROPE_PAIRS, 64, 500000.0f, false);
+    test_rope(c, BE_ROPE_PAIRS, 128, 500000.0f, true);
+    test_rope(c, BE_ROPE_HALVES, 128, 1000000.0f, false);
+    test_rope(c, BE_ROPE_HALVES, 96, 10000.0f, false);
+    test_add_bias(c);
     static const mm_case mms[] = {
         {QUANT_Q4_K, 1000, 1024, false}, {QUANT_Q5_K, 1000, 1024, false},
         {QUANT_Q6_K, 1000, 1024, false},
@@ -947,6 +988,7 @@ static void test_ops(ctx *c, bool large)
     const int n_decode = (int)(sizeof att_decode / sizeof *att_decode);
     test_attention(c, 32, 32, 128, att_mixed, n_mixed, 5e-3);
     test_attention(c, 8, 2, 64, att_mixed, n_mixed, 5e-3);
+    test_attention(c, 32, 32, 96, att_mixed, n_mixed, 5e-3); /* Phi-3-mini's head size */
     test_attention(c, 8, 4, 16, att_mixed, n_mixed, 5e-3);
     test_attention(c, 8, 4, 8, att_mixed, n_mixed, 5e-3);
     test_attention(c, 32, 32, 128, att_decode, n_decode, 1e-5);

@@ -2,7 +2,9 @@
 # tests/gpu/run.sh: the one command for the GPU machine, from the repository
 # root: build check, parity, then the benchmarks (bench/cuda.sh).  Binaries
 # built on the CPU machine come in BIN (llmq-run, llmq-mkmodel, gpu-parity,
-# bench-cuda-ops), their shared libraries in .device-libs/.  Tables and logs
+# bench-cuda-ops), their shared libraries in .device-libs/, the synthetic
+# model of each architecture that make check writes into the build tree's
+# tests/synth in SYNTH (default BIN/synth: copy them there).  Tables and logs
 # go to $OUT (default /tmp/llmq-gpu); a summary is printed last.
 #
 # usage: tests/gpu/run.sh [BIN]        (default .gpu-bin)
@@ -50,12 +52,17 @@ log "build check done"
 "$BIN/llmq-mkmodel" --vocab "$VOCAB" --layers 32 $SHAPE7B -o /tmp/m7b.gguf >> "$OUT/log.txt" 2>&1 &
 MK=$!
 
-# 2. parity: ops, the test models and a 7B-shaped 2-layer model.
+# 2. parity: ops, the test models, a 7B-shaped 2-layer model and the
+#    synthetic llama3, qwen2 and phi3 models (their llama.cpp perplexity is
+#    in tests/data/reference).
 "$BIN/llmq-mkmodel" --vocab "$VOCAB" --layers 2 $SHAPE7B -o /tmp/m2.gguf >> "$OUT/log.txt" 2>&1
+SYNTH=${SYNTH:-$BIN/synth}
+[ -d "$SYNTH" ] || log "no $SYNTH: the synthetic models of each architecture are not compared"
 # Ops and models in two processes: a fault in one leaves the other's table.
 timeout 100 "$BIN/gpu-parity" --ops > "$OUT/parity.md" 2>> "$OUT/log.txt"
 log "parity (ops) exit $?"
-timeout 200 "$BIN/gpu-parity" --models /tmp/m2.gguf >> "$OUT/parity.md" 2>> "$OUT/log.txt"
+timeout 400 "$BIN/gpu-parity" --models /tmp/m2.gguf $(ls "$SYNTH"/*.gguf 2>/dev/null) \
+    >> "$OUT/parity.md" 2>> "$OUT/log.txt"
 log "parity (models) exit $?"
 wait $MK
 log "7B model written ($(du -h /tmp/m7b.gguf | cut -f1))"

@@ -41,16 +41,28 @@ static inline int check_done(void)
     return check_state.failed ? 1 : 0;
 }
 
-/* Path of a fixture under $LLMQ_TEST_DATA (exits 77, "skip", if unset). */
-static inline const char *check_data_path(char *buf, size_t size, const char *rel)
+/* Path rel under the directory $var names (exits 77, "skip", if unset). */
+static inline const char *check_env_path(const char *var, char *buf, size_t size, const char *rel)
 {
-    const char *dir = getenv("LLMQ_TEST_DATA");
+    const char *dir = getenv(var);
     if (!dir) {
-        fprintf(stderr, "LLMQ_TEST_DATA is not set: run through `make check`\n");
+        fprintf(stderr, "%s is not set: run through `make check`\n", var);
         exit(77);
     }
     snprintf(buf, size, "%s/%s", dir, rel);
     return buf;
+}
+
+/* Path of a fixture under $LLMQ_TEST_DATA. */
+static inline const char *check_data_path(char *buf, size_t size, const char *rel)
+{
+    return check_env_path("LLMQ_TEST_DATA", buf, size, rel);
+}
+
+/* Path of a file make check wrote into the build tree ($LLMQ_BUILDDIR). */
+static inline const char *check_build_path(char *buf, size_t size, const char *rel)
+{
+    return check_env_path("LLMQ_BUILDDIR", buf, size, rel);
 }
 
 #endif

@@ -5,7 +5,9 @@
  * and values, the tokenizer copied from the vocab file, tensor names, shapes
  * and per-mix types, the weights' statistics (row std, centred q4_K and q5_K
  * sub-blocks), determinism across runs and thread counts, layout equality
- * with llama.cpp-loaded synth fixtures, the command-line errors, and that an
+ * with llama.cpp-loaded synth fixtures, each --arch's tensors (Llama 3.1's
+ * rope_freqs, Qwen2's biases and tied output, Phi-3's fused attn_qkv and
+ * gate/up), keys and determinism, the command-line errors, and that an
  * interrupted run leaves no file behind. */
 #include <errno.h>
 #include <fcntl.h>
@@ -89,22 +91,37 @@ static void path_in(const env *e, char *buf, size_t cap, const char *name)
     snprintf(buf, cap, "%s/%s", e->dir, name);
 }
 
-/* llmq-mkmodel with a shape, mix, seed and thread count; the log is kept in
- * log (may be NULL).  Returns the exit status. */
-static int mkmodel(const env *e, const char *vocab, const shape *s, const char *mix,
-                   const char *seed, const char *threads, const char *out, char *log, size_t cap)
+/* llmq-mkmodel with a shape, mix, seed and thread count, and optionally an
+ * --arch (NULL: none) and --tied; the log is kept in log (may be NULL).
+ * Returns the exit status. */
+static int mkmodel_arch(const env *e, const char *vocab, const shape *s, const char *mix,
+                        const char *seed, const char *threads, const char *out, const char *arch,
+                        bool tied, char *log, size_t cap)
 {
     char *argv[] = {(char *)e->exe, "--vocab", (char *)vocab, "--dim", (char *)s->dim,
                     "--layers", (char *)s->layers, "--heads", (char *)s->heads,
                     "--kv-heads", (char *)s->kv, "--ff", (char *)s->ff, "--ctx", (char *)s->ctx,
                     "--mix", (char *)mix, "--seed", (char *)seed, "--threads", (char *)threads,
-                    "-o", (char *)out, NULL};
+                    "-o", (char *)out, NULL, NULL, NULL, NULL};
+    int n = 23; /* the first NULL */
+    if (arch) {
+        argv[n++] = "--arch";
+        argv[n++] = (char *)arch;
+    }
+    if (tied)
+        argv[n++] = "--tied";
     char logpath[300];
     path_in(e, logpath, sizeof logpath, "log.txt");
     int rc = spawn(argv, logpath, NULL);
     if (log)
         slurp(logpath, log, cap);
     return rc;
+}
+
+static int mkmodel(const env *e, const char *vocab, const shape *s, const char *mix,
+                   const char *seed, const char *threads, const char *out, char *log, size_t cap)
+{
+    return mkmodel_arch(e, vocab, s, mix, seed, threads, out, NULL, false, log, cap);
 }
 
 /* ---- what a file must hold ---- */
@@ -517,6 +534,165 @@ static void test_determinism(const env *e)
     unlink(d);
 }
 
+/* ---- the other architectures ---- */
+
+/* A tensor of each block: its name after "blk.N.", [ne0, ne1] (ne1 0: 1-D)
+ * and its type in block 0 and block 1 under q4_k_m with 2 layers. */
+typedef struct block_tensor {
+    const char *suffix;
+    uint64_t ne0, ne1;
+    quant_type t0, t1;
+} block_tensor;
+
+typedef struct arch_expect {
+    const char *arch, *gguf_arch;
+    bool tied;
+    const char *first;       /* a tensor before token_embd, or NULL */
+    quant_type embd_type;
+    const block_tensor *block;
+    size_t n_block;
+    const char *const *keys; /* model keys present */
+    const char *const *absent;
+} arch_expect;
+
+#define Q4 QUANT_Q4_K
+#define Q6 QUANT_Q6_K
+#define F32 QUANT_F32
+
+/* SMALL: dim 256, 4 heads of 64, 2 kv heads (kv_dim 128), ff 512. */
+static const block_tensor LLAMA_BLOCK[] = {
+    {"attn_norm.weight", 256, 0, F32, F32},   {"attn_q.weight", 256, 256, Q4, Q4},
+    {"attn_k.weight", 256, 128, Q4, Q4},      {"attn_v.weight", 256, 128, Q4, Q6},
+    {"attn_output.weight", 256, 256, Q4, Q4}, {"ffn_norm.weight", 256, 0, F32, F32},
+    {"ffn_gate.weight", 256, 512, Q4, Q4},    {"ffn_up.weight", 256, 512, Q4, Q4},
+    {"ffn_down.weight", 512, 256, Q4, Q6},
+};
+static const block_tensor QWEN2_BLOCK[] = {
+    {"attn_norm.weight", 256, 0, F32, F32},   {"attn_q.weight", 256, 256, Q4, Q4},
+    {"attn_q.bias", 256, 0, F32, F32},        {"attn_k.weight", 256, 128, Q4, Q4},
+    {"attn_k.bias", 128, 0, F32, F32},        {"attn_v.weight", 256, 128, Q4, Q6},
+    {"attn_v.bias", 128, 0, F32, F32},        {"attn_output.weight", 256, 256, Q4, Q4},
+    {"ffn_norm.weight", 256, 0, F32, F32},    {"ffn_gate.weight", 256, 512, Q4, Q4},
+    {"ffn_up.weight", 256, 512, Q4, Q4},      {"ffn_down.weight", 512, 256, Q4, Q6},
+};
+/* attn_qkv: q, k and v rows (256 + 128 + 128), quantized as attn_v is;
+ * ffn_up: the gate rows, then the up rows. */
+static const block_tensor PHI3_BLOCK[] = {
+    {"attn_norm.weight", 256, 0, F32, F32},   {"attn_qkv.weight", 256, 512, Q4, Q6},
+    {"attn_output.weight", 256, 256, Q4, Q4}, {"ffn_norm.weight", 256, 0, F32, F32},
+    {"ffn_up.weight", 256, 1024, Q4, Q4},     {"ffn_down.weight", 512, 256, Q4, Q6},
+};
+
+static const char *const LLAMA3_KEYS[] = {"llama.rope.dimension_count", "llama.vocab_size", NULL};
+static const char *const QWEN2_KEYS[] = {"qwen2.context_length", "qwen2.rope.freq_base", NULL};
+static const char *const QWEN2_ABSENT[] = {"qwen2.rope.dimension_count", "qwen2.vocab_size",
+                                           NULL};
+static const char *const PHI3_KEYS[] = {"phi3.rope.dimension_count",
+                                        "phi3.rope.scaling.original_context_length",
+                                        "phi3.attention.sliding_window", NULL};
+static const char *const PHI3_ABSENT[] = {"phi3.vocab_size", NULL};
+static const char *const NONE[] = {NULL};
+
+static const arch_expect ARCH_EXPECT[] = {
+    {"llama3", "llama", false, "rope_freqs.weight", Q4, LLAMA_BLOCK, 9, LLAMA3_KEYS, NONE},
+    {"qwen2", "qwen2", true, NULL, Q6, QWEN2_BLOCK, 12, QWEN2_KEYS, QWEN2_ABSENT},
+    {"phi3", "phi3", false, NULL, Q4, PHI3_BLOCK, 6, PHI3_KEYS, PHI3_ABSENT},
+};
+
+/* Names, shapes and types of every tensor, in order. */
+static int arch_tensors_off(const gguf_file *f, const arch_expect *x)
+{
+    int bad = 0;
+    uint64_t i = 0;
+    const gguf_tensor *t;
+    if (x->first) {
+        t = gguf_tensor_at(f, i++);
+        bad += !t || strcmp(t->name, x->first) || t->type != F32 || t->ne[0] != 32;
+    }
+    t = gguf_tensor_at(f, i++);
+    bad += !t || strcmp(t->name, "token_embd.weight") || t->type != x->embd_type;
+    for (int layer = 0; layer < 2; layer++)
+        for (size_t k = 0; k < x->n_block; k++) {
+            const block_tensor *b = &x->block[k];
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d.%s", layer, b->suffix);
+            t = gguf_tensor_at(f, i++);
+            if (!t || strcmp(t->name, name) || t->n_dims != (b->ne1 ? 2u : 1u) ||
+                t->ne[0] != b->ne0 || (b->ne1 && t->ne[1] != b->ne1) ||
+                t->type != (layer ? b->t1 : b->t0)) {
+                printf("# %s: got %s, want %s\n", x->arch, t ? t->name : "-", name);
+                bad++;
+            }
+        }
+    t = gguf_tensor_at(f, i++);
+    bad += !t || strcmp(t->name, "output_norm.weight");
+    if (!x->tied) {
+        t = gguf_tensor_at(f, i++);
+        bad += !t || strcmp(t->name, "output.weight") || t->type != Q6;
+    }
+    return bad + (i != gguf_tensor_count(f));
+}
+
+/* Llama 3.1's divisors: 1 for the fast frequencies, 8 for the slow, a
+ * smooth ramp between. */
+static bool llama3_factors_ok(const gguf_file *f)
+{
+    const gguf_tensor *t = gguf_find_tensor(f, "rope_freqs.weight");
+    if (!t)
+        return false;
+    const float *v = t->data;
+    bool ok = v[0] == 1.0f && v[t->ne[0] - 1] == 8.0f;
+    for (uint64_t i = 1; i < t->ne[0]; i++)
+        ok = ok && v[i] >= v[i - 1] && v[i] <= 8.0f;
+    return ok;
+}
+
+static int keys_off(const gguf_file *f, const arch_expect *x)
+{
+    int bad = 0;
+    gguf_str arch;
+    llmq_err err;
+    bad += gguf_get_str(f, "general.architecture", &arch, &err) != 0 ||
+           !gguf_str_eq(arch, x->gguf_arch);
+    for (const char *const *k = x->keys; *k; k++)
+        bad += gguf_find_key(f, *k) < 0;
+    for (const char *const *k = x->absent; *k; k++)
+        bad += gguf_find_key(f, *k) >= 0;
+    return bad;
+}
+
+static void test_archs(const env *e)
+{
+    for (size_t i = 0; i < sizeof ARCH_EXPECT / sizeof ARCH_EXPECT[0]; i++) {
+        const arch_expect *x = &ARCH_EXPECT[i];
+        char a[300], b[300], log[4096];
+        path_in(e, a, sizeof a, "arch-t1.gguf");
+        path_in(e, b, sizeof b, "arch-t2.gguf");
+        int rc = mkmodel_arch(e, e->vocab, &SMALL, "q4_k_m", "1", "1", a, x->arch, x->tied, log,
+                              sizeof log) |
+                 mkmodel_arch(e, e->vocab, &SMALL, "q4_k_m", "1", "2", b, x->arch, x->tied, NULL,
+                              0);
+        gguf_file *f = NULL;
+        llmq_err err = {0};
+        if (rc || gguf_open(&f, a, &err)) {
+            CHECK(0, "--arch %s: written and read back (rc %d) %s %s", x->arch, rc, err.msg, log);
+            continue;
+        }
+        CHECK(keys_off(f, x) == 0, "--arch %s: general.architecture %s and the converter's keys",
+              x->arch, x->gguf_arch);
+        CHECK(arch_tensors_off(f, x) == 0,
+              "--arch %s%s: %" PRIu64 " tensors with llama.cpp's names, shapes and Q4_K_M types",
+              x->arch, x->tied ? " --tied" : "", gguf_tensor_count(f));
+        if (x->first)
+            CHECK(llama3_factors_ok(f), "--arch %s: rope_freqs.weight holds Llama 3.1's "
+                  "divisors, 1 rising to 8", x->arch);
+        CHECK(same_file(a, b), "--arch %s: 1 and 2 threads write the same bytes", x->arch);
+        gguf_close(f);
+        unlink(a);
+        unlink(b);
+    }
+}
+
 /* ---- command line ---- */
 
 static void expect_usage_error(const env *e, char *const argv[], const char *what,
@@ -573,6 +749,14 @@ static void test_command_line(const env *e)
                        "-o --vocab --layers --heads --kv-heads --ff --ctx --seed", 2);
     expect_usage_error(e, (char *[]){X, "--bogus", NULL}, "unknown flag",
                        "unknown option '--bogus'", 2);
+    char out_arch[300];
+    path_in(e, out_arch, sizeof out_arch, "bad.gguf");
+    expect_usage_error(e, (char *[]){X, "--vocab", (char *)e->vocab, "--dim", "256", "--layers",
+                                     "2", "--heads", "4", "--kv-heads", "2", "--ff", "512",
+                                     "--ctx", "256", "--mix", "f32", "--seed", "1", "-o",
+                                     out_arch, "--arch", "gemma", NULL},
+                       "unknown architecture", "--arch 'gemma' is not one of llama, llama3, qwen2, "
+                       "phi3", 2);
     test_bad_values(e);
     char out[300], log[4096], logpath[300];
     path_in(e, out, sizeof out, "bad.gguf");
@@ -649,6 +833,7 @@ int main(void)
     compare_synth(&e, "models/synth-q4km-gqa.gguf", &gqa, "q4_k_m");
     compare_synth(&e, "models/synth-q6k-mha.gguf", &mha, "q6_k");
     test_determinism(&e);
+    test_archs(&e);
     test_command_line(&e);
     test_interrupt(&e);
     gguf_close(vocab);

@@ -1,5 +1,7 @@
 /* Parity of the CPU engine with llama.cpp (tests/data/reference, made by
- * llama.cpp c392e509 on the CPU), and batch invariance.
+ * llama.cpp on the CPU: c392e509 for the models of tests/data/models,
+ * c2b1518 for the synthetic model of each architecture that make check
+ * writes with llmq-mkmodel into tests/synth), and batch invariance.
  *
  * Pins:
  *  - teacher-forced logits: feeding the reference's own tokens, every step's
@@ -14,10 +16,14 @@
  *    worst bound;
  *  - free-running greedy generation (all prompts batched in one engine):
  *    identical tokens to the reference until the first step whose top-2
- *    margin is within the bound (on stories260K: all 32 tokens everywhere);
+ *    margin is within the bound (on stories260K and the f32 synthetic models:
+ *    all 32 tokens everywhere);
  *  - perplexity on story.txt with -c 128 within 0.5% of llama.cpp's;
  *  - batch invariance: each prompt alone vs 16 sequences in one batch gives
- *    bit-identical logits at every step. */
+ *    bit-identical logits at every step;
+ *  - a synthetic model is the very file its references were made from (its
+ *    FNV-1a hash), so a change of llmq-mkmodel's output cannot pass for a
+ *    parity failure. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,6 +41,17 @@
 #define MAX_STEPS 32
 #define MAX_PROMPTS 32
 
+/* FNV-1a 64 of the synthetic models (tests/local.mk's command lines) the
+ * references in tests/data/reference were made from. */
+#define SYNTH_LLAMA3_Q4KM 0xb1dfbeb38c0b0e17ull
+#define SYNTH_QWEN2_Q4KM 0x9bcea22f9420914bull
+#define SYNTH_PHI3_Q4KM 0x82ed01fbfad33f13ull
+#define SYNTH_LLAMA3_BPE_Q8 0x4a885832cb37ac50ull
+#define SYNTH_QWEN2_VOCAB_Q8 0xc57fe41f624bc228ull
+#define SYNTH_LLAMA3_F32 0x43dd5a8b6015c903ull
+#define SYNTH_QWEN2_F32 0xb63b4c41425aa942ull
+#define SYNTH_PHI3_F32 0x1c707756468bfff0ull
+
 typedef struct ref_prompt {
     int32_t prompt[256];
     int32_t n_prompt;
@@ -46,6 +63,9 @@ typedef struct ref_prompt {
 
 typedef struct fixture {
     const char *name;
+    uint64_t synth_fnv; /* a model of tests/synth: its hash; 0 for tests/data/models */
+    bool batch_invariance;
+    bool greedy_exact;  /* f32 weights: all 32 greedy tokens identical on every prompt */
     float bound;        /* on the worst error */
     float median_bound; /* on the median error */
     model *m;
@@ -324,7 +344,7 @@ static void check_greedy(fixture *fx)
     }
     CHECK(unexplained == 0, "%s: batched greedy equals llama.cpp on %d of %d prompts, the rest "
           "diverge only at low-margin steps", fx->name, exact, fx->n_refs);
-    if (strcmp(fx->name, "stories260K") == 0)
+    if (fx->greedy_exact)
         CHECK(exact == fx->n_refs, "%s: all 32 greedy tokens identical on every prompt", fx->name);
 }
 
@@ -409,12 +429,32 @@ static void check_batch_invariance(fixture *fx)
           fx->name, same, n);
 }
 
+/* A synthetic model's path, after checking it is the file the references
+ * were made from. */
+static int synth_path(const fixture *fx, char *path, size_t cap)
+{
+    char rel[128];
+    snprintf(rel, sizeof rel, "tests/synth/%s.gguf", fx->name);
+    check_build_path(path, cap, rel);
+    size_t len;
+    char *bytes = slurp(path, &len);
+    const uint64_t h = bytes ? fnv(bytes, len) : 0;
+    free(bytes);
+    CHECK(h == fx->synth_fnv, "%s: the model make check wrote is the one the references were "
+          "made from (FNV-1a %016llx, want %016llx)", fx->name, (unsigned long long)h,
+          (unsigned long long)fx->synth_fnv);
+    return h == fx->synth_fnv ? 0 : -1;
+}
+
 static int open_fixture(fixture *fx, backend *be)
 {
     char path[512], rel[256];
     llmq_err err;
     snprintf(rel, sizeof rel, "models/%s.gguf", fx->name);
-    if (model_load(&fx->m, check_data_path(path, sizeof path, rel), be, &err) != 0 ||
+    if (fx->synth_fnv ? synth_path(fx, path, sizeof path) != 0
+                      : !check_data_path(path, sizeof path, rel))
+        return -1;
+    if (model_load(&fx->m, path, be, &err) != 0 ||
         tok_load(&fx->vocab, model_gguf(fx->m), &err) != 0) {
         CHECK(0, "%s: load: %s", fx->name, err.msg);
         return -1;
@@ -428,12 +468,35 @@ static int open_fixture(fixture *fx, backend *be)
 
 int main(void)
 {
+    /* The synthetic models: llama3 (rope_freqs, GQA), qwen2 (q/k/v biases,
+     * tied), phi3 (fused attn_qkv and gate/up) in Q4_K_M with the 512-token
+     * vocabulary; llama3 and qwen2 in q8_0 with their own 128k/152k
+     * vocabularies (tied: the output matmul and top-k at that width); and
+     * each architecture in f32, where no activation is quantized and the
+     * f32 bound holds and every greedy token must match. */
     static fixture fixtures[] = {
-        {.name = "stories260K", .bound = 1e-3f, .median_bound = 1e-3f},
+        {.name = "stories260K", .bound = 1e-3f, .median_bound = 1e-3f, .batch_invariance = true,
+         .greedy_exact = true},
         {.name = "tinystories-656k-q8_0", .bound = 4e-2f, .median_bound = 1e-2f},
         {.name = "TinyStories-656K.f16", .bound = 1e-2f, .median_bound = 1e-2f},
-        {.name = "synth-q4km-gqa", .bound = 4e-2f, .median_bound = 1e-2f},
+        {.name = "synth-q4km-gqa", .bound = 4e-2f, .median_bound = 1e-2f, .batch_invariance = true},
         {.name = "synth-q6k-mha", .bound = 4e-2f, .median_bound = 1e-2f},
+        {.name = "synth-llama3-q4km", .synth_fnv = SYNTH_LLAMA3_Q4KM, .bound = 4e-2f,
+         .median_bound = 1e-2f, .batch_invariance = true},
+        {.name = "synth-qwen2-q4km", .synth_fnv = SYNTH_QWEN2_Q4KM, .bound = 4e-2f,
+         .median_bound = 1e-2f, .batch_invariance = true},
+        {.name = "synth-phi3-q4km", .synth_fnv = SYNTH_PHI3_Q4KM, .bound = 4e-2f,
+         .median_bound = 1e-2f, .batch_invariance = true},
+        {.name = "synth-llama3-bpe-q8", .synth_fnv = SYNTH_LLAMA3_BPE_Q8, .bound = 4e-2f,
+         .median_bound = 1e-2f, .batch_invariance = true},
+        {.name = "synth-qwen2-vocab-q8", .synth_fnv = SYNTH_QWEN2_VOCAB_Q8, .bound = 4e-2f,
+         .median_bound = 1e-2f, .batch_invariance = true},
+        {.name = "synth-llama3-f32", .synth_fnv = SYNTH_LLAMA3_F32, .bound = 1e-3f,
+         .median_bound = 1e-3f, .batch_invariance = true, .greedy_exact = true},
+        {.name = "synth-qwen2-f32", .synth_fnv = SYNTH_QWEN2_F32, .bound = 1e-3f,
+         .median_bound = 1e-3f, .batch_invariance = true, .greedy_exact = true},
+        {.name = "synth-phi3-f32", .synth_fnv = SYNTH_PHI3_F32, .bound = 1e-3f,
+         .median_bound = 1e-3f, .batch_invariance = true, .greedy_exact = true},
     };
     backend *be;
     llmq_err err;
@@ -447,7 +510,7 @@ int main(void)
             check_teacher_forced(fx, be);
             check_greedy(fx);
             check_perplexity(fx);
-            if (i == 0 || i == 3)
+            if (fx->batch_invariance)
                 check_batch_invariance(fx);
         }
         tok_free(fx->vocab);

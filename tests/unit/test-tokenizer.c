@@ -3,12 +3,14 @@
  * Pins: llama.cpp's own test vectors (tests/data/vocab/NAME.gguf.inp and
  * .out, read as its test-tokenizer-0 reads them: inputs between
  * "\n__ggml_vocab_test__\n" separators, no BOS, no special parsing) for
- * SentencePiece (llama-spm, phi-3) and byte-level BPE (gpt-2) vocabularies;
- * the prompt ids llama.cpp recorded for the test models
- * (tests/data/reference/MODEL.greedy.jsonl); the pre-tokenizer splits that no
- * vocabulary here exercises (llama3, default); round trips; special tokens in
- * text; streaming UTF-8 hold-back; end-of-generation ids; and clear errors for
- * malformed vocabulary metadata, built as in-memory GGUF files. */
+ * SentencePiece (llama-spm, phi-3) and byte-level BPE (gpt-2, and the Llama 3
+ * and Qwen2 vocabularies: llama-bpe, qwen2) vocabularies; the prompt ids
+ * llama.cpp recorded for the test models (tests/data/reference/
+ * MODEL.greedy.jsonl); the pre-tokenizer splits that no vocabulary's vectors
+ * tell apart (llama3, qwen2's single digits, default); round trips; special
+ * tokens in text; streaming UTF-8 hold-back; llama.cpp's end-of-generation
+ * sets (tokens found by their text included); and clear errors for malformed
+ * vocabulary metadata, built as in-memory GGUF files. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,12 +176,13 @@ static void check_vectors(const char *vocab)
 
 /* ---- prompts of the reference runs (JSON lines) ---- */
 
-static void check_prompts(const char *model)
+/* The reference's prompts of `model` through the tokenizer of the GGUF at
+ * rel (the model, or the vocabulary a synthetic model was written with). */
+static void check_prompts_of(const char *rel_vocab, const char *model, size_t n_prompts)
 {
     char rel[256], path[1024];
     loaded l;
-    snprintf(rel, sizeof rel, "models/%s.gguf", model);
-    if (!load(&l, rel))
+    if (!load(&l, rel_vocab))
         return;
     snprintf(rel, sizeof rel, "reference/%s.greedy.jsonl", model);
     size_t len;
@@ -217,11 +220,18 @@ static void check_prompts(const char *model)
         json_free(j);
         line = nl ? nl + 1 : NULL;
     }
-    CHECK(total == 6 && matched == total,
-          "%s: %zu of %zu reference prompts give llama.cpp's prompt_tokens (BOS added)", model,
-          matched, total);
+    CHECK(total == n_prompts && matched == total,
+          "%s: %zu of %zu reference prompts give llama.cpp's prompt_tokens (BOS as the model asks)",
+          model, matched, total);
     free(data);
     unload(&l);
+}
+
+static void check_prompts(const char *model)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "models/%s.gguf", model);
+    check_prompts_of(rel, model, 6);
 }
 
 /* ---- behaviours on the real vocabularies ---- */
@@ -437,15 +447,97 @@ static void check_gpt2(void)
     unload(&l);
 }
 
+/* llama.cpp c2b1518's EOT and EOG set of each vocabulary, as its print_info
+ * lists them (llama-tokenize on the same files). */
+static void check_eog_sets(void)
+{
+    static const struct {
+        const char *vocab;
+        int32_t eot;
+        int32_t eog[8];
+        size_t n_eog;
+    } want[] = {
+        {"vocab/ggml-vocab-llama-spm.gguf", TOK_NONE, {2}, 1},
+        {"vocab/ggml-vocab-phi-3.gguf", 32007, {2, 32000, 32007}, 3},
+        {"vocab/ggml-vocab-gpt-2.gguf", 50256, {50256}, 1},
+        {"vocab/ggml-vocab-llama-bpe.gguf", 128009, {128001, 128009}, 2},
+        {"vocab/ggml-vocab-qwen2.gguf", 151645,
+         {128247, 151643, 151645, 151662, 151663, 151664}, 6},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        loaded l;
+        if (!load(&l, want[i].vocab))
+            continue;
+        const int32_t *eog;
+        size_t n = tok_eog(l.v, &eog);
+        bool same = ids_equal(eog, n, want[i].eog, want[i].n_eog);
+        for (size_t k = 0; k < n; k++)
+            same = same && tok_is_eog(l.v, eog[k]) && tok_is_control(l.v, eog[k]);
+        if (!same)
+            print_ids("eog", eog, n);
+        CHECK(same && tok_eot(l.v) == want[i].eot,
+              "%s: EOT %d and the %zu end-of-generation tokens are llama.cpp's, all control",
+              want[i].vocab, tok_eot(l.v), want[i].n_eog);
+        unload(&l);
+    }
+}
+
+/* Qwen2's chat tokens, and its ordinary BPE token spelled "</s>" that
+ * llama.cpp turns into a control token ending generation. */
+static void check_qwen2_specials(void)
+{
+    loaded l;
+    if (!load(&l, "vocab/ggml-vocab-qwen2.gguf"))
+        return;
+    const tok_vocab *v = l.v;
+    const char *chat = "<|im_start|>user\nHi</s><|im_end|>";
+    int32_t *a, *b;
+    size_t na, nb, pl;
+    const int32_t want[] = {151644, 872, 198, 13048, 128247, 151645}; /* llama-tokenize's */
+    if (encode(v, chat, strlen(chat), tok_add_bos(v), true, &a, &na) == 0) {
+        CHECK(ids_equal(a, na, want, 6),
+              "qwen2: '<|im_start|>user\\nHi</s><|im_end|>' gives llama.cpp's ids (no BOS)");
+        free(a);
+    }
+    if (encode(v, chat, strlen(chat), false, false, &b, &nb) == 0) {
+        bool plain = true;
+        for (size_t i = 0; i < nb; i++)
+            plain = plain && !tok_is_control(v, b[i]);
+        CHECK(plain && nb > 6, "qwen2: without parse_special the chat tokens are plain text");
+        free(b);
+    }
+    const char *p = tok_piece(v, 128247, false, &pl);
+    CHECK(p && pl == 0 && tok_pad(v) == 151643 && !tok_add_bos(v),
+          "qwen2: '</s>' renders as nothing unless special; PAD is <|endoftext|>; no BOS");
+    unload(&l);
+}
+
+static void check_llama_bpe_bos(void)
+{
+    loaded l;
+    if (!load(&l, "vocab/ggml-vocab-llama-bpe.gguf"))
+        return;
+    int32_t *a;
+    size_t n;
+    const int32_t want[] = {128000, 9906, 1917};
+    if (encode(l.v, "Hello world", 11, tok_add_bos(l.v), true, &a, &n) == 0) {
+        CHECK(ids_equal(a, n, want, 3), "llama-bpe: 'Hello world' is BOS 9906 1917, BOS asked");
+        free(a);
+    }
+    unload(&l);
+}
+
 static void check_story_round_trips(void)
 {
     static const char *const vocabs[] = {"vocab/ggml-vocab-llama-spm.gguf",
                                          "vocab/ggml-vocab-phi-3.gguf",
-                                         "vocab/ggml-vocab-gpt-2.gguf", "models/stories260K.gguf"};
+                                         "vocab/ggml-vocab-gpt-2.gguf", "models/stories260K.gguf",
+                                         "vocab/ggml-vocab-llama-bpe.gguf",
+                                         "vocab/ggml-vocab-qwen2.gguf"};
     char path[1024];
     size_t len;
     char *story = slurp(check_data_path(path, sizeof path, "reference/story.txt"), &len);
-    for (size_t i = 0; i < 4; i++) {
+    for (size_t i = 0; i < sizeof vocabs / sizeof vocabs[0]; i++) {
         loaded l;
         if (!load(&l, vocabs[i]))
             continue;
@@ -769,6 +861,12 @@ static void check_pretok(void)
                                     "!"};
     check_split("default", "punctuation, math symbols, digit triples",
                 "Price: $1234567.89 <=> x+y; it's 3rd!", d, 22);
+    static const char *const q2[] = {"In", " ", "2", "0", "2", "4", ",", " Qwen", "2", ".", "5",
+                                     "-", "7", "B", " scored", " ", "8", "5", ".", "3", "%\n\n",
+                                     " ", " it", "'s", " ", "1", "0", "0", "0", "x",
+                                     "\xc2\xb2", "!"};
+    check_split("qwen2", "one digit a word (where llama3 takes three), newline runs",
+                "In 2024, Qwen2.5-7B scored 85.3%\n\n  it's 1000x\xc2\xb2!", q2, 32);
     static const char *const g[] = {"I", "'ve", " ", " 2", " apples", "\t\n"};
     check_split("gpt-2", "contractions and trailing whitespace", "I've  2 apples\t\n", g, 6);
     CHECK(pretok_find(NULL, 0) == pretok_find("default", 7) && pretok_find("nope", 4) == NULL,
@@ -780,15 +878,23 @@ int main(void)
     check_vectors("llama-spm");
     check_vectors("phi-3");
     check_vectors("gpt-2");
+    check_vectors("llama-bpe");
+    check_vectors("qwen2");
     check_prompts("stories260K");
     check_prompts("synth-q4km-gqa");
     check_prompts("synth-q6k-mha");
     check_prompts("tinystories-656k-q8_0");
     check_prompts("TinyStories-656K.f16");
+    /* qwen2 asks for no BOS: its empty prompt has no tokens and no reference. */
+    check_prompts_of("vocab/ggml-vocab-llama-bpe.gguf", "synth-llama3-bpe-q8", 6);
+    check_prompts_of("vocab/ggml-vocab-qwen2.gguf", "synth-qwen2-vocab-q8", 5);
     check_specials_spm();
     check_stream();
     check_phi3();
     check_gpt2();
+    check_eog_sets();
+    check_qwen2_specials();
+    check_llama_bpe_bos();
     check_story_round_trips();
     check_tinystories_unknown();
     check_built_spm();
