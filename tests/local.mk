@@ -23,6 +23,13 @@ tests_unit_test_sampler_SOURCES = tests/unit/test-sampler.c tests/unit/check.h
 tests_unit_test_sampler_LDADD = engine/libllmq_engine.a common/libllmq_common.a -lm
 # ---- end sampler ----
 
+# ---- grammar-constrained decoding (engine/grammar.c, jsonschema.c, tokenmask.c) ----
+check_PROGRAMS += tests/unit/test-jsonschema
+TESTS += tests/unit/test-jsonschema
+tests_unit_test_jsonschema_SOURCES = tests/unit/test-jsonschema.c tests/unit/check.h
+tests_unit_test_jsonschema_LDADD = engine/libllmq_engine.a common/libllmq_common.a -lm
+# ---- end grammar-constrained decoding ----
+
 # ---- proto: wire protocol (proto/wire.c) ----
 check_PROGRAMS += tests/unit/test-wire
 TESTS += tests/unit/test-wire
