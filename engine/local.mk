@@ -7,4 +7,5 @@ engine_libllmq_engine_a_SOURCES = \
 	engine/engine.c engine/engine.h \
 	engine/perplexity.c engine/perplexity.h \
 	engine/grammar.c engine/grammar.h \
-	engine/jsonschema.c engine/jsonschema.h
+	engine/jsonschema.c engine/jsonschema.h \
+	engine/tokenmask.c engine/tokenmask.h

@@ -28,6 +28,10 @@ check_PROGRAMS += tests/unit/test-jsonschema
 TESTS += tests/unit/test-jsonschema
 tests_unit_test_jsonschema_SOURCES = tests/unit/test-jsonschema.c tests/unit/check.h
 tests_unit_test_jsonschema_LDADD = engine/libllmq_engine.a common/libllmq_common.a -lm
+check_PROGRAMS += tests/unit/test-grammar
+TESTS += tests/unit/test-grammar
+tests_unit_test_grammar_SOURCES = tests/unit/test-grammar.c tests/unit/check.h
+tests_unit_test_grammar_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
 # ---- end grammar-constrained decoding ----
 
 # ---- proto: wire protocol (proto/wire.c) ----
