@@ -14,6 +14,19 @@
  * independently of their batch (backend contract) and the sampler's random
  * stream is a function of (seed, step).
  *
+ * A sequence may be constrained by a grammar (engine_request.constraint,
+ * engine/grammar.h): before each draw, the tokens the grammar does not
+ * allow next get -inf (engine/tokenmask.h: masks cached per automaton
+ * state, shared by the sequences of one grammar), the end-of-generation
+ * tokens only while the document is complete; after it, the grammar's
+ * state advances by the token's bytes, and once the grammar allows no
+ * further token the sequence finishes with ENGINE_FINISH_STOP (as it does,
+ * its document unfinished, if every allowed logit of a row is NaN).  Rows of
+ * constrained and free sequences, and of different grammars, mix in one
+ * step.  A constrained row always copies its whole logits back (the masks
+ * are applied on the host), so it is exact on every backend; a GPU mask
+ * kernel is later work.
+ *
  * Events returned by engine_step (new text, finished sequences) stay valid
  * until the next call.  The engine owns its KV cache, scratch, sampler and
  * sequences; the model and vocab are borrowed and must outlive it.
@@ -26,6 +39,7 @@
 
 #include "common/err.h"
 #include "kernels/backend.h"
+#include "engine/grammar.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -56,7 +70,8 @@ int32_t engine_default_blocks(int32_t wanted, size_t block_bytes, size_t availab
 typedef enum engine_finish {
     ENGINE_RUNNING = 0,
     ENGINE_FINISH_EOG,       /* the model produced an end-of-generation token */
-    ENGINE_FINISH_STOP,      /* a stop string matched (cut from the text) */
+    ENGINE_FINISH_STOP,      /* a stop string matched (cut from the text), or the grammar
+                                allows nothing more */
     ENGINE_FINISH_LENGTH,    /* max_tokens reached */
     ENGINE_FINISH_CONTEXT,   /* the sequence filled its context */
     ENGINE_FINISH_CANCELLED, /* engine_cancel */
@@ -75,6 +90,11 @@ typedef struct engine_request {
     const char *const *stop;     /* stop strings (copied) */
     int32_t n_stop;
     bool ignore_eog;             /* keep going past end-of-generation tokens */
+    /* NULL: free text.  Else the output follows this grammar.  Borrowed:
+     * the caller owns it and keeps it until the sequence's finishing event
+     * has been returned (or engine_free).  Not with ignore_eog: the grammar
+     * decides where the output ends. */
+    const grammar *constraint;
 } engine_request;
 
 /* Wall-clock accounting of one sequence (milliseconds, CLOCK_MONOTONIC). */
@@ -112,7 +132,8 @@ const engine_config *engine_get_config(const engine *e);
 
 /* Queues a sequence.  Fails (naming the field) on a bad request: empty or
  * too long prompt, token ids out of range, bad sampling parameters, an id
- * already live, or more than max_seqs * 4 sequences waiting. */
+ * already live, more than max_seqs * 2 sequences live, or a constraint with
+ * ignore_eog or whose first byte no token of the vocabulary can give. */
 int engine_add(engine *e, const engine_request *req, llmq_err *err);
 
 /* Finishes a sequence with ENGINE_FINISH_CANCELLED at the next step; false
@@ -147,8 +168,9 @@ typedef struct engine_stats {
 
 engine_stats engine_get_stats(const engine *e);
 
-/* Called with each sequence's logits (n_vocab floats) before sampling, for
- * parity tests and tools that print top tokens; step counts generated tokens. */
+/* Called with each sequence's logits (n_vocab floats) before sampling (and
+ * before a grammar's mask), for parity tests and tools that print top
+ * tokens; step counts generated tokens. */
 typedef void (*engine_logits_fn)(void *ctx, uint64_t id, int32_t step, const float *logits,
                                  int32_t n_vocab);
 void engine_set_logits_observer(engine *e, engine_logits_fn fn, void *ctx);

@@ -32,6 +32,10 @@ check_PROGRAMS += tests/unit/test-grammar
 TESTS += tests/unit/test-grammar
 tests_unit_test_grammar_SOURCES = tests/unit/test-grammar.c tests/unit/check.h
 tests_unit_test_grammar_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
+check_PROGRAMS += tests/unit/test-engine-grammar
+TESTS += tests/unit/test-engine-grammar
+tests_unit_test_engine_grammar_SOURCES = tests/unit/test-engine-grammar.c tests/unit/check.h
+tests_unit_test_engine_grammar_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
 # ---- end grammar-constrained decoding ----
 
 # ---- proto: wire protocol (proto/wire.c) ----
