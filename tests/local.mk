@@ -36,6 +36,10 @@ check_PROGRAMS += tests/unit/test-engine-grammar
 TESTS += tests/unit/test-engine-grammar
 tests_unit_test_engine_grammar_SOURCES = tests/unit/test-engine-grammar.c tests/unit/check.h
 tests_unit_test_engine_grammar_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
+# llmq-run --json-schema: 1,000 sampled outputs over tests/data/schemas, judged by
+# Python's jsonschema (python3-jsonschema)
+TESTS += tests/integration/test-structured-outputs.sh
+EXTRA_DIST += tests/integration/test-structured-outputs.sh
 # ---- end grammar-constrained decoding ----
 
 # ---- proto: wire protocol (proto/wire.c) ----

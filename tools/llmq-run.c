@@ -85,6 +85,9 @@ static void usage(FILE *out)
             "      --seed S          random seed (default: a new one, printed)\n"
             "      --stop TEXT       stop when TEXT appears (repeatable, at most 16)\n"
             "      --ignore-eos      keep generating past end-of-generation tokens\n"
+            "      --json-schema FILE  output JSON that follows the JSON schema in FILE (OpenAI's\n"
+            "                        strict structured-outputs subset)\n"
+            "      --json-object     output a JSON object (any)\n"
             "\n"
             "engine:\n"
             "      --gpu N           run on CUDA device N (default: device 0 when built with\n"
@@ -164,6 +167,7 @@ enum {
     OPT_PERPLEXITY, OPT_BENCH, OPT_TEMP, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY,
     OPT_PRESENCE, OPT_FREQUENCY, OPT_REPEAT_LAST_N, OPT_SEED, OPT_STOP, OPT_IGNORE_EOS,
     OPT_BATCH, OPT_KV_BLOCKS, OPT_KV_F32, OPT_REPS, OPT_JSON, OPT_CPU, OPT_GPU,
+    OPT_JSON_SCHEMA, OPT_JSON_OBJECT,
 };
 
 /* One option into o; 0, or EXIT_USAGE with a message. */
@@ -212,6 +216,8 @@ static int take_option(int c, const char *arg, run_opts *o, bool *ctx_given)
         g->stop[g->n_stop++] = arg;
         return 0;
     case OPT_IGNORE_EOS: g->ignore_eos = true; return 0;
+    case OPT_JSON_SCHEMA: g->json_schema = arg; return 0;
+    case OPT_JSON_OBJECT: g->json_object = true; return 0;
     case OPT_BATCH: return parse_int("--batch", arg, 1, 1 << 16, &g->engine.max_batch_tokens);
     case OPT_KV_BLOCKS: return parse_int("--kv-blocks", arg, 1, INT32_MAX, &g->engine.n_blocks);
     case OPT_KV_F32: g->engine.kv_type = BE_KV_F32; return 0;
@@ -249,6 +255,12 @@ static int check_opts(run_opts *o, bool ctx_given)
         return usage_error("%s", "-p and -f go with generation, --parallel and --tokenize");
     if (o->mode == MODE_GENERATE && o->prompt_file)
         return usage_error("%s", "-f goes with --parallel or --tokenize; give the prompt with -p");
+    if (g->json_schema && g->json_object)
+        return usage_error("%s", "--json-schema and --json-object exclude each other");
+    if ((g->json_schema || g->json_object) &&
+        (g->ignore_eos || (o->mode != MODE_GENERATE && o->mode != MODE_PARALLEL)))
+        return usage_error("%s", "--json-schema and --json-object go with -p or --parallel, and "
+                                 "not with --ignore-eos (the schema decides where the output ends)");
     if (ctx_given && o->mode != MODE_PERPLEXITY)
         g->engine.n_ctx = g->ppl_ctx;
     if (g->engine.max_seqs > g->engine.max_batch_tokens || g->parallel > g->engine.max_batch_tokens)
@@ -293,6 +305,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
         {"seed", required_argument, NULL, OPT_SEED},
         {"stop", required_argument, NULL, OPT_STOP},
         {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
+        {"json-schema", required_argument, NULL, OPT_JSON_SCHEMA},
+        {"json-object", no_argument, NULL, OPT_JSON_OBJECT},
         {"batch", required_argument, NULL, OPT_BATCH},
         {"kv-blocks", required_argument, NULL, OPT_KV_BLOCKS},
         {"kv-f32", no_argument, NULL, OPT_KV_F32},

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/file.h"
+#include "engine/jsonschema.h"
 #include "engine/perplexity.h"
 
 static int fail(const char *what, const llmq_err *err)
@@ -14,12 +15,32 @@ static int fail(const char *what, const llmq_err *err)
     return 1;
 }
 
-static engine_request make_request(const run_gen_opts *o, uint64_t id, const int32_t *ids,
-                                   size_t n)
+static engine_request make_request(const run_gen_opts *o, const grammar *constraint, uint64_t id,
+                                   const int32_t *ids, size_t n)
 {
     return (engine_request){.id = id, .prompt = ids, .n_prompt = (int32_t)n,
                             .sampling = o->sampling, .max_tokens = o->n_predict,
-                            .stop = o->stop, .n_stop = o->n_stop, .ignore_eog = o->ignore_eos};
+                            .stop = o->stop, .n_stop = o->n_stop, .ignore_eog = o->ignore_eos,
+                            .constraint = constraint};
+}
+
+/* The grammar of --json-schema FILE or --json-object into *g (NULL when
+ * neither was given). */
+static int load_constraint(const run_gen_opts *o, grammar **g)
+{
+    llmq_err err;
+    char *text;
+    size_t len;
+    *g = NULL;
+    if (o->json_object)
+        return jsonschema_any_object(g, &err) != 0 ? fail("--json-object", &err) : 0;
+    if (!o->json_schema)
+        return 0;
+    if (file_read_all(o->json_schema, &text, &len, &err) != 0)
+        return fail("--json-schema", &err);
+    int rc = jsonschema_compile(g, text, len, &err);
+    free(text);
+    return rc != 0 ? fail(o->json_schema, &err) : 0;
 }
 
 static void print_timing(const char *label, const engine_timing *t)
@@ -43,12 +64,18 @@ int run_generate(const run_gen_opts *o, model *m, const tok_vocab *v)
         return fail("tokenizing the prompt", &err);
     engine_config cfg = o->engine;
     cfg.max_seqs = 1;
+    grammar *g;
+    if (load_constraint(o, &g) != 0) {
+        free(ids);
+        return 1;
+    }
     engine *e;
     if (engine_create(&e, m, v, &cfg, &err) != 0) {
         free(ids);
+        grammar_free(g);
         return fail("engine", &err);
     }
-    engine_request req = make_request(o, 1, ids, n);
+    engine_request req = make_request(o, g, 1, ids, n);
     int rc = engine_add(e, &req, &err) != 0 ? fail("prompt", &err) : 0;
     free(ids);
     while (rc == 0 && engine_has_work(e)) {
@@ -69,6 +96,7 @@ int run_generate(const run_gen_opts *o, model *m, const tok_vocab *v)
         }
     }
     engine_free(e);
+    grammar_free(g);
     return rc;
 }
 
@@ -106,14 +134,14 @@ static int read_prompts(const char *path, prompt_list *pl, llmq_err *err)
     return 0;
 }
 
-static int add_prompt(engine *e, const run_gen_opts *o, const tok_vocab *v, size_t i,
-                      const char *text, llmq_err *err)
+static int add_prompt(engine *e, const run_gen_opts *o, const grammar *g, const tok_vocab *v,
+                      size_t i, const char *text, llmq_err *err)
 {
     int32_t *ids;
     size_t n;
     if (tok_encode(v, text, strlen(text), tok_add_bos(v), true, &ids, &n, err) != 0)
         return llmq_err_prefix(err, "prompt %zu", i + 1);
-    engine_request req = make_request(o, i, ids, n);
+    engine_request req = make_request(o, g, i, ids, n);
     int rc = engine_add(e, &req, err);
     free(ids);
     return rc != 0 ? llmq_err_prefix(err, "prompt %zu", i + 1) : 0;
@@ -130,21 +158,25 @@ int run_parallel(const run_gen_opts *o, model *m, const tok_vocab *v)
     }
     engine_config cfg = o->engine;
     cfg.max_seqs = o->parallel;
-    engine *e;
-    if (engine_create(&e, m, v, &cfg, &err) != 0) {
+    grammar *g = NULL;
+    engine *e = NULL;
+    int rc = load_constraint(o, &g);
+    if (rc == 0 && engine_create(&e, m, v, &cfg, &err) != 0)
+        rc = fail("engine", &err);
+    if (rc != 0) {
+        grammar_free(g);
         free(pl.text);
         free(pl.lines);
-        return fail("engine", &err);
+        return rc;
     }
     size_t next = 0, done = 0;
     uint64_t generated = 0;
-    int rc = 0;
     const double t0 = engine_now_ms();
     while (rc == 0 && done < pl.n) {
         /* Keep the engine fed: more sequences wait than run, so a finished
          * one is replaced in the very next step. */
         while (next < pl.n && engine_free_slots(e) > 0)
-            if (add_prompt(e, o, v, next, pl.lines[next], &err) != 0)
+            if (add_prompt(e, o, g, v, next, pl.lines[next], &err) != 0)
                 rc = fail("prompts", &err), next = pl.n;
             else
                 next++;
@@ -173,6 +205,7 @@ int run_parallel(const run_gen_opts *o, model *m, const tok_vocab *v)
         fprintf(stderr, "llmq-run: %zu prompts, %llu tokens generated in %.2f s: %.1f tok/s\n",
                 pl.n, (unsigned long long)generated, secs, secs > 0 ? generated / secs : 0.0);
     engine_free(e);
+    grammar_free(g);
     free(pl.text);
     free(pl.lines);
     return rc;

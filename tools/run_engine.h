@@ -24,6 +24,8 @@ typedef struct run_gen_opts {
     const char *stop[ENGINE_MAX_STOPS];
     int32_t n_stop;
     bool ignore_eos;
+    const char *json_schema;  /* --json-schema FILE: outputs follow this JSON schema */
+    bool json_object;         /* --json-object: outputs are JSON objects */
     engine_config engine;
     int32_t threads;          /* -t, for reports */
     const char *ppl_file;     /* --perplexity */
