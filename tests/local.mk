@@ -34,7 +34,8 @@ tests_unit_test_grammar_SOURCES = tests/unit/test-grammar.c tests/unit/check.h
 tests_unit_test_grammar_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
 check_PROGRAMS += tests/unit/test-engine-grammar
 TESTS += tests/unit/test-engine-grammar
-tests_unit_test_engine_grammar_SOURCES = tests/unit/test-engine-grammar.c tests/unit/check.h
+tests_unit_test_engine_grammar_SOURCES = tests/unit/test-engine-grammar.c tests/unit/check.h \
+	tests/unit/model_fixture.h
 tests_unit_test_engine_grammar_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
 # llmq-run --json-schema: 1,000 sampled outputs over tests/data/schemas, judged by
 # Python's jsonschema (python3-jsonschema)
@@ -147,7 +148,8 @@ tests_unit_test_worker_parts_LDADD = $(LLMQ_WORKER_LIBS)
 # ---- engine scheduling rules (engine/engine.c) ----
 check_PROGRAMS += tests/unit/test-engine
 TESTS += tests/unit/test-engine
-tests_unit_test_engine_SOURCES = tests/unit/test-engine.c tests/unit/check.h
+tests_unit_test_engine_SOURCES = tests/unit/test-engine.c tests/unit/check.h \
+	tests/unit/model_fixture.h
 tests_unit_test_engine_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
 # llmq-run --bench: its table, JSON and step accounting (tools/run_engine.c)
 TESTS += tests/unit/test-cli-bench.sh

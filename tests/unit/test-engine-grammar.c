@@ -21,9 +21,7 @@
 #include "check.h"
 #include "engine/engine.h"
 #include "engine/jsonschema.h"
-#include "kernels/backend.h"
-#include "model/model.h"
-#include "model/tokenizer.h"
+#include "model_fixture.h"
 
 #define OUT_MAX 4096
 #define TOKENS_MAX 512
@@ -69,8 +67,7 @@ typedef struct result {
 } result;
 
 typedef struct fixture {
-    model *m;
-    tok_vocab *vocab;
+    model_fixture model;
     grammar *grammars[N_GRAMMARS];
 } fixture;
 
@@ -95,7 +92,7 @@ static int add_job(const fixture *fx, engine *e, int i, bool ignore_eog, llmq_er
     const job *j = &k_jobs[i];
     int32_t *ids;
     size_t n;
-    if (tok_encode(fx->vocab, j->prompt, strlen(j->prompt), true, true, &ids, &n, err) != 0)
+    if (tok_encode(fx->model.vocab, j->prompt, strlen(j->prompt), true, true, &ids, &n, err) != 0)
         return -1;
     engine_request req = {.id = (uint64_t)i, .prompt = ids, .n_prompt = (int32_t)n,
                           .sampling = sampler_default_params(), .max_tokens = j->max_tokens,
@@ -116,7 +113,7 @@ static int run(const fixture *fx, int first, int last, int32_t max_seqs, result 
     cfg.n_ctx = 512;
     engine *e;
     llmq_err err;
-    if (engine_create(&e, fx->m, fx->vocab, &cfg, &err) != 0) {
+    if (engine_create(&e, fx->model.m, fx->model.vocab, &cfg, &err) != 0) {
         printf("# engine_create: %s\n", err.msg);
         return -1;
     }
@@ -197,7 +194,7 @@ static void check_refusal(const fixture *fx)
     cfg.n_ctx = 512;
     engine *e;
     llmq_err err;
-    if (engine_create(&e, fx->m, fx->vocab, &cfg, &err) != 0)
+    if (engine_create(&e, fx->model.m, fx->model.vocab, &cfg, &err) != 0)
         return;
     CHECK(add_job(fx, e, 0, true, &err) == -1 && strstr(err.msg, "job 0: ignore_eog") &&
               engine_n_live(e) == 0,
@@ -209,17 +206,10 @@ static void check_refusal(const fixture *fx)
 
 int main(void)
 {
-    char path[512];
-    backend *be;
     fixture fx = {0};
     llmq_err err;
-    if (backend_cpu_create(&be, 2, &err) != 0 ||
-        model_load(&fx.m, check_data_path(path, sizeof path, "models/stories260K.gguf"), be,
-                   &err) != 0 ||
-        tok_load(&fx.vocab, model_gguf(fx.m), &err) != 0) {
-        printf("setup: %s\n", err.msg);
+    if (model_fixture_load(&fx.model) != 0)
         return 1;
-    }
     int compiled = 0;
     for (int g = 0; g < N_GRAMMARS; g++)
         compiled += (k_schemas[g] ? jsonschema_compile(&fx.grammars[g], k_schemas[g],
@@ -232,8 +222,6 @@ int main(void)
     }
     for (int g = 0; g < N_GRAMMARS; g++)
         grammar_free(fx.grammars[g]);
-    tok_free(fx.vocab);
-    model_free(fx.m);
-    backend_destroy(be);
+    model_fixture_free(&fx.model);
     return check_done();
 }
