@@ -10,7 +10,9 @@
  * start state, taken on the bytes the callee can begin with.  A grammar
  * without calls is thus one DFA; with calls it is a pushdown automaton whose
  * stack holds at most GRAMMAR_MAX_DEPTH frames (deeper nesting is refused
- * byte by byte, like any other byte the grammar does not allow).
+ * byte by byte, like any other byte the grammar does not allow; a document
+ * nested that deep may thus be left with no way to finish, where every way
+ * on goes through one more call).
  *
  * What the matcher needs, so that one state per frame is enough (no
  * backtracking, no sets of stacks): no rule matches the empty string; no
