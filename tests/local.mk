@@ -41,6 +41,18 @@ tests_unit_test_engine_grammar_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS
 # Python's jsonschema (python3-jsonschema)
 TESTS += tests/integration/test-structured-outputs.sh
 EXTRA_DIST += tests/integration/test-structured-outputs.sh
+
+FUZZ_TARGETS += tests/fuzz/fuzz-jsonschema
+EXTRA_DIST += tests/fuzz/fuzz-jsonschema.c tests/fuzz/corpus-jsonschema
+FUZZ_JSONSCHEMA_SRCS = $(top_srcdir)/tests/fuzz/fuzz-jsonschema.c \
+	$(top_srcdir)/engine/jsonschema.c $(top_srcdir)/engine/grammar.c \
+	$(top_srcdir)/engine/tokenmask.c $(top_srcdir)/common/json.c $(top_srcdir)/common/utf8.c \
+	$(top_srcdir)/common/err.c $(top_srcdir)/model/tokenizer.c $(top_srcdir)/model/pretok.c \
+	$(top_srcdir)/model/gguf.c $(top_srcdir)/kernels/quant.c
+tests/fuzz/fuzz-jsonschema: $(FUZZ_JSONSCHEMA_SRCS)
+	@$(MKDIR_P) tests/fuzz
+	$(AM_V_GEN)$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(FUZZ_JSONSCHEMA_SRCS) $(UTF8PROC_LIBS) -lm
+CLEANFILES += tests/fuzz/fuzz-jsonschema
 # ---- end grammar-constrained decoding ----
 
 # ---- proto: wire protocol (proto/wire.c) ----
