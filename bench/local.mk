@@ -6,6 +6,12 @@ bench_bench_tokenizer_SOURCES = bench/bench-tokenizer.c
 bench_bench_tokenizer_LDADD = $(LLMQ_MODEL_LIBS)
 # ---- end tokenizer throughput ----
 
+# ---- grammar-constrained decoding on the host (bench/bench-grammar.c) ----
+noinst_PROGRAMS += bench/bench-grammar
+bench_bench_grammar_SOURCES = bench/bench-grammar.c
+bench_bench_grammar_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
+# ---- end grammar-constrained decoding ----
+
 # ---- broker throughput (bench/bench-broker.c) ----
 noinst_PROGRAMS += bench/bench-broker
 bench_bench_broker_SOURCES = bench/bench-broker.c $(LLMQ_HARNESS)

@@ -9,6 +9,7 @@
 #include "common/grow.h"
 #include "common/topk.h"
 #include "engine/kvpool.h"
+#include "engine/tokenmask.h"
 
 typedef enum seq_state { SEQ_WAITING, SEQ_RUNNING, SEQ_DONE } seq_state;
 
@@ -37,15 +38,29 @@ typedef struct seq {
     tok_stream *stream;
     char *text; /* generated text */
     size_t text_len, text_cap, emitted;
+    /* With a constraint: its grammar, the masks this sequence shares with
+     * the others of that grammar, and where the output is in the grammar. */
+    const grammar *grammar;
+    tokenmask_cache *masks;
+    grammar_stack gstate;
     engine_finish finish;
     engine_timing timing;
 } seq;
 
+/* The mask cache of one grammar, and how many live sequences use it. */
+typedef struct constraint_use {
+    const grammar *g;
+    tokenmask_cache *masks;
+    int32_t users;
+} constraint_use;
+
 /* Where a sequence's next token comes from.  The backend's argmax for a
  * greedy one, its best logits for a top-k one (sampler_top_needed of them),
  * the whole row otherwise -- and always while an observer wants to see the
- * logits or the sequence wants its log-probabilities.  A step copies back
- * ids and candidates, not n_vocab floats per row, wherever it can. */
+ * logits, the sequence wants its log-probabilities, or a grammar masks them
+ * (the mask can refuse every token of a row's top k, and it is applied on
+ * the host).  A step copies back ids and candidates, not n_vocab floats per
+ * row, wherever it can. */
 typedef enum row_source { FROM_GREEDY, FROM_TOP, FROM_LOGITS } row_source;
 
 struct engine {
@@ -65,6 +80,9 @@ struct engine {
     engine_stats stats;
     engine_logits_fn observer;
     void *observer_ctx;
+    tokenmask_vocab *trie; /* the vocabulary as a trie: built by the first constraint */
+    constraint_use *constraints; /* max_live: one per distinct live grammar at most */
+    int32_t n_constraints;
     /* per-step buffers */
     int32_t *b_tokens, *b_pos, *b_slot, *b_row_seq, *b_table, *b_seq_len, *b_logit_rows;
     seq **b_seqs;
@@ -240,7 +258,67 @@ static int check_request(const engine *e, const engine_request *r, llmq_err *err
             return llmq_errc(err, LLMQ_ERR_INVALID, "job %llu: already in the engine", id);
     if (sampler_check_params(&r->sampling, err) != 0)
         return llmq_err_prefix(err, "job %llu", id);
+    if (r->constraint && r->ignore_eos)
+        return llmq_errc(err, LLMQ_ERR_INVALID,
+                         "job %llu: ignore_eos: not with a grammar constraint (the grammar "
+                         "decides where the output ends)", (unsigned long long)r->id);
     return 0;
+}
+
+/* ---- constraints ---- */
+
+static void detach_constraint(engine *e, seq *s)
+{
+    for (int32_t i = 0; s->grammar && i < e->n_constraints; i++) {
+        constraint_use *u = &e->constraints[i];
+        if (u->g != s->grammar)
+            continue;
+        if (--u->users == 0) {
+            tokenmask_cache_free(u->masks);
+            *u = e->constraints[--e->n_constraints];
+        }
+        break;
+    }
+    s->grammar = NULL;
+    s->masks = NULL;
+}
+
+/* The mask of the sequence's grammar state. */
+static int current_mask(const seq *s, tokenmask *m, llmq_err *err)
+{
+    return tokenmask_get(s->masks, &s->gstate, m, err) != 0
+               ? llmq_err_prefix(err, "job %llu", (unsigned long long)s->id) : 0;
+}
+
+/* Puts s under g, whose mask cache the sequences of g share (the
+ * vocabulary's trie is built for the first one); refuses a grammar no
+ * token can begin. */
+static int attach_constraint(engine *e, seq *s, const grammar *g, llmq_err *err)
+{
+    if (!e->trie && tokenmask_vocab_new(&e->trie, e->vocab, err) != 0)
+        return llmq_err_prefix(err, "job %llu", (unsigned long long)s->id);
+    int32_t i = 0;
+    while (i < e->n_constraints && e->constraints[i].g != g)
+        i++;
+    if (i == e->n_constraints) {
+        constraint_use *u = &e->constraints[i];
+        *u = (constraint_use){.g = g};
+        if (tokenmask_cache_new(&u->masks, g, e->trie, err) != 0)
+            return llmq_err_prefix(err, "job %llu", (unsigned long long)s->id);
+        e->n_constraints++;
+    }
+    e->constraints[i].users++;
+    s->grammar = g;
+    s->masks = e->constraints[i].masks;
+    grammar_start(g, &s->gstate);
+    tokenmask m;
+    const int rc = current_mask(s, &m, err);
+    if (rc == 0 && m.n_allowed > 0)
+        return 0;
+    detach_constraint(e, s);
+    return rc != 0 ? -1 : llmq_errf(err, "job %llu: constraint: no token of the vocabulary can "
+                                         "begin the output the grammar asks for",
+                                    (unsigned long long)s->id);
 }
 
 static seq *seq_new(const engine *e, const engine_request *r)
@@ -291,6 +369,10 @@ int engine_add(engine *e, const engine_request *r, llmq_err *err)
     if (!s)
         return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: out of memory",
                          (unsigned long long)r->id);
+    if (r->constraint && attach_constraint(e, s, r->constraint, err) != 0) {
+        seq_free(s);
+        return -1;
+    }
     /* New sequences queue behind the waiting ones, before the running ones. */
     int32_t at = n_waiting(e);
     memmove(&e->live[at + 1], &e->live[at], (size_t)(e->n_live - at) * sizeof *e->live);
@@ -339,6 +421,7 @@ static void retire(engine *e, int32_t i, engine_finish why)
     s->state = SEQ_DONE;
     s->timing.finished_ms = clock_mono_ms_f();
     kvpool_release(e->pool, s->blocks, &s->n_blocks);
+    detach_constraint(e, s);
     remove_live(e, i);
     e->done[e->n_done++] = s;
 }
@@ -606,38 +689,71 @@ static void fill_final(seq *s, engine_event *ev)
     ev->timing.n_generated = ev->n_tokens;
 }
 
+/* The token of s from what read_outputs brought back for its logit row li.
+ * A constrained row gets its mask first (after the observer, which sees
+ * the model's logits).  -1 only on memory exhaustion. */
+static int32_t pick_token(engine *e, seq *s, int32_t li, int32_t step, llmq_err *err)
+{
+    if (e->b_source[li] == FROM_GREEDY)
+        return e->b_greedy[li];
+    if (e->b_source[li] == FROM_TOP) {
+        const size_t at = (size_t)li * e->b_top_k;
+        return sampler_sample_top(e->smp, &s->sp, e->b_top_ids + at, e->b_top_vals + at,
+                                  e->b_top_k, s->tokens, s->n_tokens, (uint64_t)step);
+    }
+    float *logits = e->logits + (size_t)li * e->n_vocab;
+    if (e->observer)
+        e->observer(e->observer_ctx, s->id, step, logits, e->n_vocab);
+    if (s->logprobs) /* the model's row, before the grammar and the sampler touch it */
+        memcpy(e->lp_row, logits, (size_t)e->n_vocab * sizeof *logits);
+    if (s->grammar) {
+        tokenmask m;
+        if (current_mask(s, &m, err) != 0)
+            return -1;
+        tokenmask_apply(s->masks, &m, &s->gstate, logits);
+    }
+    return sampler_sample(e->smp, &s->sp, logits, s->tokens, s->n_tokens, (uint64_t)step);
+}
+
+/* Ends the text with the bytes the stream still holds back. */
+static int flush_text(seq *s, llmq_err *err)
+{
+    const char *rest;
+    size_t n;
+    tok_stream_flush(s->stream, &rest, &n);
+    return seq_append_text(s, rest, n) != 0 ? llmq_errc(err, LLMQ_ERR_NO_ROOM,
+                                                         "job %llu: out of memory",
+                                                         (unsigned long long)s->id)
+                                              : 0;
+}
+
+/* Whether the grammar of s allows no token after the ones so far (its
+ * document is complete and cannot go on): 1 or 0, -1 on memory exhaustion. */
+static int grammar_done(const seq *s, llmq_err *err)
+{
+    tokenmask m;
+    return current_mask(s, &m, err) != 0 ? -1 : m.n_allowed == 0;
+}
+
 /* Samples, appends and checks the stop rules of one sequence; returns the
  * finish reason (ENGINE_RUNNING to go on) or -1 on memory exhaustion. */
 static int advance(engine *e, seq *s, int32_t li, engine_event *ev, llmq_err *err)
 {
     const int32_t step = s->n_tokens - s->n_prompt;
-    int32_t tok;
-    if (e->b_source[li] == FROM_GREEDY) {
-        tok = e->b_greedy[li];
-    } else if (e->b_source[li] == FROM_TOP) {
-        const size_t at = (size_t)li * e->b_top_k;
-        tok = sampler_sample_top(e->smp, &s->sp, e->b_top_ids + at, e->b_top_vals + at,
-                                 e->b_top_k, s->tokens, s->n_tokens, (uint64_t)step);
-    } else {
-        float *logits = e->logits + (size_t)li * e->n_vocab;
-        if (e->observer)
-            e->observer(e->observer_ctx, s->id, step, logits, e->n_vocab);
-        if (s->logprobs)
-            memcpy(e->lp_row, logits, (size_t)e->n_vocab * sizeof *logits);
-        tok = sampler_sample(e->smp, &s->sp, logits, s->tokens, s->n_tokens, (uint64_t)step);
-    }
+    const int32_t tok = pick_token(e, s, li, step, err);
+    if (tok < 0)
+        return -1;
     ev->token = tok;
     if (step == 0)
         s->timing.first_token_ms = clock_mono_ms_f();
-    if (!s->ignore_eos && tok_is_eog(e->vocab, tok)) {
-        const char *rest;
-        size_t n;
-        tok_stream_flush(s->stream, &rest, &n);
-        if (seq_append_text(s, rest, n) != 0)
-            return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: out of memory",
-                             (unsigned long long)s->id);
-        return ENGINE_FINISH_EOG;
+    /* The draw leaves the mask only when every allowed logit is NaN: the
+     * output ends where it still follows the grammar. */
+    if (s->grammar && !tokenmask_accept(s->masks, &s->gstate, tok)) {
+        ev->token = -1;
+        return flush_text(s, err) != 0 ? -1 : ENGINE_FINISH_STOP;
     }
+    if (!s->ignore_eos && tok_is_eog(e->vocab, tok))
+        return flush_text(s, err) != 0 ? -1 : ENGINE_FINISH_EOG;
     const char *piece;
     size_t n;
     size_t before = s->text_len;
@@ -653,12 +769,12 @@ static int advance(engine *e, seq *s, int32_t li, engine_event *ev, llmq_err *er
         s->text[at] = '\0';
         return ENGINE_FINISH_STOP;
     }
+    const int done = s->grammar ? grammar_done(s, err) : 0;
+    if (done != 0)
+        return done < 0 || flush_text(s, err) != 0 ? -1 : ENGINE_FINISH_STOP;
     if (s->n_tokens - s->n_prompt >= s->max_tokens || s->n_tokens >= e->cfg.n_ctx) {
-        const char *rest;
-        tok_stream_flush(s->stream, &rest, &n);
-        if (seq_append_text(s, rest, n) != 0)
-            return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: out of memory",
-                             (unsigned long long)s->id);
+        if (flush_text(s, err) != 0)
+            return -1;
         return s->n_tokens - s->n_prompt >= s->max_tokens ? ENGINE_FINISH_LENGTH
                                                           : ENGINE_FINISH_CONTEXT;
     }
@@ -677,7 +793,7 @@ static int find_live(const engine *e, const seq *s)
 static row_source source_of(const engine *e, const seq *s, int32_t *top_needed)
 {
     *top_needed = 0;
-    if (e->observer || s->logprobs)
+    if (e->observer || s->logprobs || s->grammar)
         return FROM_LOGITS;
     if (sampler_is_greedy(&s->sp))
         return FROM_GREEDY;
@@ -840,6 +956,7 @@ int engine_create(engine **out, model *m, const tok_vocab *vocab, const engine_c
         sampler_create(&e->smp, mc->n_vocab, err))
         goto fail;
     e->live = calloc((size_t)e->max_live, sizeof *e->live);
+    e->constraints = calloc((size_t)e->max_live, sizeof *e->constraints);
     e->done = calloc((size_t)e->max_live, sizeof *e->done);
     e->events = calloc((size_t)e->max_live, sizeof *e->events);
     e->b_tokens = malloc(rows * sizeof(int32_t));
@@ -857,7 +974,7 @@ int engine_create(engine **out, model *m, const tok_vocab *vocab, const engine_c
     e->b_top_vals = malloc(seqs * BE_TOP_K_MAX * sizeof(float));
     e->logits = malloc(seqs * (size_t)mc->n_vocab * sizeof(float));
     e->lp_row = malloc((size_t)mc->n_vocab * sizeof(float));
-    if (!e->live || !e->done || !e->events || !e->b_tokens || !e->b_pos || !e->b_slot ||
+    if (!e->live || !e->constraints || !e->done || !e->events || !e->b_tokens || !e->b_pos || !e->b_slot ||
         !e->b_row_seq || !e->b_table || !e->b_seq_len || !e->b_logit_rows || !e->b_seqs ||
         !e->b_chunk || !e->b_source || !e->b_greedy || !e->b_top_ids || !e->b_top_vals ||
         !e->logits || !e->lp_row) {
@@ -884,6 +1001,10 @@ void engine_free(engine *e)
         be->ops->kv_destroy(be, e->kv);
     model_state_free(e->st);
     sampler_free(e->smp);
+    for (int32_t i = 0; i < e->n_constraints; i++)
+        tokenmask_cache_free(e->constraints[i].masks);
+    free(e->constraints);
+    tokenmask_vocab_free(e->trie);
     kvpool_free(e->pool);
     free(e->live);
     free(e->done);

@@ -14,6 +14,19 @@
  * independently of their batch (backend contract) and the sampler's random
  * stream is a function of (seed, step).
  *
+ * A sequence may be constrained by a grammar (engine_request.constraint,
+ * engine/grammar.h): before each draw, the tokens the grammar does not
+ * allow next get -inf (engine/tokenmask.h: masks cached per automaton
+ * state, shared by the sequences of one grammar), the end-of-generation
+ * tokens only while the document is complete; after it, the grammar's
+ * state advances by the token's bytes, and once the grammar allows no
+ * further token the sequence finishes with ENGINE_FINISH_STOP (as it does,
+ * its document unfinished, if every allowed logit of a row is NaN).  Rows of
+ * constrained and free sequences, and of different grammars, mix in one
+ * step.  A constrained row always copies its whole logits back (the masks
+ * are applied on the host), so it is exact on every backend; a GPU mask
+ * kernel is later work.
+ *
  * Events returned by engine_step (new text, finished sequences) stay valid
  * until the next call.  The engine owns its KV cache, scratch, sampler and
  * sequences; the model and vocab are borrowed and must outlive it.
@@ -26,6 +39,7 @@
 
 #include "common/err.h"
 #include "kernels/backend.h"
+#include "engine/grammar.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
@@ -56,7 +70,8 @@ int32_t engine_default_blocks(int32_t wanted, size_t block_bytes, size_t availab
 typedef enum engine_finish {
     ENGINE_RUNNING = 0,
     ENGINE_FINISH_EOG,       /* the model produced an end-of-generation token */
-    ENGINE_FINISH_STOP,      /* a stop string matched (cut from the text) */
+    ENGINE_FINISH_STOP,      /* a stop string matched (cut from the text), or the grammar
+                                allows nothing more */
     ENGINE_FINISH_LENGTH,    /* max_tokens reached */
     ENGINE_FINISH_CONTEXT,   /* the sequence filled its context */
     ENGINE_FINISH_CANCELLED, /* engine_cancel */
@@ -79,6 +94,11 @@ typedef struct engine_request {
     bool logprobs;               /* report each generated token's log-probability */
     int32_t top_logprobs;        /* and the n most likely tokens' at each step,
                                     0..ENGINE_MAX_TOP_LOGPROBS (needs logprobs) */
+    /* NULL: free text.  Else the output follows this grammar.  Borrowed:
+     * the caller owns it and keeps it until the sequence's finishing event
+     * has been returned (or engine_free).  Not with ignore_eos: the grammar
+     * decides where the output ends. */
+    const grammar *constraint;
 } engine_request;
 
 /* A token and its log-probability: ln of its softmax probability under the
@@ -135,9 +155,11 @@ const engine_config *engine_get_config(const engine *e);
 /* Queues a sequence.  Fails, naming the field, with LLMQ_ERR_INVALID on a
  * bad request (empty or too long prompt, token ids out of range, bad
  * sampling parameters, top_logprobs out of range or without logprobs, an id
- * already live), and with LLMQ_ERR_NO_ROOM when the engine holds all the
- * sequences it can (max_seqs * 2 live, waiting + running: engine_free_slots()
- * is 0) or memory runs out: that request may succeed later, or elsewhere. */
+ * already live, a constraint with ignore_eos or whose first byte no token of
+ * the vocabulary can give), and with LLMQ_ERR_NO_ROOM when the engine holds
+ * all the sequences it can (max_seqs * 2 live, waiting + running:
+ * engine_free_slots() is 0) or memory runs out: that request may succeed
+ * later, or elsewhere. */
 int engine_add(engine *e, const engine_request *req, llmq_err *err);
 
 /* Finishes a sequence with ENGINE_FINISH_CANCELLED at the next step; false
@@ -173,9 +195,10 @@ typedef struct engine_stats {
 
 engine_stats engine_get_stats(const engine *e);
 
-/* Called with each sequence's logits (n_vocab floats) before sampling, for
- * the parity tests; step counts generated tokens.  While one is set every
- * row's logits are copied back (no argmax or top-k on the backend). */
+/* Called with each sequence's logits (n_vocab floats) before sampling (and
+ * before a grammar's mask), for the parity tests and tools that print top
+ * tokens; step counts generated tokens.  While one is set every row's
+ * logits are copied back (no argmax or top-k on the backend). */
 typedef void (*engine_logits_fn)(void *ctx, uint64_t id, int32_t step, const float *logits,
                                  int32_t n_vocab);
 void engine_set_logits_observer(engine *e, engine_logits_fn fn, void *ctx);

@@ -269,6 +269,13 @@ bool tok_add_eos(const tok_vocab *v)
     return v->add_eos;
 }
 
+const char *tok_text(const tok_vocab *v, int32_t id, size_t *len)
+{
+    if (!valid_id(v, id))
+        return NULL;
+    return strset_str(&v->strs, (size_t)id, len);
+}
+
 /* The token with exactly this text, or TOK_NONE. */
 static int32_t find_token(const tok_vocab *v, const char *s, size_t len)
 {
@@ -1446,6 +1453,11 @@ const char *tok_piece(const tok_vocab *v, int32_t id, bool special, size_t *len)
     }
     *len = v->piece_len[id];
     return v->pieces + v->piece_off[id];
+}
+
+size_t tok_max_piece(const tok_vocab *v)
+{
+    return v->max_piece;
 }
 
 /* The piece of id as detokenization emits it: the first token of a

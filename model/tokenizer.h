@@ -77,7 +77,12 @@ int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos,
  * that byte, byte-level BPE characters -> their bytes; control and unknown
  * tokens are empty unless `special`.  Points into the vocab (not
  * NUL-terminated); NULL when id is out of range. */
+/* The vocabulary's own string for id (U+2581 and byte-level characters
+ * included), not NUL-terminated; NULL when id is out of range. */
+const char *tok_text(const tok_vocab *v, int32_t id, size_t *len);
 const char *tok_piece(const tok_vocab *v, int32_t id, bool special, size_t *len);
+/* The longest piece of any token, in bytes. */
+size_t tok_max_piece(const tok_vocab *v);
 
 /* Flags of tok_detokenize and tok_stream. */
 enum {

@@ -24,6 +24,38 @@ tests_unit_test_sampler_SOURCES = tests/unit/test-sampler.c tests/unit/check.h
 tests_unit_test_sampler_LDADD = engine/libllmq_engine.a common/libllmq_common.a -lm
 # ---- end sampler ----
 
+# ---- grammar-constrained decoding (engine/grammar.c, jsonschema.c, tokenmask.c) ----
+check_PROGRAMS += tests/unit/test-jsonschema
+TESTS += tests/unit/test-jsonschema
+tests_unit_test_jsonschema_SOURCES = tests/unit/test-jsonschema.c tests/unit/check.h
+tests_unit_test_jsonschema_LDADD = engine/libllmq_engine.a common/libllmq_common.a -lm
+check_PROGRAMS += tests/unit/test-grammar
+TESTS += tests/unit/test-grammar
+tests_unit_test_grammar_SOURCES = tests/unit/test-grammar.c tests/unit/check.h
+tests_unit_test_grammar_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
+check_PROGRAMS += tests/unit/test-engine-grammar
+TESTS += tests/unit/test-engine-grammar
+tests_unit_test_engine_grammar_SOURCES = tests/unit/test-engine-grammar.c tests/unit/check.h \
+	tests/unit/model_fixture.h
+tests_unit_test_engine_grammar_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
+# llmq-run --json-schema: 1,000 sampled outputs over tests/data/schemas, judged by
+# Python's jsonschema (python3-jsonschema)
+TESTS += tests/integration/test-structured-outputs.sh
+EXTRA_DIST += tests/integration/test-structured-outputs.sh
+
+FUZZ_TARGETS += tests/fuzz/fuzz-jsonschema
+EXTRA_DIST += tests/fuzz/fuzz-jsonschema.c tests/fuzz/corpus-jsonschema
+FUZZ_JSONSCHEMA_SRCS = $(top_srcdir)/tests/fuzz/fuzz-jsonschema.c \
+	$(top_srcdir)/engine/jsonschema.c $(top_srcdir)/engine/grammar.c \
+	$(top_srcdir)/engine/tokenmask.c $(top_srcdir)/common/json.c $(top_srcdir)/common/utf8.c \
+	$(top_srcdir)/common/err.c $(top_srcdir)/model/tokenizer.c $(top_srcdir)/model/pretok.c \
+	$(top_srcdir)/model/gguf.c $(top_srcdir)/kernels/quant.c
+tests/fuzz/fuzz-jsonschema: $(FUZZ_JSONSCHEMA_SRCS)
+	@$(MKDIR_P) tests/fuzz
+	$(AM_V_GEN)$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $(FUZZ_JSONSCHEMA_SRCS) $(UTF8PROC_LIBS) -lm
+CLEANFILES += tests/fuzz/fuzz-jsonschema
+# ---- end grammar-constrained decoding ----
+
 # ---- proto: wire protocol (proto/wire.c) ----
 check_PROGRAMS += tests/unit/test-wire
 TESTS += tests/unit/test-wire
@@ -218,7 +250,8 @@ tests_unit_test_worker_parts_LDADD = $(LLMQ_WORKER_LIBS)
 # ---- engine scheduling rules (engine/engine.c) ----
 check_PROGRAMS += tests/unit/test-engine
 TESTS += tests/unit/test-engine
-tests_unit_test_engine_SOURCES = tests/unit/test-engine.c tests/unit/check.h
+tests_unit_test_engine_SOURCES = tests/unit/test-engine.c tests/unit/check.h \
+	tests/unit/model_fixture.h
 tests_unit_test_engine_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
 # llmq-run --bench (its table, JSON and step accounting: tools/run_engine.c),
 # --batch and --parallel, each with its own default (tools/llmq-run.c)

@@ -29,7 +29,7 @@ msgpack_pkg() {
 
 install_deps() {
     local want="build-essential autoconf automake libtool pkg-config libzmq3-dev libsqlite3-dev
-                libutf8proc-dev sqlite3 python3 python3-zmq python3-msgpack"
+                libutf8proc-dev sqlite3 python3 python3-zmq python3-msgpack python3-jsonschema"
     local missing=()
     for p in $want; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
     if ! dpkg -s libmsgpack-dev >/dev/null 2>&1 && ! dpkg -s libmsgpack-c-dev >/dev/null 2>&1; then

@@ -137,6 +137,12 @@ static int check_opts(void *opts, llmq_err *err)
         return llmq_errf(err, "-p and -f go with generation, --parallel and --tokenize");
     if (o->mode == MODE_GENERATE && g->prompt_file)
         return llmq_errf(err, "-f goes with --parallel or --tokenize; give the prompt with -p");
+    if (g->json_schema && g->json_object)
+        return llmq_errf(err, "--json-schema and --json-object exclude each other");
+    if ((g->json_schema || g->json_object) &&
+        (g->ignore_eos || (o->mode != MODE_GENERATE && o->mode != MODE_PARALLEL)))
+        return llmq_errf(err, "--json-schema and --json-object go with -p or --parallel, and not"
+                              " with --ignore-eos (the schema decides where the output ends)");
     /* Each sequence running takes a row of every forward pass. */
     if (o->mode == MODE_PARALLEL && g->engine.max_batch_tokens < g->parallel)
         return llmq_errf(err, "--batch %d is less than --parallel %d: every sequence running"
@@ -206,6 +212,11 @@ static int parse_args(int argc, char **argv, run_opts *o)
          CLI_LIST(g->stop, &g->n_stop, ENGINE_MAX_STOPS, 1, 0)},
         {"ignore-eos", 0, NULL, "keep generating past end-of-generation tokens",
          CLI_SWITCH(&g->ignore_eos)},
+        {"json-schema", 0, "FILE",
+         "output JSON that follows the JSON schema in FILE (OpenAI's strict structured-outputs"
+         " subset)",
+         CLI_TEXT(&g->json_schema)},
+        {"json-object", 0, NULL, "output a JSON object (any)", CLI_SWITCH(&g->json_object)},
         {"logprobs", 0, "N",
          "after the text, each token's log-probability and the N likeliest tokens' (0..20),"
          " under the raw logits",

@@ -9,6 +9,7 @@
 #include "common/file.h"
 #include "common/grow.h"
 #include "common/json.h"
+#include "engine/jsonschema.h"
 #include "engine/perplexity.h"
 
 static int fail(const char *what, const llmq_err *err)
@@ -17,14 +18,15 @@ static int fail(const char *what, const llmq_err *err)
     return 1;
 }
 
-static engine_request make_request(const run_gen_opts *o, uint64_t id, const int32_t *ids,
-                                   size_t n)
+static engine_request make_request(const run_gen_opts *o, const grammar *constraint, uint64_t id,
+                                   const int32_t *ids, size_t n)
 {
     return (engine_request){.id = id, .prompt = ids, .n_prompt = (int32_t)n,
                             .sampling = o->sampling, .max_tokens = o->n_predict,
                             .stop = o->stop, .n_stop = (int32_t)o->n_stop, .ignore_eos = o->ignore_eos,
                             .logprobs = o->logprobs >= 0,
-                            .top_logprobs = o->logprobs > 0 ? o->logprobs : 0};
+                            .top_logprobs = o->logprobs > 0 ? o->logprobs : 0,
+                            .constraint = constraint};
 }
 
 static void print_token(const tok_vocab *v, engine_logprob lp)
@@ -51,6 +53,25 @@ static void print_logprobs(const tok_vocab *v, const engine_event *ev)
         }
         printf("\n");
     }
+}
+
+/* The grammar of --json-schema FILE or --json-object into *g (NULL when
+ * neither was given). */
+static int load_constraint(const run_gen_opts *o, grammar **g)
+{
+    llmq_err err;
+    char *text;
+    size_t len;
+    *g = NULL;
+    if (o->json_object)
+        return jsonschema_any_object(g, &err) != 0 ? fail("--json-object", &err) : 0;
+    if (!o->json_schema)
+        return 0;
+    if (file_read_all(o->json_schema, &text, &len, &err) != 0)
+        return fail("--json-schema", &err);
+    int rc = jsonschema_compile(g, text, len, &err);
+    free(text);
+    return rc != 0 ? fail(o->json_schema, &err) : 0;
 }
 
 static void print_timing(const char *label, const engine_timing *t)
@@ -84,13 +105,19 @@ int run_generate(const run_gen_opts *o, model *m, const tok_vocab *v)
         return fail("tokenizing the prompt", &err);
     engine_config cfg = o->engine;
     cfg.max_seqs = 1;
+    grammar *g;
+    if (load_constraint(o, &g) != 0) {
+        free(ids);
+        return 1;
+    }
     engine *e;
     if (engine_create(&e, m, v, &cfg, &err) != 0) {
         free(ids);
+        grammar_free(g);
         return fail("engine", &err);
     }
     print_engine(e);
-    engine_request req = make_request(o, 1, ids, n);
+    engine_request req = make_request(o, g, 1, ids, n);
     int rc = engine_add(e, &req, &err) != 0 ? fail("prompt", &err) : 0;
     free(ids);
     while (rc == 0 && engine_has_work(e)) {
@@ -112,6 +139,7 @@ int run_generate(const run_gen_opts *o, model *m, const tok_vocab *v)
         }
     }
     engine_free(e);
+    grammar_free(g);
     return rc;
 }
 
@@ -142,14 +170,14 @@ static int read_prompts(const char *path, prompt_list *pl, llmq_err *err)
     return 0;
 }
 
-static int add_prompt(engine *e, const run_gen_opts *o, const tok_vocab *v, size_t i,
-                      const char *text, llmq_err *err)
+static int add_prompt(engine *e, const run_gen_opts *o, const grammar *g, const tok_vocab *v,
+                      size_t i, const char *text, llmq_err *err)
 {
     int32_t *ids;
     size_t n;
     if (tok_encode(v, text, strlen(text), tok_add_bos(v), true, &ids, &n, err) != 0)
         return llmq_err_prefix(err, "prompt %zu", i + 1);
-    engine_request req = make_request(o, i, ids, n);
+    engine_request req = make_request(o, g, i, ids, n);
     int rc = engine_add(e, &req, err);
     free(ids);
     return rc != 0 ? llmq_err_prefix(err, "prompt %zu", i + 1) : 0;
@@ -166,22 +194,26 @@ int run_parallel(const run_gen_opts *o, model *m, const tok_vocab *v)
     }
     engine_config cfg = o->engine;
     cfg.max_seqs = o->parallel;
-    engine *e;
-    if (engine_create(&e, m, v, &cfg, &err) != 0) {
+    grammar *g = NULL;
+    engine *e = NULL;
+    int rc = load_constraint(o, &g);
+    if (rc == 0 && engine_create(&e, m, v, &cfg, &err) != 0)
+        rc = fail("engine", &err);
+    if (rc != 0) {
+        grammar_free(g);
         free(pl.text);
         free(pl.lines);
-        return fail("engine", &err);
+        return rc;
     }
     print_engine(e);
     size_t next = 0, done = 0;
     uint64_t generated = 0;
-    int rc = 0;
     const double t0 = clock_mono_ms_f();
     while (rc == 0 && done < pl.n) {
         /* Keep the engine fed: more sequences wait than run, so a finished
          * one is replaced in the very next step. */
         while (next < pl.n && engine_free_slots(e) > 0)
-            if (add_prompt(e, o, v, next, pl.lines[next], &err) != 0)
+            if (add_prompt(e, o, g, v, next, pl.lines[next], &err) != 0)
                 rc = fail("prompts", &err), next = pl.n;
             else
                 next++;
@@ -211,6 +243,7 @@ int run_parallel(const run_gen_opts *o, model *m, const tok_vocab *v)
         fprintf(stderr, "llmq-run: %zu prompts, %llu tokens generated in %.2f s: %.1f tok/s\n",
                 pl.n, (unsigned long long)generated, secs, secs > 0 ? generated / secs : 0.0);
     engine_free(e);
+    grammar_free(g);
     free(pl.text);
     free(pl.lines);
     return rc;

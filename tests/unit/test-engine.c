@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "model_fixture.h"
 #include "common/topk.h"
 #include "kernels/backend.h"
 #include "engine/engine.h"
@@ -43,10 +44,7 @@ typedef struct outcome {
     bool done;
 } outcome;
 
-typedef struct fixture {
-    model *m;
-    tok_vocab *vocab;
-} fixture;
+typedef model_fixture fixture;
 
 static const char *prompts[N_SEQ] = {
     "Once upon a time", "The little dog", "Lily and Ben went to the park",
@@ -637,17 +635,9 @@ static void check_greedy_on_backend(const fixture *fx)
 
 int main(void)
 {
-    char path[512];
-    backend *be;
-    fixture fx = {0};
-    llmq_err err;
-    if (backend_cpu_create(&be, 2, &err) != 0 ||
-        model_load(&fx.m, check_data_path(path, sizeof path, "models/stories260K.gguf"), be,
-                   &err) != 0 ||
-        tok_load(&fx.vocab, model_gguf(fx.m), &err) != 0) {
-        printf("setup: %s\n", err.msg);
+    fixture fx;
+    if (model_fixture_load(&fx) != 0)
         return 1;
-    }
     check_preemption(&fx, 0.0f);
     check_preemption(&fx, 0.9f);
     check_stops(&fx);
@@ -657,11 +647,9 @@ int main(void)
     check_logprobs(&fx);
     check_prefill_first(&fx);
     check_default_pool(&fx);
-    check_argmax_rule(be);
-    check_top_k_rule(be);
+    check_argmax_rule(fx.be);
+    check_top_k_rule(fx.be);
     check_greedy_on_backend(&fx);
-    tok_free(fx.vocab);
-    model_free(fx.m);
-    backend_destroy(be);
+    model_fixture_free(&fx);
     return check_done();
 }
