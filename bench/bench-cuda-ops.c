@@ -204,7 +204,7 @@ static void bench_attention(backend *be, int n_head, int n_head_kv, int hd, int 
     int32_t *table = malloc((size_t)n_blocks * 4), *len = malloc((size_t)n_seqs * 4);
     int32_t *rs = malloc((size_t)n_rows * 4), *rp = malloc((size_t)n_rows * 4);
     int32_t *slot = malloc((size_t)BS * 4);
-    void *dev[6] = {NULL};
+    void *dev[7] = {NULL};
     if (!table || !len || !rs || !rp || !slot ||
         be->ops->kv_create(be, 1, n_blocks, BS, kv_dim, BE_KV_F16, &kv, &err) != 0 ||
         be->ops->act_create(be, n_rows, n_head * hd, &out, &err) != 0)
@@ -243,17 +243,25 @@ static void bench_attention(backend *be, int n_head, int n_head_kv, int hd, int 
         be->ops->upload(be, dev[3], table, (size_t)n_blocks * 4, &err) ||
         be->ops->upload(be, dev[4], len, (size_t)n_seqs * 4, &err))
         goto done;
-    /* Decode rows (rows == 1) are alone in their sequence. */
-    int32_t *alone = malloc((size_t)n_rows * 4);
-    const int32_t n_alone = alone ? be_attn_alone_rows(rs, n_rows, alone) : 0;
-    dev[5] = n_alone ? be->ops->alloc(be, (size_t)n_alone * 4, &err) : NULL;
-    const bool alone_ok =
-        !n_alone || (dev[5] && be->ops->upload(be, dev[5], alone, (size_t)n_alone * 4, &err) == 0);
-    free(alone);
-    if (!alone_ok)
+    /* Rows of one position a sequence are generated tokens (decode rows);
+     * longer runs are prompt chunks. */
+    int32_t *first_gen = malloc((size_t)n_seqs * 4), *decode = malloc((size_t)n_rows * 4);
+    for (int s = 0; first_gen && s < n_seqs; s++)
+        first_gen[s] = rows == 1 ? ctx - 1 : ctx;
+    const int32_t n_decode =
+        first_gen && decode ? be_attn_decode_rows(rs, rp, first_gen, n_rows, decode) : 0;
+    dev[5] = be->ops->alloc(be, (size_t)n_seqs * 4, &err);
+    dev[6] = n_decode ? be->ops->alloc(be, (size_t)n_decode * 4, &err) : NULL;
+    const bool decode_ok =
+        first_gen && decode && dev[5] &&
+        be->ops->upload(be, dev[5], first_gen, (size_t)n_seqs * 4, &err) == 0 &&
+        (!n_decode || (dev[6] && be->ops->upload(be, dev[6], decode, (size_t)n_decode * 4, &err) == 0));
+    free(first_gen);
+    free(decode);
+    if (!decode_ok)
         goto done;
     att_arg a = {kv, dev[0], {n_rows, n_seqs, dev[1], dev[2], dev[3], dev[4], per_seq, ctx,
-                              dev[5], n_alone},
+                              dev[5], dev[6], n_decode},
                  {n_head, n_head_kv, hd}, &out};
     char shape[96];
     snprintf(shape, sizeof shape, "%d seqs x %d ctx, %d heads (%d kv) of %d", n_seqs, ctx, n_head,
@@ -266,7 +274,7 @@ static void bench_attention(backend *be, int n_head, int n_head_kv, int hd, int 
                          (rows == 1 ? (double)ctx : (double)rows * (rows + 1) / 2);
     print_row("attention", shape, n_rows, time_op(be, att_call, &a), bytes, flops);
 done:
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 7; i++)
         be->ops->free(be, dev[i]);
     if (have_out)
         be->ops->act_destroy(be, &out);

@@ -85,6 +85,7 @@ struct engine {
     int32_t n_constraints;
     /* per-step buffers */
     int32_t *b_tokens, *b_pos, *b_slot, *b_row_seq, *b_table, *b_seq_len, *b_logit_rows;
+    int32_t *b_first_gen; /* per batch sequence: its prompt length (decode rows from there) */
     seq **b_seqs;
     int32_t *b_chunk;
     /* What sampling each logit row li reads, and the step's copies of it. */
@@ -492,6 +493,7 @@ static void add_rows(engine *e, seq *s, int32_t n, int32_t *n_rows, int32_t *n_s
     }
     memcpy(e->b_table + (size_t)b * max_blocks, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
     e->b_seq_len[b] = s->n_computed + n;
+    e->b_first_gen[b] = s->n_prompt;
     e->b_seqs[b] = s;
     e->b_chunk[b] = n;
     /* A decode row computes the one generated token not yet in the cache;
@@ -893,7 +895,8 @@ int engine_step(engine *e, const engine_event **events, int32_t *n_events, llmq_
             .n_rows = n_rows, .tokens = e->b_tokens, .pos = e->b_pos, .slot = e->b_slot,
             .row_seq = e->b_row_seq, .n_seqs = n_seqs, .block_table = e->b_table,
             .seq_len = e->b_seq_len, .max_blocks = kvpool_blocks_for(e->pool, e->cfg.n_ctx),
-            .n_logits = n_logits, .logit_rows = e->b_logit_rows};
+            .n_logits = n_logits, .logit_rows = e->b_logit_rows,
+            .first_generated = e->b_first_gen};
         const double t_issue = clock_mono_ms_f();
         if (model_forward(e->m, e->st, e->kv, &batch, NULL, err) != 0)
             return -1;
@@ -965,6 +968,7 @@ int engine_create(engine **out, model *m, const tok_vocab *vocab, const engine_c
     e->b_row_seq = malloc(rows * sizeof(int32_t));
     e->b_table = calloc(seqs * (size_t)per_seq, sizeof(int32_t));
     e->b_seq_len = malloc(seqs * sizeof(int32_t));
+    e->b_first_gen = malloc(seqs * sizeof(int32_t));
     e->b_logit_rows = malloc(seqs * sizeof(int32_t));
     e->b_seqs = malloc(seqs * sizeof *e->b_seqs);
     e->b_chunk = malloc(seqs * sizeof(int32_t));
@@ -975,7 +979,7 @@ int engine_create(engine **out, model *m, const tok_vocab *vocab, const engine_c
     e->logits = malloc(seqs * (size_t)mc->n_vocab * sizeof(float));
     e->lp_row = malloc((size_t)mc->n_vocab * sizeof(float));
     if (!e->live || !e->constraints || !e->done || !e->events || !e->b_tokens || !e->b_pos || !e->b_slot ||
-        !e->b_row_seq || !e->b_table || !e->b_seq_len || !e->b_logit_rows || !e->b_seqs ||
+        !e->b_row_seq || !e->b_table || !e->b_seq_len || !e->b_first_gen || !e->b_logit_rows || !e->b_seqs ||
         !e->b_chunk || !e->b_source || !e->b_greedy || !e->b_top_ids || !e->b_top_vals ||
         !e->logits || !e->lp_row) {
         llmq_errf(err, "engine: out of memory");
@@ -1015,6 +1019,7 @@ void engine_free(engine *e)
     free(e->b_row_seq);
     free(e->b_table);
     free(e->b_seq_len);
+    free(e->b_first_gen);
     free(e->b_logit_rows);
     free(e->b_seqs);
     free(e->b_chunk);

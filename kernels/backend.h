@@ -10,9 +10,21 @@
  * fail inside one (CUDA) keeps the first failure and returns it from the
  * next sync, download or upload.
  *
- * Batch invariance contract: every op computes each row with a fixed
- * reduction order that does not depend on how many rows are in the batch or
- * where a row sits, so a sequence's logits are the same alone or batched.
+ * Batch invariance contract: the bits of every row an op produces are a
+ * function of that row's inputs alone, never of how many rows share the
+ * call, where the row sits, or what the other rows hold.  So:
+ * - every reduction over k has an order fixed by k (split sizes set by k,
+ *   never by the number of rows or sequences), and the activation format is
+ *   the same at 1 row and at 512;
+ * - attention computes a row over its sequence's keys in an order fixed by
+ *   the row's own position (splits of the keys at fixed positions), and a
+ *   prompt row (prefilled alone, with others, or in chunks) and a generated
+ *   row (be_attn_batch: decode rows) each always the same way;
+ * - argmax and top_k choose by the row's values alone.
+ * Then a prompt gives the same KV cache however it was prefilled, and a
+ * job's logits are the same alone, in any batch, and after a requeue, on
+ * the same GPU kind and build.  Each backend states how it keeps the rule
+ * (kernels/cuda/numerics.cuh; the CPU backend's ops).
  *
  * Matmul inputs travel as a be_act: the f32 rows plus a quantized copy the
  * backend makes at most once per write (q_valid), so the three projections
@@ -53,22 +65,28 @@ typedef struct be_attn_batch {
     const int32_t *seq_len_dev;     /* [n_seqs] tokens in the cache after this step's writes */
     int32_t max_blocks;             /* row stride of block_table_dev */
     int32_t max_seq_len;            /* max of seq_len (host copy, for launch shapes) */
-    /* The rows that are the only row of their sequence in the batch (decode
-     * rows; be_attn_alone_rows lists them), which a backend may give a kernel
-     * of their own.  n_alone 0 leaves every row to the general path. */
-    const int32_t *alone_rows_dev;  /* [n_alone] ascending row indices */
-    int32_t n_alone;
+    /* Which rows are generated tokens (decode rows): row r is one when
+     * row_pos[r] >= first_generated[row_seq[r]].  The engine decides it from
+     * the job alone (a token is a prompt token or a sampled one whatever it
+     * is batched with), so a backend that computes the two kinds with
+     * different kernels still computes each row the same way in every batch
+     * (the invariance rule above).  decode_rows lists them, ascending.
+     * first_generated NULL (n_decode 0): every row is a prompt row. */
+    const int32_t *first_generated_dev; /* [n_seqs] */
+    const int32_t *decode_rows_dev;     /* [n_decode] */
+    int32_t n_decode;
 } be_attn_batch;
 
-/* Writes the indices of the rows of row_seq (host, n_rows) that have no
- * neighbour of the same sequence into alone; returns how many. */
-static inline int32_t be_attn_alone_rows(const int32_t *row_seq, int32_t n_rows, int32_t *alone)
+/* Writes the decode rows of a batch (host arrays; first_generated per
+ * sequence, may be NULL) into out; returns how many. */
+static inline int32_t be_attn_decode_rows(const int32_t *row_seq, const int32_t *row_pos,
+                                          const int32_t *first_generated, int32_t n_rows,
+                                          int32_t *out)
 {
     int32_t n = 0;
-    for (int32_t r = 0; r < n_rows; r++)
-        if ((r == 0 || row_seq[r - 1] != row_seq[r]) &&
-            (r + 1 == n_rows || row_seq[r + 1] != row_seq[r]))
-            alone[n++] = r;
+    for (int32_t r = 0; first_generated && r < n_rows; r++)
+        if (row_pos[r] >= first_generated[row_seq[r]])
+            out[n++] = r;
     return n;
 }
 

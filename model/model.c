@@ -59,10 +59,11 @@ struct model_state {
     int32_t max_rows, max_seqs, max_blocks, max_logits;
     float *x, *q, *k, *v, *g, *u, *xg, *logits; /* backend memory */
     be_act act_dim, act_ffn;
-    int32_t *tokens, *pos, *slot, *row_seq, *block_table, *seq_len, *logit_rows, *greedy, *alone;
+    int32_t *tokens, *pos, *slot, *row_seq, *block_table, *seq_len, *logit_rows, *greedy;
+    int32_t *first_gen, *decode_rows; /* be_attn_batch's */
     int32_t *top_ids; /* max_logits x BE_TOP_K_MAX (backends with top_k) */
     float *top_vals;
-    int32_t *alone_host; /* host copy of alone (be_attn_batch.alone_rows_dev) */
+    int32_t *decode_host; /* host copy of decode_rows */
     int32_t n_logits;    /* logit rows of the last forward pass */
 };
 
@@ -592,11 +593,12 @@ int model_state_create(model_state **out, const model *m, int32_t max_rows, int3
         {(void **)&st->seq_len, (size_t)max_seqs * sizeof(int32_t)},
         {(void **)&st->logit_rows, (size_t)max_logits * sizeof(int32_t)},
         {(void **)&st->greedy, (size_t)max_logits * sizeof(int32_t)},
-        {(void **)&st->alone, rows * sizeof(int32_t)},
+        {(void **)&st->first_gen, (size_t)max_seqs * sizeof(int32_t)},
+        {(void **)&st->decode_rows, rows * sizeof(int32_t)},
         {(void **)&st->top_ids, be->ops->top_k ? top_bytes : 0},
         {(void **)&st->top_vals, be->ops->top_k ? top_bytes : 0},
     };
-    if (!(st->alone_host = malloc(rows * sizeof(int32_t)))) {
+    if (!(st->decode_host = malloc(rows * sizeof(int32_t)))) {
         llmq_errf(err, "out of memory");
         goto fail;
     }
@@ -626,7 +628,8 @@ void model_state_free(model_state *st)
     backend *be = st->be;
     void *bufs[] = {st->x, st->q, st->k, st->v, st->g, st->u, st->xg, st->logits, st->tokens,
                     st->pos, st->slot, st->row_seq, st->block_table, st->seq_len,
-                    st->logit_rows, st->greedy, st->alone, st->top_ids, st->top_vals};
+                    st->logit_rows, st->greedy, st->first_gen, st->decode_rows, st->top_ids,
+                    st->top_vals};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
@@ -634,7 +637,7 @@ void model_state_free(model_state *st)
         be->ops->act_destroy(be, &st->act_dim);
     if (st->act_ffn.x)
         be->ops->act_destroy(be, &st->act_ffn);
-    free(st->alone_host);
+    free(st->decode_host);
     free(st);
 }
 
@@ -674,25 +677,27 @@ static void assert_batch_order(const model_batch *b)
                     "logit row %d is row %d of %d", i, b->logit_rows[i], b->n_rows);
 }
 
-/* Returns the number of rows alone in their sequence (listed in st->alone), or -1. */
+/* Returns the number of decode rows (listed in st->decode_rows), or -1. */
 static int32_t upload_batch(backend *be, model_state *st, const model_batch *b, llmq_err *err)
 {
-    const size_t rows = (size_t)b->n_rows * sizeof(int32_t);
+    const size_t rows = (size_t)b->n_rows * sizeof(int32_t), seqs = (size_t)b->n_seqs * sizeof(int32_t);
     const backend_ops *o = be->ops;
     if (o->upload(be, st->tokens, b->tokens, rows, err) ||
         o->upload(be, st->pos, b->pos, rows, err) || o->upload(be, st->slot, b->slot, rows, err) ||
         o->upload(be, st->row_seq, b->row_seq, rows, err) ||
         o->upload(be, st->block_table, b->block_table,
                   (size_t)b->n_seqs * b->max_blocks * sizeof(int32_t), err) ||
-        o->upload(be, st->seq_len, b->seq_len, (size_t)b->n_seqs * sizeof(int32_t), err) ||
+        o->upload(be, st->seq_len, b->seq_len, seqs, err) ||
+        (b->first_generated && o->upload(be, st->first_gen, b->first_generated, seqs, err)) ||
         (b->n_logits > 0 &&
          o->upload(be, st->logit_rows, b->logit_rows, (size_t)b->n_logits * sizeof(int32_t), err)))
         return -1;
-    const int32_t n_alone = be_attn_alone_rows(b->row_seq, b->n_rows, st->alone_host);
-    if (n_alone > 0 &&
-        o->upload(be, st->alone, st->alone_host, (size_t)n_alone * sizeof(int32_t), err) != 0)
+    const int32_t n_decode =
+        be_attn_decode_rows(b->row_seq, b->pos, b->first_generated, b->n_rows, st->decode_host);
+    if (n_decode > 0 && o->upload(be, st->decode_rows, st->decode_host,
+                                  (size_t)n_decode * sizeof(int32_t), err) != 0)
         return -1;
-    return n_alone;
+    return n_decode;
 }
 
 static void forward_layer(model *m, model_state *st, be_kv *kv, int32_t il,
@@ -750,12 +755,12 @@ int model_forward(model *m, model_state *st, be_kv *kv, const model_batch *b, fl
     backend *be = m->be;
     const backend_ops *o = be->ops;
     st->n_logits = 0;
-    int32_t n_alone;
+    int32_t n_decode;
     if (check_batch(st, b, err) != 0)
         return -1;
     if (LLMQ_ASSERTS_ON)
         assert_batch_order(b);
-    if ((n_alone = upload_batch(be, st, b, err)) < 0)
+    if ((n_decode = upload_batch(be, st, b, err)) < 0)
         return -1;
     int32_t max_len = 0;
     for (int32_t s = 0; s < b->n_seqs; s++)
@@ -763,14 +768,15 @@ int model_forward(model *m, model_state *st, be_kv *kv, const model_batch *b, fl
     const be_attn_batch ab = {.n_rows = b->n_rows, .n_seqs = b->n_seqs, .row_seq_dev = st->row_seq,
                               .row_pos_dev = st->pos, .block_table_dev = st->block_table,
                               .seq_len_dev = st->seq_len, .max_blocks = b->max_blocks,
-                              .max_seq_len = max_len, .alone_rows_dev = st->alone,
-                              .n_alone = n_alone};
+                              .max_seq_len = max_len,
+                              .first_generated_dev = b->first_generated ? st->first_gen : NULL,
+                              .decode_rows_dev = st->decode_rows, .n_decode = n_decode};
     const be_attn_shape shape = {.n_head = c->n_head, .n_head_kv = c->n_head_kv,
                                  .head_dim = c->head_dim};
 
     /* A decode step (one row per sequence, all with logits) may be recorded
      * and replayed by the backend: the same kernels for the same key. */
-    const bool decode_step = o->graph_begin && n_alone == b->n_rows && b->n_logits == b->n_rows;
+    const bool decode_step = o->graph_begin && n_decode == b->n_rows && b->n_logits == b->n_rows;
     const be_graph_key key = {.owner = (uint64_t)(uintptr_t)st, .n_rows = b->n_rows,
                               .n_logits = b->n_logits,
                               .max_seq_len = max_len, .head_dim = c->head_dim};

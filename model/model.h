@@ -72,6 +72,9 @@ typedef struct model_batch {
     int32_t max_blocks;
     int32_t n_logits;
     const int32_t *logit_rows;  /* rows whose logits are wanted, ascending */
+    /* per sequence: the first position holding a generated token; rows at
+     * or past it are decode rows (be_attn_batch).  NULL: all prompt rows. */
+    const int32_t *first_generated;
 } model_batch;
 
 /* Scratch for forward passes of up to max_rows rows, max_seqs sequences and

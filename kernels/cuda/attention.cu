@@ -34,8 +34,10 @@
  * cores; it is bound by the KV tile loads (each tile read by up to 8 query
  * tiles, from L2).
  *
- * Decode rows (alone in their sequence: be_attn_batch.alone_rows_dev) of
- * head dims 64 and 128 take a split-KV kernel instead (flash-decoding): the
+ * Decode rows (generated tokens: be_attn_batch.decode_rows_dev) of head dims
+ * 64 and 128 take a split-KV kernel instead (flash-decoding); since the
+ * engine marks a row as decode or prompt from its job alone, every row is
+ * computed by one kernel whatever its batch (kernels/backend.h).  The
  * tile kernel gives such a row one CTA per head, of whose 4 warps 1 computes,
  * and fits 2 CTAs per SM, so 64 rows x 576 keys ran at 60% of bandwidth
  * (docs/perf/02).  Here a CTA of 4 warps takes DEC_KEYS keys of one row
@@ -62,14 +64,13 @@ struct attn_args {
     const float *q;
     const int32_t *row_seq, *pos, *btab;
     float *out;
-    bool skip_alone; /* rows alone in their sequence are the decode kernel's */
+    const int32_t *first_gen; /* decode rows are the decode kernel's; NULL: none */
 };
 
-/* Is row x the only row of its sequence in the batch? */
-static __device__ __forceinline__ bool row_alone(const attn_args &p, int x)
+/* Is row x a generated token (a decode row), left to the decode kernel? */
+static __device__ __forceinline__ bool row_decode(const attn_args &p, int x)
 {
-    const int seq = p.row_seq[x];
-    return (x == 0 || p.row_seq[x - 1] != seq) && (x + 1 == p.n_rows || p.row_seq[x + 1] != seq);
+    return p.first_gen && p.pos[x] >= p.first_gen[p.row_seq[x]];
 }
 
 template <int D>
@@ -90,11 +91,12 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
     const int seq = p.row_seq[x], p0 = p.pos[x];
     if (x > 0 && p.row_seq[x - 1] == seq && p0 % ATT_TILE != 0)
         return; /* not the first row of its tile */
-    if (p.skip_alone && row_alone(p, x))
+    if (row_decode(p, x))
         return;
+    /* a sequence's prompt rows precede its decode rows: the tile ends at the first */
     int nq = 1;
     while (nq < ATT_TILE && x + nq < p.n_rows && p.row_seq[x + nq] == seq &&
-           p.pos[x + nq] % ATT_TILE != 0)
+           p.pos[x + nq] % ATT_TILE != 0 && !row_decode(p, x + nq))
         nq++;
     const int p_last = p.pos[x + nq - 1], n_keys = p_last + 1;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -263,13 +265,13 @@ static __device__ __forceinline__ int dec_splits(int n_keys)
     return (n_keys + DEC_KEYS - 1) / DEC_KEYS;
 }
 
-/* One split of decode row x = alone[z] for HG query heads of one KV head.
+/* One split of decode row x = rows[z] for HG query heads of one KV head.
  * With one split the row's output is written; otherwise the partial record
  * [o (D floats, unnormalized), max (log2 units), sum] at
  * part[((z * n_head + h) * max_split + split) * (D + 2)]. */
 template <int D, int HG>
 __global__ void __launch_bounds__(DEC_THREADS)
-    attn_decode_kernel(attn_args p, const int32_t *alone, float scale_log2, float *part,
+    attn_decode_kernel(attn_args p, const int32_t *rows, float scale_log2, float *part,
                        int max_split)
 {
     constexpr int LPK = D / 8;                           /* lanes per key, 8 halves each */
@@ -281,7 +283,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
     __shared__ float s_o[DEC_WARPS][HG][D];
     __shared__ float s_ml[HG][2];
 
-    const int split = blockIdx.x, h0 = blockIdx.y * HG, x = alone[blockIdx.z];
+    const int split = blockIdx.x, h0 = blockIdx.y * HG, x = rows[blockIdx.z];
     const int n_keys = p.pos[x] + 1, k0 = split * DEC_KEYS;
     if (k0 >= n_keys)
         return;
@@ -440,9 +442,9 @@ __global__ void __launch_bounds__(DEC_THREADS)
  * thread per dim. */
 template <int D>
 __global__ void __launch_bounds__(D)
-    attn_decode_merge_kernel(attn_args p, const int32_t *alone, const float *part, int max_split)
+    attn_decode_merge_kernel(attn_args p, const int32_t *rows, const float *part, int max_split)
 {
-    const int x = alone[blockIdx.x], h = blockIdx.y, d = threadIdx.x;
+    const int x = rows[blockIdx.x], h = blockIdx.y, d = threadIdx.x;
     const int n_split = dec_splits(p.pos[x] + 1);
     if (n_split == 1)
         return;
@@ -466,15 +468,15 @@ static void launch_decode_hg(cuda_backend *cb, const attn_args &a, const be_attn
     const int max_split = (b->max_seq_len + DEC_KEYS - 1) / DEC_KEYS;
     float *part = NULL;
     if (max_split > 1 &&
-        !(part = cuda_scratch(cb, "attention", (size_t)b->n_alone * a.n_head * max_split *
+        !(part = cuda_scratch(cb, "attention", (size_t)b->n_decode * a.n_head * max_split *
                                                    (D + 2) * sizeof(float))))
         return;
-    dim3 grid(max_split, a.n_head / HG, b->n_alone);
-    attn_decode_kernel<D, HG><<<grid, DEC_THREADS, 0, cb->stream>>>(a, b->alone_rows_dev,
+    dim3 grid(max_split, a.n_head / HG, b->n_decode);
+    attn_decode_kernel<D, HG><<<grid, DEC_THREADS, 0, cb->stream>>>(a, b->decode_rows_dev,
                                                                      scale_log2, part, max_split);
     if (max_split > 1)
-        attn_decode_merge_kernel<D><<<dim3(b->n_alone, a.n_head), D, 0, cb->stream>>>(
-            a, b->alone_rows_dev, part, max_split);
+        attn_decode_merge_kernel<D><<<dim3(b->n_decode, a.n_head), D, 0, cb->stream>>>(
+            a, b->decode_rows_dev, part, max_split);
 }
 
 /* Query heads per CTA: as many of a KV head's group as fit the registers (4). */
@@ -559,10 +561,11 @@ void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const fl
         return;
     }
     const int64_t layer_off = (int64_t)layer * kv->n_blocks * kv->block_size * kv->kv_dim;
-    const bool decode = (D == 64 || D == 128) && b->n_alone > 0;
+    const bool decode = (D == 64 || D == 128) && b->n_decode > 0;
     attn_args a = {kv->k + layer_off, kv->v + layer_off, kv->kv_dim, kv->block_size,
                    b->max_blocks, b->n_rows, sh->n_head, sh->n_head / sh->n_head_kv, D, q,
-                   b->row_seq_dev, b->row_pos_dev, b->block_table_dev, out, decode};
+                   b->row_seq_dev, b->row_pos_dev, b->block_table_dev, out,
+                   decode ? b->first_generated_dev : NULL};
     const float scale = 1.0f / sqrtf((float)D);
     const float scale_log2 = scale * 1.4426950408889634f;
     if (decode) {
@@ -571,7 +574,7 @@ void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const fl
         else
             launch_decode<128>(cb, a, b, scale_log2);
         cuda_check_launch(cb, "attention (decode rows)");
-        if (b->n_alone == b->n_rows)
+        if (b->n_decode == b->n_rows)
             return;
     }
     dim3 grid(b->n_rows, sh->n_head);

@@ -1,6 +1,5 @@
-/* blocks: a 16-byte chunk of a k-quant weight row as the kernels read it
- * from the device layouts (cuda_internal.h), one code for the matvec and
- * the GEMM, so that their loads cannot drift apart.
+/* blocks: a 16-byte chunk of a k-quant weight row as the GEMM reads it from
+ * the device layouts (cuda_internal.h).
  *
  * Chunk (j, h) of super-block sb (j 0..3, h 0..1) is 16 bytes of the main
  * plane, chunk 2j + h of the block: the nibbles of values 64j + 16h +
@@ -8,11 +7,11 @@
  * A chunk struct is what one thread needs to turn those 32 values into
  * numbers: the block's header (d, dmin, the packed scales and mins) and the
  * nibbles; for q5_K the fifth bits of the same values, for q6_K its
- * repacked high bits, the four scales of the values and d.  The matvec
- * walks a row chunk by chunk, the GEMM's k tile kt is j = kt % 4 of
- * super-block kt / 4 (both halves).  q8_0 and float rows are read in
- * different shapes by the two kernels (half a block per matvec lane, a
- * whole block per GEMM task, zero past the row) and stay with them. */
+ * repacked high bits, the four scales of the values and d.  The GEMM's k
+ * tile kt is j = kt % 4 of super-block kt / 4 (both halves).  mmv (decode)
+ * reads the same bytes in 8-byte pieces per lane, the shape its B fragments
+ * need (numerics.cuh says which values form a step); q8_0 and float rows
+ * are read by the GEMM itself. */
 #ifndef LLMQ_KERNELS_CUDA_BLOCKS_CUH
 #define LLMQ_KERNELS_CUDA_BLOCKS_CUH
 

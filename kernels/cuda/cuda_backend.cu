@@ -345,8 +345,6 @@ static void cu_act_destroy(backend *be, be_act *a)
 {
     cuda_actq *aq = (cuda_actq *)a->q;
     if (aq) {
-        cu_free(be, aq->qs);
-        cu_free(be, aq->ds);
         cu_free(be, aq->h);
         free(aq);
     }
@@ -362,13 +360,10 @@ static int cu_act_create(backend *be, int32_t max_rows, int32_t max_cols, be_act
     cuda_actq *aq = (cuda_actq *)calloc(1, sizeof *aq);
     out->q = aq;
     out->x = (float *)cu_alloc(be, rows * cols * sizeof(float), err);
-    if (aq) {
-        aq->qs = (int8_t *)cu_alloc(be, rows * cols, err);
-        aq->ds = (float2 *)cu_alloc(be, rows * (cols / 32 + 1) * sizeof(float2), err);
+    if (aq)
         aq->h = (__half *)cu_alloc(be, rows * (size_t)act_f16_stride(max_cols) * sizeof(__half),
                                    err);
-    }
-    if (!out->x || !aq || !aq->qs || !aq->ds || !aq->h) {
+    if (!out->x || !aq || !aq->h) {
         cu_act_destroy(be, out);
         return llmq_errf(err, "cuda backend: cannot allocate activations %d x %d", max_rows,
                          max_cols);
@@ -480,9 +475,10 @@ static void cu_swiglu(backend *be, const float *g, const float *u, int32_t rows,
         launch_swiglu(cb, g, u, rows, n, out);
 }
 
-/* Decode-sized inputs go to the matvec (quantized weights read q8_1
- * activations, float weights the f32 rows), larger ones to the GEMM (f16);
- * the quantized copy is made here unless the producer left it valid. */
+/* Every matmul reads the f16 step-ordered copy (made here unless its
+ * producer left it valid); up to MMV_MAX_ROWS rows of k-quant and q8_0
+ * weights take mmv, the rest the GEMM: the same bits either way
+ * (numerics.cuh), so the split is by speed alone. */
 static bool matmul_prepare(cuda_backend *cb, const be_weight *w, be_act *in)
 {
     if (cb->failed || in->rows <= 0)
@@ -492,11 +488,8 @@ static bool matmul_prepare(cuda_backend *cb, const be_weight *w, be_act *in)
                   (long long)w->rows, (long long)w->cols);
         return false;
     }
-    cuda_actq *aq = (cuda_actq *)in->q;
-    const bool quantized = w->type != QUANT_F32 && w->type != QUANT_F16;
-    int need = in->rows <= MV_MAX_ROWS ? (quantized ? ACT_Q8 : ACT_NONE) : ACT_F16;
-    if (need != ACT_NONE && (!in->q_valid || aq->fmt != need))
-        launch_act_quantize(cb, in, need);
+    if (!in->q_valid)
+        launch_act_quantize(cb, in);
     return true;
 }
 
@@ -505,31 +498,29 @@ static void cu_matmul(backend *be, const be_weight *w, be_act *in, float *out, b
     cuda_backend *cb = cb_of(be);
     if (!matmul_prepare(cb, w, in))
         return;
-    if (in->rows <= MV_MAX_ROWS)
-        launch_matvec(cb, w, in, out, accumulate);
+    if (mmv_takes(w, in))
+        launch_mmv_group(cb, 1, &w, in, &out, accumulate);
     else
         launch_gemm(cb, w, in, out, accumulate);
 }
 
-/* Runs of consecutive weights of one type and width that the matvec can
- * group go out as one launch each; the rest one by one. */
+/* Runs of consecutive weights of one type and width that mmv takes go out
+ * as one launch each; the rest one by one. */
 static void cu_matmul_many(backend *be, int n, const be_weight *const *w, be_act *in,
                            float *const *out)
 {
     cuda_backend *cb = cb_of(be);
     for (int i = 0, j; i < n; i = j) {
         j = i + 1;
-        if (!matvec_groups(w[i], in)) {
+        if (!mmv_takes(w[i], in)) {
             cu_matmul(be, w[i], in, out[i], false);
             continue;
         }
-        while (j < n && j - i < MV_GROUP_MAX && w[j]->type == w[i]->type &&
+        while (j < n && j - i < MMV_GROUP_MAX && w[j]->type == w[i]->type &&
                w[j]->cols == w[i]->cols)
             j++;
-        if (j - i == 1)
-            cu_matmul(be, w[i], in, out[i], false);
-        else if (matmul_prepare(cb, w[i], in))
-            launch_matvec_group(cb, j - i, w + i, in, out + i);
+        if (matmul_prepare(cb, w[i], in))
+            launch_mmv_group(cb, j - i, w + i, in, out + i, false);
     }
 }
 
@@ -670,7 +661,8 @@ extern "C" int backend_cuda_create(backend **out, int gpu, llmq_err *err)
     cb->n_sm = prop.multiProcessorCount;
     if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaMallocHost((void **)&cb->stage, cb->stage_size)) != cudaSuccess ||
-        (e = gemm_configure()) != cudaSuccess || (e = attention_configure()) != cudaSuccess)
+        (e = gemm_configure()) != cudaSuccess || (e = mmv_configure()) != cudaSuccess ||
+        (e = attention_configure()) != cudaSuccess)
         goto fail;
     cuda_graphs_init(cb);
     cb->base.ops = &cuda_ops;

@@ -1,6 +1,6 @@
 /* cuda_internal: what the CUDA backend's .cu files share (CUDA C++, never
  * included from C).  cuda_backend.cu owns lifetime, memory, weights and the
- * ops table; each kernel family (elementwise.cu, matvec.cu, gemm.cu,
+ * ops table; each kernel family (elementwise.cu, mmv.cu, gemm.cu,
  * attention.cu, sampling.cu) exposes host launchers declared here, and
  * graphs.cu records and replays decode steps.
  *
@@ -14,10 +14,10 @@
  *   plus a plane of high bits (qh, 64 B/block), 16 int8 scales and one f16
  *   d per block; q8_0 as 32 B of quants per block plus one f16 d.  f16 and
  *   f32 rows are stored as they are; bf16 rows are widened to f32 at load.
- * - Activations (be_act): x is f32 rows x cols; the quantized copy
- *   (cuda_actq) is either q8_1-style (int8 values, per 32: float d and
- *   d * sum of the 32 values) for the decode matvec, or f16 rows padded with
- *   zeros to a multiple of GEMM_BK for the prefill GEMM.
+ * - Activations (be_act): x is f32 rows x cols; the matmuls' copy
+ *   (cuda_actq) is f16 rows in step order (numerics.cuh: act_step_pos),
+ *   padded with zeros to a multiple of 64 columns, for mmv and the GEMM
+ *   alike.
  * - KV cache: f16, [layer][block * block_size + offset][kv_dim], as the CPU.
  *
  * Every op runs on the backend's one stream.  Launch errors and refused
@@ -70,11 +70,11 @@ static void for_each_weight_type(F f)
 #undef CUDA_WEIGHT_CALL
 }
 
-/* Matmuls of at most this many activation rows take the matvec path (q8_1
- * activations, integer dot products); more rows take the f16 tensor-core
- * GEMM.  The rmsnorm and swiglu epilogues pick the activation format the
- * same way. */
-#define MV_MAX_ROWS 8
+/* Matmuls of at most this many activation rows may take mmv (the
+ * tensor-core decode kernel, one m16 tile of rows), more rows the GEMM;
+ * both compute the same bits (numerics.cuh), so the choice is one of speed
+ * (docs/perf/05: at 32 and 64 rows the GEMM was the faster). */
+#define MMV_MAX_ROWS 16
 /* The GEMM's k tile: one 64-value quarter of a 256-value super-block. */
 #define GEMM_BK 64
 
@@ -94,14 +94,9 @@ struct be_kv {
     __half *k, *v;
 };
 
-enum act_fmt { ACT_NONE = 0, ACT_Q8 = 1, ACT_F16 = 2 };
-
 /* be_act.q of this backend (host struct, device planes). */
 struct cuda_actq {
-    int8_t *qs;   /* rows x cols int8 */
-    float2 *ds;   /* rows x cols/32: (d, d * sum of the block's int8 values) */
-    __half *h;    /* rows x act_f16_stride(cols) */
-    int fmt;      /* valid only while be_act.q_valid */
+    __half *h; /* rows x act_f16_stride(cols), step order; valid while be_act.q_valid */
 };
 
 /* One recorded decode step (graphs.cu). */
@@ -163,35 +158,34 @@ cudaError_t attention_configure(void);
 void launch_embed(cuda_backend *cb, const be_weight *w, const int32_t *ids, int32_t n, float *out);
 void launch_gather_rows(cuda_backend *cb, const float *x, const int32_t *idx, int32_t n,
                         int32_t dim, float *out);
-/* y = rmsnorm(x) * w into a->x, plus the quantized copy for `rows` rows. */
+/* y = rmsnorm(x) * w into a->x, plus the matmuls' f16 copy. */
 void launch_rmsnorm(cuda_backend *cb, const float *x, const float *w, float eps, int32_t rows,
                     int32_t dim, be_act *a);
 void launch_swiglu(cuda_backend *cb, const float *g, const float *u, int32_t rows, int32_t n,
                    be_act *a);
-/* The quantized copy of a->x in format fmt (ACT_Q8 or ACT_F16). */
-void launch_act_quantize(cuda_backend *cb, be_act *a, int fmt);
+/* The matmuls' f16 copy of a->x. */
+void launch_act_quantize(cuda_backend *cb, be_act *a);
 void launch_rope(cuda_backend *cb, float *q, float *k, const int32_t *pos, int32_t rows,
                  const be_attn_shape *sh, const be_rope *rope, float theta_scale);
 void launch_add_bias(cuda_backend *cb, float *x, const float *bias, int32_t rows, int32_t n);
 void launch_kv_write(cuda_backend *cb, be_kv *kv, int32_t layer, const float *k, const float *v,
                      const int32_t *slot, int32_t rows);
 
-/* matvec.cu, for rows <= MV_MAX_ROWS.  A group: out[i] (rows x w[i]->rows)
- * = in . w[i]^T for i < n <= MV_GROUP_MAX weights of one type and width, in
- * one launch. */
-#define MV_GROUP_MAX 3
-struct mv_group {
-    be_weight w[MV_GROUP_MAX];
-    float *out[MV_GROUP_MAX];
-    unsigned first[MV_GROUP_MAX]; /* first block of each weight; UINT32_MAX past n */
+/* mmv.cu, for rows <= MMV_MAX_ROWS of k-quant and q8_0 weights.  A group:
+ * out[i] (rows x w[i]->rows) (+)= in . w[i]^T for i < n <= MMV_GROUP_MAX
+ * weights of one type and width, in one launch. */
+#define MMV_GROUP_MAX 3
+struct mmv_group {
+    be_weight w[MMV_GROUP_MAX];
+    float *out[MMV_GROUP_MAX];
+    unsigned first_tile[MMV_GROUP_MAX]; /* first 8-row tile of each weight */
+    int n;
 };
-/* Whether launch_matvec_group takes weights like w for activations like in. */
-bool matvec_groups(const be_weight *w, const be_act *in);
-void launch_matvec_group(cuda_backend *cb, int n, const be_weight *const *w, const be_act *in,
-                         float *const *out);
-/* One weight: out (+)= in . w^T. */
-void launch_matvec(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
-                   bool accumulate);
+cudaError_t mmv_configure(void);
+/* Whether mmv takes weights like w for activations like in. */
+bool mmv_takes(const be_weight *w, const be_act *in);
+void launch_mmv_group(cuda_backend *cb, int n, const be_weight *const *w, const be_act *in,
+                      float *const *out, bool accumulate);
 /* gemm.cu: out (rows x w->rows) from the f16 copy of in. */
 void launch_gemm(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
                  bool accumulate);

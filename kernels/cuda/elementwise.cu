@@ -23,6 +23,7 @@
  * fusing the activation quantization into rmsnorm and swiglu saves a launch
  * and a re-read per matmul input. */
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/numerics.cuh"
 
 #define ROW_THREADS 256
 #define PROD_THREADS 1024
@@ -105,20 +106,6 @@ void launch_gather_rows(cuda_backend *cb, const float *x, const int32_t *idx, in
 
 enum row_mode { ROW_COPY, ROW_NORM, ROW_SWIGLU };
 
-static __device__ __forceinline__ float warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-static __device__ __forceinline__ int warp_sum_int(int v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* The CPU's rmsnorm scale: sum of float squares in double. */
 static __device__ float rms_scale(const float *x, int32_t dim, float eps)
 {
@@ -138,21 +125,20 @@ static __device__ float rms_scale(const float *x, int32_t dim, float eps)
 }
 
 /* Row r (blockIdx.x): y = f(x[, aux]) written to y (unless ROW_COPY) and to
- * the quantized copy: q8_1 blocks (FMT ACT_Q8; dim % 32 == 0) or f16 padded
- * with zeros to hstride (ACT_F16).  ROW_NORM walks the whole row; the
- * others the 1024-wide slice blockIdx.y. */
-template <int MODE, int FMT>
+ * the matmuls' f16 copy, in step order (numerics.cuh), padded with zeros to
+ * hstride.  ROW_NORM walks the whole row; the others the 1024-wide slice
+ * blockIdx.y (a whole number of 64-value step groups). */
+template <int MODE>
 __global__ void __launch_bounds__(PROD_THREADS)
-row_kernel(const float *x, const float *aux, float eps, int32_t dim, float *y, int8_t *qs,
-           float2 *ds, __half *h, int32_t hstride)
+row_kernel(const float *x, const float *aux, float eps, int32_t dim, float *y, __half *h,
+           int32_t hstride)
 {
     const int64_t r = blockIdx.x;
     const float *xr = x + r * dim;
     const float *ar = aux ? aux + (MODE == ROW_SWIGLU ? r * dim : 0) : NULL;
     const float scale = MODE == ROW_NORM ? rms_scale(xr, dim, eps) : 1.0f;
-    const int32_t limit = FMT == ACT_F16 ? hstride : dim;
     const int32_t first = MODE == ROW_NORM ? 0 : (int32_t)blockIdx.y * PROD_THREADS;
-    const int32_t end = MODE == ROW_NORM ? limit : min(limit, first + PROD_THREADS);
+    const int32_t end = MODE == ROW_NORM ? hstride : min(hstride, first + PROD_THREADS);
     for (int32_t base = first; base < end; base += PROD_THREADS) {
         const int32_t e = base + threadIdx.x;
         float v = 0.0f;
@@ -165,77 +151,43 @@ row_kernel(const float *x, const float *aux, float eps, int32_t dim, float *y, i
             if (MODE != ROW_COPY)
                 y[r * dim + e] = v;
         }
-        if (FMT == ACT_Q8) {
-            /* A warp holds one whole block of 32: q = round(v / d), d = max|v| / 127. */
-            const float d = warp_max(fabsf(v)) / 127.0f;
-            const float id = d != 0.0f ? 1.0f / d : 0.0f;
-            const int q = (int)roundf(v * id);
-            const int sum = warp_sum_int(q);
-            if (e < dim) {
-                qs[r * dim + e] = (int8_t)q;
-                if (threadIdx.x % 32 == 0)
-                    ds[r * (dim / 32) + e / 32] = make_float2(d, d * (float)sum);
-            }
-        } else if (FMT == ACT_F16 && e < hstride) {
-            h[r * hstride + e] = __float2half_rn(v);
-        }
+        if (e < hstride)
+            h[r * hstride + (e & ~(MM_GROUP - 1)) + act_step_pos(e & (MM_GROUP - 1))] =
+                __float2half_rn(v);
     }
-}
-
-/* The format the next matmul of `rows` rows will want (see cu_matmul). */
-static int fmt_for(int32_t rows, int32_t cols)
-{
-    if (rows > MV_MAX_ROWS)
-        return ACT_F16;
-    return cols % 32 == 0 ? ACT_Q8 : ACT_NONE;
 }
 
 template <int MODE>
 static void launch_rows(cuda_backend *cb, const float *x, const float *aux, float eps,
-                        int32_t rows, int32_t dim, be_act *a, int fmt)
+                        int32_t rows, int32_t dim, be_act *a)
 {
     cuda_actq *aq = (cuda_actq *)a->q;
     const int32_t hs = (int32_t)act_f16_stride(dim);
     float *y = MODE == ROW_COPY ? NULL : a->x;
-    const int32_t width = fmt == ACT_F16 ? hs : dim;
-    const dim3 grid(rows, MODE == ROW_NORM ? 1 : (width + PROD_THREADS - 1) / PROD_THREADS);
-    cudaStream_t s = cb->stream;
-    if (fmt == ACT_Q8)
-        row_kernel<MODE, ACT_Q8><<<grid, PROD_THREADS, 0, s>>>(x, aux, eps, dim, y, aq->qs, aq->ds,
-                                                                aq->h, hs);
-    else if (fmt == ACT_F16)
-        row_kernel<MODE, ACT_F16><<<grid, PROD_THREADS, 0, s>>>(x, aux, eps, dim, y, aq->qs,
-                                                                 aq->ds, aq->h, hs);
-    else
-        row_kernel<MODE, ACT_NONE><<<grid, PROD_THREADS, 0, s>>>(x, aux, eps, dim, y, aq->qs,
-                                                                  aq->ds, aq->h, hs);
+    const dim3 grid(rows, MODE == ROW_NORM ? 1 : (hs + PROD_THREADS - 1) / PROD_THREADS);
+    row_kernel<MODE><<<grid, PROD_THREADS, 0, cb->stream>>>(x, aux, eps, dim, y, aq->h, hs);
     a->rows = rows;
     a->cols = dim;
-    a->q_valid = fmt != ACT_NONE;
-    aq->fmt = fmt;
+    a->q_valid = true;
 }
 
 void launch_rmsnorm(cuda_backend *cb, const float *x, const float *w, float eps, int32_t rows,
                     int32_t dim, be_act *a)
 {
-    launch_rows<ROW_NORM>(cb, x, w, eps, rows, dim, a, fmt_for(rows, dim));
+    launch_rows<ROW_NORM>(cb, x, w, eps, rows, dim, a);
     cuda_check_launch(cb, "rmsnorm");
 }
 
 void launch_swiglu(cuda_backend *cb, const float *g, const float *u, int32_t rows, int32_t n,
                    be_act *a)
 {
-    launch_rows<ROW_SWIGLU>(cb, g, u, 0.0f, rows, n, a, fmt_for(rows, n));
+    launch_rows<ROW_SWIGLU>(cb, g, u, 0.0f, rows, n, a);
     cuda_check_launch(cb, "swiglu");
 }
 
-void launch_act_quantize(cuda_backend *cb, be_act *a, int fmt)
+void launch_act_quantize(cuda_backend *cb, be_act *a)
 {
-    if (fmt == ACT_Q8 && a->cols % 32 != 0) {
-        cuda_fail(cb, "matmul: q8 activations need a multiple of 32 columns, not %d", a->cols);
-        return;
-    }
-    launch_rows<ROW_COPY>(cb, a->x, NULL, 0.0f, a->rows, a->cols, a, fmt);
+    launch_rows<ROW_COPY>(cb, a->x, NULL, 0.0f, a->rows, a->cols, a);
     cuda_check_launch(cb, "quantize activations");
 }
 

@@ -9,21 +9,28 @@
  * (2x the mma rate) waits until the tile pipeline, not the mma rate, stops
  * being the limit (docs/perf/02).
  *
+ * What it computes is numerics.cuh's definition, the same bits as mmv.cu
+ * gives a row at any batch size: k16 steps of fixed k sets, chained per
+ * chunk of MM_CHUNK values, chunks added in order.
+ *
  * Layout invariants: a CTA computes a BM x BN tile of out with BM*BN/64
  * threads; warp (wm, wn) owns rows 32wm..+32 and columns 64wn..+64 (2 x 8
  * mma tiles).  The k loop walks GEMM_BK = 64 values: a k-quant quarter
- * super-block, two q8_0 blocks.  A tile task (row n, half h) dequantizes 32
- * weights: for k-quants the 16 low nibbles of chunk 2j+h (columns 16h..+16)
- * and its 16 high nibbles (columns 32+16h..+16); for the others columns
- * 32h..+32.  A is copied with cp.async (rows >= M zero-filled; its f16 rows
- * are zero-padded to a multiple of 64 columns); W is loaded to registers
- * one k tile ahead and dequantized into shared memory after the mma of the
- * current tile.
+ * super-block, two q8_0 blocks, one step group.  A tile task (row n, half h)
+ * dequantizes 32 weights (for k-quants the 16 quant bytes at 16h of the
+ * group's 32, both nibbles; for the others k = 32h..+32) into the tile row
+ * at their step-ordered positions, so that column j of the weight tile and
+ * of the activation tile (a copy of the step-ordered f16 rows, rows >= M
+ * zero-filled, zero-padded to a multiple of 64 columns) hold the same k,
+ * and ldmatrix's k16 columns 16s.. are step s.  A is copied with cp.async;
+ * W is loaded to registers one k tile ahead and dequantized into shared
+ * memory after the mma of the current tile.  acc chains the current chunk;
+ * at a chunk's end it is added to tot (from +0, in chunk order).
  *
- * Small M (decode batches of 9..128 rows) has too few tiles to fill the
- * SMs: the k loop is then split over S CTAs (blockIdx.z) that write f32
- * partial tiles, summed in split order by a second kernel.  S depends on N
- * and K alone, so rows agree bit for bit across all split batch sizes.
+ * Small M (decode batches too large for mmv) has too few tiles to fill the
+ * SMs: the k loop is then split into one CTA per chunk (blockIdx.z), each
+ * writing its chunk's partial tile, which a second kernel folds in chunk
+ * order: the same sum, so the split is a choice of speed only.
  *
  * Shared memory ledger: 2 stages x (BM + BN) rows x 72 halves (64 + 8 of
  * padding, so the 8 row addresses of an ldmatrix fall in distinct bank
@@ -33,19 +40,17 @@
  * Roofline (7B, M = 512): 4096 x 4096 x 512 is 17.2 GFLOP, 26 us at the
  * ~660 TFLOP/s that mma.sync f16 can reach; 11008-wide, 46 GFLOP, 70 us.
  * The weights (9.4 / 25.4 MB) come from L2 after the first M tile.
- * Measured on the H200: 117 us and 258 us (146 and 179 TFLOP/s), with 8
- * warps per SM issuing (docs/perf/02).
- *
- * Each output's k order is fixed (tile by tile, 16 at a time), so without a
- * split a row's result does not depend on M, the tile shape or its
- * neighbours; with one it depends on S, not on the neighbours. */
+ * Measured on the H200 before the fold: 117 us and 258 us (146 and 179
+ * TFLOP/s), with 8 warps per SM issuing (docs/perf/02). */
 #include "kernels/cuda/blocks.cuh"
+#include "kernels/cuda/numerics.cuh"
 
 #include <algorithm>
 
 #define LDS (GEMM_BK + 8)
 static_assert(GEMM_BK * 4 == QK_K && GEMM_BK == 2 * QK8_0,
               "a k tile is a quarter of a k-quant super-block, two q8_0 blocks (fetch, dequant)");
+#define GEMM_CHUNK_KT (MM_CHUNK / GEMM_BK) /* k tiles per chunk */
 
 /* What a thread holds of one (row, half) task for the next k tile: for a
  * k-quant, chunk (kt % 4, h) of super-block kt / 4 (blocks.cuh). */
@@ -89,51 +94,51 @@ static __device__ __forceinline__ void fetch_raw(const be_weight &w, int64_t n, 
     }
 }
 
-static __device__ __forceinline__ void store8(__half *dst, const float *v)
+/* The weight tile row holds the task's values at their step-ordered
+ * positions (numerics.cuh), so that its columns pair with the activation
+ * tile's: a k-quant task (16 quant bytes at 16h of the 32-byte group, words
+ * w[2c' + t] = bytes 8c' + 4t of the half) fills positions
+ * 32hf + 16t + 8h + [0, 8) for nibble half hf and word t: two words, each as
+ * (i0, i2), (i1, i3). */
+static __device__ __forceinline__ void store_pairs(__half *dst, __half2 e0, __half2 o0, __half2 e1,
+                                                   __half2 o1)
 {
     uint4 u;
-    u.x = pack_half2(v[0], v[1]);
-    u.y = pack_half2(v[2], v[3]);
-    u.z = pack_half2(v[4], v[5]);
-    u.w = pack_half2(v[6], v[7]);
+    u.x = *(const uint32_t *)&e0;
+    u.y = *(const uint32_t *)&o0;
+    u.z = *(const uint32_t *)&e1;
+    u.w = *(const uint32_t *)&o1;
     *(uint4 *)dst = u;
 }
 
-/* 16 values: byte b of word i gives column 4i + b, via nibble(word, b). */
+/* value(word bytes, hf, t) -> the word's (even, odd) f16 pairs. */
 template <typename F>
-static __device__ __forceinline__ void store16(__half *dst, const uint4 &q, F value)
+static __device__ __forceinline__ void store_kquant_task(const uint4 &qs, int h, __half *row,
+                                                         F value)
 {
-    const uint32_t word[4] = {q.x, q.y, q.z, q.w};
-    float v[16];
+    const uint32_t w[4] = {qs.x, qs.y, qs.z, qs.w};
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int hf = 0; hf < 2; hf++)
 #pragma unroll
-        for (int b = 0; b < 4; b++)
-            v[4 * i + b] = value(word[i], i, b);
-    store8(dst, v);
-    store8(dst + 8, v + 8);
+        for (int t = 0; t < 2; t++) {
+            __half2 e0, o0, e1, o1;
+            value(w[t], hf, t, 0, &e0, &o0);
+            value(w[2 + t], hf, t, 1, &e1, &o1);
+            store_pairs(row + 32 * hf + 16 * t + 8 * h, e0, o0, e1, o1);
+        }
 }
 
-/* A q4_K/q5_K task: sub-blocks 2j (low nibbles) and 2j + 1 (high), each
- * scaled and shifted by its min; fifth(i, b, s) adds the fifth bit of byte
- * b of word i to sub-block 2j + s (0 for q4_K). */
+/* A q4_K/q5_K task: sub-blocks 2j (low nibbles) and 2j + 1 (high), with
+ * fifth(word, hf, t, c') the fifth bits at bit 4 of each byte (0 for q4_K). */
 template <typename F>
 static __device__ __forceinline__ void dequant_k4(const uint4 &hdr, const uint4 &qs, int kt, int h,
                                                   __half *row, F fifth)
 {
-    const int j = kt % 4;
-    const float d = __half2float(__ushort_as_half((unsigned short)(hdr.x & 0xffffu)));
-    const float dmin = __half2float(__ushort_as_half((unsigned short)(hdr.x >> 16)));
-    int sc0, m0, sc1, m1;
-    k4_scale_min(2 * j, hdr.y, hdr.z, hdr.w, &sc0, &m0);
-    k4_scale_min(2 * j + 1, hdr.y, hdr.z, hdr.w, &sc1, &m1);
-    const float d0 = d * (float)sc0, n0 = dmin * (float)m0;
-    const float d1 = d * (float)sc1, n1 = dmin * (float)m1;
-    store16(row + 16 * h, qs, [&](uint32_t w, int i, int b) {
-        return d0 * (float)(((w >> (8 * b)) & 15) | fifth(i, b, 0)) - n0;
-    });
-    store16(row + 32 + 16 * h, qs, [&](uint32_t w, int i, int b) {
-        return d1 * (float)(((w >> (8 * b + 4)) & 15) | fifth(i, b, 1)) - n1;
+    const k4_sub sub[2] = {k4_sub_at(hdr, 2 * (kt % 4)), k4_sub_at(hdr, 2 * (kt % 4) + 1)};
+    store_kquant_task(qs, h, row, [&](uint32_t w, int hf, int t, int c, __half2 *e, __half2 *o) {
+        bytes_to_half2(kq_bytes(w, hf, fifth(hf, t, c)), half2_of(MM_BIAS_UNSIGNED), e, o);
+        *e = k4_value(*e, sub[hf]);
+        *o = k4_value(*o, sub[hf]);
     });
 }
 
@@ -142,54 +147,95 @@ static __device__ __forceinline__ void dequant(const chunk_q4k &f, int kt, int h
     dequant_k4(f.hdr, f.qs, kt, h, row, [](int, int, int) { return 0u; });
 }
 
+/* q5_K: the fifth bits of the task's bytes are the qh bytes at the same
+ * offset within the 32-byte group, bit 2j + hf. */
 static __device__ __forceinline__ void dequant(const chunk_q5k &f, int kt, int h, __half *row)
 {
     const uint32_t qh[4] = {f.qh.x, f.qh.y, f.qh.z, f.qh.w};
     const int bit = 2 * (kt % 4);
-    dequant_k4(f.hdr, f.qs, kt, h, row, [&](int i, int b, int s) {
-        return ((qh[i] >> (8 * b + bit + s)) & 1u) << 4;
+    dequant_k4(f.hdr, f.qs, kt, h, row, [&](int hf, int t, int c) {
+        return ((qh[2 * c + t] >> (bit + hf)) & 0x01010101u) << 4;
     });
 }
 
+/* q6_K: the high bits of byte 8c' + 4t + i (k = 8c' + 4t + i of the chunk)
+ * are bits 2(2c' + t) of qh byte 4hf + i; scale 4j + 2hf + h of the block. */
 static __device__ __forceinline__ void dequant(const chunk_q6k &f, int, int h, __half *row)
 {
-    const float d0 = f.d * (float)(int8_t)(f.sc >> (8 * h));
-    const float d1 = f.d * (float)(int8_t)(f.sc >> (16 + 8 * h));
-    const uint32_t qlo = f.qh.x, qhi = f.qh.y;
-    store16(row + 16 * h, f.ql, [&](uint32_t w, int i, int b) {
-        const int q = (int)(((w >> (8 * b)) & 15) | (((qlo >> (8 * b + 2 * i)) & 3) << 4));
-        return d0 * (float)(q - 32);
-    });
-    store16(row + 32 + 16 * h, f.ql, [&](uint32_t w, int i, int b) {
-        const int q = (int)(((w >> (8 * b + 4)) & 15) | (((qhi >> (8 * b + 2 * i)) & 3) << 4));
-        return d1 * (float)(q - 32);
+    const uint32_t qh[2] = {f.qh.x, f.qh.y};
+    const __half d = __float2half_rn(f.d);
+    const __half2 scale[2] = {q6_scale(d, (int8_t)(f.sc >> (8 * h))),
+                              q6_scale(d, (int8_t)(f.sc >> (16 + 8 * h)))};
+    store_kquant_task(f.ql, h, row, [&](uint32_t w, int hf, int t, int c, __half2 *e, __half2 *o) {
+        const uint32_t high = ((qh[hf] >> (2 * (2 * c + t))) & 0x03030303u) << 4;
+        bytes_to_half2(kq_bytes(w, hf, high), half2_of(MM_BIAS_Q6), e, o);
+        *e = q6_value(*e, scale[hf]);
+        *o = q6_value(*o, scale[hf]);
     });
 }
 
+/* q8_0: the task is block 2kt + h, k = 32h + 8c + 4t + i: positions
+ * 32h + 16t + 4c + [0, 4), from word 2c + t of its 32 bytes. */
 static __device__ __forceinline__ void dequant(const frag_q8 &f, int, int h, __half *row)
 {
-    auto value = [&](uint32_t w, int, int b) { return f.d * (float)(int8_t)(w >> (8 * b)); };
-    store16(row + 32 * h, f.q0, value);
-    store16(row + 32 * h + 16, f.q1, value);
+    const uint32_t w[8] = {f.q0.x, f.q0.y, f.q0.z, f.q0.w, f.q1.x, f.q1.y, f.q1.z, f.q1.w};
+    const __half2 d = __half2half2(__float2half_rn(f.d));
+#pragma unroll
+    for (int t = 0; t < 2; t++)
+#pragma unroll
+        for (int c2 = 0; c2 < 2; c2++) {
+            __half2 p[4];
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                bytes_to_half2(w[2 * (2 * c2 + u) + t] ^ 0x80808080u, half2_of(MM_BIAS_Q8),
+                               &p[2 * u], &p[2 * u + 1]);
+                p[2 * u] = q8_value(p[2 * u], d);
+                p[2 * u + 1] = q8_value(p[2 * u + 1], d);
+            }
+            store_pairs(row + 32 * h + 16 * t + 8 * c2, p[0], p[1], p[2], p[3]);
+        }
+}
+
+/* f16 / f32: the task is k = 32h + [0, 32) in natural order (v[c] the 8
+ * values 8c..8c+7 as f16 words); the same positions as q8_0. */
+static __device__ __forceinline__ void pair_halves(uint32_t w01, uint32_t w23, __half2 *e,
+                                                   __half2 *o)
+{
+    const uint32_t even = __byte_perm(w01, w23, 0x5410), odd = __byte_perm(w01, w23, 0x7632);
+    *e = *(const __half2 *)&even;
+    *o = *(const __half2 *)&odd;
 }
 
 template <int T>
 static __device__ __forceinline__ void dequant_raw(const frag_raw &f, int h, __half *row)
 {
-    if constexpr (T == QUANT_F16) {
+    uint32_t v[4][4]; /* v[c][j]: f16 pairs (8c + 2j, 8c + 2j + 1) */
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            *(uint4 *)(row + 32 * h + 8 * i) = f.v[i];
-    } else {
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const uint4 a = f.v[2 * i], b = f.v[2 * i + 1];
-            const float v[8] = {__uint_as_float(a.x), __uint_as_float(a.y), __uint_as_float(a.z),
+    for (int c = 0; c < 4; c++) {
+        if constexpr (T == QUANT_F16) {
+            const uint4 u = f.v[c];
+            v[c][0] = u.x, v[c][1] = u.y, v[c][2] = u.z, v[c][3] = u.w;
+        } else {
+            const uint4 a = f.v[2 * c], b = f.v[2 * c + 1];
+            const float x[8] = {__uint_as_float(a.x), __uint_as_float(a.y), __uint_as_float(a.z),
                                 __uint_as_float(a.w), __uint_as_float(b.x), __uint_as_float(b.y),
                                 __uint_as_float(b.z), __uint_as_float(b.w)};
-            store8(row + 32 * h + 8 * i, v);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                v[c][j] = pack_half2(x[2 * j], x[2 * j + 1]);
         }
     }
+#pragma unroll
+    for (int t = 0; t < 2; t++)
+#pragma unroll
+        for (int c2 = 0; c2 < 2; c2++) {
+            __half2 p[4];
+#pragma unroll
+            for (int u = 0; u < 2; u++)
+                pair_halves(v[2 * c2 + u][2 * t], v[2 * c2 + u][2 * t + 1], &p[2 * u],
+                            &p[2 * u + 1]);
+            store_pairs(row + 32 * h + 16 * t + 8 * c2, p[0], p[1], p[2], p[3]);
+        }
 }
 
 template <int T>
@@ -259,14 +305,19 @@ gemm_kernel(be_weight w, const __half *a, int64_t lda, int m, float *out, bool a
         }
     };
 
-    float acc[2][8][4];
+    /* acc: the current chunk's chain; tot: the chunks before it, folded in
+     * chunk order (numerics.cuh) */
+    float acc[2][8][4], tot[2][8][4];
+    auto each = [&](auto f) {
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+        for (int i = 0; i < 2; i++)
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+            for (int j = 0; j < 8; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                acc[i][j][e] = 0.0f;
+                for (int e = 0; e < 4; e++)
+                    f(i, j, e);
+    };
+    each([&](int i, int j, int e) { acc[i][j][e] = tot[i][j][e] = 0.0f; });
 
     load_a(kt0, 0);
     fetch_b(kt0);
@@ -306,6 +357,11 @@ gemm_kernel(be_weight w, const __half *a, int64_t lda, int m, float *out, bool a
                 for (int ni = 0; ni < 8; ni++)
                     mma_f16(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
         }
+        if ((kt + 1) % GEMM_CHUNK_KT == 0 || !more)
+            each([&](int i, int j, int e) {
+                tot[i][j][e] += acc[i][j][e];
+                acc[i][j][e] = 0.0f;
+            });
         if (more)
             store_b(kt + 1, buf ^ 1);
         __syncthreads();
@@ -324,7 +380,7 @@ gemm_kernel(be_weight w, const __half *a, int64_t lda, int m, float *out, bool a
                 const int64_t col = n0 + wn * 64 + ni * 8 + 2 * t4 + e % 2;
                 if (row < m && col < n_total) {
                     float *o = dst + row * n_total + col;
-                    *o = add ? *o + acc[mi][ni][e] : acc[mi][ni][e];
+                    *o = add ? *o + tot[mi][ni][e] : tot[mi][ni][e];
                 }
             }
 }
@@ -335,8 +391,8 @@ __global__ void split_sum_kernel(const float *part, int splits, int64_t n, float
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        float v = part[i];
-        for (int s = 1; s < splits; s++)
+        float v = 0.0f;
+        for (int s = 0; s < splits; s++)
             v += part[(int64_t)s * n + i];
         out[i] = accumulate ? out[i] + v : v;
     }
@@ -374,14 +430,17 @@ cudaError_t gemm_configure(void)
     return e;
 }
 
+/* splits 1: every chunk in one CTA, folded in registers; otherwise one CTA
+ * per chunk (blockIdx.z), whose partials split_sum_kernel folds in the same
+ * order: both are numerics.cuh's sum. */
 template <int T, int BM, int BN>
 static void launch_tile(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
-                        bool accumulate, int splits)
+                        bool accumulate, bool split)
 {
     const cuda_actq *aq = (const cuda_actq *)in->q;
     const int64_t lda = act_f16_stride(in->cols), m = in->rows, n = w->rows;
-    const int nk = (int)(lda / GEMM_BK), kt_per = (nk + splits - 1) / splits;
-    splits = (nk + kt_per - 1) / kt_per; /* no empty split */
+    const int splits = split ? (int)mm_chunks(lda) : 1;
+    const int kt_per = split ? GEMM_CHUNK_KT : (int)(lda / GEMM_BK);
     float *part = NULL;
     if (splits > 1 && !(part = cuda_scratch(cb, "matmul", (size_t)splits * m * n * sizeof(float))))
         return;
@@ -394,23 +453,18 @@ static void launch_tile(cuda_backend *cb, const be_weight *w, const be_act *in, 
 }
 
 /* The largest tile that still gives every SM a CTA; when even 64 x 128
- * tiles are too few, the k loop is split into S parts, S set so that one
- * M tile makes about two CTAs per SM (at most 8 parts of at least 4 k
- * tiles each). */
+ * tiles are too few, one CTA per chunk of k.  Only speed depends on the
+ * choice, never a result. */
 template <int T>
 static void launch_type(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
                         bool accumulate)
 {
     const int64_t m = in->rows, n = w->rows;
     auto ctas = [&](int bm, int bn) { return ((m + bm - 1) / bm) * ((n + bn - 1) / bn); };
-    if (ctas(128, 128) >= cb->n_sm) {
-        launch_tile<T, 128, 128>(cb, w, in, out, accumulate, 1);
-        return;
-    }
-    const int64_t n_tiles = (n + 127) / 128, nk = act_f16_stride(in->cols) / GEMM_BK;
-    int64_t splits = ctas(64, 128) >= cb->n_sm ? 1 : (2 * cb->n_sm + n_tiles - 1) / n_tiles;
-    splits = std::max<int64_t>(1, std::min<int64_t>(splits, std::min<int64_t>(8, nk / 4)));
-    launch_tile<T, 64, 128>(cb, w, in, out, accumulate, (int)splits);
+    if (ctas(128, 128) >= cb->n_sm)
+        launch_tile<T, 128, 128>(cb, w, in, out, accumulate, false);
+    else
+        launch_tile<T, 64, 128>(cb, w, in, out, accumulate, ctas(64, 128) < cb->n_sm);
 }
 
 void launch_gemm(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,

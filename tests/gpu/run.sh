@@ -28,7 +28,7 @@ log() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/log.txt"; }
 # 1. build check: every binary starts, the GPU is there, kernel resources.
 {
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv
-    for b in llmq-run llmq-mkmodel gpu-parity bench-cuda-ops; do
+    for b in llmq-run llmq-mkmodel gpu-parity bench-cuda-ops gpu-mma-numerics; do
         ldd "$BIN/$b" | grep -q "not found" && echo "MISSING LIBRARIES: $b"
     done
     "$BIN/llmq-run" --help >/dev/null && echo "llmq-run starts"
@@ -38,7 +38,7 @@ log() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/log.txt"; }
     echo "function LDG.128 LDG.64 LDG(other) LDS/LDSM STS HMMA IDP4A"
     cuobjdump -sass "$BIN/llmq-run" 2>/dev/null | awk '
         /Function :/ { f = $3 }
-        f ~ /matvec_q|gemm_kernel|attn_tc/ {
+        f ~ /mmv_kernel|gemm_kernel|attn_tc/ {
             if ($0 ~ /LDG\.E\.128/) c[f, 1]++; else if ($0 ~ /LDG\.E\.64/) c[f, 2]++;
             else if ($0 ~ /LDG/) c[f, 3]++;
             if ($0 ~ /LDSM|LDS/) c[f, 4]++; if ($0 ~ /STS/) c[f, 5]++;
@@ -47,6 +47,10 @@ log() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/log.txt"; }
               c[f,4], c[f,5], c[f,6], c[f,7] }'
 } > "$OUT/env.txt" 2>&1
 log "build check done"
+
+# The tensor-core arithmetic the batch-invariant matmuls rest on (docs/perf/05).
+"$BIN/gpu-mma-numerics" > "$OUT/mma-numerics.md" 2>> "$OUT/log.txt"
+log "mma numerics exit $?"
 
 # The 7B model for the benchmarks is written while parity runs.
 "$BIN/llmq-mkmodel" --vocab "$VOCAB" --layers 32 $SHAPE7B -o /tmp/m7b.gguf >> "$OUT/log.txt" 2>&1 &
@@ -90,9 +94,9 @@ if [ "${GQA:-1}" = 1 ]; then
 fi
 
 # 4. Nsight Compute on three kernels of bench-cuda-ops (clocks left alone):
-#    the q4_K matvec at 1 row, the GEMM at 512 rows, decode attention at 64.
+#    the q4_K mmv at 1 row, the GEMM at 512 rows, decode attention at 64.
 if [ "${NCU:-0}" = 1 ]; then
-    for k in "matvec_q_kernel 20" "gemm_kernel 290" "attn_tc_kernel 290"; do
+    for k in "mmv_kernel 3" "gemm_kernel 290" "attn_tc_kernel 290"; do
         set -- $k
         timeout 120 ncu --clock-control none -k "regex:$1" --launch-skip "$2" --launch-count 1 \
             --section SpeedOfLight --section Occupancy --section LaunchStats \
