@@ -86,6 +86,14 @@ tests/fuzz/fuzz-tokenizer: $(FUZZ_TOKENIZER_SRCS)
 CLEANFILES += tests/fuzz/fuzz-tokenizer
 # ---- end tokenizer ----
 
+# ---- chat templates (model/chat.c, model/jinja.c) ----
+check_PROGRAMS += tests/unit/test-chat
+TESTS += tests/unit/test-chat
+tests_unit_test_chat_SOURCES = tests/unit/test-chat.c tests/unit/check.h \
+	model/gguf_writer.c model/gguf_writer.h
+tests_unit_test_chat_LDADD = $(LLMQ_MODEL_LIBS)
+# ---- end chat templates ----
+
 # ---- proto: wire decoding fuzz target (make fuzz) ----
 FUZZ_TARGETS += tests/fuzz/fuzz-wire
 EXTRA_DIST += tests/fuzz/fuzz-wire.c tests/fuzz/corpus-wire tests/fuzz/wire.dict \
