@@ -829,6 +829,15 @@ static int enter(parser *P)
     return 0;
 }
 
+/* A chain (a + b + c, x|f|g, a.b.c) builds a tree as deep as it is long,
+ * which evaluation recurses over: each link counts as a level.  *links
+ * counts what the caller gives back with P->depth -= links. */
+static bool link(parser *P, int *links)
+{
+    (*links)++;
+    return enter(P) == 0;
+}
+
 static node *parse_expr(parser *P, bool condexpr);
 static node *parse_tuple(parser *P, bool condexpr, bool explicit_parens, const char *end_name);
 static node *parse_unary(parser *P, bool with_filter);
@@ -1035,8 +1044,11 @@ static node *parse_subscript(parser *P, node *obj, size_t off)
 
 static node *parse_postfix(parser *P, node *n)
 {
+    int links = 0;
     while (n) {
         const token *t = P->t;
+        if ((tok_op(t, ".") || tok_op(t, "[") || tok_op(t, "(")) && !link(P, &links))
+            return NULL;
         if (tok_op(t, ".")) {
             P->t++;
             if (P->t->kind == TK_NAME) {
@@ -1068,6 +1080,7 @@ static node *parse_postfix(parser *P, node *n)
             break;
         }
     }
+    P->depth -= links;
     return n;
 }
 
@@ -1167,7 +1180,10 @@ static node *parse_unary(parser *P, bool with_filter)
         n = parse_primary(P);
     }
     n = parse_postfix(P, n);
+    int links = 0;
     while (n && with_filter) {
+        if ((tok_op(P->t, "|") || tok_name(P->t, "is") || tok_op(P->t, "(")) && !link(P, &links))
+            return NULL;
         if (tok_op(P->t, "|"))
             n = parse_filter(P, n);
         else if (tok_name(P->t, "is"))
@@ -1181,7 +1197,7 @@ static node *parse_unary(parser *P, bool with_filter)
         } else
             break;
     }
-    P->depth--;
+    P->depth -= links + 1;
     return n;
 }
 
@@ -1201,10 +1217,12 @@ static node *bin_node(parser *P, nkind kind, binop op, size_t off, node *a, node
 static node *parse_pow(parser *P)
 {
     node *n = parse_unary(P, true);
+    int links = 0;
     while (n && tok_op(P->t, "**")) {
         size_t off = P->t++->off;
-        n = bin_node(P, N_BIN, OP_POW, off, n, parse_unary(P, true));
+        n = link(P, &links) ? bin_node(P, N_BIN, OP_POW, off, n, parse_unary(P, true)) : NULL;
     }
+    P->depth -= links;
     return n;
 }
 
@@ -1213,6 +1231,7 @@ static node *parse_math2(parser *P)
     static const struct { const char *op; binop code; } ops[] = {
         {"*", OP_MUL}, {"/", OP_DIV}, {"//", OP_FLOORDIV}, {"%", OP_MOD}};
     node *n = parse_pow(P);
+    int links = 0;
     while (n) {
         size_t k = 0;
         while (k < 4 && !tok_op(P->t, ops[k].op))
@@ -1220,8 +1239,9 @@ static node *parse_math2(parser *P)
         if (k == 4)
             break;
         size_t off = P->t++->off;
-        n = bin_node(P, N_BIN, ops[k].code, off, n, parse_pow(P));
+        n = link(P, &links) ? bin_node(P, N_BIN, ops[k].code, off, n, parse_pow(P)) : NULL;
     }
+    P->depth -= links;
     return n;
 }
 
@@ -1247,11 +1267,13 @@ static node *parse_concat(parser *P)
 static node *parse_math1(parser *P)
 {
     node *n = parse_concat(P);
+    int links = 0;
     while (n && (tok_op(P->t, "+") || tok_op(P->t, "-"))) {
         binop op = tok_op(P->t, "+") ? OP_ADD : OP_SUB;
         size_t off = P->t++->off;
-        n = bin_node(P, N_BIN, op, off, n, parse_concat(P));
+        n = link(P, &links) ? bin_node(P, N_BIN, op, off, n, parse_concat(P)) : NULL;
     }
+    P->depth -= links;
     return n;
 }
 
@@ -1331,20 +1353,24 @@ static node *parse_not(parser *P)
 static node *parse_and(parser *P)
 {
     node *n = parse_not(P);
+    int links = 0;
     while (n && tok_name(P->t, "and")) {
         size_t off = P->t++->off;
-        n = bin_node(P, N_AND, OP_ADD, off, n, parse_not(P));
+        n = link(P, &links) ? bin_node(P, N_AND, OP_ADD, off, n, parse_not(P)) : NULL;
     }
+    P->depth -= links;
     return n;
 }
 
 static node *parse_or(parser *P)
 {
     node *n = parse_and(P);
+    int links = 0;
     while (n && tok_name(P->t, "or")) {
         size_t off = P->t++->off;
-        n = bin_node(P, N_OR, OP_ADD, off, n, parse_and(P));
+        n = link(P, &links) ? bin_node(P, N_OR, OP_ADD, off, n, parse_and(P)) : NULL;
     }
+    P->depth -= links;
     return n;
 }
 
@@ -1354,7 +1380,10 @@ static node *parse_expr(parser *P, bool condexpr)
     if (enter(P) < 0)
         return NULL;
     node *n = parse_or(P);
+    int links = 0;
     while (n && condexpr && tok_name(P->t, "if")) {
+        if (!link(P, &links))
+            return NULL;
         node *c = new_node(P, N_COND, P->t->off);
         P->t++;
         if (!c || !(c->cond.test = parse_or(P)))
@@ -1367,7 +1396,7 @@ static node *parse_expr(parser *P, bool condexpr)
         }
         n = c;
     }
-    P->depth--;
+    P->depth -= links + 1;
     return n;
 }
 
@@ -2066,6 +2095,20 @@ static int str_chars(R *r, jstr s, piece **out, size_t *n)
     return 0;
 }
 
+/* Byte offset of character k of s (k <= its length), walking the rope. */
+static size_t str_char_offset(jstr s, size_t k)
+{
+    size_t off = 0;
+    for (size_t i = 0; i < s.n && k > 0; i++)
+        for (size_t at = 0; at < s.p[i].len && k > 0; k--) {
+            uint32_t cp;
+            size_t len = cp_at(s.p[i].s + at, s.p[i].len - at, &cp);
+            at += len;
+            off += len;
+        }
+    return off;
+}
+
 /* ---- values: truth, text, equality, order ---- */
 
 static bool truthy(const jv *v)
@@ -2595,15 +2638,11 @@ static int get_item(R *r, const jv *obj, const jv *key, jv *out)
     } else if (obj->kind == JV_LIST && list_index(key, obj->list->n, &at)) {
         *out = obj->list->items[at];
         return 0;
-    } else if (obj->kind == JV_STR && is_integer(key)) {
-        piece *c;
-        size_t n;
-        if (str_chars(r, obj->s, &c, &n) < 0)
-            return -1;
-        if (list_index(key, n, &at)) {
-            *out = jv_strv((jstr){&c[at], 1, c[at].len});
-            return 0;
-        }
+    } else if (obj->kind == JV_STR && is_integer(key) &&
+               list_index(key, str_count(obj->s), &at)) {
+        size_t from = str_char_offset(obj->s, at), to = str_char_offset(obj->s, at + 1);
+        out->kind = JV_STR;
+        return str_sub(r, obj->s, from, to - from, &out->s);
     }
     if (key->kind == JV_STR) {
         char *name;
@@ -2657,10 +2696,9 @@ static int get_slice(R *r, const jv *obj, const jv *start, const jv *stop, const
     size_t len;
     if (obj->kind == JV_LIST)
         len = obj->list->n;
-    else if (obj->kind == JV_STR) {
-        if (str_chars(r, obj->s, &chars, &len) < 0)
-            return -1;
-    } else {
+    else if (obj->kind == JV_STR)
+        len = str_count(obj->s);
+    else {
         *out = jv_undef(NULL, type_name(obj));
         return 0;
     }
@@ -2680,13 +2718,20 @@ static int get_slice(R *r, const jv *obj, const jv *start, const jv *stop, const
         *out = jv_listv(l);
         return 0;
     }
+    out->kind = JV_STR;
+    if (st == 1) {
+        size_t from = count ? str_char_offset(obj->s, (size_t)a) : 0;
+        size_t to = count ? str_char_offset(obj->s, (size_t)a + count) : 0;
+        return str_sub(r, obj->s, from, to - from, &out->s);
+    }
+    if (str_chars(r, obj->s, &chars, &len) < 0)
+        return -1;
     ropeb rb;
     rb_init(&rb, r);
     for (size_t k = 0; k < count; k++) {
         const piece *c = &chars[a + (int64_t)k * st];
         rb_add(&rb, (jstr){c, 1, c->len});
     }
-    out->kind = JV_STR;
     return rb_done(&rb, &out->s);
 }
 

@@ -22,8 +22,9 @@
  * repr() of values, shortest float repr, len() in code points, Unicode
  * whitespace for strip()/trim/split(), floor division and modulo signs.
  * Deliberate differences: integers are 64-bit (overflow is an error),
- * upper/lower use simple one-to-one case mapping, strftime_now formats the
- * caller's clock in UTC.
+ * upper/lower use simple one-to-one case mapping (Python maps "ß" to "SS"),
+ * a dict's items()/keys()/values() are lists (they print as lists, not as
+ * dict_items(...)), strftime_now formats the caller's clock in UTC.
  *
  * Content tracking: a string from a variable marked from_content (message
  * text) stays marked through concatenation, slicing, strip, split, replace,
@@ -53,8 +54,9 @@
 
 /* Templates larger than this are refused (real ones are under 20 KB). */
 #define JINJA_MAX_SOURCE (1u << 20)
-/* Nesting of blocks and expressions, checked while parsing. */
-#define JINJA_MAX_DEPTH 64
+/* Nesting of blocks and expressions (each link of a chain such as a + b + c
+ * counts), checked while parsing: it bounds the recursion of a render. */
+#define JINJA_MAX_DEPTH 100
 
 typedef struct jinja_limits {
     size_t max_output;   /* bytes rendered */

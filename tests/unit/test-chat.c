@@ -651,11 +651,22 @@ static void test_bounds(void)
     for (int i = 0; i < 5000; i++)
         deep[n++] = ')';
     snprintf(deep + n, sizeof deep - n, " }}");
-    expect_refused("5000 nested parentheses", deep, dflt, "nesting deeper than 64");
+    expect_refused("5000 nested parentheses", deep, dflt, "nesting deeper than 100");
     n = 0;
     for (int i = 0; i < 1000; i++)
         n += (size_t)snprintf(deep + n, sizeof deep - n, "{%% if 1 %%}");
-    expect_refused("1000 nested ifs", deep, dflt, "nesting deeper than 64");
+    expect_refused("1000 nested ifs", deep, dflt, "nesting deeper than 100");
+    /* chains are as deep as they are long */
+    static const char *const links[] = {" + 1", " | trim", ".a", " or x"};
+    for (size_t k = 0; k < sizeof links / sizeof links[0]; k++) {
+        n = (size_t)snprintf(deep, sizeof deep, "{{ 1");
+        for (int i = 0; i < 1000; i++)
+            n += (size_t)snprintf(deep + n, sizeof deep - n, "%s", links[k]);
+        snprintf(deep + n, sizeof deep - n, " }}");
+        char what[64];
+        snprintf(what, sizeof what, "a chain of 1000 '%s'", links[k] + 1);
+        expect_refused(what, deep, dflt, "nesting deeper than 100");
+    }
 }
 
 /* ---- choosing the template ---- */
