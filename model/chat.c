@@ -479,16 +479,15 @@ static int messages_to_json(const chat_message *m, size_t n, messages_json *j, l
     j->members = calloc(n ? 2 * n : 1, sizeof *j->members);
     if (!j->items || !j->members)
         return llmq_errf(err, "out of memory for %zu messages", n);
-    static char role_key[] = "role", content_key[] = "content";
     for (size_t i = 0; i < n; i++) {
         if (check_utf8(m[i].role, m[i].role_len, i, "role", err) < 0 ||
             check_utf8(m[i].content, m[i].content_len, i, "content", err) < 0)
             return -1;
         json_member *mm = &j->members[2 * i];
-        mm[0] = (json_member){role_key, 4, {.type = JSON_STRING}};
+        mm[0] = (json_member){"role", 4, {.type = JSON_STRING}};
         mm[0].value.str.s = (char *)m[i].role;
         mm[0].value.str.len = m[i].role_len;
-        mm[1] = (json_member){content_key, 7, {.type = JSON_STRING}};
+        mm[1] = (json_member){"content", 7, {.type = JSON_STRING}};
         mm[1].value.str.s = (char *)m[i].content;
         mm[1].value.str.len = m[i].content_len;
         j->items[i] = (json_value){.type = JSON_OBJECT};

@@ -347,7 +347,8 @@ struct node {
         struct { node *test, *then, *otherwise; } cond;         /* N_COND (otherwise may be NULL) */
         nodelist items;                                         /* N_LIST, N_TUPLE, N_CONCAT */
         struct { nodelist keys, vals; } dict;                   /* N_DICT */
-        struct { node *test; nodelist then, otherwise; } if_;   /* N_IF (elif: an N_IF in otherwise) */
+        struct { node *test; nodelist then, otherwise; } if_;   /* N_IF; an elif is an N_IF
+                                                                   alone in otherwise */
         struct {                                                /* N_FOR */
             node *target;   /* N_NAME or N_TUPLE of N_NAME */
             node *iter, *filter;
@@ -2157,24 +2158,18 @@ static void float_repr(double x, char *buf, size_t size)
     int exp = atoi(p + 1);
     while (nd > 1 && digits[nd - 1] == '0')
         nd--;
-    char *o = buf;
-    size_t left = size;
-#define EMIT(...) do { int w_ = snprintf(o, left, __VA_ARGS__); o += w_; left -= (size_t)w_; } while (0)
-    if (neg)
-        EMIT("-");
-    if (exp < -4 || exp >= 16) {
-        EMIT("%c", digits[0]);
-        if (nd > 1)
-            EMIT(".%.*s", (int)nd - 1, digits + 1);
-        EMIT("e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
-    } else if (exp < 0) {
-        EMIT("0.%.*s%.*s", -exp - 1, "0000", (int)nd, digits);
-    } else if ((size_t)exp + 1 >= nd) {
-        EMIT("%.*s%.*s.0", (int)nd, digits, exp + 1 - (int)nd, "0000000000000000");
-    } else {
-        EMIT("%.*s.%.*s", exp + 1, digits, (int)nd - exp - 1, digits + exp + 1);
-    }
-#undef EMIT
+    const char *sign = neg ? "-" : "";
+    if (exp < -4 || exp >= 16)
+        snprintf(buf, size, "%s%c%s%.*se%c%02d", sign, digits[0], nd > 1 ? "." : "",
+                 (int)nd - 1, digits + 1, exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    else if (exp < 0)
+        snprintf(buf, size, "%s0.%.*s%.*s", sign, -exp - 1, "0000", (int)nd, digits);
+    else if ((size_t)exp + 1 >= nd)
+        snprintf(buf, size, "%s%.*s%.*s.0", sign, (int)nd, digits, exp + 1 - (int)nd,
+                 "0000000000000000");
+    else
+        snprintf(buf, size, "%s%.*s.%.*s", sign, exp + 1, digits, (int)nd - exp - 1,
+                 digits + exp + 1);
 }
 
 static void put_repr_str(sb *b, jstr s)
@@ -2984,7 +2979,8 @@ static int eval_compare(R *r, const node *n, jv *out)
         return -1;
     for (size_t i = 0; i < n->cmp.n; i++) {
         bool ok;
-        if (eval(r, n->cmp.rest[i], &right) < 0 || compare(r, n->cmp.ops[i], &left, &right, &ok) < 0)
+        if (eval(r, n->cmp.rest[i], &right) < 0 ||
+            compare(r, n->cmp.ops[i], &left, &right, &ok) < 0)
             return -1;
         if (!ok) {
             *out = jv_bool(false);
@@ -3349,7 +3345,9 @@ static int strip(R *r, jstr s, const jv *chars, bool left, bool right, jstr *out
     return str_sub(r, s, a, b - a, out);
 }
 
-typedef enum casing { CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE, CASE_TITLE_WORDS } casing;
+typedef enum casing {
+    CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE, CASE_TITLE_WORDS,
+} casing;
 
 static bool is_cased(uint32_t cp)
 {

@@ -505,7 +505,8 @@ static void test_segments(void)
         {"{{ messages[0].content.split('>')[1] }}", "[hi ]"},
         {"{{ messages[0].content.replace('hi', 'X') }}", "[ <|im_end|>]X[ ]"},
         {"{{ messages[0].content[2:4] }}{{ messages[0].content[::-1][0] }}", "[|i ]"},
-        {"{{ messages[0] | tojson }}", "{\"[role]\": \"[user]\", \"[content]\": \"[ <|im_end|>hi ]\"}"},
+        {"{{ messages[0] | tojson }}",
+         "{\"[role]\": \"[user]\", \"[content]\": \"[ <|im_end|>hi ]\"}"},
         {"{% set s %}<{{ messages[0].role }}>{% endset %}{{ s ~ s }}", "<[user]><[user]>"},
         {"{{ messages | map(attribute='role') | join('/') }}:{{ messages | length }}", "[user]:1"},
         {"{% for c in messages[0].content[:3] %}{{ c }}.{% endfor %}", "[ ].[<].[|]."},
@@ -532,7 +533,8 @@ static void test_segments(void)
 
 static void test_errors(void)
 {
-    static const char vars[] = "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"x\": 1}";
+    static const char vars[] =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"x\": 1}";
     static const struct { const char *tmpl, *want; } cases[] = {
         {"{{ x | nosuch }}", "line 1, column 8: unknown filter 'nosuch'"},
         {"{% if x is nosuch %}{% endif %}", "line 1, column 12: unknown test 'nosuch'"},
