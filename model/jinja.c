@@ -201,7 +201,7 @@ typedef struct jstr {
 typedef enum jkind {
     JV_MISSING, /* an argument not given; never seen by templates */
     JV_UNDEF, JV_NONE, JV_BOOL, JV_INT, JV_FLOAT, JV_STR, JV_LIST, JV_DICT, JV_NS, JV_LOOP,
-    JV_FUNC,
+    JV_FUNC, JV_MACRO,
 } jkind;
 
 typedef struct jv jv;
@@ -209,6 +209,7 @@ typedef struct jlist jlist;
 typedef struct jdict jdict;
 typedef struct jloop jloop;
 typedef struct builtin builtin;
+typedef struct node node;
 
 struct jv {
     jkind kind;
@@ -225,6 +226,7 @@ struct jv {
             const builtin *fn;
             const jv *self;
         } func;
+        const node *macro;  /* its N_MACRO */
         struct {
             const char *name;   /* what was looked up, or NULL */
             const char *owner;  /* type it was looked up on; NULL for a variable */
@@ -277,6 +279,7 @@ static const char *type_name(const jv *v)
     case JV_NS: return "Namespace";
     case JV_LOOP: return "LoopContext";
     case JV_FUNC: return "builtin_function_or_method";
+    case JV_MACRO: return "Macro";
     }
     return "?";
 }
@@ -293,8 +296,6 @@ static double float_of(const jv *v) { return v->kind == JV_FLOAT ? v->f : (doubl
 
 /* ---- the template ---- */
 
-typedef struct node node;
-
 struct jinja_template {
     arena a;
     char *src;        /* normalized newlines, without the dropped trailing one */
@@ -307,7 +308,7 @@ struct jinja_template {
 
 typedef enum nkind {
     /* statements */
-    N_TEXT, N_OUTPUT, N_IF, N_FOR, N_SET, N_SET_BLOCK, N_BREAK, N_CONTINUE,
+    N_TEXT, N_OUTPUT, N_IF, N_FOR, N_SET, N_SET_BLOCK, N_BREAK, N_CONTINUE, N_MACRO,
     /* expressions */
     N_CONST, N_NAME, N_ATTR, N_ITEM, N_SLICE, N_CALL, N_FILTER, N_TEST, N_NEG, N_POS, N_NOT,
     N_BIN, N_AND, N_OR, N_CMP, N_COND, N_LIST, N_TUPLE, N_DICT, N_CONCAT,
@@ -354,6 +355,13 @@ struct node {
             node *iter, *filter;
             nodelist body, otherwise;
         } for_;
+        struct {                                                /* N_MACRO */
+            const char *name;
+            const char **params;
+            node **defaults;  /* per parameter; NULL: none */
+            size_t n_params;
+            nodelist body;
+        } macro;
         struct {                                                /* N_SET, N_SET_BLOCK */
             node *target;   /* N_NAME, N_TUPLE of N_NAME, or N_ATTR on an N_NAME */
             node *value;    /* N_SET */
@@ -730,6 +738,7 @@ typedef struct parser {
     llmq_err *err;
     int depth;        /* nesting of blocks and expressions */
     int loops;        /* enclosing for loops, for break/continue */
+    int scopes;       /* enclosing bodies that run in a scope of their own */
 } parser;
 
 #define parse_fail(P, off, ...) fail_at((P)->err, (P)->src, (off), __VA_ARGS__)
@@ -1540,6 +1549,7 @@ static node *parse_for(parser *P, size_t off)
     if (tok_name(P->t, "recursive"))
         return parse_fail(P, P->t->off, "recursive loops are not supported"), NULL;
     P->loops++;
+    P->scopes++;
     if (expect_block_end(P) < 0 || parse_body(P, &n->for_.body, ends, off) < 0)
         return NULL;
     P->loops--;
@@ -1547,6 +1557,7 @@ static node *parse_for(parser *P, size_t off)
     if (tok_name(t, "else") &&
         (expect_block_end(P) < 0 || parse_body(P, &n->for_.otherwise, end_only, off) < 0))
         return NULL;
+    P->scopes--;
     if (tok_name(t, "else"))
         P->t++;
     return n;
@@ -1569,10 +1580,71 @@ static node *parse_set(parser *P, size_t off)
     if (tok_op(P->t, "|"))
         return parse_fail(P, P->t->off, "filters on a {%% set %%} block are not supported"), NULL;
     node *n = new_node(P, N_SET_BLOCK, off);
+    P->scopes++;
     if (!n || expect_block_end(P) < 0 || parse_body(P, &n->set.body, ends, off) < 0)
         return NULL;
+    P->scopes--;
     P->t++;
     n->set.target = target;
+    return n;
+}
+
+/* {% macro name(a, b=default) %}...{% endmacro %} */
+static node *parse_macro(parser *P, size_t off)
+{
+    static const char *const ends[] = {"endmacro", NULL};
+    node *n = new_node(P, N_MACRO, off);
+    size_t cap = 0;
+    if (!n)
+        return NULL;
+    /* a macro sees the template's top level; one defined in a loop or in
+     * another macro would need to close over a scope that ends */
+    if (P->scopes > 0)
+        return parse_fail(P, off, "macros are supported at the top level only, not inside "
+                                  "for, macro or set blocks"), NULL;
+    if (P->t->kind != TK_NAME)
+        return unexpected(P, "a macro name"), NULL;
+    if (!(n->macro.name = pstrdup(P, P->t->s, P->t->len)))
+        return NULL;
+    P->t++;
+    if (expect_op(P, "(") < 0)
+        return NULL;
+    while (!tok_op(P->t, ")")) {
+        if (n->macro.n_params && expect_op(P, ",") < 0)
+            return NULL;
+        if (P->t->kind != TK_NAME)
+            return unexpected(P, "a parameter name"), NULL;
+        if (n->macro.n_params == cap) {
+            size_t c = cap ? cap * 2 : 4;
+            const char **names = palloc(P, c * sizeof *names);
+            node **defaults = palloc(P, c * sizeof *defaults);
+            if (!names || !defaults)
+                return NULL;
+            if (cap) {
+                memcpy(names, n->macro.params, cap * sizeof *names);
+                memcpy(defaults, n->macro.defaults, cap * sizeof *defaults);
+            }
+            n->macro.params = names;
+            n->macro.defaults = defaults;
+            cap = c;
+        }
+        size_t i = n->macro.n_params++;
+        if (!(n->macro.params[i] = pstrdup(P, P->t->s, P->t->len)))
+            return NULL;
+        P->t++;
+        n->macro.defaults[i] = NULL;
+        if (tok_op(P->t, "=")) {
+            P->t++;
+            if (!(n->macro.defaults[i] = parse_expr(P, true)))
+                return NULL;
+        }
+    }
+    P->t++;
+    P->scopes++;
+    if (expect_block_end(P) < 0 || parse_body(P, &n->macro.body, ends, off) < 0)
+        return NULL;
+    P->scopes--;
+    P->t++;
     return n;
 }
 
@@ -1588,12 +1660,14 @@ static node *parse_statement(parser *P)
         return parse_for(P, t->off);
     if (tok_name(t, "set"))
         return parse_set(P, t->off);
+    if (tok_name(t, "macro"))
+        return parse_macro(P, t->off);
     if (tok_name(t, "break") || tok_name(t, "continue")) {
         if (P->loops == 0)
             return parse_fail(P, t->off, "'%.*s' outside a for loop", (int)t->len, t->s), NULL;
         return new_node(P, tok_name(t, "break") ? N_BREAK : N_CONTINUE, t->off);
     }
-    static const char *const known[] = {"macro", "call", "filter", "block", "extends", "include",
+    static const char *const known[] = {"call", "filter", "block", "extends", "include",
                                         "import", "from", "with", "raw", "autoescape",
                                         "generation", "do", NULL};
     for (size_t k = 0; known[k]; k++)
@@ -1780,6 +1854,8 @@ struct R {
     const node *at;     /* the node being evaluated, for error positions */
     uint64_t steps;
     frame *scope;
+    frame *root;        /* the template's top level, where macros look names up */
+    int macro_depth;    /* macro calls in progress */
     jv *vars;           /* env->vars as values */
     sb *out;
 };
@@ -2920,10 +2996,67 @@ static int eval_args(R *r, const callargs *ca, args *out)
     return 0;
 }
 
+static int exec_body(R *r, const nodelist *body);
+
+static int bind_params(R *r, const node *m, const args *a)
+{
+    const char *name = m->macro.name;
+    if (a->npos > m->macro.n_params)
+        return rfail(r, "macro '%s' takes %zu arguments (%zu given)", name, m->macro.n_params,
+                     a->npos);
+    for (size_t k = 0; k < a->nkw; k++) {
+        size_t i = 0;
+        while (i < m->macro.n_params && strcmp(m->macro.params[i], a->kw[k]) != 0)
+            i++;
+        if (i == m->macro.n_params)
+            return rfail(r, "macro '%s' has no parameter '%s'", name, a->kw[k]);
+        if (i < a->npos)
+            return rfail(r, "macro '%s' got multiple values for '%s'", name, a->kw[k]);
+    }
+    for (size_t i = 0; i < m->macro.n_params; i++) {
+        jv v = i < a->npos ? a->pos[i] : (jv){.kind = JV_MISSING};
+        for (size_t k = 0; k < a->nkw; k++)
+            if (strcmp(m->macro.params[i], a->kw[k]) == 0)
+                v = a->kwv[k];
+        /* a parameter neither passed nor defaulted is undefined, as in jinja2 */
+        if (v.kind == JV_MISSING && !m->macro.defaults[i])
+            v = jv_undef(m->macro.params[i], NULL);
+        if ((v.kind == JV_MISSING && eval(r, m->macro.defaults[i], &v) < 0) ||
+            assign(r, m->macro.params[i], v) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* A macro call: its parameters in a scope of their own over the template's
+ * top level; what its body writes is the call's value. */
+static int call_macro(R *r, const node *m, const args *a, jv *out)
+{
+    if (r->macro_depth >= JINJA_MAX_DEPTH)
+        return rfail(r, "macro calls nested deeper than %d", JINJA_MAX_DEPTH);
+    frame f = {.parent = r->root}, *scope = r->scope;
+    sb capture, *saved = r->out;
+    sb_init(&capture, r);
+    r->scope = &f;
+    r->macro_depth++;
+    int rc = bind_params(r, m, a);
+    if (rc == 0) {
+        r->out = &capture;
+        rc = exec_body(r, &m->macro.body);
+        r->out = saved;
+    }
+    r->macro_depth--;
+    r->scope = scope;
+    out->kind = JV_STR;
+    return rc < 0 ? -1 : sb_done(&capture, &out->s);
+}
+
 static int call_value(R *r, const jv *fn, const args *a, jv *out)
 {
     if (is_undef(fn))
         return undefined_error(r, fn);
+    if (fn->kind == JV_MACRO)
+        return call_macro(r, fn->macro, a, out);
     if (fn->kind != JV_FUNC)
         return rfail(r, "'%s' object is not callable", type_name(fn));
     return fn->func.fn->fn(r, fn->func.self, a, fn->func.fn->mode, out);
@@ -3095,8 +3228,6 @@ static int eval(R *r, const node *n, jv *out)
 
 enum { FLOW_NEXT = 0, FLOW_BREAK = 1, FLOW_CONTINUE = 2 };
 
-static int exec_body(R *r, const nodelist *body);
-
 static int assign_target(R *r, const node *target, const jv *v)
 {
     if (target->kind == N_NAME)
@@ -3225,6 +3356,8 @@ static int exec_stmt(R *r, const node *n)
         return assign_target(r, n->set.target, &v);
     case N_SET_BLOCK:
         return exec_set_block(r, n);
+    case N_MACRO:
+        return assign(r, n->macro.name, (jv){.kind = JV_MACRO, .macro = n});
     case N_BREAK:
         return FLOW_BREAK;
     case N_CONTINUE:
@@ -4518,7 +4651,7 @@ int jinja_render(const jinja_template *t, const jinja_env *env, jinja_output *ou
     sb o;
     sb_init(&o, &r);
     frame root = {0};
-    r.scope = &root;
+    r.scope = r.root = &root;
     r.out = &o;
     int rc = 0;
     if (env->n_vars && !(r.vars = ralloc(&r, env->n_vars * sizeof *r.vars)))

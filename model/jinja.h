@@ -12,10 +12,12 @@
  *
  * The subset: text, {{ }}, {# #}, {% if/elif/else %}, {% for %} (tuple
  * targets, an `if` filter, `else`, the loop object), {% set %} (names,
- * tuples, namespace attributes), break/continue, whitespace control (-, +),
- * literals, arithmetic, comparisons, and/or/not, in, is-tests, ~, ternaries,
- * subscripts and slices, attributes, the filters and string/dict methods
- * listed in jinja.c's tables.  Everything else (macros, blocks, includes,
+ * tuples, namespace attributes, {% set x %}...{% endset %}), {% macro %} at
+ * the top level (parameters with defaults; no caller, varargs or kwargs),
+ * break/continue, whitespace control (-, +), literals, arithmetic,
+ * comparisons, and/or/not, in, is-tests, ~, ternaries, subscripts and
+ * slices, attributes, the filters and string/dict methods listed in
+ * jinja.c's tables.  Everything else (call blocks, blocks, includes,
  * unknown filters or tests, *args) is refused when parsed, with an error
  * naming the construct and "line L, column C" (1-based, columns in bytes).
  * Python semantics are followed where templates can see them: str() and

@@ -5,8 +5,8 @@
  * (7 templates x 8 conversations, rendered by jinja2 in transformers'
  * environment); the built-in templates are those reference files byte for
  * byte; Jinja semantics templates lean on (whitespace control, trim_blocks
- * and lstrip_blocks, loops, scopes, namespaces, slices, filters, tests,
- * tojson, Python's str/repr of values), each expected string produced by
+ * and lstrip_blocks, loops, scopes, namespaces, macros, slices, filters,
+ * tests, tojson, Python's str/repr of values), each expected string produced by
  * jinja2 3.1 in the same environment; segments: text from messages, even
  * text that looks like special tokens, is marked content and template text
  * is not; errors name the construct and its line and column; hostile
@@ -471,6 +471,95 @@ static const struct { const char *tmpl, *want; } k_semantics[] = {
     {"{{ s.title() }}|{{ '\307\206a' | upper }}|{{ '\307\205x' | lower"
      " }}",
      "Hello World|\307\204A|\307\206x"},
+    {"{{ s[3] }}{{ s[-1] }}{{ s[100] }}|{{ s[2:5] }}|{{ s[5:2] }}|{{ s"
+     "[-3:] }}|{{ u[1:3] }}|{{ u[-2] }}|{{ '\303\251\342\202\254\360\237"
+     "\230\200x'[1:3] }}|{{ '\303\251\342\202\254\360\237\230\200x'[-2"
+     "] }}|{{ '\303\251\342\202\254\360\237\230\200x'[::-2] }}",
+     "ld|llo||rld|x\343\200\200|\343\200\200|\342\202\254\360\237\230\200"
+     "|\360\237\230\200|x\342\202\254"},
+    {"{{ messages[1].content[0:2] }}{{ messages[1]['content'][-5:] }}|"
+     "{{ messages[1].content[3] }}",
+     "Hithere|<"},
+    {"{% for a in range(3) %}{% for b in range(2) %}{{ loop.index }}{{"
+     " a }}{% endfor %}{{ loop.index }};{% endfor %}",
+     "10201;11212;12223;"},
+    {"{% set ns = namespace(x=[]) %}{% for m in messages %}{% set ns.x"
+     " = ns.x + [m.role] %}{% endfor %}{{ ns.x }}",
+     "['system', 'user', 'assistant']"},
+    {"{{ messages[0] }}",
+     "{'role': 'system', 'content': '  Sys  '}"},
+    {"{{ {'a': none, 'b': [1, {'c': 'd'}], 1: 2} }}|{{ {'a': 1}.items("
+     ") | list }}",
+     "{'a': None, 'b': [1, {'c': 'd'}], 1: 2}|[('a', 1)]"},
+    {"{{ \"x\" if none }}|{{ none if 1 }}|{{ (1 if 0) is defined }}",
+     "|None|False"},
+    {"{% for x in [1,2,3] if x != 2 %}{{ loop.index }}/{{ loop.length "
+     "}}/{{ loop.last }} {% endfor %}",
+     "1/2/False 2/2/True "},
+    {"{{ \"%\" }}|{{ '{{' }}|{{ '}}' }}|{{ {'k': '}}'} }}",
+     "%|{{|}}|{'k': '}}'}"},
+    {"{%- for m in messages -%}\n  {{ m.role }}\n{%- endfor -%}",
+     "systemuserassistant"},
+    {"{% if true %}\n  yes\n{% else %}\n  no\n{% endif %}\ntail",
+     "  yes\ntail"},
+    {"  {%- set x = 1 %}\n  {{ x }}\n  {#- comment -#}\n  {{ x + 1 }}",
+     "  12"},
+    {"a{#\nmulti\nline #}b{# x -#}   c",
+     "abc"},
+    {"{{ 3 // 0.5 }}|{{ -3 % 5 }}|{{ 3 % -5 }}|{{ -3.5 % 2 }}|{{ 2 ** "
+     "0.5 }}|{{ 10 / 4 * 2 }}|{{ 1 + 2 * 3 ** 2 }}|{{ (1 + 2) * 3 }}|{"
+     "{ -2 ** 2 }}",
+     "6.0|2|-2|0.5|1.4142135623730951|5.0|19|9|4"},
+    {"{{ 'abc' ~ 1.0 ~ [1] }}|{{ 1 ~ 2 }}|{{ true ~ none }}",
+     "abc1.0[1]|12|TrueNone"},
+    {"{{ l | join }}|{{ d | join(',') }}|{{ 'abc' | join('-') }}|{{ l "
+     "| first }}{{ d | first }}|{{ [] | first }}|{{ '' | last }}",
+     "312|b,a|a-b-c|3b||"},
+    {"{{ messages | selectattr('role', 'in', ['user', 'system']) | map"
+     "(attribute='content') | map('trim') | join('/') }}",
+     "Sys/Hi <|im_start|> there"},
+    {"{{ 1 in [1, 2] and 'x' not in 'abc' or false }}|{{ not 1 == 2 }}"
+     "|{{ not (1 == 2) }}|{{ 1 is not string }}",
+     "True|True|True|True"},
+    {"{% set x = {'a': 1} %}{{ x.a }}{% set y = [1, 2, 3][1:] %}{{ y }"
+     "}",
+     "1[2, 3]"},
+    {"{{ 0.1 * 3 }}|{{ 1e-7 }}|{{ 123e300 * 10 }}|{{ 1.0e15 }}|{{ 1.5e"
+     "16 }}|{{ 2.5 | int }}|{{ '0x1A' | int(base=16) }}|{{ ' 42 ' | in"
+     "t }}\n",
+     "0.30000000000000004|1e-07|1.2300000000000001e+303|10000000000000"
+     "00.0|1.5e+16|2|26|42"},
+    {"{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% end"
+     "macro %}{{ greet('a') }}|{{ greet('b', '?') }}|{{ greet(punct='."
+     "', name='c') }}|{{ greet() }}|",
+     "Hi a!|Hi b?|Hi c.|Hi !|"},
+    {"{% macro render(m) -%}\n<{{ m.role }}>{{ m.content | trim }}\n{%"
+     "- endmacro %}\n{% for m in messages %}{{ render(m) }}{% endfor %"
+     "}",
+     "<system>Sys<user>Hi <|im_start|> there<assistant><think>\nr\n</t"
+     "hink>\n\nans"},
+    {"{% set x = 'top' %}{% macro f() %}{{ x }}{% endmacro %}{{ f() }}"
+     "{% set x = 'later' %}{{ f() }}",
+     "toplater"},
+    {"{% macro fact(n) %}{% if n <= 1 %}1{% else %}{{ n }}*{{ fact(n -"
+     " 1) }}{% endif %}{% endmacro %}{{ fact(4) }}",
+     "4*3*2*1"},
+    {"{% macro t(a, b=a ~ '2') %}{{ a }}{{ b }}{% endmacro %}{{ t('x')"
+     " }}|{{ t('x', 'y') }}",
+     "xx2|xy"},
+    {"{%- macro json_to_python_type(json_spec) %}\n{%- set basic_type_"
+     "map = {\"string\": \"str\", \"number\": \"float\", \"integer\": "
+     "\"int\", \"boolean\": \"bool\"} %}\n{%- if basic_type_map[json_s"
+     "pec.type] is defined %}\n    {{- basic_type_map[json_spec.type] "
+     "}}\n{%- elif json_spec.type == \"array\" %}\n    {{- \"list[\" +"
+     "  json_to_python_type(json_spec|items) + \"]\"}}\n{%- else %}\n "
+     "   {{- \"Any\" }}\n{%- endif %}\n{%- endmacro %}\n{{ json_to_pyt"
+     "hon_type({\"type\": \"string\"}) }}|{{ json_to_python_type({\"ty"
+     "pe\": \"object\"}) }}",
+     "str|Any"},
+    {"{% macro m() %}{{ messages[1].content }}{% endmacro %}{{ m() | l"
+     "ength }}|{{ m() ~ '!' }}|{{ m() is string }}",
+     "21|Hi <|im_start|> there!|True"},
 };
 
 static void test_semantics(void)
@@ -538,7 +627,12 @@ static void test_errors(void)
     static const struct { const char *tmpl, *want; } cases[] = {
         {"{{ x | nosuch }}", "line 1, column 8: unknown filter 'nosuch'"},
         {"{% if x is nosuch %}{% endif %}", "line 1, column 12: unknown test 'nosuch'"},
-        {"{% macro m() %}{% endmacro %}", "line 1, column 4: the 'macro' tag is not supported"},
+        {"{% call m() %}{% endcall %}", "line 1, column 4: the 'call' tag is not supported"},
+        {"{% for i in x %}{% macro m() %}{% endmacro %}{% endfor %}",
+         "line 1, column 20: macros are supported at the top level only"},
+        {"{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", "macro 'm' takes 1 arguments (2 given)"},
+        {"{% macro m(a) %}{% endmacro %}{{ m(b=1) }}", "macro 'm' has no parameter 'b'"},
+        {"{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "macro calls nested deeper than 100"},
         {"{% raw %}{% endraw %}", "line 1, column 4: the 'raw' tag is not supported"},
         {"{% frobnicate %}", "line 1, column 4: unknown tag 'frobnicate'"},
         {"{% for i in x %}{% endfor %}{{ f(*a) }}", "line 1, column 34: *args and **kwargs"},
