@@ -1360,25 +1360,15 @@ static node *parse_not(parser *P)
     return n;
 }
 
-static node *parse_and(parser *P)
+/* a or b over a and b over not a: one level each, left to right */
+static node *parse_logic(parser *P, bool is_or)
 {
-    node *n = parse_not(P);
+    node *n = is_or ? parse_logic(P, false) : parse_not(P);
     int links = 0;
-    while (n && tok_name(P->t, "and")) {
+    while (n && tok_name(P->t, is_or ? "or" : "and")) {
         size_t off = P->t++->off;
-        n = link(P, &links) ? bin_node(P, N_AND, OP_ADD, off, n, parse_not(P)) : NULL;
-    }
-    P->depth -= links;
-    return n;
-}
-
-static node *parse_or(parser *P)
-{
-    node *n = parse_and(P);
-    int links = 0;
-    while (n && tok_name(P->t, "or")) {
-        size_t off = P->t++->off;
-        n = link(P, &links) ? bin_node(P, N_OR, OP_ADD, off, n, parse_and(P)) : NULL;
+        node *right = !link(P, &links) ? NULL : is_or ? parse_logic(P, false) : parse_not(P);
+        n = bin_node(P, is_or ? N_OR : N_AND, OP_ADD, off, n, right);
     }
     P->depth -= links;
     return n;
@@ -1389,14 +1379,14 @@ static node *parse_expr(parser *P, bool condexpr)
 {
     if (enter(P) < 0)
         return NULL;
-    node *n = parse_or(P);
+    node *n = parse_logic(P, true);
     int links = 0;
     while (n && condexpr && tok_name(P->t, "if")) {
         if (!link(P, &links))
             return NULL;
         node *c = new_node(P, N_COND, P->t->off);
         P->t++;
-        if (!c || !(c->cond.test = parse_or(P)))
+        if (!c || !(c->cond.test = parse_logic(P, true)))
             return NULL;
         c->cond.then = n;
         if (tok_name(P->t, "else")) {
@@ -1964,6 +1954,13 @@ static void sb_str(sb *b, jstr s)
         sb_put(b, s.p[i].s, s.p[i].len, s.p[i].content);
 }
 
+static void sb_int(sb *b, int64_t i)
+{
+    char num[24];
+    snprintf(num, sizeof num, "%lld", (long long)i);
+    sb_cstr(b, num);
+}
+
 static void sb_fail(sb *b)
 {
     b->failed = true;
@@ -2055,25 +2052,6 @@ static int str_cat(R *r, jstr a, jstr b, jstr *out)
     return rb_done(&rb, out);
 }
 
-/* The bytes of s in one place (not NUL-terminated). */
-static int str_flat(R *r, jstr s, const char **out)
-{
-    if (s.n <= 1) {
-        *out = s.n ? s.p[0].s : "";
-        return 0;
-    }
-    char *buf = ralloc(r, s.len);
-    if (!buf)
-        return -1;
-    size_t at = 0;
-    for (size_t i = 0; i < s.n; i++) {
-        memcpy(buf + at, s.p[i].s, s.p[i].len);
-        at += s.p[i].len;
-    }
-    *out = buf;
-    return 0;
-}
-
 /* A NUL-terminated copy, for names and formats. */
 static int str_cstr(R *r, jstr s, char **out)
 {
@@ -2088,6 +2066,20 @@ static int str_cstr(R *r, jstr s, char **out)
     buf[at] = '\0';
     *out = buf;
     return 0;
+}
+
+/* The bytes of s in one place (not NUL-terminated): a single piece as it
+ * is, several joined in a copy. */
+static int str_flat(R *r, jstr s, const char **out)
+{
+    if (s.n <= 1) {
+        *out = s.n ? s.p[0].s : "";
+        return 0;
+    }
+    char *copy;
+    int rc = str_cstr(r, s, &copy);
+    *out = copy;
+    return rc;
 }
 
 /* Bytes [off, off + len) of s, keeping each piece's origin. */
@@ -2296,8 +2288,7 @@ static void put_value(sb *b, const jv *v, bool repr, int depth)
     case JV_NONE: sb_cstr(b, "None"); return;
     case JV_BOOL: sb_cstr(b, v->b ? "True" : "False"); return;
     case JV_INT:
-        snprintf(num, sizeof num, "%lld", (long long)v->i);
-        sb_cstr(b, num);
+        sb_int(b, v->i);
         return;
     case JV_FLOAT:
         float_repr(v->f, num, sizeof num);
@@ -3929,8 +3920,7 @@ static void put_json(sb *b, const jv *v, const json_style *st, int level)
     case JV_NONE: sb_cstr(b, "null"); return;
     case JV_BOOL: sb_cstr(b, v->b ? "true" : "false"); return;
     case JV_INT:
-        snprintf(num, sizeof num, "%lld", (long long)v->i);
-        sb_cstr(b, num);
+        sb_int(b, v->i);
         return;
     case JV_FLOAT:
         if (isnan(v->f))
