@@ -5,6 +5,8 @@ model_libllmq_model_a_SOURCES = \
 	model/gguf.c model/gguf.h \
 	model/tokenizer.c model/tokenizer.h \
 	model/pretok.c model/pretok.h \
+	model/jinja.c model/jinja.h \
+	model/chat.c model/chat.h \
 	model/model.c model/model.h
 
 model_libllmq_model_a_CPPFLAGS = $(AM_CPPFLAGS) $(UTF8PROC_CFLAGS)

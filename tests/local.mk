@@ -207,6 +207,23 @@ tests/fuzz/fuzz-tokenizer: $(FUZZ_TOKENIZER_SRCS)
 CLEANFILES += tests/fuzz/fuzz-tokenizer
 # ---- end tokenizer ----
 
+# ---- chat templates (model/chat.c, model/jinja.c) ----
+check_PROGRAMS += tests/unit/test-chat
+TESTS += tests/unit/test-chat
+tests_unit_test_chat_SOURCES = tests/unit/test-chat.c tests/unit/check.h \
+	model/gguf_writer.c model/gguf_writer.h
+tests_unit_test_chat_LDADD = $(LLMQ_MODEL_LIBS)
+
+FUZZ_TARGETS += tests/fuzz/fuzz-jinja
+EXTRA_DIST += tests/fuzz/fuzz-jinja.c tests/fuzz/corpus-jinja tests/fuzz/jinja.dict
+FUZZ_JINJA_SRCS = $(top_srcdir)/tests/fuzz/fuzz-jinja.c $(top_srcdir)/model/jinja.c \
+	$(top_srcdir)/common/json.c $(top_srcdir)/common/err.c $(top_srcdir)/common/utf8.c
+tests/fuzz/fuzz-jinja: $(FUZZ_JINJA_SRCS)
+	@$(MKDIR_P) tests/fuzz
+	$(AM_V_GEN)$(FUZZ_CC) $(FUZZ_FLAGS) $(UTF8PROC_CFLAGS) -o $@ $(FUZZ_JINJA_SRCS) $(UTF8PROC_LIBS) -lm
+CLEANFILES += tests/fuzz/fuzz-jinja
+# ---- end chat templates ----
+
 # ---- proto: wire decoding fuzz target (make fuzz) ----
 FUZZ_TARGETS += tests/fuzz/fuzz-wire
 EXTRA_DIST += tests/fuzz/fuzz-wire.c tests/fuzz/corpus-wire tests/fuzz/wire.dict \
