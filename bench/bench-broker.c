@@ -272,10 +272,9 @@ static void report_submits(bench *b, double ms)
            pct(b->lat_ms, b->n_lat, 0.99), b->lat_ms[b->n_lat - 1]);
 }
 
-static const char USAGE[] =
-    "Usage: bench-broker [--broker PATH] [--jobs N] [--clients K]\n"
-    "       [--inflight W] [--batch B] [--sync full|normal]\n"
-    "       [--workers N --slots S]\n";
+static const char USAGE[] = "Usage: bench-broker [--broker PATH] [--jobs N] [--clients K]\n"
+                            "       [--inflight W] [--batch B] [--sync full|normal]\n"
+                            "       [--workers N --slots S]\n";
 
 /* CLI_RUN, or the status to exit with at once (--help, bad usage). */
 static int parse(int argc, char **argv, opts *o)
@@ -295,8 +294,8 @@ static int parse(int argc, char **argv, opts *o)
         {"slots", 0, "S", "slots of each worker (default 64)",
          CLI_INT64(&o->slots, 1, WIRE_MAX_SLOTS)},
     };
-    const cli_spec spec = {.program = "bench-broker", .usage = USAGE, .flags = flags,
-                           .n_flags = CLI_COUNT(flags)};
+    const cli_spec spec = {
+        .program = "bench-broker", .usage = USAGE, .flags = flags, .n_flags = CLI_COUNT(flags)};
     const int status = cli_read(&spec, argc, argv);
     if (o->jobs % o->batch)
         o->jobs += o->batch - o->jobs % o->batch;
@@ -319,8 +318,7 @@ int main(int argc, char **argv)
     start_broker(&b);
     printf("bench-broker: %" PRId64 " jobs, %" PRId64 " per submit, %" PRId64 " clients x %" PRId64
            " in flight, synchronous=%s, %" PRId64 " instant workers x %" PRId64 " slots\n",
-           b.o.jobs, b.o.batch, b.o.clients, b.o.inflight, b.o.sync, b.o.workers,
-           b.o.slots);
+           b.o.jobs, b.o.batch, b.o.clients, b.o.inflight, b.o.sync, b.o.workers, b.o.slots);
     for (long i = 0; i < b.o.clients; i++) {
         b.c[i] = h_peer(&b.h, b.h.clients);
         wait_ready(b.c[i]);

@@ -248,21 +248,26 @@ static void bench_attention(backend *be, int n_head, int n_head_kv, int hd, int 
     int32_t *first_gen = malloc((size_t)n_seqs * 4), *decode = malloc((size_t)n_rows * 4);
     for (int s = 0; first_gen && s < n_seqs; s++)
         first_gen[s] = rows == 1 ? ctx - 1 : ctx;
-    const int32_t n_decode =
-        first_gen && decode ? be_attn_decode_rows(rs, rp, first_gen, n_rows, decode) : 0;
+    const int32_t n_decode = first_gen && decode
+                                 ? be_attn_decode_rows(rs, rp, first_gen, n_rows, decode)
+                                 : 0;
     dev[5] = be->ops->alloc(be, (size_t)n_seqs * 4, &err);
     dev[6] = n_decode ? be->ops->alloc(be, (size_t)n_decode * 4, &err) : NULL;
-    const bool decode_ok =
-        first_gen && decode && dev[5] &&
-        be->ops->upload(be, dev[5], first_gen, (size_t)n_seqs * 4, &err) == 0 &&
-        (!n_decode || (dev[6] && be->ops->upload(be, dev[6], decode, (size_t)n_decode * 4, &err) == 0));
+    const bool decode_ok = first_gen && decode && dev[5] &&
+                           be->ops->upload(be, dev[5], first_gen, (size_t)n_seqs * 4, &err) == 0 &&
+                           (!n_decode ||
+                            (dev[6] &&
+                             be->ops->upload(be, dev[6], decode, (size_t)n_decode * 4, &err) == 0));
     free(first_gen);
     free(decode);
     if (!decode_ok)
         goto done;
-    att_arg a = {kv, dev[0], {n_rows, n_seqs, dev[1], dev[2], dev[3], dev[4], per_seq, ctx,
-                              dev[5], dev[6], n_decode},
-                 {n_head, n_head_kv, hd}, &out};
+    att_arg a = {
+        kv,
+        dev[0],
+        {n_rows, n_seqs, dev[1], dev[2], dev[3], dev[4], per_seq, ctx, dev[5], dev[6], n_decode},
+        {n_head, n_head_kv, hd},
+        &out};
     char shape[96];
     snprintf(shape, sizeof shape, "%d seqs x %d ctx, %d heads (%d kv) of %d", n_seqs, ctx, n_head,
              n_head_kv, hd);
@@ -364,7 +369,8 @@ int main(int argc, char **argv)
 {
     const char *path = NULL;
     const cli_spec spec = {.program = "bench-cuda-ops",
-                           .usage = "usage: bench-cuda-ops MODEL.gguf\n", .operand = &path,
+                           .usage = "usage: bench-cuda-ops MODEL.gguf\n",
+                           .operand = &path,
                            .operand_name = "MODEL.gguf"};
     const int status = cli_read(&spec, argc, argv);
     if (status != CLI_RUN)

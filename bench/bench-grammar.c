@@ -140,8 +140,8 @@ static int run(const grammar *g, const tokenmask_vocab *tv, const tok_vocab *v, 
     return rc;
 }
 
-static int bench(const char *name, const grammar *g, const tokenmask_vocab *tv,
-                 const tok_vocab *v, const char *doc, llmq_err *err)
+static int bench(const char *name, const grammar *g, const tokenmask_vocab *tv, const tok_vocab *v,
+                 const char *doc, llmq_err *err)
 {
     static run_times all[RUNS];
     static double news[RUNS * MAX_STEPS], steps[RUNS * MAX_STEPS];
@@ -182,8 +182,10 @@ static int bench_vocab(const char *path, llmq_err *err)
     if (rc == 0) {
         printf("%s: %u tokens, trie of %d nodes built in %.1f ms\n", path, tok_n_vocab(v),
                tokenmask_vocab_nodes(tv), trie_ms);
-        printf("| vocab  | grammar     | steps | states | new state ms | slowest ms   | cached step us |\n"
-               "| ------ | ----------- | ----- | ------ | ------------ | ------------ | -------------- |\n");
+        printf("| vocab  | grammar     | steps | states | new state ms | slowest ms   | cached "
+               "step us |\n"
+               "| ------ | ----------- | ----- | ------ | ------------ | ------------ | "
+               "-------------- |\n");
         rc = bench("json schema", schema, tv, v, k_schema_doc, err) ||
              bench("json_object", object, tv, v, k_object_doc, err);
     }

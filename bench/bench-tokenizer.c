@@ -107,7 +107,8 @@ int main(int argc, char **argv)
     if (!dir)
         dir = "tests/data";
     const cli_spec spec = {.program = "bench-tokenizer",
-                           .usage = "usage: bench-tokenizer [DATA_DIR]\n", .operand = &dir};
+                           .usage = "usage: bench-tokenizer [DATA_DIR]\n",
+                           .operand = &dir};
     const int status = cli_read(&spec, argc, argv);
     if (status != CLI_RUN)
         return status;

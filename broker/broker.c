@@ -390,7 +390,8 @@ static void log_undelivered(broker *b)
     if (!b->undelivered)
         return;
     broker_log("%" PRIu64 " messages could not be delivered (peer gone or not"
-               " reading)", b->undelivered);
+               " reading)",
+               b->undelivered);
     b->undelivered = 0;
 }
 

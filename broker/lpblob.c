@@ -77,8 +77,8 @@ static bool get_record(reader *r, wire_logprob *lp)
     memcpy(&lp->logprob, &bits, sizeof bits);
     lp->n_bytes = get_le(r->p + 8, 2);
     lp->bytes = r->p + RECORD_HEAD;
-    if (r->left - RECORD_HEAD < lp->n_bytes || lp->n_bytes > WIRE_MAX_TOKEN_BYTES ||
-        lp->token > WIRE_MAX_TOKEN_ID ||
+    if (r->left - RECORD_HEAD < lp->n_bytes ||
+        lp->n_bytes > WIRE_MAX_TOKEN_BYTES || lp->token > WIRE_MAX_TOKEN_ID ||
         !(lp->logprob >= WIRE_LOGPROB_FLOOR && lp->logprob <= 0.0f))
         return false;
     r->p += RECORD_HEAD + lp->n_bytes;
@@ -93,7 +93,8 @@ static bool measure(reader r, uint32_t *n, size_t *n_top, size_t *n_bytes)
     *n_top = *n_bytes = 0;
     while (r.left > 0) {
         wire_logprob lp;
-        if (!get_record(&r, &lp) || r.left < 1 || r.p[0] > WIRE_MAX_TOP_LOGPROBS)
+        if (!get_record(&r, &lp) || r.left < 1 ||
+            r.p[0] > WIRE_MAX_TOP_LOGPROBS)
             return false;
         *n_bytes += lp.n_bytes;
         const uint32_t k = *r.p++;
@@ -118,19 +119,21 @@ static void keep_bytes(wire_logprob *lp, uint8_t **area)
     *area += lp->n_bytes;
 }
 
-int lpblob_unpack(const uint8_t *p, size_t len, wire_token_logprobs **out, uint32_t *n,
-                  llmq_err *err)
+int lpblob_unpack(const uint8_t *p, size_t len, wire_token_logprobs **out,
+                  uint32_t *n, llmq_err *err)
 {
     *out = NULL;
     size_t n_top, n_bytes;
     reader r = {p, len};
     if (!measure(r, n, &n_top, &n_bytes))
-        return llmq_errc(err, LLMQ_ERR_INTERNAL, "logprobs: %zu bytes that are not whole records",
-                         len);
-    const size_t entries = (size_t)*n * sizeof **out, tops = n_top * sizeof(wire_logprob);
+        return llmq_errc(err, LLMQ_ERR_INTERNAL,
+                         "logprobs: %zu bytes that are not whole records", len);
+    const size_t entries = (size_t)*n * sizeof **out,
+                 tops = n_top * sizeof(wire_logprob);
     uint8_t *block = malloc(entries + tops + n_bytes + 1);
     if (!block)
-        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "logprobs: out of memory for %u entries", *n);
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM,
+                         "logprobs: out of memory for %u entries", *n);
     wire_token_logprobs *v = (wire_token_logprobs *)(void *)block;
     wire_logprob *top = (wire_logprob *)(void *)(block + entries);
     uint8_t *area = block + entries + tops;
@@ -149,13 +152,14 @@ int lpblob_unpack(const uint8_t *p, size_t len, wire_token_logprobs **out, uint3
     return 0;
 }
 
-int lpblob_dup(const wire_token_logprobs *v, uint32_t n, wire_token_logprobs **out,
-               llmq_err *err)
+int lpblob_dup(const wire_token_logprobs *v, uint32_t n,
+               wire_token_logprobs **out, llmq_err *err)
 {
     const size_t size = lpblob_size(v, n);
     uint8_t *packed = malloc(size ? size : 1);
     if (!packed)
-        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "logprobs: out of memory for %zu bytes", size);
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM,
+                         "logprobs: out of memory for %zu bytes", size);
     lpblob_pack(v, n, packed);
     uint32_t back;
     int rc = lpblob_unpack(packed, size, out, &back, err);

@@ -3,8 +3,8 @@
  * token, in order,
  *
  *   u32 token, f32 logprob, u16 n_bytes, n_bytes bytes   the token's own
- *   u8 n_top                                             alternatives that follow
- *   n_top x (u32 token, f32 logprob, u16 n_bytes, bytes) most likely first
+ *   u8 n_top                                             alternatives that
+ * follow n_top x (u32 token, f32 logprob, u16 n_bytes, bytes) most likely first
  *
  * f32 is IEEE-754 binary32.  At 20 alternatives a token costs about 300
  * bytes, some 40% of the same in msgpack maps, and any SQL client can read
@@ -26,11 +26,11 @@ void lpblob_pack(const wire_token_logprobs *v, uint32_t n, uint8_t *out);
  * free()) holding the entries, their alternatives and their bytes; *n
  * counts the entries.  A blob that is not whole records within the wire's
  * limits fails (LLMQ_ERR_INTERNAL: the store's own data is damaged). */
-int lpblob_unpack(const uint8_t *p, size_t len, wire_token_logprobs **out, uint32_t *n,
-                  llmq_err *err);
+int lpblob_unpack(const uint8_t *p, size_t len, wire_token_logprobs **out,
+                  uint32_t *n, llmq_err *err);
 
 /* A copy of v[0..n) in one block, as lpblob_unpack gives. */
-int lpblob_dup(const wire_token_logprobs *v, uint32_t n, wire_token_logprobs **out,
-               llmq_err *err);
+int lpblob_dup(const wire_token_logprobs *v, uint32_t n,
+               wire_token_logprobs **out, llmq_err *err);
 
 #endif

@@ -16,15 +16,18 @@
 #include "common/cli.h"
 #include "proto/wire.h"
 
-static const char USAGE[] =
-    "Usage: llmq-broker [OPTION]...\n"
-    "Receive LLM jobs from clients, keep them in SQLite, hand them to workers.\n";
+static const char USAGE[] = "Usage: llmq-broker [OPTION]...\n"
+                            "Receive LLM jobs from clients, keep them in "
+                            "SQLite, hand them to workers.\n";
 
 static const char EPILOG[] =
-    "Endpoints bind to loopback by default; use tcp://0.0.0.0:PORT to accept remote\n"
-    "peers, which needs --curve-secret (or --insecure).  Refused keys are logged.\n"
+    "Endpoints bind to loopback by default; use tcp://0.0.0.0:PORT to accept "
+    "remote\n"
+    "peers, which needs --curve-secret (or --insecure).  Refused keys are "
+    "logged.\n"
     "SIGTERM/SIGINT stop gracefully; a second one stops at once.\n"
-    "Exit status: 0 after a clean stop, 1 on a runtime error, 2 on bad usage.\n";
+    "Exit status: 0 after a clean stop, 1 on a runtime error, 2 on bad "
+    "usage.\n";
 
 static int parse_sync(void *sync, const char *text, llmq_err *err)
 {
@@ -46,8 +49,9 @@ static int check_config(void *config, llmq_err *err)
         return llmq_errf(err, "--allow-workers and --allow-clients need"
                               " --curve-secret");
     if (c->heartbeat_ms >= c->dead_after_ms)
-        return llmq_errf(err, "--worker-timeout-ms (%u) must exceed"
-                              " --heartbeat-ms (%u)",
+        return llmq_errf(err,
+                         "--worker-timeout-ms (%u) must exceed"
+                         " --heartbeat-ms (%u)",
                          c->dead_after_ms, c->heartbeat_ms);
     return 0;
 }
@@ -56,7 +60,8 @@ static int check_config(void *config, llmq_err *err)
 static int parse_args(int argc, char **argv, broker_config *c)
 {
     const cli_flag flags[] = {
-        {"db", 0, "FILE", "SQLite database, created if missing (default llmq.db)",
+        {"db", 0, "FILE",
+         "SQLite database, created if missing (default llmq.db)",
          CLI_TEXT(&c->db_path)},
         {"clients", 0, "ENDPOINT",
          "ZeroMQ endpoint for clients (default tcp://127.0.0.1:5555)",
@@ -65,7 +70,8 @@ static int parse_args(int argc, char **argv, broker_config *c)
          "ZeroMQ endpoint for workers (default tcp://127.0.0.1:5556)",
          CLI_TEXT(&c->workers_endpoint)},
         {"max-queued", 0, "N",
-         "refuse submits while N jobs are queued (default 1000000; 0: no limit)",
+         "refuse submits while N jobs are queued (default 1000000; 0: no "
+         "limit)",
          CLI_INT64(&c->max_queued, 0, INT64_MAX)},
         {"max-attempts", 0, "N",
          "a job fails after N attempts ended by a worker's loss or failure"
@@ -105,11 +111,16 @@ static int parse_args(int argc, char **argv, broker_config *c)
         {"insecure", 0, NULL,
          "allow endpoints other hosts can reach without CURVE",
          CLI_SWITCH(&c->insecure)},
-        {"verbose", 'v', NULL, "also log every job event", CLI_SWITCH(&c->verbose)},
+        {"verbose", 'v', NULL, "also log every job event",
+         CLI_SWITCH(&c->verbose)},
     };
-    const cli_spec spec = {.program = "llmq-broker", .usage = USAGE, .epilog = EPILOG,
-                           .flags = flags, .n_flags = CLI_COUNT(flags),
-                           .check = check_config, .check_ctx = c};
+    const cli_spec spec = {.program = "llmq-broker",
+                           .usage = USAGE,
+                           .epilog = EPILOG,
+                           .flags = flags,
+                           .n_flags = CLI_COUNT(flags),
+                           .check = check_config,
+                           .check_ctx = c};
     return cli_read(&spec, argc, argv);
 }
 

@@ -129,14 +129,16 @@ static void log_stale(broker *b, const pool_worker *w, const char *what,
                    " %s",
                    what, id, attempt, w->name,
                    ch == STORE_UNKNOWN ? "no such job"
-                                     : "not running there any more");
+                                       : "not running there any more");
 }
 
 static int on_result(broker *b, pool_worker *w, const wire_result *r,
                      llmq_err *err)
 {
-    store_result sr = {.text = r->text, .token_ids = r->tokens,
-                       .n_token_ids = r->n_tokens, .logprobs = r->logprobs,
+    store_result sr = {.text = r->text,
+                       .token_ids = r->tokens,
+                       .n_token_ids = r->n_tokens,
+                       .logprobs = r->logprobs,
                        .n_logprobs = r->n_logprobs,
                        .finish_reason = wire_finish_name(r->finish),
                        .prompt_tokens = (int32_t)r->prompt_tokens,
@@ -183,8 +185,8 @@ static int on_failure(broker *b, pool_worker *w, const wire_job_failure *f,
     job_left(w);
     if (b->cfg.verbose)
         broker_log("job %" PRIu64 " attempt %u failed on worker %s (%s): %s",
-                   f->id, f->attempt, w->name,
-                   failed ? "final" : "requeued", f->reason);
+                   f->id, f->attempt, w->name, failed ? "final" : "requeued",
+                   f->reason);
     return failed ? broker_job_final(b, (int64_t)f->id, err) : 0;
 }
 

@@ -30,13 +30,21 @@ _Static_assert(N_MIGRATIONS == STORE_SCHEMA_VERSION,
  * by an enum that starts at the descriptor's count. */
 
 typedef enum col_kind {
-    COL_I32, COL_I64, COL_U32, COL_U64, COL_F32, COL_F64, COL_BOOL, COL_TEXT
+    COL_I32,
+    COL_I64,
+    COL_U32,
+    COL_U64,
+    COL_F32,
+    COL_F64,
+    COL_BOOL,
+    COL_TEXT
 } col_kind;
 
 typedef struct col {
-    const char *param; /* the parameter it binds (":name"); read-only rows: the column */
+    const char *param; /* the parameter it binds (":name"); read-only rows: the
+                          column */
     col_kind kind;
-    size_t off;        /* of the field in the row's struct */
+    size_t off; /* of the field in the row's struct */
 } col;
 
 #define SQL_NAME(name, ...) #name ", "
@@ -44,43 +52,82 @@ typedef struct col {
 #define COUNT_ONE(...) +1
 
 /* A job as submitted: store_job fields, then its job_params. */
-#define JOB_IN_ROW(X) X(client_key, TEXT) X(batch_id, TEXT) X(model, TEXT) X(priority, I32) \
+/* clang-format off */
+#define JOB_IN_ROW(X)   \
+    X(client_key, TEXT) \
+    X(batch_id, TEXT)   \
+    X(model, TEXT)      \
+    X(priority, I32)    \
     X(prompt, TEXT)
+/* clang-format on */
 /* Read back besides those. */
-#define JOB_OUT_ROW(X) X(id, I64) X(submit_id, I64) X(attempts, I32) X(submitted_at, I64)
+/* clang-format off */
+#define JOB_OUT_ROW(X)   \
+    X(id, I64)           \
+    X(submit_id, I64)    \
+    X(attempts, I32)     \
+    X(submitted_at, I64)
+/* clang-format on */
 
 #define JOB_COL(name, kind) {":" #name, COL_##kind, offsetof(store_job, name)},
-#define PARAM_COL(name, kind, ...) {":" #name, COL_##kind, offsetof(job_params, name)},
+#define PARAM_COL(name, kind, ...) \
+    {":" #name, COL_##kind, offsetof(job_params, name)},
 static const col JOB_IN_COLS[] = {JOB_IN_ROW(JOB_COL)};
 static const col JOB_OUT_COLS[] = {JOB_OUT_ROW(JOB_COL)};
 static const col PARAM_COLS[] = {JOB_PARAMS(PARAM_COL)};
-enum { N_JOB_IN = 0 JOB_IN_ROW(COUNT_ONE), N_JOB_OUT = 0 JOB_OUT_ROW(COUNT_ONE),
-       N_PARAMS = 0 JOB_PARAMS(COUNT_ONE) };
+enum {
+    N_JOB_IN = 0 JOB_IN_ROW(COUNT_ONE),
+    N_JOB_OUT = 0 JOB_OUT_ROW(COUNT_ONE),
+    N_PARAMS = 0 JOB_PARAMS(COUNT_ONE)
+};
 /* S_JOB_READ's columns after the three descriptors'. */
 enum { JR_PROMPT_IDS = N_JOB_IN + N_PARAMS + N_JOB_OUT, JR_STOP, JR_STATE };
 
 /* A worker's result: store_result's fields (token_ids apart). */
-#define RESULT_ROW(X) X(text, TEXT) X(finish_reason, TEXT) X(prompt_tokens, I32) \
-    X(generated_tokens, I32) X(prefill_ms, F64) X(decode_ms, F64)
-#define RESULT_COL(name, kind) {":" #name, COL_##kind, offsetof(store_result, name)},
+/* clang-format off */
+#define RESULT_ROW(X)        \
+    X(text, TEXT)            \
+    X(finish_reason, TEXT)   \
+    X(prompt_tokens, I32)    \
+    X(generated_tokens, I32) \
+    X(prefill_ms, F64)       \
+    X(decode_ms, F64)
+/* clang-format on */
+#define RESULT_COL(name, kind) \
+    {":" #name, COL_##kind, offsetof(store_result, name)},
 #define SQL_RESULT(name, kind) "r." #name ", "
 static const col RESULT_COLS[] = {RESULT_ROW(RESULT_COL)};
 enum { N_RESULT = 0 RESULT_ROW(COUNT_ONE) };
 
 /* Rows that are only read, from expressions: X(expression, field, kind). */
 #define EXPR_SQL(expr, field, kind) expr ", "
-#define OUTCOME_ROW(X) X("j.id", job_id, I64) X("j.client_key", client_key, TEXT)             \
-    X("j.batch_id", batch_id, TEXT) X("j.error", error, TEXT) X("j.attempts", attempts, I32) \
-    X("w.name", worker, TEXT) X("r.queue_wait_ms", queue_wait_ms, F64)                       \
-    X("r.prefill_tok_s", prefill_tok_s, F64) X("r.decode_tok_s", decode_tok_s, F64)          \
+/* clang-format off */
+#define OUTCOME_ROW(X)                       \
+    X("j.id", job_id, I64)                   \
+    X("j.client_key", client_key, TEXT)      \
+    X("j.batch_id", batch_id, TEXT)          \
+    X("j.error", error, TEXT)                \
+    X("j.attempts", attempts, I32)           \
+    X("w.name", worker, TEXT)                \
+    X("r.queue_wait_ms", queue_wait_ms, F64) \
+    X("r.prefill_tok_s", prefill_tok_s, F64) \
+    X("r.decode_tok_s", decode_tok_s, F64)   \
     X("r.total_ms", total_ms, F64)
-#define OUTCOME_COL(expr, field, kind) {expr, COL_##kind, offsetof(store_outcome, field)},
+/* clang-format on */
+#define OUTCOME_COL(expr, field, kind) \
+    {expr, COL_##kind, offsetof(store_outcome, field)},
 static const col OUTCOME_COLS[] = {OUTCOME_ROW(OUTCOME_COL)};
 enum { N_OUTCOME = 0 OUTCOME_ROW(COUNT_ONE) };
 enum { OC_STATE = N_OUTCOME + N_RESULT, OC_TOKEN_IDS, OC_LOGPROBS };
 
-#define BRIEF_ROW(X) X("j.id", id, I64) X("j.attempts", attempts, I32) X("w.name", worker, TEXT)
-#define BRIEF_COL(expr, field, kind) {expr, COL_##kind, offsetof(store_brief, field)},
+/* clang-format off */
+#define BRIEF_ROW(X)               \
+    X("j.id", id, I64)             \
+    X("j.attempts", attempts, I32) \
+    X("w.name", worker, TEXT)
+/* clang-format on */
+#define BRIEF_COL(expr, field, kind) \
+    {expr, COL_##kind, offsetof(store_brief, field)},
 static const col BRIEF_COLS[] = {BRIEF_ROW(BRIEF_COL)};
 enum { N_BRIEF = 0 BRIEF_ROW(COUNT_ONE), BR_STATE = N_BRIEF };
 
@@ -92,15 +139,30 @@ typedef struct job_now {
     int32_t faults;
 } job_now;
 
-#define NOW_ROW(X) X("coalesce(worker_id, 0)", worker_id, I64) X("attempts", attempt, I32) \
+/* clang-format off */
+#define NOW_ROW(X)                              \
+    X("coalesce(worker_id, 0)", worker_id, I64) \
+    X("attempts", attempt, I32)                 \
     X("faults", faults, I32)
+/* clang-format on */
 #define NOW_COL(expr, field, kind) {expr, COL_##kind, offsetof(job_now, field)},
 static const col NOW_COLS[] = {NOW_ROW(NOW_COL)};
 enum { N_NOW = 0 NOW_ROW(COUNT_ONE), JC_STATE = N_NOW };
 
-#define WORKER_ROW(X) X(name, TEXT) X(host, TEXT) X(pid, I64) X(gpu_name, TEXT) \
-    X(gpu_index, I32) X(gpu_uuid, TEXT) X(model, TEXT) X(engine, TEXT) X(slots, I32)
-#define WORKER_COL(name, kind) {":" #name, COL_##kind, offsetof(store_worker, name)},
+/* clang-format off */
+#define WORKER_ROW(X) \
+    X(name, TEXT)     \
+    X(host, TEXT)     \
+    X(pid, I64)       \
+    X(gpu_name, TEXT) \
+    X(gpu_index, I32) \
+    X(gpu_uuid, TEXT) \
+    X(model, TEXT)    \
+    X(engine, TEXT)   \
+    X(slots, I32)
+/* clang-format on */
+#define WORKER_COL(name, kind) \
+    {":" #name, COL_##kind, offsetof(store_worker, name)},
 static const col WORKER_COLS[] = {WORKER_ROW(WORKER_COL)};
 
 #define N_COLS(a) (sizeof(a) / sizeof((a)[0]))
@@ -117,12 +179,14 @@ enum {
     S_COUNT
 };
 
-#define OUTCOME_FROM                                                          \
-    " FROM jobs j LEFT JOIN results r ON r.job_id = j.id"                     \
+#define OUTCOME_FROM                                      \
+    " FROM jobs j LEFT JOIN results r ON r.job_id = j.id" \
     " LEFT JOIN workers w ON w.id = j.worker_id"
 
-#define BRIEF_SELECT                                                          \
-    "SELECT " BRIEF_ROW(EXPR_SQL) "j.state FROM jobs j"                       \
+/* The SQL reads best laid out by hand. */
+/* clang-format off */
+#define BRIEF_SELECT                                                      \
+    "SELECT " BRIEF_ROW(EXPR_SQL) "j.state FROM jobs j"                   \
     " LEFT JOIN workers w ON w.id = j.worker_id"
 
 static const char *const stmt_sql[S_COUNT] = {
@@ -137,8 +201,8 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_FIND_KEY] = "SELECT id FROM jobs WHERE client_key = :client_key",
     [S_INSERT_JOB] =
         "INSERT INTO jobs (" JOB_IN_ROW(SQL_NAME) JOB_PARAMS(SQL_NAME)
-        "submit_id, prompt_ids, stop, submitted_at) VALUES ("
-        JOB_IN_ROW(SQL_PARAM) JOB_PARAMS(SQL_PARAM)
+        "submit_id, prompt_ids, stop, submitted_at)"
+        " VALUES (" JOB_IN_ROW(SQL_PARAM) JOB_PARAMS(SQL_PARAM)
         ":submit_id, :prompt_ids, :stop, :now)",
     [S_QUEUE_HEAD] = "SELECT id FROM jobs WHERE state = 'queued'"
                      " AND (model IS NULL OR :model IS NULL OR model = :model)"
@@ -146,65 +210,86 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_CLAIM] = "UPDATE jobs SET state = 'running', attempts = attempts + 1,"
                 " worker_id = :worker_id, started_at = :now WHERE id = :job_id"
                 " RETURNING attempts",
-    [S_ATTEMPT_START] = "INSERT INTO attempts (job_id, attempt, worker_id,"
-                        " started_at) VALUES (:job_id, :attempt, :worker_id, :now)",
-    [S_JOB_READ] = "SELECT " JOB_IN_ROW(SQL_NAME) JOB_PARAMS(SQL_NAME)
-                   JOB_OUT_ROW(SQL_NAME) "prompt_ids, stop, state"
-                   " FROM jobs WHERE id = :job_id",
+    [S_ATTEMPT_START] =
+        "INSERT INTO attempts (job_id, attempt, worker_id,"
+        " started_at) VALUES (:job_id, :attempt, :worker_id, :now)",
+    [S_JOB_READ] =
+        "SELECT " JOB_IN_ROW(SQL_NAME) JOB_PARAMS(SQL_NAME)
+        JOB_OUT_ROW(SQL_NAME) "prompt_ids, stop, state"
+        " FROM jobs WHERE id = :job_id",
     [S_JSON_EACH] = "SELECT value FROM json_each(:json)",
-    [S_DONE] = "UPDATE jobs SET state = 'done', finished_at = :now"
-               " WHERE id = :job_id AND state = 'running' AND worker_id = :worker_id"
-               " AND (:attempt <= 0 OR attempts = :attempt)"
-               " RETURNING attempts",
+    [S_DONE] =
+        "UPDATE jobs SET state = 'done', finished_at = :now"
+        " WHERE id = :job_id AND state = 'running' AND worker_id = :worker_id"
+        " AND (:attempt <= 0 OR attempts = :attempt)"
+        " RETURNING attempts",
     /* The derived columns are computed here, from the job's row (done by
      * S_DONE a moment before), so that every reader gets one definition. */
     [S_INSERT_RESULT] =
-        "INSERT INTO results (job_id, " RESULT_ROW(SQL_NAME) "token_ids, logprobs,"
-        " queue_wait_ms, prefill_tok_s, decode_tok_s, total_ms, worker_id,"
-        " attempt, created_at) SELECT id, coalesce(:text, ''), :finish_reason,"
-        " :prompt_tokens, :generated_tokens, :prefill_ms, :decode_ms, :token_ids, :logprobs,"
+        "INSERT INTO results (job_id, " RESULT_ROW(SQL_NAME)
+        "token_ids, logprobs, queue_wait_ms, prefill_tok_s, decode_tok_s,"
+        " total_ms, worker_id, attempt, created_at)"
+        " SELECT id, coalesce(:text, ''), :finish_reason,"
+        " :prompt_tokens, :generated_tokens, :prefill_ms, :decode_ms,"
+        " :token_ids, :logprobs,"
         " started_at - submitted_at,"
-        " CASE WHEN :prefill_ms > 0 THEN 1000.0 * :prompt_tokens / :prefill_ms END,"
-        " CASE WHEN :decode_ms > 0 THEN 1000.0 * :generated_tokens / :decode_ms END,"
-        " :now - submitted_at, worker_id, attempts, :now FROM jobs WHERE id = :job_id",
-    [S_ATTEMPT_END] = "UPDATE attempts SET ended_at = :now, outcome = :outcome,"
-                      " reason = :reason WHERE job_id = :job_id AND attempt = :attempt",
+        " CASE WHEN :prefill_ms > 0"
+        " THEN 1000.0 * :prompt_tokens / :prefill_ms END,"
+        " CASE WHEN :decode_ms > 0"
+        " THEN 1000.0 * :generated_tokens / :decode_ms END,"
+        " :now - submitted_at, worker_id, attempts, :now"
+        " FROM jobs WHERE id = :job_id",
+    [S_ATTEMPT_END] =
+        "UPDATE attempts SET ended_at = :now, outcome = :outcome,"
+        " reason = :reason WHERE job_id = :job_id AND attempt = :attempt",
     [S_WORKER_CREDIT] = "UPDATE workers SET jobs_done = jobs_done + 1,"
                         " tokens_done = tokens_done + :tokens, last_seen = :now"
                         " WHERE id = :worker_id",
-    [S_JOB_CURRENT] = "SELECT " NOW_ROW(EXPR_SQL) "state FROM jobs WHERE id = :job_id",
+    [S_JOB_CURRENT] =
+        "SELECT " NOW_ROW(EXPR_SQL) "state FROM jobs WHERE id = :job_id",
     [S_REQUEUE] = "UPDATE jobs SET state = 'queued', worker_id = NULL,"
                   " faults = faults + :faults WHERE id = :job_id",
     /* The reasons of every faulted attempt, oldest first, become the error. */
-    [S_FAIL] = "UPDATE jobs SET state = 'failed', faults = faults + 1,"
-               " finished_at = :now, error = (SELECT group_concat(line, '; ')"
-               " FROM (SELECT 'attempt ' || attempt || ' on worker '"
-               " || worker_id || ': ' || outcome || ': ' || coalesce(reason, '')"
-               " AS line FROM attempts WHERE job_id = :job_id"
-               " AND outcome IN ('lost', 'failed') ORDER BY attempt))"
-               " WHERE id = :job_id",
+    [S_FAIL] =
+        "UPDATE jobs SET state = 'failed', faults = faults + 1,"
+        " finished_at = :now, error = (SELECT group_concat(line, '; ')"
+        " FROM (SELECT 'attempt ' || attempt || ' on worker '"
+        " || worker_id || ': ' || outcome || ': ' || coalesce(reason, '')"
+        " AS line FROM attempts WHERE job_id = :job_id"
+        " AND outcome IN ('lost', 'failed') ORDER BY attempt))"
+        " WHERE id = :job_id",
     [S_CANCEL] = "UPDATE jobs SET state = 'cancelled', finished_at = :now,"
                  " error = 'cancelled by a client' WHERE id = :job_id",
     [S_RUNNING_ON] = "SELECT id FROM jobs WHERE state = 'running'"
                      " AND worker_id = :worker_id ORDER BY id",
-    [S_OUTCOME] = "SELECT " OUTCOME_ROW(EXPR_SQL) RESULT_ROW(SQL_RESULT)
-                  "j.state, r.token_ids, r.logprobs" OUTCOME_FROM " WHERE j.id = :job_id",
+    [S_OUTCOME] =
+        "SELECT " OUTCOME_ROW(EXPR_SQL) RESULT_ROW(SQL_RESULT)
+        "j.state, r.token_ids, r.logprobs" OUTCOME_FROM
+        " WHERE j.id = :job_id",
     [S_BRIEF] = BRIEF_SELECT " WHERE j.id = :job_id",
-    [S_BATCH_BRIEFS] = BRIEF_SELECT " WHERE j.batch_id = :batch_id ORDER BY j.id",
+    [S_BATCH_BRIEFS] =
+        BRIEF_SELECT " WHERE j.batch_id = :batch_id ORDER BY j.id",
     [S_WORKER_ADD] =
-        "INSERT INTO workers (" WORKER_ROW(SQL_NAME) "first_seen, last_seen) VALUES ("
-        WORKER_ROW(SQL_PARAM) ":now, :now) RETURNING id",
+        "INSERT INTO workers (" WORKER_ROW(SQL_NAME) "first_seen, last_seen)"
+        " VALUES (" WORKER_ROW(SQL_PARAM) ":now, :now) RETURNING id",
     [S_WORKER_SET] = "UPDATE workers SET state = :state, last_seen = :now"
                      " WHERE id = :worker_id",
     [S_MODEL_SEEN] = "SELECT 1 FROM workers WHERE model = :model"
                      " AND last_seen >= :since LIMIT 1",
 };
+/* clang-format on */
 
 /* The rows bound from a descriptor, each into one statement.  Their
  * parameters' indexes are looked up once, when the statements are prepared,
  * where a descriptor naming a parameter its statement lacks fails
  * store_open. */
-typedef enum row_bind { RB_JOB, RB_JOB_PARAMS, RB_RESULT, RB_WORKER, RB_COUNT } row_bind;
+typedef enum row_bind {
+    RB_JOB,
+    RB_JOB_PARAMS,
+    RB_RESULT,
+    RB_WORKER,
+    RB_COUNT
+} row_bind;
 
 static const struct {
     int stmt;
@@ -219,7 +304,8 @@ static const struct {
 
 #define MAX_ROW_COLS 16
 _Static_assert(N_JOB_IN <= MAX_ROW_COLS && N_PARAMS <= MAX_ROW_COLS &&
-                   N_RESULT <= MAX_ROW_COLS && N_COLS(WORKER_COLS) <= MAX_ROW_COLS,
+                   N_RESULT <= MAX_ROW_COLS &&
+                   N_COLS(WORKER_COLS) <= MAX_ROW_COLS,
                "a row descriptor outgrew MAX_ROW_COLS");
 
 /* WAL pages after which a checkpoint is asked for (SQLite's default). */
@@ -236,7 +322,7 @@ struct store {
     int64_t count[STORE_N_STATES];
     int64_t count_at_begin[STORE_N_STATES], count_at_mark[STORE_N_STATES];
     json_buf json_a, json_b; /* scratch for JSON columns being bound */
-    const char *unbound; /* a parameter name a bind did not find (a bug) */
+    const char *unbound;     /* a parameter name a bind did not find (a bug) */
     sqlite3_stmt *stmt[S_COUNT];
     int row_param[RB_COUNT][MAX_ROW_COLS]; /* ROW_BINDS' parameter indexes */
 };
@@ -283,8 +369,9 @@ static int unbound_fail(store *st, llmq_err *err)
 {
     const char *name = st->unbound;
     st->unbound = NULL;
-    return llmq_errf(err, "sqlite: parameter %s is not in the statement it was bound to",
-                     name);
+    return llmq_errf(
+        err, "sqlite: parameter %s is not in the statement it was bound to",
+        name);
 }
 
 /* Runs a statement that returns no row we want. */
@@ -314,7 +401,8 @@ static int step_row(store *st, sqlite3_stmt *s, bool *has_row, llmq_err *err)
     return 0;
 }
 
-/* ---- binding and reading by name ------------------------------------------ */
+/* ---- binding and reading by name ------------------------------------------
+ */
 
 static int param_index(store *st, sqlite3_stmt *s, const char *name)
 {
@@ -332,7 +420,9 @@ static void bind_at(sqlite3_stmt *s, int i, col_kind k, const void *p)
     case COL_I32: sqlite3_bind_int(s, i, *(const int32_t *)p); return;
     case COL_I64: sqlite3_bind_int64(s, i, *(const int64_t *)p); return;
     case COL_U32: sqlite3_bind_int64(s, i, *(const uint32_t *)p); return;
-    case COL_U64: sqlite3_bind_int64(s, i, (int64_t)*(const uint64_t *)p); return;
+    case COL_U64:
+        sqlite3_bind_int64(s, i, (int64_t) * (const uint64_t *)p);
+        return;
     case COL_F32: sqlite3_bind_double(s, i, *(const float *)p); return;
     case COL_F64: sqlite3_bind_double(s, i, *(const double *)p); return;
     case COL_BOOL: sqlite3_bind_int(s, i, *(const bool *)p); return;
@@ -358,7 +448,8 @@ static void bind_i64(store *st, sqlite3_stmt *s, const char *name, int64_t v)
     bind_value(st, s, name, COL_I64, &v);
 }
 
-static void bind_str(store *st, sqlite3_stmt *s, const char *name, const char *text)
+static void bind_str(store *st, sqlite3_stmt *s, const char *name,
+                     const char *text)
 {
     bind_value(st, s, name, COL_TEXT, &text);
 }
@@ -368,7 +459,8 @@ static void bind_row(store *st, sqlite3_stmt *s, row_bind rb, const void *obj)
 {
     const col *c = ROW_BINDS[rb].cols;
     for (size_t i = 0; i < ROW_BINDS[rb].n; i++)
-        bind_at(s, st->row_param[rb][i], c[i].kind, (const char *)obj + c[i].off);
+        bind_at(s, st->row_param[rb][i], c[i].kind,
+                (const char *)obj + c[i].off);
 }
 
 static const char *col_text(sqlite3_stmt *s, int i)
@@ -391,7 +483,8 @@ static void read_value(sqlite3_stmt *s, int i, col_kind k, void *p)
 }
 
 /* Reads the row's columns first, first + 1, ... into obj, per c. */
-static void read_row(sqlite3_stmt *s, int first, const col *c, size_t n, void *obj)
+static void read_row(sqlite3_stmt *s, int first, const col *c, size_t n,
+                     void *obj)
 {
     for (size_t i = 0; i < n; i++)
         read_value(s, first + (int)i, c[i].kind, (char *)obj + c[i].off);
@@ -595,7 +688,8 @@ static int resolve_row_params(store *st, llmq_err *err)
             sqlite3_stmt *s = st->stmt[ROW_BINDS[rb].stmt];
             const char *name = ROW_BINDS[rb].cols[i].param;
             if (!(st->row_param[rb][i] = sqlite3_bind_parameter_index(s, name)))
-                return llmq_errf(err, "sqlite: %s: no parameter %s", sqlite3_sql(s), name);
+                return llmq_errf(err, "sqlite: %s: no parameter %s",
+                                 sqlite3_sql(s), name);
         }
     return 0;
 }
@@ -930,7 +1024,8 @@ static int job_from_row(store *st, sqlite3_stmt *s, store_job *job,
         return llmq_errf(err, "job %" PRId64 ": unknown state '%s'", job->id,
                          col_text(s, JR_STATE));
     /* json_each runs on another statement: s keeps its row meanwhile. */
-    if (json_read_ids(st, col_text(s, JR_PROMPT_IDS), ids, &job->n_prompt_ids, err))
+    if (json_read_ids(st, col_text(s, JR_PROMPT_IDS), ids, &job->n_prompt_ids,
+                      err))
         return -1;
     job->prompt_ids = *ids;
     if (json_read_strings(st, col_text(s, JR_STOP), stop, err))
@@ -946,7 +1041,8 @@ static int claimed_row(store *st, sqlite3_stmt *s, int64_t id, llmq_err *err)
     bool row;
     if (step_row(st, s, &row, err))
         return -1;
-    return row ? 0 : llmq_errf(err, "job %" PRId64 " vanished while claimed", id);
+    return row ? 0
+               : llmq_errf(err, "job %" PRId64 " vanished while claimed", id);
 }
 
 static int emit_job(store *st, int64_t id, store_job_fn fn, void *ctx,
@@ -1110,8 +1206,10 @@ static int fault_job(store *st, int64_t id, int64_t worker_id, int32_t attempt,
     if (attempt_end(st, id, cur.attempt, now, outcome, reason, err))
         return -1;
     *failed = permanent || cur.faults + 1 >= st->opts.max_attempts;
-    return *failed ? leave_running(st, S_FAIL, id, ":now", now, STORE_FAILED, err)
-                   : leave_running(st, S_REQUEUE, id, ":faults", 1, STORE_QUEUED, err);
+    return *failed
+               ? leave_running(st, S_FAIL, id, ":now", now, STORE_FAILED, err)
+               : leave_running(st, S_REQUEUE, id, ":faults", 1, STORE_QUEUED,
+                               err);
 }
 
 int store_fault(store *st, int64_t job_id, int64_t worker_id, int32_t attempt,
@@ -1133,7 +1231,8 @@ int store_hand_back(store *st, int64_t job_id, int64_t worker_id,
         return 0;
     if (attempt_end(st, job_id, cur.attempt, now_ms, "returned", reason, err))
         return -1;
-    return leave_running(st, S_REQUEUE, job_id, ":faults", 0, STORE_QUEUED, err);
+    return leave_running(st, S_REQUEUE, job_id, ":faults", 0, STORE_QUEUED,
+                         err);
 }
 
 int store_cancel(store *st, int64_t job_id, int64_t now_ms, store_change *out,
@@ -1201,24 +1300,29 @@ typedef struct worker_end {
     int64_t worker_id;
     const char *reason;
     int64_t now;
-    store_id_fn failed_fn; /* store_fault_worker: called for each job failed for good */
+    store_id_fn
+        failed_fn; /* store_fault_worker: called for each job failed for good */
     void *ctx;
 } worker_end;
 
-typedef int (*end_fn)(store *st, int64_t job_id, const worker_end *w, llmq_err *err);
+typedef int (*end_fn)(store *st, int64_t job_id, const worker_end *w,
+                      llmq_err *err);
 
-static int hand_back_one(store *st, int64_t job_id, const worker_end *w, llmq_err *err)
+static int hand_back_one(store *st, int64_t job_id, const worker_end *w,
+                         llmq_err *err)
 {
     store_change ch;
-    return store_hand_back(st, job_id, w->worker_id, 0, w->reason, w->now, &ch, err);
+    return store_hand_back(st, job_id, w->worker_id, 0, w->reason, w->now, &ch,
+                           err);
 }
 
-static int lose_one(store *st, int64_t job_id, const worker_end *w, llmq_err *err)
+static int lose_one(store *st, int64_t job_id, const worker_end *w,
+                    llmq_err *err)
 {
     store_change ch;
     bool failed;
-    if (fault_job(st, job_id, w->worker_id, 0, "lost", w->reason, false, w->now, &ch,
-                  &failed, err))
+    if (fault_job(st, job_id, w->worker_id, 0, "lost", w->reason, false, w->now,
+                  &ch, &failed, err))
         return -1;
     return failed && w->failed_fn ? w->failed_fn(w->ctx, job_id, err) : 0;
 }
@@ -1239,7 +1343,8 @@ static int end_running(store *st, const worker_end *w, end_fn fn, llmq_err *err)
 int store_hand_back_worker(store *st, int64_t worker_id, const char *reason,
                            int64_t now_ms, llmq_err *err)
 {
-    const worker_end w = {.worker_id = worker_id, .reason = reason, .now = now_ms};
+    const worker_end w = {
+        .worker_id = worker_id, .reason = reason, .now = now_ms};
     return end_running(st, &w, hand_back_one, err);
 }
 
@@ -1247,25 +1352,30 @@ int store_fault_worker(store *st, int64_t worker_id, const char *reason,
                        int64_t now_ms, store_id_fn failed_fn, void *ctx,
                        llmq_err *err)
 {
-    const worker_end w = {.worker_id = worker_id, .reason = reason, .now = now_ms,
-                          .failed_fn = failed_fn, .ctx = ctx};
+    const worker_end w = {.worker_id = worker_id,
+                          .reason = reason,
+                          .now = now_ms,
+                          .failed_fn = failed_fn,
+                          .ctx = ctx};
     return end_running(st, &w, lose_one, err);
 }
 
-/* ---- results ----------------------------------------------------------------- */
+/* ---- results
+ * ----------------------------------------------------------------- */
 
-static int insert_result(store *st, int64_t job_id, const store_result *r, int64_t now,
-                         llmq_err *err)
+static int insert_result(store *st, int64_t job_id, const store_result *r,
+                         int64_t now, llmq_err *err)
 {
     st->json_a.len = 0;
     if (r->token_ids &&
         json_ids(r->token_ids, r->n_token_ids, &st->json_a, err))
         return -1;
-    const size_t lp_size = r->logprobs ? lpblob_size(r->logprobs, r->n_logprobs) : 0;
+    const size_t lp_size = r->logprobs ? lpblob_size(r->logprobs, r->n_logprobs)
+                                       : 0;
     uint8_t *lp = r->logprobs ? malloc(lp_size ? lp_size : 1) : NULL;
     if (r->logprobs && !lp)
-        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %" PRId64 ": out of memory for logprobs",
-                         job_id);
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM,
+                         "job %" PRId64 ": out of memory for logprobs", job_id);
     if (lp)
         lpblob_pack(r->logprobs, r->n_logprobs, lp);
     sqlite3_stmt *s = stmt_get(st, S_INSERT_RESULT);
@@ -1273,7 +1383,8 @@ static int insert_result(store *st, int64_t job_id, const store_result *r, int64
     bind_row(st, s, RB_RESULT, r);
     bind_str(st, s, ":token_ids", r->token_ids ? st->json_a.p : NULL);
     if (lp)
-        sqlite3_bind_blob64(s, param_index(st, s, ":logprobs"), lp, lp_size, SQLITE_STATIC);
+        sqlite3_bind_blob64(s, param_index(st, s, ":logprobs"), lp, lp_size,
+                            SQLITE_STATIC);
     bind_i64(st, s, ":now", now);
     int rc = stmt_run(st, s, err);
     free(lp);
@@ -1282,8 +1393,9 @@ static int insert_result(store *st, int64_t job_id, const store_result *r, int64
 
 /* A workers row update (S_WORKER_CREDIT, S_WORKER_SET): one value named
  * `name`, and last_seen. */
-static int worker_update(store *st, int which, int64_t worker_id, const char *name,
-                         col_kind kind, const void *value, int64_t now, llmq_err *err)
+static int worker_update(store *st, int which, int64_t worker_id,
+                         const char *name, col_kind kind, const void *value,
+                         int64_t now, llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, which);
     bind_i64(st, s, ":worker_id", worker_id);
@@ -1295,8 +1407,9 @@ static int worker_update(store *st, int which, int64_t worker_id, const char *na
 /* The conditional UPDATE is the whole first-result-wins rule: it matches
  * only while the job runs on that worker session and attempt.  *attempt
  * becomes the attempt that ended. */
-static int mark_done(store *st, int64_t job_id, int64_t worker_id, int32_t *attempt,
-                     int64_t now, bool *applied, llmq_err *err)
+static int mark_done(store *st, int64_t job_id, int64_t worker_id,
+                     int32_t *attempt, int64_t now, bool *applied,
+                     llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_DONE);
     bind_i64(st, s, ":job_id", job_id);
@@ -1350,12 +1463,13 @@ static int emit_outcome(store *st, sqlite3_stmt *s, store_outcome_fn fn,
     wire_token_logprobs *lp = NULL;
     const void *blob = sqlite3_column_blob(s, OC_LOGPROBS);
     if (sqlite3_column_type(s, OC_LOGPROBS) != SQLITE_NULL &&
-        lpblob_unpack(blob, (size_t)sqlite3_column_bytes(s, OC_LOGPROBS), &lp, &r.n_logprobs,
-                      err))
+        lpblob_unpack(blob, (size_t)sqlite3_column_bytes(s, OC_LOGPROBS), &lp,
+                      &r.n_logprobs, err))
         return llmq_err_prefix(err, "job %" PRId64, o.job_id);
     r.logprobs = lp;
     uint32_t *ids;
-    if (json_read_ids(st, col_text(s, OC_TOKEN_IDS), &ids, &r.n_token_ids, err)) {
+    if (json_read_ids(st, col_text(s, OC_TOKEN_IDS), &ids, &r.n_token_ids,
+                      err)) {
         free(lp);
         return -1;
     }
@@ -1441,8 +1555,8 @@ int store_worker_add(store *st, const store_worker *w, int64_t now_ms,
 int store_worker_set(store *st, int64_t worker_id, const char *state,
                      int64_t now_ms, llmq_err *err)
 {
-    return worker_update(st, S_WORKER_SET, worker_id, ":state", COL_TEXT, &state, now_ms,
-                         err);
+    return worker_update(st, S_WORKER_SET, worker_id, ":state", COL_TEXT,
+                         &state, now_ms, err);
 }
 
 int store_model_seen(store *st, const char *model, int64_t since_ms,

@@ -80,7 +80,7 @@ typedef struct store_job {
     const char *prompt;
     const uint32_t *prompt_ids;
     size_t n_prompt_ids;
-    job_params params;        /* one column each (proto/job_params.h); stop as JSON */
+    job_params params; /* one column each (proto/job_params.h); stop as JSON */
     /* Filled when read back: */
     store_state state;
     int32_t attempts;
@@ -153,7 +153,8 @@ typedef struct store_result {
     const char *text;
     const uint32_t *token_ids;
     size_t n_token_ids;
-    const wire_token_logprobs *logprobs; /* NULL unless the job asked for them */
+    const wire_token_logprobs
+        *logprobs; /* NULL unless the job asked for them */
     uint32_t n_logprobs;
     const char *finish_reason;
     int32_t prompt_tokens;

@@ -26,8 +26,7 @@ static bool whole_syntax(const char *text, bool minus)
     return *text && strspn(text, "0123456789") == strlen(text);
 }
 
-int cli_int(const char *what, const char *text, int64_t lo, int64_t hi, int64_t *out,
-            llmq_err *err)
+int cli_int(const char *what, const char *text, int64_t lo, int64_t hi, int64_t *out, llmq_err *err)
 {
     if (!whole_syntax(text, true))
         return llmq_errf(err, "%s: '%s' is not a whole number (%" PRId64 "..%" PRId64 ")", what,
@@ -41,8 +40,8 @@ int cli_int(const char *what, const char *text, int64_t lo, int64_t hi, int64_t 
     return 0;
 }
 
-static int parse_uint64(const char *what, const char *text, uint64_t lo, uint64_t hi,
-                        uint64_t *out, llmq_err *err)
+static int parse_uint64(const char *what, const char *text, uint64_t lo, uint64_t hi, uint64_t *out,
+                        llmq_err *err)
 {
     if (!whole_syntax(text, false))
         return llmq_errf(err, "%s: '%s' is not a whole number (%" PRIu64 "..%" PRIu64 ")", what,
@@ -142,7 +141,7 @@ typedef struct parser {
     const cli_spec *s;
     int argc;
     char **argv;
-    int next;           /* the argument after the one being read */
+    int next; /* the argument after the one being read */
     bool given[CLI_MAX_FLAGS];
     bool have_operand;
     llmq_err *err;

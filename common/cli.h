@@ -54,10 +54,10 @@ typedef enum cli_kind {
     CLI_KIND_INT32,   /* whole numbers in range.i */
     CLI_KIND_INT64,
     CLI_KIND_UINT32,
-    CLI_KIND_UINT64,  /* whole numbers in range.u */
-    CLI_KIND_FLOAT,   /* finite decimal numbers in range.f */
+    CLI_KIND_UINT64, /* whole numbers in range.u */
+    CLI_KIND_FLOAT,  /* finite decimal numbers in range.f */
     CLI_KIND_DOUBLE,
-    CLI_KIND_CALL,    /* to.call.fn(to.call.ctx, value, err) */
+    CLI_KIND_CALL, /* to.call.fn(to.call.ctx, value, err) */
 } cli_kind;
 
 /* Takes the value of a CLI_KIND_CALL flag: 0, or -1 with err saying what is
@@ -113,7 +113,7 @@ typedef struct cli_flag {
 #define CLI_SWITCH(p) .kind = CLI_KIND_SWITCH, .to.on = (p)
 #define CLI_TEXT(p) .kind = CLI_KIND_TEXT, .to.text = (p)
 #define CLI_TEXT_BYTES(p, lo, hi) CLI_TEXT(p), .range.i = {(lo), (hi)}
-#define CLI_LIST(items, n, max, lo, hi)                                                            \
+#define CLI_LIST(items, n, max, lo, hi) \
     .kind = CLI_KIND_LIST, .to.list = {(items), (n), (max)}, .range.i = {(lo), (hi)}
 #define CLI_INT32(p, lo, hi) .kind = CLI_KIND_INT32, .to.i32 = (p), .range.i = {(lo), (hi)}
 #define CLI_INT64(p, lo, hi) .kind = CLI_KIND_INT64, .to.i64 = (p), .range.i = {(lo), (hi)}
@@ -123,20 +123,23 @@ typedef struct cli_flag {
 #define CLI_DOUBLE(p, lo, hi) .kind = CLI_KIND_DOUBLE, .to.f64 = (p), .range.f = {(lo), (hi)}
 #define CLI_CALL(fn, ctx) .kind = CLI_KIND_CALL, .to.call = {(fn), (ctx)}
 /* A whole row: a heading ("generation:") over the flags after it. */
-#define CLI_HEADING(text) {.help = (text), .kind = CLI_KIND_HEADING}
+#define CLI_HEADING(text)                        \
+    {                                            \
+        .help = (text), .kind = CLI_KIND_HEADING \
+    }
 
 #define CLI_COUNT(array) (sizeof(array) / sizeof((array)[0]))
 
 typedef struct cli_spec {
-    const char *program;  /* its messages start "PROGRAM: " */
-    const char *usage;    /* --help's first lines (each ending in a newline):
-                           * the usage line and what the program does */
-    const char *epilog;   /* its last lines (notes, exit statuses), or NULL */
+    const char *program; /* its messages start "PROGRAM: " */
+    const char *usage;   /* --help's first lines (each ending in a newline):
+                          * the usage line and what the program does */
+    const char *epilog;  /* its last lines (notes, exit statuses), or NULL */
     const cli_flag *flags;
-    size_t n_flags;       /* at most CLI_MAX_FLAGS */
-    const char **operand; /* where the one operand goes (llmq-keygen NAME); NULL: none */
+    size_t n_flags;           /* at most CLI_MAX_FLAGS */
+    const char **operand;     /* where the one operand goes (llmq-keygen NAME); NULL: none */
     const char *operand_name; /* set: the operand is required, and named so when missing */
-    cli_check_fn check;   /* NULL: none */
+    cli_check_fn check;       /* NULL: none */
     void *check_ctx;
 } cli_spec;
 

@@ -71,9 +71,9 @@ int llmq_err_prefix(llmq_err *err, const char *fmt, ...)
 const char *llmq_err_code_name(llmq_err_code code)
 {
     static const char *const NAMES[LLMQ_ERR_CODE_COUNT] = {
-        [LLMQ_ERR_GENERIC] = "generic",         [LLMQ_ERR_INVALID] = "invalid",
-        [LLMQ_ERR_NO_ROOM] = "no_room",         [LLMQ_ERR_UNAVAILABLE] = "unavailable",
-        [LLMQ_ERR_IO] = "io",                   [LLMQ_ERR_INTERNAL] = "internal",
+        [LLMQ_ERR_GENERIC] = "generic", [LLMQ_ERR_INVALID] = "invalid",
+        [LLMQ_ERR_NO_ROOM] = "no_room", [LLMQ_ERR_UNAVAILABLE] = "unavailable",
+        [LLMQ_ERR_IO] = "io",           [LLMQ_ERR_INTERNAL] = "internal",
     };
     return (unsigned)code < LLMQ_ERR_CODE_COUNT ? NAMES[code] : "?";
 }

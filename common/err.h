@@ -19,15 +19,15 @@
 /* Kinds of failure, as SQLite's result codes are: few, and each one
  * calling for a different reaction. */
 typedef enum llmq_err_code {
-    LLMQ_ERR_GENERIC = 0,  /* not classified where it was made (llmq_errf) */
-    LLMQ_ERR_INVALID,      /* bad input (a request field, a file's content, a token id):
-                              the same input fails again, anywhere */
-    LLMQ_ERR_NO_ROOM,      /* a resource ran out (memory, sequence slots, KV blocks, queue
-                              space): the same input may succeed later or elsewhere */
-    LLMQ_ERR_UNAVAILABLE,  /* this process cannot serve it now (it is stopping, serves
-                              another model, its engine failed): another one may */
-    LLMQ_ERR_IO,           /* a read, write or socket operation failed */
-    LLMQ_ERR_INTERNAL,     /* a broken invariant, or a library we call failed */
+    LLMQ_ERR_GENERIC = 0, /* not classified where it was made (llmq_errf) */
+    LLMQ_ERR_INVALID,     /* bad input (a request field, a file's content, a token id):
+                             the same input fails again, anywhere */
+    LLMQ_ERR_NO_ROOM,     /* a resource ran out (memory, sequence slots, KV blocks, queue
+                             space): the same input may succeed later or elsewhere */
+    LLMQ_ERR_UNAVAILABLE, /* this process cannot serve it now (it is stopping, serves
+                             another model, its engine failed): another one may */
+    LLMQ_ERR_IO,          /* a read, write or socket operation failed */
+    LLMQ_ERR_INTERNAL,    /* a broken invariant, or a library we call failed */
     LLMQ_ERR_CODE_COUNT
 } llmq_err_code;
 

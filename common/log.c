@@ -12,19 +12,19 @@ static size_t fitted(int n, size_t size)
     return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
 }
 
-size_t log_format(char line[LOG_LINE_MAX], int64_t wall_ms, const char *program,
-                  const char *id, const char *fmt, va_list ap)
+size_t log_format(char line[LOG_LINE_MAX], int64_t wall_ms, const char *program, const char *id,
+                  const char *fmt, va_list ap)
 {
     const time_t secs = (time_t)(wall_ms / 1000);
     struct tm tm;
     gmtime_r(&secs, &tm);
     /* One byte is kept for the newline (and one, as ever, for the NUL). */
     const size_t room = LOG_LINE_MAX - 1;
-    size_t n = fitted(snprintf(line, room, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ %s%s%s%s: ",
-                               tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                               tm.tm_min, tm.tm_sec, (int)(wall_ms % 1000), program,
-                               id ? "[" : "", id ? id : "", id ? "]" : ""),
-                      room);
+    size_t n = fitted(
+        snprintf(line, room, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ %s%s%s%s: ", tm.tm_year + 1900,
+                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(wall_ms % 1000),
+                 program, id ? "[" : "", id ? id : "", id ? "]" : ""),
+        room);
     n += fitted(vsnprintf(line + n, room - n, fmt, ap), room - n);
     line[n++] = '\n';
     line[n] = '\0';

@@ -27,8 +27,7 @@ void log_vline(const char *program, const char *id, const char *fmt, va_list ap)
 /* The line log_line writes, for the time wall_ms (ms since the epoch), into
  * line, NUL-terminated; returns its length (newline included, at most
  * LOG_LINE_MAX - 1). */
-size_t log_format(char line[LOG_LINE_MAX], int64_t wall_ms, const char *program,
-                  const char *id, const char *fmt, va_list ap)
-    __attribute__((format(printf, 5, 0)));
+size_t log_format(char line[LOG_LINE_MAX], int64_t wall_ms, const char *program, const char *id,
+                  const char *fmt, va_list ap) __attribute__((format(printf, 5, 0)));
 
 #endif

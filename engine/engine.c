@@ -18,7 +18,7 @@ typedef struct seq {
     seq_state state;
     int32_t *tokens; /* prompt, then generated */
     int32_t n_tokens, n_prompt;
-    size_t cap; /* of tokens */
+    size_t cap;         /* of tokens */
     int32_t n_computed; /* tokens whose keys and values are in the cache */
     int32_t *blocks;
     int32_t n_blocks;
@@ -30,7 +30,7 @@ typedef struct seq {
     int32_t n_top;      /* alternatives reported per step */
     engine_logprob *lp; /* logprobs: one per generated token, then n_top each in top */
     engine_logprob *top;
-    int32_t lp_cap;     /* generated tokens lp and top have room for */
+    int32_t lp_cap; /* generated tokens lp and top have room for */
     bool cancel;
     char **stop;
     int32_t n_stop;
@@ -80,7 +80,7 @@ struct engine {
     engine_stats stats;
     engine_logits_fn observer;
     void *observer_ctx;
-    tokenmask_vocab *trie; /* the vocabulary as a trie: built by the first constraint */
+    tokenmask_vocab *trie;       /* the vocabulary as a trie: built by the first constraint */
     constraint_use *constraints; /* max_live: one per distinct live grammar at most */
     int32_t n_constraints;
     /* per-step buffers */
@@ -89,13 +89,13 @@ struct engine {
     seq **b_seqs;
     int32_t *b_chunk;
     /* What sampling each logit row li reads, and the step's copies of it. */
-    uint8_t *b_source;   /* row_source */
-    int32_t *b_greedy;   /* FROM_GREEDY: the backend's argmax */
-    int32_t b_top_k;     /* FROM_TOP: candidates per row this step */
-    int32_t *b_top_ids;  /* max_seqs x BE_TOP_K_MAX */
+    uint8_t *b_source;  /* row_source */
+    int32_t *b_greedy;  /* FROM_GREEDY: the backend's argmax */
+    int32_t b_top_k;    /* FROM_TOP: candidates per row this step */
+    int32_t *b_top_ids; /* max_seqs x BE_TOP_K_MAX */
     float *b_top_vals;
-    float *logits;     /* host copies of the logit rows that need them */
-    float *lp_row;     /* a row's raw logits, kept from the sampler's penalties for logprobs */
+    float *logits; /* host copies of the logit rows that need them */
+    float *lp_row; /* a row's raw logits, kept from the sampler's penalties for logprobs */
     topk_entry lp_best[ENGINE_MAX_TOP_LOGPROBS];
     engine_event *events;
     int32_t n_events;
@@ -118,16 +118,21 @@ static int size_pool(engine_config *cfg, const model_config *mc, backend *be, in
         return llmq_err_prefix(err, "engine: sizing the KV cache");
     cfg->n_blocks = engine_default_blocks(per_seq * cfg->max_seqs, block_bytes, available);
     if (cfg->n_blocks < per_seq)
-        return llmq_errf(err, "engine: the %.1f GB the %s backend has left hold %d KV blocks of %d "
-                              "tokens, fewer than one sequence of %d tokens needs",
+        return llmq_errf(err,
+                         "engine: the %.1f GB the %s backend has left hold %d KV blocks of %d "
+                         "tokens, fewer than one sequence of %d tokens needs",
                          available / 1e9, be->name, cfg->n_blocks, cfg->block_size, cfg->n_ctx);
     return 0;
 }
 
 engine_config engine_default_config(void)
 {
-    return (engine_config){.block_size = 16, .n_blocks = 0, .max_seqs = 16,
-                           .max_batch_tokens = 512, .n_ctx = 0, .kv_type = BE_KV_F16};
+    return (engine_config){.block_size = 16,
+                           .n_blocks = 0,
+                           .max_seqs = 16,
+                           .max_batch_tokens = 512,
+                           .n_ctx = 0,
+                           .kv_type = BE_KV_F16};
 }
 
 const char *engine_finish_name(engine_finish f)
@@ -262,7 +267,8 @@ static int check_request(const engine *e, const engine_request *r, llmq_err *err
     if (r->constraint && r->ignore_eos)
         return llmq_errc(err, LLMQ_ERR_INVALID,
                          "job %llu: ignore_eos: not with a grammar constraint (the grammar "
-                         "decides where the output ends)", (unsigned long long)r->id);
+                         "decides where the output ends)",
+                         (unsigned long long)r->id);
     return 0;
 }
 
@@ -288,7 +294,8 @@ static void detach_constraint(engine *e, seq *s)
 static int current_mask(const seq *s, tokenmask *m, llmq_err *err)
 {
     return tokenmask_get(s->masks, &s->gstate, m, err) != 0
-               ? llmq_err_prefix(err, "job %llu", (unsigned long long)s->id) : 0;
+               ? llmq_err_prefix(err, "job %llu", (unsigned long long)s->id)
+               : 0;
 }
 
 /* Puts s under g, whose mask cache the sequences of g share (the
@@ -317,9 +324,11 @@ static int attach_constraint(engine *e, seq *s, const grammar *g, llmq_err *err)
     if (rc == 0 && m.n_allowed > 0)
         return 0;
     detach_constraint(e, s);
-    return rc != 0 ? -1 : llmq_errf(err, "job %llu: constraint: no token of the vocabulary can "
-                                         "begin the output the grammar asks for",
-                                    (unsigned long long)s->id);
+    return rc != 0 ? -1
+                   : llmq_errf(err,
+                               "job %llu: constraint: no token of the vocabulary can "
+                               "begin the output the grammar asks for",
+                               (unsigned long long)s->id);
 }
 
 static seq *seq_new(const engine *e, const engine_request *r)
@@ -394,11 +403,26 @@ bool engine_cancel(engine *e, uint64_t id)
     return false;
 }
 
-int32_t engine_n_live(const engine *e) { return e->n_live; }
-bool engine_has_work(const engine *e) { return e->n_live > 0; }
-int32_t engine_free_slots(const engine *e) { return e->max_live - e->n_live; }
-engine_stats engine_get_stats(const engine *e) { return e->stats; }
-const engine_config *engine_get_config(const engine *e) { return &e->cfg; }
+int32_t engine_n_live(const engine *e)
+{
+    return e->n_live;
+}
+bool engine_has_work(const engine *e)
+{
+    return e->n_live > 0;
+}
+int32_t engine_free_slots(const engine *e)
+{
+    return e->max_live - e->n_live;
+}
+engine_stats engine_get_stats(const engine *e)
+{
+    return e->stats;
+}
+const engine_config *engine_get_config(const engine *e)
+{
+    return &e->cfg;
+}
 
 void engine_set_logits_observer(engine *e, engine_logits_fn fn, void *ctx)
 {
@@ -407,7 +431,6 @@ void engine_set_logits_observer(engine *e, engine_logits_fn fn, void *ctx)
 }
 
 /* ---- queue order ---- */
-
 
 static void remove_live(engine *e, int32_t i)
 {
@@ -700,8 +723,8 @@ static int32_t pick_token(engine *e, seq *s, int32_t li, int32_t step, llmq_err 
         return e->b_greedy[li];
     if (e->b_source[li] == FROM_TOP) {
         const size_t at = (size_t)li * e->b_top_k;
-        return sampler_sample_top(e->smp, &s->sp, e->b_top_ids + at, e->b_top_vals + at,
-                                  e->b_top_k, s->tokens, s->n_tokens, (uint64_t)step);
+        return sampler_sample_top(e->smp, &s->sp, e->b_top_ids + at, e->b_top_vals + at, e->b_top_k,
+                                  s->tokens, s->n_tokens, (uint64_t)step);
     }
     float *logits = e->logits + (size_t)li * e->n_vocab;
     if (e->observer)
@@ -723,10 +746,10 @@ static int flush_text(seq *s, llmq_err *err)
     const char *rest;
     size_t n;
     tok_stream_flush(s->stream, &rest, &n);
-    return seq_append_text(s, rest, n) != 0 ? llmq_errc(err, LLMQ_ERR_NO_ROOM,
-                                                         "job %llu: out of memory",
-                                                         (unsigned long long)s->id)
-                                              : 0;
+    return seq_append_text(s, rest, n) != 0
+               ? llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: out of memory",
+                           (unsigned long long)s->id)
+               : 0;
 }
 
 /* Whether the grammar of s allows no token after the ones so far (its
@@ -891,12 +914,18 @@ int engine_step(engine *e, const engine_event **events, int32_t *n_events, llmq_
     int32_t n_rows, n_seqs, n_logits;
     schedule(e, &n_rows, &n_seqs, &n_logits);
     if (n_rows > 0) {
-        const model_batch batch = {
-            .n_rows = n_rows, .tokens = e->b_tokens, .pos = e->b_pos, .slot = e->b_slot,
-            .row_seq = e->b_row_seq, .n_seqs = n_seqs, .block_table = e->b_table,
-            .seq_len = e->b_seq_len, .max_blocks = kvpool_blocks_for(e->pool, e->cfg.n_ctx),
-            .n_logits = n_logits, .logit_rows = e->b_logit_rows,
-            .first_generated = e->b_first_gen};
+        const model_batch batch = {.n_rows = n_rows,
+                                   .tokens = e->b_tokens,
+                                   .pos = e->b_pos,
+                                   .slot = e->b_slot,
+                                   .row_seq = e->b_row_seq,
+                                   .n_seqs = n_seqs,
+                                   .block_table = e->b_table,
+                                   .seq_len = e->b_seq_len,
+                                   .max_blocks = kvpool_blocks_for(e->pool, e->cfg.n_ctx),
+                                   .n_logits = n_logits,
+                                   .logit_rows = e->b_logit_rows,
+                                   .first_generated = e->b_first_gen};
         const double t_issue = clock_mono_ms_f();
         if (model_forward(e->m, e->st, e->kv, &batch, NULL, err) != 0)
             return -1;
@@ -978,10 +1007,10 @@ int engine_create(engine **out, model *m, const tok_vocab *vocab, const engine_c
     e->b_top_vals = malloc(seqs * BE_TOP_K_MAX * sizeof(float));
     e->logits = malloc(seqs * (size_t)mc->n_vocab * sizeof(float));
     e->lp_row = malloc((size_t)mc->n_vocab * sizeof(float));
-    if (!e->live || !e->constraints || !e->done || !e->events || !e->b_tokens || !e->b_pos || !e->b_slot ||
-        !e->b_row_seq || !e->b_table || !e->b_seq_len || !e->b_first_gen || !e->b_logit_rows || !e->b_seqs ||
-        !e->b_chunk || !e->b_source || !e->b_greedy || !e->b_top_ids || !e->b_top_vals ||
-        !e->logits || !e->lp_row) {
+    if (!e->live || !e->constraints || !e->done || !e->events || !e->b_tokens || !e->b_pos ||
+        !e->b_slot || !e->b_row_seq || !e->b_table || !e->b_seq_len || !e->b_first_gen ||
+        !e->b_logit_rows || !e->b_seqs || !e->b_chunk || !e->b_source || !e->b_greedy ||
+        !e->b_top_ids || !e->b_top_vals || !e->logits || !e->lp_row) {
         llmq_errf(err, "engine: out of memory");
         goto fail;
     }

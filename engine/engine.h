@@ -87,13 +87,13 @@ typedef struct engine_request {
     const int32_t *prompt;
     int32_t n_prompt;
     sampler_params sampling;
-    int32_t max_tokens;          /* >= 1 */
-    const char *const *stop;     /* stop strings (copied) */
+    int32_t max_tokens;      /* >= 1 */
+    const char *const *stop; /* stop strings (copied) */
     int32_t n_stop;
-    bool ignore_eos;             /* keep going past end-of-generation tokens */
-    bool logprobs;               /* report each generated token's log-probability */
-    int32_t top_logprobs;        /* and the n most likely tokens' at each step,
-                                    0..ENGINE_MAX_TOP_LOGPROBS (needs logprobs) */
+    bool ignore_eos;      /* keep going past end-of-generation tokens */
+    bool logprobs;        /* report each generated token's log-probability */
+    int32_t top_logprobs; /* and the n most likely tokens' at each step,
+                             0..ENGINE_MAX_TOP_LOGPROBS (needs logprobs) */
     /* NULL: free text.  Else the output follows this grammar.  Borrowed:
      * the caller owns it and keeps it until the sequence's finishing event
      * has been returned (or engine_free).  Not with ignore_eos: the grammar
@@ -123,14 +123,14 @@ typedef struct engine_timing {
     double finished_ms;
     int32_t n_prompt;
     int32_t n_generated;
-    int32_t n_preempted;   /* times evicted and recomputed */
+    int32_t n_preempted; /* times evicted and recomputed */
 } engine_timing;
 
 typedef struct engine_event {
     uint64_t id;
     const char *text; /* new output text (UTF-8 complete, stop strings held back) */
     size_t text_len;
-    int32_t token;    /* token sampled this step, or -1 */
+    int32_t token;        /* token sampled this step, or -1 */
     engine_finish finish; /* ENGINE_RUNNING while going on */
     /* Set when finished: */
     const int32_t *tokens; /* all generated tokens */

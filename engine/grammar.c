@@ -50,7 +50,14 @@ static void bytes_union(gram_bytes *into, const gram_bytes *s)
 /* ---- the builder -------------------------------------------------------- */
 
 typedef enum gx_kind {
-    GX_SET, GX_LIT, GX_SEQ, GX_ALT, GX_STAR, GX_LIST, GX_REPEAT, GX_CALL
+    GX_SET,
+    GX_LIT,
+    GX_SEQ,
+    GX_ALT,
+    GX_STAR,
+    GX_LIST,
+    GX_REPEAT,
+    GX_CALL
 } gx_kind;
 
 /* SET: a is the set's index; LIT: the bytes lit[a..a+n); SEQ and ALT: the
@@ -193,7 +200,8 @@ gram_expr gram_repeat(grammar_builder *b, gram_expr x, int32_t min, int32_t max)
 int32_t gram_rule(grammar_builder *b, const char *name)
 {
     char *copy = strdup(name);
-    if (b->failed || !copy || !reserve(&b->rules, b->n_rules + 1, &b->cap_rules, sizeof *b->rules)) {
+    if (b->failed || !copy ||
+        !reserve(&b->rules, b->n_rules + 1, &b->cap_rules, sizeof *b->rules)) {
         free(copy);
         b->failed = true;
         return -1;
@@ -204,8 +212,7 @@ int32_t gram_rule(grammar_builder *b, const char *name)
 
 void gram_define(grammar_builder *b, int32_t rule, gram_expr body)
 {
-    if (rule < 0 || rule >= b->n_rules || !valid_expr(b, body) ||
-        b->rules[rule].body != GRAM_NONE)
+    if (rule < 0 || rule >= b->n_rules || !valid_expr(b, body) || b->rules[rule].body != GRAM_NONE)
         b->failed = true;
     else
         b->rules[rule].body = body;
@@ -249,8 +256,14 @@ void grammar_free(grammar *g)
     free(g);
 }
 
-int32_t grammar_n_states(const grammar *g) { return g->n_states; }
-int32_t grammar_n_classes(const grammar *g) { return g->n_classes; }
+int32_t grammar_n_states(const grammar *g)
+{
+    return g->n_states;
+}
+int32_t grammar_n_classes(const grammar *g)
+{
+    return g->n_classes;
+}
 
 int32_t grammar_reach(const grammar *g, size_t n)
 {
@@ -293,8 +306,8 @@ typedef struct compiler {
     int32_t *needed; /* rules reachable from the root, in discovery order */
     int32_t n_needed;
     /* analysis; the scratch arrays hold one entry per NFA state */
-    gram_bytes *first; /* per rule: the bytes it can begin with */
-    uint8_t *color;    /* per rule: 0 new, 1 being searched, 2 done (left recursion) */
+    gram_bytes *first;         /* per rule: the bytes it can begin with */
+    uint8_t *color;            /* per rule: 0 new, 1 being searched, 2 done (left recursion) */
     int32_t *stamp, cur_stamp; /* closures mark the states they reach with cur_stamp */
     int32_t *work_stack;       /* the closure's DFS */
     int32_t *buf, n_buf;       /* the set being closed, then the closure */
@@ -430,8 +443,7 @@ static int build_node(compiler *cc, gram_expr x, frag *f)
 {
     const gx_node *n = &cc->b->nodes[x];
     switch (n->kind) {
-    case GX_SET:
-        return new_frag(cc, f) || add_edge(cc, f->in, f->out, LABEL_SET + n->a);
+    case GX_SET: return new_frag(cc, f) || add_edge(cc, f->in, f->out, LABEL_SET + n->a);
     case GX_LIT:
         if ((f->in = f->out = new_nfa_state(cc)) < 0)
             return -1;
@@ -443,8 +455,7 @@ static int build_node(compiler *cc, gram_expr x, frag *f)
         }
         return 0;
     case GX_SEQ:
-    case GX_ALT:
-        return build_list(cc, n, f);
+    case GX_ALT: return build_list(cc, n, f);
     case GX_STAR: {
         frag k;
         return new_frag(cc, f) || build(cc, n->a, &k) || add_edge(cc, f->in, k.in, LABEL_EPS) ||
@@ -454,11 +465,12 @@ static int build_node(compiler *cc, gram_expr x, frag *f)
     case GX_LIST: { /* in -> item -> out, and from the item's end back through sep */
         frag item, sep;
         return new_frag(cc, f) || build(cc, n->a, &item) || build(cc, n->n, &sep) ||
-               add_edge(cc, f->in, item.in, LABEL_EPS) || add_edge(cc, item.out, f->out, LABEL_EPS) ||
-               add_edge(cc, item.out, sep.in, LABEL_EPS) || add_edge(cc, sep.out, item.in, LABEL_EPS);
+               add_edge(cc, f->in, item.in, LABEL_EPS) ||
+               add_edge(cc, item.out, f->out, LABEL_EPS) ||
+               add_edge(cc, item.out, sep.in, LABEL_EPS) ||
+               add_edge(cc, sep.out, item.in, LABEL_EPS);
     }
-    case GX_REPEAT:
-        return build_repeat(cc, n, f);
+    case GX_REPEAT: return build_repeat(cc, n, f);
     case GX_CALL:
         return need_rule(cc, n->a) || new_frag(cc, f) ||
                add_edge(cc, f->in, f->out, LABEL_CALL(n->a));
@@ -470,7 +482,8 @@ static int build(compiler *cc, gram_expr x, frag *f)
 {
     if (cc->nesting >= GRAMMAR_MAX_NESTING) {
         cc->failed = true;
-        return llmq_errf(cc->err, "grammar: expressions nested deeper than %d", GRAMMAR_MAX_NESTING);
+        return llmq_errf(cc->err, "grammar: expressions nested deeper than %d",
+                         GRAMMAR_MAX_NESTING);
     }
     cc->nesting++;
     const int rc = build_node(cc, x, f);
@@ -603,8 +616,10 @@ static int first_bytes(compiler *cc, int32_t r)
         return 0;
     if (cc->color[r] == 1) {
         cc->failed = true;
-        return llmq_errf(cc->err, "grammar: rule '%s' is left-recursive (it can begin with a call "
-                                  "of itself)", rule_name(cc, r));
+        return llmq_errf(cc->err,
+                         "grammar: rule '%s' is left-recursive (it can begin with a call "
+                         "of itself)",
+                         rule_name(cc, r));
     }
     cc->color[r] = 1;
     if (closure_of_state(cc, cc->rule_frag[r].in) != 0)
@@ -670,7 +685,8 @@ static uint32_t hash_set(int32_t rule, const int32_t *s, int32_t n)
 static bool same_set(const compiler *cc, int32_t state, int32_t rule, const int32_t *s, int32_t n)
 {
     const dstate *d = &cc->states[state];
-    return d->rule == rule && d->len == n && memcmp(cc->sets + d->off, s, (size_t)n * sizeof *s) == 0;
+    return d->rule == rule && d->len == n &&
+           memcmp(cc->sets + d->off, s, (size_t)n * sizeof *s) == 0;
 }
 
 static int grow_table(compiler *cc)
@@ -737,7 +753,8 @@ static int ambiguous(compiler *cc, int32_t rule, uint8_t byte, int32_t callee, i
     char b[8];
     snprintf(b, sizeof b, byte > 0x20 && byte < 0x7f ? "'%c'" : "0x%02x", byte);
     cc->failed = true;
-    return llmq_errf(cc->err, "grammar: rule '%s' is ambiguous: %s can begin a call of '%s' and %s%s%s",
+    return llmq_errf(cc->err,
+                     "grammar: rule '%s' is ambiguous: %s can begin a call of '%s' and %s%s%s",
                      rule_name(cc, rule), b, rule_name(cc, callee),
                      other >= 0 ? "a call of '" : "another alternative",
                      other >= 0 ? rule_name(cc, other) : "", other >= 0 ? "'" : "");
@@ -809,8 +826,8 @@ static bool has_live_move(const grammar *g, const uint8_t *live, int32_t s)
 {
     for (int32_t c = 0; c < g->n_classes; c++) {
         const int32_t t = g->trans[s * g->n_classes + c];
-        if (t >= 0 ? live[t] : t != T_DEAD && live[g->calls[-2 - t].start] &&
-                                   live[g->calls[-2 - t].ret])
+        if (t >= 0 ? live[t]
+                   : t != T_DEAD && live[g->calls[-2 - t].start] && live[g->calls[-2 - t].ret])
             return true;
     }
     return false;
@@ -891,7 +908,8 @@ static int prune(grammar *g, uint8_t *live)
         for (int32_t c = 0; c < g->n_classes; c++) {
             int32_t *t = &g->trans[s * g->n_classes + c];
             if (*t >= 0 ? !live[*t]
-                        : *t != T_DEAD && !(live[g->calls[-2 - *t].start] && live[g->calls[-2 - *t].ret]))
+                        : *t != T_DEAD &&
+                              !(live[g->calls[-2 - *t].start] && live[g->calls[-2 - *t].ret]))
                 *t = T_DEAD;
         }
     free(off);
@@ -940,8 +958,10 @@ static int finish(compiler *cc, grammar *g, const int32_t *rule_start, int32_t r
     int rc = prune(g, live) != 0 ? oom(cc) : 0;
     if (rc == 0 && !live[g->start]) {
         cc->failed = true;
-        rc = llmq_errf(cc->err, "grammar: rule '%s' matches nothing (no complete match can be "
-                                "reached)", rule_name(cc, root));
+        rc = llmq_errf(cc->err,
+                       "grammar: rule '%s' matches nothing (no complete match can be "
+                       "reached)",
+                       rule_name(cc, root));
     }
     free(live);
     g->reach_bounded = true;

@@ -74,7 +74,7 @@ gram_expr gram_set(grammar_builder *b, const gram_bytes *s); /* one byte of s */
 gram_expr gram_lit(grammar_builder *b, const char *s, size_t len);
 gram_expr gram_seq(grammar_builder *b, const gram_expr *xs, int32_t n); /* n = 0: empty */
 gram_expr gram_alt(grammar_builder *b, const gram_expr *xs, int32_t n); /* n = 0: nothing */
-gram_expr gram_star(grammar_builder *b, gram_expr x); /* zero or more */
+gram_expr gram_star(grammar_builder *b, gram_expr x);                   /* zero or more */
 gram_expr gram_opt(grammar_builder *b, gram_expr x);
 /* x at least min and at most max times (one node, however large max). */
 gram_expr gram_repeat(grammar_builder *b, gram_expr x, int32_t min, int32_t max);

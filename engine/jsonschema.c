@@ -13,8 +13,14 @@
 
 /* JSON types as bits; "integer" is a separate bit that "number" covers. */
 enum {
-    T_OBJECT = 1, T_ARRAY = 2, T_STRING = 4, T_INTEGER = 8, T_NUMBER = 16, T_BOOLEAN = 32,
-    T_NULL = 64, T_ALL = 127,
+    T_OBJECT = 1,
+    T_ARRAY = 2,
+    T_STRING = 4,
+    T_INTEGER = 8,
+    T_NUMBER = 16,
+    T_BOOLEAN = 32,
+    T_NULL = 64,
+    T_ALL = 127,
 };
 
 static const struct {
@@ -31,17 +37,19 @@ static const char *const k_annotations[] = {
 
 /* The keywords that constrain, in the order messages name them. */
 static const char *const k_constraints[] = {
-    "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
-    "minLength", "maxLength", "enum", "const", "anyOf", "$ref",
+    "type",      "properties", "required", "additionalProperties",
+    "items",     "minItems",   "maxItems", "minLength",
+    "maxLength", "enum",       "const",    "anyOf",
+    "$ref",
 };
 
 /* The root and each of its $defs: what a reference can name. */
 typedef struct def_entry {
     const json_value *schema;
-    char *path;     /* "schema" or "schema/$defs/NAME" */
-    int32_t rule;   /* -1 until a recursive reference needs it */
-    bool defined;   /* the rule has its body */
-    bool inlining;  /* being compiled now (on the expansion stack) */
+    char *path;    /* "schema" or "schema/$defs/NAME" */
+    int32_t rule;  /* -1 until a recursive reference needs it */
+    bool defined;  /* the rule has its body */
+    bool inlining; /* being compiled now (on the expansion stack) */
 } def_entry;
 
 typedef struct compiler {
@@ -158,9 +166,10 @@ static gram_expr utf8_multibyte(grammar_builder *b)
 static gram_expr unicode_escape(grammar_builder *b)
 {
     const gram_expr hex = byte_chars(b, "0123456789abcdefABCDEF");
-    return GRAM_SEQ(b, text(b, "u"),
-                    GRAM_ALT(b, GRAM_SEQ(b, byte_chars(b, "0123456789abcABCefEF"), hex, hex, hex),
-                             GRAM_SEQ(b, byte_chars(b, "dD"), byte_chars(b, "01234567"), hex, hex)));
+    return GRAM_SEQ(
+        b, text(b, "u"),
+        GRAM_ALT(b, GRAM_SEQ(b, byte_chars(b, "0123456789abcABCefEF"), hex, hex, hex),
+                 GRAM_SEQ(b, byte_chars(b, "dD"), byte_chars(b, "01234567"), hex, hex)));
 }
 
 /* One character of a string's contents: what JSON Schema's lengths count. */
@@ -170,8 +179,8 @@ static gram_expr json_string_char(grammar_builder *b)
     gram_bytes_add(&plain, 0x20, 0x7F);
     plain.bits['"' >> 6] &= ~(UINT64_C(1) << ('"' & 63));
     plain.bits['\\' >> 6] &= ~(UINT64_C(1) << ('\\' & 63));
-    const gram_expr escape =
-        GRAM_SEQ(b, text(b, "\\"), GRAM_ALT(b, byte_chars(b, "\"\\/bfnrt"), unicode_escape(b)));
+    const gram_expr escape = GRAM_SEQ(b, text(b, "\\"),
+                                      GRAM_ALT(b, byte_chars(b, "\"\\/bfnrt"), unicode_escape(b)));
     return GRAM_ALT(b, gram_set(b, &plain), utf8_multibyte(b), escape);
 }
 
@@ -195,16 +204,16 @@ static gram_expr digits(grammar_builder *b, int32_t min, int32_t max)
 /* -?(0|[1-9][0-9]{0,15}) */
 static gram_expr json_integer(grammar_builder *b)
 {
-    const gram_expr whole =
-        GRAM_ALT(b, text(b, "0"), GRAM_SEQ(b, byte_range(b, '1', '9'), digits(b, 0, JSONSCHEMA_DIGITS - 1)));
+    const gram_expr whole = GRAM_ALT(
+        b, text(b, "0"), GRAM_SEQ(b, byte_range(b, '1', '9'), digits(b, 0, JSONSCHEMA_DIGITS - 1)));
     return GRAM_SEQ(b, gram_opt(b, text(b, "-")), whole);
 }
 
 static gram_expr json_number(grammar_builder *b, gram_expr integer)
 {
     const gram_expr fraction = GRAM_SEQ(b, text(b, "."), digits(b, 1, JSONSCHEMA_DIGITS));
-    const gram_expr exponent =
-        GRAM_SEQ(b, byte_chars(b, "eE"), gram_opt(b, byte_chars(b, "+-")), digits(b, 1, 2));
+    const gram_expr exponent = GRAM_SEQ(b, byte_chars(b, "eE"), gram_opt(b, byte_chars(b, "+-")),
+                                        digits(b, 1, 2));
     return GRAM_SEQ(b, integer, gram_opt(b, fraction), gram_opt(b, exponent));
 }
 
@@ -223,10 +232,10 @@ static gram_expr array_of(compiler *c, gram_expr item, int32_t min, int32_t max)
     if (max == 0)
         return text(b, "[]");
     const gram_expr next = GRAM_SEQ(b, c->comma, item);
-    const gram_expr items =
-        min <= 1 && max < 0 ? gram_list(b, item, c->comma)
-                            : GRAM_SEQ(b, item, bounded(b, next, min > 0 ? min - 1 : 0,
-                                                        max < 0 ? -1 : max - 1));
+    const gram_expr items = min <= 1 && max < 0 ? gram_list(b, item, c->comma)
+                                                : GRAM_SEQ(b, item,
+                                                           bounded(b, next, min > 0 ? min - 1 : 0,
+                                                                   max < 0 ? -1 : max - 1));
     return GRAM_SEQ(b, text(b, "["), min > 0 ? items : gram_opt(b, items), text(b, "]"));
 }
 
@@ -240,9 +249,8 @@ static void build_any(compiler *c)
         return;
     grammar_builder *b = c->b;
     const int32_t object = gram_rule(b, "any JSON object"), array = gram_rule(b, "any JSON array");
-    const gram_expr value =
-        GRAM_ALT(b, c->string, c->number, text(b, "true"), text(b, "false"), text(b, "null"),
-                 gram_call(b, object), gram_call(b, array));
+    const gram_expr value = GRAM_ALT(b, c->string, c->number, text(b, "true"), text(b, "false"),
+                                     text(b, "null"), gram_call(b, object), gram_call(b, array));
     const gram_expr member = GRAM_SEQ(b, c->string, c->colon, value);
     const gram_expr members = gram_list(b, member, c->comma);
     c->any_object = GRAM_SEQ(b, text(b, "{"), gram_opt(b, members), text(b, "}"));
@@ -273,8 +281,11 @@ static gram_expr any_array(compiler *c)
 
 static int compiler_init(compiler *c, llmq_err *err)
 {
-    *c = (compiler){.err = err, .any_value = GRAM_NONE, .any_object = GRAM_NONE,
-                    .any_array = GRAM_NONE, .object_rule = -1};
+    *c = (compiler){.err = err,
+                    .any_value = GRAM_NONE,
+                    .any_object = GRAM_NONE,
+                    .any_array = GRAM_NONE,
+                    .object_rule = -1};
     memcpy(c->path, "schema", 7);
     c->path_len = 6;
     if (grammar_builder_new(&c->b, err) != 0)
@@ -402,7 +413,8 @@ static unsigned type_of(const json_value *v)
     }
     /* JSON Schema's integer is any number without a fractional part. */
     return v->num.is_int || (isfinite(v->num.d) && v->num.d == floor(v->num.d))
-               ? T_INTEGER | T_NUMBER : T_NUMBER;
+               ? T_INTEGER | T_NUMBER
+               : T_NUMBER;
 }
 
 static gram_expr literal(compiler *c, const json_value *v)
@@ -612,9 +624,10 @@ static gram_expr compile_ref(compiler *c, const json_value *s)
     const size_t saved = push_path(c, "$ref", 4);
     def_entry *d = ref->type == JSON_STRING ? resolve(c, ref) : NULL;
     if (!d)
-        refuse(c, ref->type == JSON_STRING ? "'%s' is not supported (only '#' and '#/%s/NAME' "
-                                             "of this schema)"
-                                           : "%s: a reference is a string (like '#/%s/NAME')",
+        refuse(c,
+               ref->type == JSON_STRING ? "'%s' is not supported (only '#' and '#/%s/NAME' "
+                                          "of this schema)"
+                                        : "%s: a reference is a string (like '#/%s/NAME')",
                ref->type == JSON_STRING ? ref->str.s : json_type_name(ref->type),
                c->defs_key ? c->defs_key : "$defs");
     pop_path(c, saved);
@@ -681,8 +694,7 @@ static gram_expr members(compiler *c, const json_value *props, const bool *req)
     gram_expr after = gram_seq(b, NULL, 0), first = after;
     for (size_t i = n; i-- > 0 && !c->failed;) {
         const gram_expr next = GRAM_SEQ(b, c->comma, m[i]);
-        first = req[i] ? GRAM_SEQ(b, m[i], after)
-                       : GRAM_ALT(b, GRAM_SEQ(b, m[i], after), first);
+        first = req[i] ? GRAM_SEQ(b, m[i], after) : GRAM_ALT(b, GRAM_SEQ(b, m[i], after), first);
         after = GRAM_SEQ(b, req[i] ? next : gram_opt(b, next), after);
     }
     free(m);
@@ -691,7 +703,8 @@ static gram_expr members(compiler *c, const json_value *props, const bool *req)
 
 static gram_expr compile_object(compiler *c, const json_value *s)
 {
-    const json_value *props = json_get(s, "properties"), *extra = json_get(s, "additionalProperties");
+    const json_value *props = json_get(s, "properties"),
+                     *extra = json_get(s, "additionalProperties");
     if (extra && extra->type != JSON_BOOL) {
         const size_t saved = push_path(c, "additionalProperties", 20);
         refuse(c, "only true or false is supported, not %s", json_type_name(extra->type));
@@ -850,11 +863,14 @@ static int collect_defs(compiler *c, const json_value *root)
 {
     const json_value *defs = NULL;
     if (root->type == JSON_OBJECT) {
-        c->defs_key = json_get(root, "$defs") ? "$defs" : json_get(root, "definitions") ? "definitions" : NULL;
+        c->defs_key = json_get(root, "$defs")         ? "$defs"
+                      : json_get(root, "definitions") ? "definitions"
+                                                      : NULL;
         defs = c->defs_key ? json_get(root, c->defs_key) : NULL;
     }
     if (defs && defs->type != JSON_OBJECT) {
-        refuse(c, "'%s' must be an object of schemas, not %s", c->defs_key, json_type_name(defs->type));
+        refuse(c, "'%s' must be an object of schemas, not %s", c->defs_key,
+               json_type_name(defs->type));
         return -1;
     }
     const size_t n = defs ? defs->obj.n : 0;
@@ -867,8 +883,8 @@ static int collect_defs(compiler *c, const json_value *root)
     for (size_t i = 0; i < n; i++, c->n_defs++) {
         const size_t saved = push_path(c, c->defs_key, strlen(c->defs_key));
         push_path(c, defs->obj.members[i].key, defs->obj.members[i].key_len);
-        c->defs[i + 1] = (def_entry){.schema = &defs->obj.members[i].value, .path = strdup(c->path),
-                                     .rule = -1};
+        c->defs[i + 1] = (def_entry){
+            .schema = &defs->obj.members[i].value, .path = strdup(c->path), .rule = -1};
         pop_path(c, saved);
     }
     for (size_t i = 0; i < c->n_defs; i++)

@@ -38,9 +38,18 @@ void kvpool_free(kvpool *p)
     free(p);
 }
 
-int32_t kvpool_block_size(const kvpool *p) { return p->block_size; }
-int32_t kvpool_n_blocks(const kvpool *p) { return p->n_blocks; }
-int32_t kvpool_n_free(const kvpool *p) { return p->n_free; }
+int32_t kvpool_block_size(const kvpool *p)
+{
+    return p->block_size;
+}
+int32_t kvpool_n_blocks(const kvpool *p)
+{
+    return p->n_blocks;
+}
+int32_t kvpool_n_free(const kvpool *p)
+{
+    return p->n_free;
+}
 
 int32_t kvpool_blocks_for(const kvpool *p, int64_t n_tokens)
 {

@@ -71,10 +71,17 @@ static int score_chunk(model *m, ppl_run *r, int32_t *chunk, double *nll, llmq_e
 {
     const int32_t n_vocab = model_get_config(m)->n_vocab;
     const int32_t n_blocks = (r->n_ctx + PPL_BLOCK - 1) / PPL_BLOCK;
-    const model_batch b = {.n_rows = r->n_ctx, .tokens = chunk, .pos = r->pos, .slot = r->slot,
-                           .row_seq = r->row_seq, .n_seqs = 1, .block_table = r->table,
-                           .seq_len = &r->n_ctx, .max_blocks = n_blocks,
-                           .n_logits = r->n_scored_per_chunk, .logit_rows = r->logit_rows};
+    const model_batch b = {.n_rows = r->n_ctx,
+                           .tokens = chunk,
+                           .pos = r->pos,
+                           .slot = r->slot,
+                           .row_seq = r->row_seq,
+                           .n_seqs = 1,
+                           .block_table = r->table,
+                           .seq_len = &r->n_ctx,
+                           .max_blocks = n_blocks,
+                           .n_logits = r->n_scored_per_chunk,
+                           .logit_rows = r->logit_rows};
     if (model_forward(m, r->st, r->kv, &b, r->logits, err) != 0)
         return -1;
     for (int32_t j = 0; j < r->n_scored_per_chunk; j++)

@@ -133,9 +133,8 @@ double sampler_uniform(uint64_t seed, uint64_t step)
 
 static bool penalties_off(const sampler_params *p)
 {
-    return p->repeat_last_n == 0 ||
-           (p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
-            p->presence_penalty == 0.0f);
+    return p->repeat_last_n == 0 || (p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f &&
+                                     p->presence_penalty == 0.0f);
 }
 
 bool sampler_is_greedy(const sampler_params *p)
@@ -346,8 +345,7 @@ static kept truncate_rest(sampler *s, const sampler_params *p, const float *logi
     return k;
 }
 
-static kept truncate_candidates(sampler *s, const sampler_params *p, const float *logits,
-                                float max)
+static kept truncate_candidates(sampler *s, const sampler_params *p, const float *logits, float max)
 {
     kept k = {s->n_vocab, KEPT_ALL};
     if (p->top_k > 0 && p->top_k < s->n_vocab) {
@@ -367,8 +365,8 @@ static int32_t cand_id(const sampler *s, kept k, int32_t i)
 /* Softmax at the temperature (logits divided first, as llama.cpp's temp
  * sampler does), then inverse CDF over the survivors in id order.  Division
  * by t > 0 is monotone, so max / t is the largest scaled logit. */
-static int32_t draw(sampler *s, const sampler_params *p, const float *logits, float max,
-                    kept k, uint64_t step)
+static int32_t draw(sampler *s, const sampler_params *p, const float *logits, float max, kept k,
+                    uint64_t step)
 {
     if (k.order == KEPT_BY_LOGIT)
         qsort(s->cand, (size_t)k.n, sizeof *s->cand, cmp_id);
@@ -393,8 +391,8 @@ static int32_t draw(sampler *s, const sampler_params *p, const float *logits, fl
     return -1; /* reached only when a NaN logit made the total NaN */
 }
 
-int32_t sampler_sample(sampler *s, const sampler_params *p, float *logits,
-                       const int32_t *history, int64_t n_history, uint64_t step)
+int32_t sampler_sample(sampler *s, const sampler_params *p, float *logits, const int32_t *history,
+                       int64_t n_history, uint64_t step)
 {
     apply_penalties(s, p, logits, history, n_history);
     float max = max_logit(logits, s->n_vocab);
@@ -418,8 +416,7 @@ int32_t sampler_top_needed(const sampler_params *p, int64_t n_history, int32_t n
     int64_t window = 0;
     if (!penalties_off(p)) {
         /* A penalty that raises a logit could lift any token into the top k. */
-        if (p->repeat_penalty < 1.0f || p->presence_penalty < 0.0f ||
-            p->frequency_penalty < 0.0f)
+        if (p->repeat_penalty < 1.0f || p->presence_penalty < 0.0f || p->frequency_penalty < 0.0f)
             return 0;
         window = window_len(p, n_history);
     }

@@ -27,14 +27,14 @@
 #include "common/err.h"
 
 typedef struct sampler_params {
-    float temperature;        /* <= 0: greedy */
-    int32_t top_k;            /* <= 0: off */
-    float top_p;              /* >= 1: off */
-    float min_p;              /* <= 0: off */
-    float repeat_penalty;     /* 1: off */
-    float presence_penalty;   /* 0: off */
-    float frequency_penalty;  /* 0: off */
-    int32_t repeat_last_n;    /* tokens looked back for penalties; 0: off, -1: whole history */
+    float temperature;       /* <= 0: greedy */
+    int32_t top_k;           /* <= 0: off */
+    float top_p;             /* >= 1: off */
+    float min_p;             /* <= 0: off */
+    float repeat_penalty;    /* 1: off */
+    float presence_penalty;  /* 0: off */
+    float frequency_penalty; /* 0: off */
+    int32_t repeat_last_n;   /* tokens looked back for penalties; 0: off, -1: whole history */
     uint64_t seed;
 } sampler_params;
 
@@ -59,8 +59,8 @@ void sampler_free(sampler *s);
 /* Sample the token for step `step` (0 for the first generated token) from
  * `logits` (n_vocab floats, modified in place by the penalties).  `history`
  * holds the sequence's tokens so far (prompt + generated), oldest first. */
-int32_t sampler_sample(sampler *s, const sampler_params *p, float *logits,
-                       const int32_t *history, int64_t n_history, uint64_t step);
+int32_t sampler_sample(sampler *s, const sampler_params *p, float *logits, const int32_t *history,
+                       int64_t n_history, uint64_t step);
 
 /* How many of a row's best logits -- larger first, ties to the lower id,
  * before penalties -- sampler_sample_top needs to pick exactly the token

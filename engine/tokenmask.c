@@ -160,7 +160,10 @@ int tokenmask_vocab_new(tokenmask_vocab **out, const tok_vocab *v, llmq_err *err
     return 0;
 }
 
-int32_t tokenmask_vocab_nodes(const tokenmask_vocab *tv) { return tv->n_nodes; }
+int32_t tokenmask_vocab_nodes(const tokenmask_vocab *tv)
+{
+    return tv->n_nodes;
+}
 
 /* ---- the cache ----------------------------------------------------------- */
 
@@ -226,7 +229,10 @@ int tokenmask_cache_new(tokenmask_cache **out, const grammar *g, const tokenmask
     return 0;
 }
 
-tokenmask_stats tokenmask_get_stats(const tokenmask_cache *c) { return c->stats; }
+tokenmask_stats tokenmask_get_stats(const tokenmask_cache *c)
+{
+    return c->stats;
+}
 
 static int32_t make_key(const tokenmask_cache *c, const grammar_stack *st, int32_t *key)
 {

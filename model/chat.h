@@ -42,7 +42,7 @@
 #define CHAT_TEMPLATE_KEY "tokenizer.chat_template"
 
 typedef struct chat_message {
-    const char *role;      /* UTF-8, not NUL-terminated */
+    const char *role; /* UTF-8, not NUL-terminated */
     size_t role_len;
     const char *content;
     size_t content_len;
@@ -50,9 +50,9 @@ typedef struct chat_message {
 
 typedef struct chat_vars {
     bool add_generation_prompt;
-    const char *bos_token;  /* NUL-terminated; NULL: undefined in the template */
+    const char *bos_token; /* NUL-terminated; NULL: undefined in the template */
     const char *eos_token;
-    int64_t now;            /* seconds since the epoch: strftime_now's clock */
+    int64_t now; /* seconds since the epoch: strftime_now's clock */
 } chat_vars;
 
 /* text is the concatenation of the segments (see jinja_output). */

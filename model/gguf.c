@@ -38,8 +38,8 @@
 
 struct gguf_kv {
     gguf_str key;
-    uint64_t off;         /* file offset of the entry */
-    uint64_t val_off;     /* file offset of the value */
+    uint64_t off;     /* file offset of the entry */
+    uint64_t val_off; /* file offset of the value */
     gguf_vtype type;
     const uint8_t *val;   /* scalar value, or first array element */
     gguf_str str;         /* GGUF_STRING */
@@ -147,8 +147,9 @@ static uint64_t left(const parser *p)
 static int take(parser *p, uint64_t n, const char *what, const uint8_t **out)
 {
     if (n > left(p))
-        return fail(p, p->pos, "%s needs %" PRIu64 " bytes, only %" PRIu64 " left (truncated file?)",
-                    what, n, left(p));
+        return fail(p, p->pos,
+                    "%s needs %" PRIu64 " bytes, only %" PRIu64 " left (truncated file?)", what, n,
+                    left(p));
     *out = p->f->base + p->pos;
     p->pos += n;
     return 0;
@@ -178,8 +179,9 @@ static int read_str(parser *p, const char *what, gguf_str *s)
     if (read_u64(p, what, &len))
         return -1;
     if (len > left(p))
-        return fail(p, off, "%s length %" PRIu64 " runs past the end of the file (%" PRIu64
-                    " bytes left)", what, len, left(p));
+        return fail(p, off,
+                    "%s length %" PRIu64 " runs past the end of the file (%" PRIu64 " bytes left)",
+                    what, len, left(p));
     s->ptr = (const char *)p->f->base + p->pos;
     s->len = len;
     p->pos += len;
@@ -282,7 +284,8 @@ static int parse_header(parser *p, uint64_t *n_tensors, uint64_t *n_kv)
     if (take(p, 4, "magic", &m))
         return -1;
     if (memcmp(m, "GGUF", 4) != 0)
-        return fail(p, 0, "bad magic %02x %02x %02x %02x (not a GGUF file)", m[0], m[1], m[2], m[3]);
+        return fail(p, 0, "bad magic %02x %02x %02x %02x (not a GGUF file)", m[0], m[1], m[2],
+                    m[3]);
     uint32_t v;
     if (read_u32(p, "version", &v))
         return -1;
@@ -302,8 +305,10 @@ static int parse_header(parser *p, uint64_t *n_tensors, uint64_t *n_kv)
         return fail(p, 16, "key-value count %" PRIu64 " cannot fit in the %" PRIu64 " bytes left",
                     *n_kv, left(p));
     if (*n_tensors * MIN_TENSOR_BYTES + *n_kv * MIN_KV_BYTES > left(p))
-        return fail(p, 8, "%" PRIu64 " tensors and %" PRIu64 " key-values cannot fit in the %" PRIu64
-                    " bytes left", *n_tensors, *n_kv, left(p));
+        return fail(p, 8,
+                    "%" PRIu64 " tensors and %" PRIu64 " key-values cannot fit in the %" PRIu64
+                    " bytes left",
+                    *n_tensors, *n_kv, left(p));
     return 0;
 }
 
@@ -313,8 +318,10 @@ static int parse_scalars(parser *p, gguf_vtype t, uint64_t n, const uint8_t **ou
 {
     uint64_t off = p->pos, sz = gguf_vtype_size(t);
     if (n > left(p) / sz)
-        return fail(p, off, "%" PRIu64 " values of type %s run past the end of the file (%" PRIu64
-                    " bytes left)", n, gguf_vtype_name(t), left(p));
+        return fail(p, off,
+                    "%" PRIu64 " values of type %s run past the end of the file (%" PRIu64
+                    " bytes left)",
+                    n, gguf_vtype_name(t), left(p));
     *out = p->f->base + off;
     if (t == GGUF_BOOL)
         for (uint64_t i = 0; i < n; i++)
@@ -496,8 +503,9 @@ static int parse_tensor(parser *p, uint64_t i)
     if (read_u64(p, "data offset", &r->t.offset))
         return -1;
     if (r->t.offset % f->alignment != 0)
-        return fail(p, r->offset_off, "data offset %" PRIu64 " is not a multiple of the alignment %"
-                    PRIu64, r->t.offset, f->alignment);
+        return fail(p, r->offset_off,
+                    "data offset %" PRIu64 " is not a multiple of the alignment %" PRIu64,
+                    r->t.offset, f->alignment);
     f->n_tensors++;
     return 0;
 }
@@ -510,14 +518,17 @@ static int place_tensors(parser *p)
     f->data_offset = p->pos + pad;
     p->ctx[0] = '\0';
     if (f->n_tensors > 0 && f->data_offset > f->size)
-        return fail(p, p->pos, "data section (at offset %" PRIu64 ") starts past the end of the file"
-                    " (%" PRIu64 " bytes)", f->data_offset, f->size);
+        return fail(p, p->pos,
+                    "data section (at offset %" PRIu64 ") starts past the end of the file"
+                    " (%" PRIu64 " bytes)",
+                    f->data_offset, f->size);
     uint64_t avail = f->data_offset <= f->size ? f->size - f->data_offset : 0;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         struct tensor_rec *r = &f->tensors[i];
         if (r->t.offset > avail || r->t.nbytes > avail - r->t.offset) {
             set_ctx(p, "tensor", r->raw_name);
-            return fail(p, r->offset_off, "data at offset %" PRIu64 " (%" PRIu64 " bytes) runs past "
+            return fail(p, r->offset_off,
+                        "data at offset %" PRIu64 " (%" PRIu64 " bytes) runs past "
                         "the end of the file (the data section has %" PRIu64 " bytes)",
                         r->t.offset, r->t.nbytes, avail);
         }
@@ -562,8 +573,8 @@ static int parse_tensors(parser *p, uint64_t n)
 /* ---- open / close ---- */
 
 /* Takes ownership of map (may be NULL) and unmaps it on failure. */
-static int open_common(gguf_file **out, const void *data, size_t size, void *map,
-                       const char *name, llmq_err *err)
+static int open_common(gguf_file **out, const void *data, size_t size, void *map, const char *name,
+                       llmq_err *err)
 {
     *out = NULL;
     gguf_file *f = calloc(1, sizeof *f);
@@ -781,7 +792,7 @@ int gguf_get_i32(const gguf_file *f, const char *key, int32_t *out, llmq_err *er
     int_val v;
     int rc = get_int(f, key, "int32", (uint64_t)INT32_MAX + 1, INT32_MAX, &v, err);
     if (rc == 0)
-        *out = v.neg ? (int32_t)-(int64_t)v.mag : (int32_t)v.mag;
+        *out = v.neg ? (int32_t) - (int64_t)v.mag : (int32_t)v.mag;
     return rc;
 }
 
@@ -803,7 +814,8 @@ int gguf_get_f32(const gguf_file *f, const char *key, float *out, llmq_err *err)
     if (isfinite(d) && (d > FLT_MAX || d < -FLT_MAX)) {
         char q[QUOTE_CAP];
         quote(q, kv->key);
-        return llmq_errf(err, "%s: key '%s': float64 value %g does not fit in float32", f->path, q, d);
+        return llmq_errf(err, "%s: key '%s': float64 value %g does not fit in float32", f->path, q,
+                         d);
     }
     *out = (float)d;
     return 0;
@@ -831,8 +843,8 @@ int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out, llmq_err *e
     return 0;
 }
 
-int gguf_get_array(const gguf_file *f, const char *key, gguf_vtype *elem_type,
-                   const void **data, uint64_t *n, llmq_err *err)
+int gguf_get_array(const gguf_file *f, const char *key, gguf_vtype *elem_type, const void **data,
+                   uint64_t *n, llmq_err *err)
 {
     const struct gguf_kv *kv = lookup(f, key);
     if (!kv)
@@ -845,8 +857,8 @@ int gguf_get_array(const gguf_file *f, const char *key, gguf_vtype *elem_type,
     return 0;
 }
 
-int gguf_get_str_array(const gguf_file *f, const char *key, const gguf_str **items,
-                       uint64_t *n, llmq_err *err)
+int gguf_get_str_array(const gguf_file *f, const char *key, const gguf_str **items, uint64_t *n,
+                       llmq_err *err)
 {
     const struct gguf_kv *kv = lookup(f, key);
     if (!kv)
@@ -884,8 +896,8 @@ const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name)
 const char *gguf_vtype_name(gguf_vtype t)
 {
     static const char *const names[] = {
-        "uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
-        "bool", "string", "array", "uint64", "int64", "float64",
+        "uint8", "int8",   "uint16", "int16",  "uint32", "int32",   "float32",
+        "bool",  "string", "array",  "uint64", "int64",  "float64",
     };
     return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "unknown";
 }
@@ -893,11 +905,19 @@ const char *gguf_vtype_name(gguf_vtype t)
 size_t gguf_vtype_size(gguf_vtype t)
 {
     switch (t) {
-    case GGUF_UINT8: case GGUF_INT8: case GGUF_BOOL: return 1;
-    case GGUF_UINT16: case GGUF_INT16: return 2;
-    case GGUF_UINT32: case GGUF_INT32: case GGUF_FLOAT32: return 4;
-    case GGUF_UINT64: case GGUF_INT64: case GGUF_FLOAT64: return 8;
-    case GGUF_STRING: case GGUF_ARRAY: break;
+    case GGUF_UINT8:
+    case GGUF_INT8:
+    case GGUF_BOOL: return 1;
+    case GGUF_UINT16:
+    case GGUF_INT16: return 2;
+    case GGUF_UINT32:
+    case GGUF_INT32:
+    case GGUF_FLOAT32: return 4;
+    case GGUF_UINT64:
+    case GGUF_INT64:
+    case GGUF_FLOAT64: return 8;
+    case GGUF_STRING:
+    case GGUF_ARRAY: break;
     }
     return 0;
 }

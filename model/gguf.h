@@ -45,13 +45,13 @@ typedef struct gguf_str {
 } gguf_str;
 
 typedef struct gguf_tensor {
-    const char *name;   /* NUL-terminated copy */
+    const char *name; /* NUL-terminated copy */
     uint32_t n_dims;
     uint64_t ne[GGUF_MAX_DIMS]; /* ne[0] is the row (contiguous) dimension; unused dims are 1 */
     quant_type type;
-    uint64_t offset;    /* relative to the start of the data section */
+    uint64_t offset; /* relative to the start of the data section */
     uint64_t nbytes;
-    const void *data;   /* inside the mapping */
+    const void *data; /* inside the mapping */
 } gguf_tensor;
 
 typedef struct gguf_file gguf_file;
@@ -93,11 +93,11 @@ int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out, llmq_err *e
 /* Arrays.  *elem_type is the element type; for numeric arrays *data points at
  * the n packed little-endian elements in the mapping (unaligned: read with
  * memcpy); for string arrays use gguf_get_str_array.  Absent: 1. */
-int gguf_get_array(const gguf_file *f, const char *key, gguf_vtype *elem_type,
-                   const void **data, uint64_t *n, llmq_err *err);
+int gguf_get_array(const gguf_file *f, const char *key, gguf_vtype *elem_type, const void **data,
+                   uint64_t *n, llmq_err *err);
 /* A string array as a table of gguf_str (owned by f). */
-int gguf_get_str_array(const gguf_file *f, const char *key, const gguf_str **items,
-                       uint64_t *n, llmq_err *err);
+int gguf_get_str_array(const gguf_file *f, const char *key, const gguf_str **items, uint64_t *n,
+                       llmq_err *err);
 
 /* ---- tensors ---- */
 uint64_t gguf_tensor_count(const gguf_file *f);

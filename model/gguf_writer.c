@@ -44,7 +44,7 @@ struct gw_writer {
     gw_tensor *tensors;
     uint64_t n_tensors;
     size_t cap_tensors;
-    uint64_t data_end;  /* aligned end of the data section */
+    uint64_t data_end;    /* aligned end of the data section */
     uint64_t data_offset; /* file offset of the data section, once known */
 };
 
@@ -195,8 +195,7 @@ int gw_kv_array(gw_writer *w, const char *key, gguf_vtype elem, const void *le, 
                : 0;
 }
 
-int gw_kv_str_array(gw_writer *w, const char *key, const gguf_str *items, uint64_t n,
-                    llmq_err *err)
+int gw_kv_str_array(gw_writer *w, const char *key, const gguf_str *items, uint64_t n, llmq_err *err)
 {
     if (kv_begin(w, key, GGUF_ARRAY, err) || put_u32(&w->kv, GGUF_STRING, err) ||
         put_u64(&w->kv, n, err))
@@ -234,7 +233,7 @@ static int copy_value(gw_writer *w, const gguf_file *f, const char *key, gguf_vt
             return gw_kv_array(w, key, et, data, n, err);
         const gguf_str *items;
         return gguf_get_str_array(f, key, &items, &n, err) ? -1
-                                                            : gw_kv_str_array(w, key, items, n, err);
+                                                           : gw_kv_str_array(w, key, items, n, err);
     }
     case GGUF_BOOL: {
         bool b;
@@ -247,14 +246,19 @@ static int copy_value(gw_writer *w, const gguf_file *f, const char *key, gguf_vt
         float v;
         return gguf_get_f32(f, key, &v, err) ? -1 : gw_kv_f32(w, key, v, err);
     }
-    case GGUF_UINT8: case GGUF_UINT16: case GGUF_UINT32: case GGUF_UINT64: {
+    case GGUF_UINT8:
+    case GGUF_UINT16:
+    case GGUF_UINT32:
+    case GGUF_UINT64: {
         uint64_t v;
         if (gguf_get_u64(f, key, &v, err))
             return -1;
         put_le(le, v, gguf_vtype_size(t));
         return gw_kv_scalar(w, key, t, le, err);
     }
-    case GGUF_INT8: case GGUF_INT16: case GGUF_INT32: {
+    case GGUF_INT8:
+    case GGUF_INT16:
+    case GGUF_INT32: {
         int32_t v;
         if (gguf_get_i32(f, key, &v, err))
             return -1;
@@ -431,8 +435,9 @@ int gw_write(const gw_writer *w, uint64_t index, uint64_t off, const void *buf, 
         return llmq_errf(err, "%s: no tensor #%" PRIu64, w->path, index);
     const gw_tensor *t = &w->tensors[index];
     if (off > t->nbytes || len > t->nbytes - off)
-        return llmq_errf(err, "%s: tensor '%s': %zu bytes at %" PRIu64 " run past its %" PRIu64
-                         " bytes", w->path, t->name, len, off, t->nbytes);
+        return llmq_errf(err,
+                         "%s: tensor '%s': %zu bytes at %" PRIu64 " run past its %" PRIu64 " bytes",
+                         w->path, t->name, len, off, t->nbytes);
     return write_all(w, buf, len, w->data_offset + t->offset + off, err);
 }
 

@@ -192,16 +192,26 @@ typedef struct piece {
 
 typedef struct jstr {
     const piece *p;
-    size_t n;      /* pieces; none of them empty */
-    size_t len;    /* bytes */
+    size_t n;   /* pieces; none of them empty */
+    size_t len; /* bytes */
 } jstr;
 
 /* ---- values ---- */
 
 typedef enum jkind {
     JV_MISSING, /* an argument not given; never seen by templates */
-    JV_UNDEF, JV_NONE, JV_BOOL, JV_INT, JV_FLOAT, JV_STR, JV_LIST, JV_DICT, JV_NS, JV_LOOP,
-    JV_FUNC, JV_MACRO,
+    JV_UNDEF,
+    JV_NONE,
+    JV_BOOL,
+    JV_INT,
+    JV_FLOAT,
+    JV_STR,
+    JV_LIST,
+    JV_DICT,
+    JV_NS,
+    JV_LOOP,
+    JV_FUNC,
+    JV_MACRO,
 } jkind;
 
 typedef struct jv jv;
@@ -219,17 +229,17 @@ struct jv {
         double f;
         jstr s;
         const jlist *list;
-        const jdict *dict;  /* JV_DICT; JV_NS points at a mutable one */
+        const jdict *dict; /* JV_DICT; JV_NS points at a mutable one */
         jdict *ns;
         jloop *loop;
         struct {
             const builtin *fn;
             const jv *self;
         } func;
-        const node *macro;  /* its N_MACRO */
+        const node *macro; /* its N_MACRO */
         struct {
-            const char *name;   /* what was looked up, or NULL */
-            const char *owner;  /* type it was looked up on; NULL for a variable */
+            const char *name;  /* what was looked up, or NULL */
+            const char *owner; /* type it was looked up on; NULL for a variable */
         } undef;
     };
 };
@@ -254,11 +264,26 @@ struct jloop {
     size_t index0;
 };
 
-static jv jv_none(void) { return (jv){.kind = JV_NONE}; }
-static jv jv_bool(bool b) { return (jv){.kind = JV_BOOL, .b = b}; }
-static jv jv_int(int64_t i) { return (jv){.kind = JV_INT, .i = i}; }
-static jv jv_float(double f) { return (jv){.kind = JV_FLOAT, .f = f}; }
-static jv jv_strv(jstr s) { return (jv){.kind = JV_STR, .s = s}; }
+static jv jv_none(void)
+{
+    return (jv){.kind = JV_NONE};
+}
+static jv jv_bool(bool b)
+{
+    return (jv){.kind = JV_BOOL, .b = b};
+}
+static jv jv_int(int64_t i)
+{
+    return (jv){.kind = JV_INT, .i = i};
+}
+static jv jv_float(double f)
+{
+    return (jv){.kind = JV_FLOAT, .f = f};
+}
+static jv jv_strv(jstr s)
+{
+    return (jv){.kind = JV_STR, .s = s};
+}
 static jv jv_undef(const char *name, const char *owner)
 {
     return (jv){.kind = JV_UNDEF, .undef = {name, owner}};
@@ -290,15 +315,24 @@ static bool is_number(const jv *v)
 }
 
 /* bool counts as int, as in Python. */
-static bool is_integer(const jv *v) { return v->kind == JV_BOOL || v->kind == JV_INT; }
-static int64_t int_of(const jv *v) { return v->kind == JV_BOOL ? v->b : v->i; }
-static double float_of(const jv *v) { return v->kind == JV_FLOAT ? v->f : (double)int_of(v); }
+static bool is_integer(const jv *v)
+{
+    return v->kind == JV_BOOL || v->kind == JV_INT;
+}
+static int64_t int_of(const jv *v)
+{
+    return v->kind == JV_BOOL ? v->b : v->i;
+}
+static double float_of(const jv *v)
+{
+    return v->kind == JV_FLOAT ? v->f : (double)int_of(v);
+}
 
 /* ---- the template ---- */
 
 struct jinja_template {
     arena a;
-    char *src;        /* normalized newlines, without the dropped trailing one */
+    char *src; /* normalized newlines, without the dropped trailing one */
     size_t len;
     node *const *body;
     size_t n_body;
@@ -308,10 +342,36 @@ struct jinja_template {
 
 typedef enum nkind {
     /* statements */
-    N_TEXT, N_OUTPUT, N_IF, N_FOR, N_SET, N_SET_BLOCK, N_BREAK, N_CONTINUE, N_MACRO,
+    N_TEXT,
+    N_OUTPUT,
+    N_IF,
+    N_FOR,
+    N_SET,
+    N_SET_BLOCK,
+    N_BREAK,
+    N_CONTINUE,
+    N_MACRO,
     /* expressions */
-    N_CONST, N_NAME, N_ATTR, N_ITEM, N_SLICE, N_CALL, N_FILTER, N_TEST, N_NEG, N_POS, N_NOT,
-    N_BIN, N_AND, N_OR, N_CMP, N_COND, N_LIST, N_TUPLE, N_DICT, N_CONCAT,
+    N_CONST,
+    N_NAME,
+    N_ATTR,
+    N_ITEM,
+    N_SLICE,
+    N_CALL,
+    N_FILTER,
+    N_TEST,
+    N_NEG,
+    N_POS,
+    N_NOT,
+    N_BIN,
+    N_AND,
+    N_OR,
+    N_CMP,
+    N_COND,
+    N_LIST,
+    N_TUPLE,
+    N_DICT,
+    N_CONCAT,
 } nkind;
 
 typedef enum binop { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_FLOORDIV, OP_MOD, OP_POW } binop;
@@ -332,40 +392,69 @@ typedef struct callargs {
 
 struct node {
     nkind kind;
-    uint32_t off;  /* source offset, for errors */
+    uint32_t off; /* source offset, for errors */
     union {
-        jstr text;                                              /* N_TEXT */
-        jv value;                                               /* N_CONST */
-        const char *name;                                       /* N_NAME */
-        node *expr;                                             /* N_OUTPUT, N_NEG, N_POS, N_NOT */
-        struct { node *obj; const char *name; } attr;           /* N_ATTR */
-        struct { node *obj, *key; } item;                       /* N_ITEM */
-        struct { node *obj, *start, *stop, *step; } slice;      /* N_SLICE (NULL: omitted) */
-        struct { node *fn; callargs args; } call;               /* N_CALL */
-        struct { node *obj; const builtin *fn; callargs args; } filter; /* N_FILTER, N_TEST */
-        struct { binop op; node *a, *b; } bin;                  /* N_BIN, N_AND, N_OR */
-        struct { node *first; cmpop *ops; node **rest; size_t n; } cmp; /* N_CMP */
-        struct { node *test, *then, *otherwise; } cond;         /* N_COND (otherwise may be NULL) */
-        nodelist items;                                         /* N_LIST, N_TUPLE, N_CONCAT */
-        struct { nodelist keys, vals; } dict;                   /* N_DICT */
-        struct { node *test; nodelist then, otherwise; } if_;   /* N_IF; an elif is an N_IF
-                                                                   alone in otherwise */
-        struct {                                                /* N_FOR */
-            node *target;   /* N_NAME or N_TUPLE of N_NAME */
+        jstr text;        /* N_TEXT */
+        jv value;         /* N_CONST */
+        const char *name; /* N_NAME */
+        node *expr;       /* N_OUTPUT, N_NEG, N_POS, N_NOT */
+        struct {
+            node *obj;
+            const char *name;
+        } attr; /* N_ATTR */
+        struct {
+            node *obj, *key;
+        } item; /* N_ITEM */
+        struct {
+            node *obj, *start, *stop, *step;
+        } slice; /* N_SLICE (NULL: omitted) */
+        struct {
+            node *fn;
+            callargs args;
+        } call; /* N_CALL */
+        struct {
+            node *obj;
+            const builtin *fn;
+            callargs args;
+        } filter; /* N_FILTER, N_TEST */
+        struct {
+            binop op;
+            node *a, *b;
+        } bin; /* N_BIN, N_AND, N_OR */
+        struct {
+            node *first;
+            cmpop *ops;
+            node **rest;
+            size_t n;
+        } cmp; /* N_CMP */
+        struct {
+            node *test, *then, *otherwise;
+        } cond;         /* N_COND (otherwise may be NULL) */
+        nodelist items; /* N_LIST, N_TUPLE, N_CONCAT */
+        struct {
+            nodelist keys, vals;
+        } dict; /* N_DICT */
+        struct {
+            node *test;
+            nodelist then, otherwise;
+        } if_;            /* N_IF; an elif is an N_IF
+                             alone in otherwise */
+        struct {          /* N_FOR */
+            node *target; /* N_NAME or N_TUPLE of N_NAME */
             node *iter, *filter;
             nodelist body, otherwise;
         } for_;
-        struct {                                                /* N_MACRO */
+        struct { /* N_MACRO */
             const char *name;
             const char **params;
-            node **defaults;  /* per parameter; NULL: none */
+            node **defaults; /* per parameter; NULL: none */
             size_t n_params;
             nodelist body;
         } macro;
-        struct {                                                /* N_SET, N_SET_BLOCK */
-            node *target;   /* N_NAME, N_TUPLE of N_NAME, or N_ATTR on an N_NAME */
-            node *value;    /* N_SET */
-            nodelist body;  /* N_SET_BLOCK */
+        struct {           /* N_SET, N_SET_BLOCK */
+            node *target;  /* N_NAME, N_TUPLE of N_NAME, or N_ATTR on an N_NAME */
+            node *value;   /* N_SET */
+            nodelist body; /* N_SET_BLOCK */
         } set;
     };
 };
@@ -373,14 +462,23 @@ struct node {
 /* ---- lexer ---- */
 
 typedef enum tkind {
-    TK_TEXT, TK_VAR_BEGIN, TK_VAR_END, TK_BLOCK_BEGIN, TK_BLOCK_END, TK_NAME, TK_STRING,
-    TK_INT, TK_FLOAT, TK_OP, TK_EOF,
+    TK_TEXT,
+    TK_VAR_BEGIN,
+    TK_VAR_END,
+    TK_BLOCK_BEGIN,
+    TK_BLOCK_END,
+    TK_NAME,
+    TK_STRING,
+    TK_INT,
+    TK_FLOAT,
+    TK_OP,
+    TK_EOF,
 } tkind;
 
 typedef struct token {
     tkind kind;
     uint32_t off;
-    const char *s;  /* TEXT, NAME, OP: source bytes; STRING: the decoded value */
+    const char *s; /* TEXT, NAME, OP: source bytes; STRING: the decoded value */
     size_t len;
     int64_t i;
     double f;
@@ -591,7 +689,7 @@ static bool tag_end(const lexer *L, char kind, size_t p, size_t *after)
     if (left >= 2 && s[p] == close && s[p + 1] == '}') {
         *after = p + 2;
         if (kind == '%' && *after < L->len && s[*after] == '\n')
-            (*after)++;   /* trim_blocks */
+            (*after)++; /* trim_blocks */
         return true;
     }
     return false;
@@ -676,7 +774,7 @@ static int lex_comment(lexer *L, size_t open, size_t p, size_t *end)
     if (e > p && s[e - 1] == '-')
         *end = skip_space(s, L->len, e + 2);
     else if (!(e > p && s[e - 1] == '+') && *end < L->len && s[*end] == '\n')
-        (*end)++;   /* trim_blocks */
+        (*end)++; /* trim_blocks */
     return 0;
 }
 
@@ -732,13 +830,13 @@ static const builtin *find_test(const char *name);
 /* ---- parser ---- */
 
 typedef struct parser {
-    const token *t;   /* the current token */
+    const token *t; /* the current token */
     const char *src;
     arena *a;
     llmq_err *err;
-    int depth;        /* nesting of blocks and expressions */
-    int loops;        /* enclosing for loops, for break/continue */
-    int scopes;       /* enclosing bodies that run in a scope of their own */
+    int depth;  /* nesting of blocks and expressions */
+    int loops;  /* enclosing for loops, for break/continue */
+    int scopes; /* enclosing bodies that run in a scope of their own */
 } parser;
 
 #define parse_fail(P, off, ...) fail_at((P)->err, (P)->src, (off), __VA_ARGS__)
@@ -946,14 +1044,9 @@ static node *parse_primary(parser *P)
         if (n && !(n->name = pstrdup(P, t->s, t->len)))
             return NULL;
         return n;
-    case TK_STRING:
-        return parse_string(P);
-    case TK_INT:
-        P->t++;
-        return const_node(P, t->off, jv_int(t->i));
-    case TK_FLOAT:
-        P->t++;
-        return const_node(P, t->off, jv_float(t->f));
+    case TK_STRING: return parse_string(P);
+    case TK_INT: P->t++; return const_node(P, t->off, jv_int(t->i));
+    case TK_FLOAT: P->t++; return const_node(P, t->off, jv_float(t->f));
     case TK_OP:
         if (tok_op(t, "(")) {
             P->t++;
@@ -965,8 +1058,7 @@ static node *parse_primary(parser *P)
         if (tok_op(t, "[") || tok_op(t, "{"))
             return parse_list_or_dict(P, tok_op(t, "{"));
         break;
-    default:
-        break;
+    default: break;
     }
     unexpected(P, NULL);
     return NULL;
@@ -1023,8 +1115,7 @@ static node *parse_subscript(parser *P, node *obj, size_t off)
     node *parts[3] = {NULL, NULL, NULL};
     bool is_slice = false;
     for (int k = 0; k < 3; k++) {
-        if (!tok_op(P->t, ":") && !tok_op(P->t, "]") &&
-            !(parts[k] = parse_expr(P, true)))
+        if (!tok_op(P->t, ":") && !tok_op(P->t, "]") && !(parts[k] = parse_expr(P, true)))
             return NULL;
         if (k == 2 || !tok_op(P->t, ":"))
             break;
@@ -1123,7 +1214,8 @@ static node *parse_applied(parser *P, node *obj, nkind kind, bool *negated)
     const builtin *f = kind == N_FILTER ? find_filter(name) : find_test(name);
     if (!f)
         return parse_fail(P, name_off, "unknown %s '%s'", kind == N_FILTER ? "filter" : "test",
-                          name), NULL;
+                          name),
+               NULL;
     node *n = new_node(P, kind, t->off);
     if (n) {
         n->filter.obj = obj;
@@ -1238,8 +1330,10 @@ static node *parse_pow(parser *P)
 
 static node *parse_math2(parser *P)
 {
-    static const struct { const char *op; binop code; } ops[] = {
-        {"*", OP_MUL}, {"/", OP_DIV}, {"//", OP_FLOORDIV}, {"%", OP_MOD}};
+    static const struct {
+        const char *op;
+        binop code;
+    } ops[] = {{"*", OP_MUL}, {"/", OP_DIV}, {"//", OP_FLOORDIV}, {"%", OP_MOD}};
     node *n = parse_pow(P);
     int links = 0;
     while (n) {
@@ -1289,9 +1383,11 @@ static node *parse_math1(parser *P)
 
 static bool compare_op(parser *P, cmpop *op)
 {
-    static const struct { const char *s; cmpop op; } ops[] = {
-        {"==", CMP_EQ}, {"!=", CMP_NE}, {"<", CMP_LT}, {"<=", CMP_LE}, {">", CMP_GT},
-        {">=", CMP_GE}};
+    static const struct {
+        const char *s;
+        cmpop op;
+    } ops[] = {{"==", CMP_EQ}, {"!=", CMP_NE}, {"<", CMP_LT},
+               {"<=", CMP_LE}, {">", CMP_GT},  {">=", CMP_GE}};
     for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
         if (tok_op(P->t, ops[k].s)) {
             *op = ops[k].op;
@@ -1474,8 +1570,7 @@ static node *parse_target(parser *P, bool with_namespace, const char *end_name)
             tok_name(P->t, "none"))
             return unexpected(P, "a variable name"), NULL;
         node *n = new_node(P, N_NAME, P->t->off);
-        if (!n || !(n->name = pstrdup(P, P->t->s, P->t->len)) ||
-            list_push(P, &names, &cap, n) < 0)
+        if (!n || !(n->name = pstrdup(P, P->t->s, P->t->len)) || list_push(P, &names, &cap, n) < 0)
             return NULL;
         P->t++;
         if (!tok_op(P->t, ","))
@@ -1503,7 +1598,7 @@ static node *parse_if(parser *P, size_t off)
     if (!n || !(n->if_.test = parse_tuple(P, false, false, NULL)) || expect_block_end(P) < 0 ||
         parse_body(P, &n->if_.then, ends, off) < 0)
         return NULL;
-    const token *t = P->t++;  /* the name parse_body stopped at */
+    const token *t = P->t++; /* the name parse_body stopped at */
     if (tok_name(t, "elif")) {
         node *elif = parse_if(P, t->off);
         size_t cap = 0;
@@ -1590,8 +1685,10 @@ static node *parse_macro(parser *P, size_t off)
     /* a macro sees the template's top level; one defined in a loop or in
      * another macro would need to close over a scope that ends */
     if (P->scopes > 0)
-        return parse_fail(P, off, "macros are supported at the top level only, not inside "
-                                  "for, macro or set blocks"), NULL;
+        return parse_fail(P, off,
+                          "macros are supported at the top level only, not inside "
+                          "for, macro or set blocks"),
+               NULL;
     if (P->t->kind != TK_NAME)
         return unexpected(P, "a macro name"), NULL;
     if (!(n->macro.name = pstrdup(P, P->t->s, P->t->len)))
@@ -1657,14 +1754,14 @@ static node *parse_statement(parser *P)
             return parse_fail(P, t->off, "'%.*s' outside a for loop", (int)t->len, t->s), NULL;
         return new_node(P, tok_name(t, "break") ? N_BREAK : N_CONTINUE, t->off);
     }
-    static const char *const known[] = {"call", "filter", "block", "extends", "include",
-                                        "import", "from", "with", "raw", "autoescape",
-                                        "generation", "do", NULL};
+    static const char *const known[] = {"call",       "filter", "block", "extends", "include",
+                                        "import",     "from",   "with",  "raw",     "autoescape",
+                                        "generation", "do",     NULL};
     for (size_t k = 0; known[k]; k++)
         if (tok_name(t, known[k]))
             return parse_fail(P, t->off, "the '%s' tag is not supported", known[k]), NULL;
-    return parse_fail(P, t->off, "unknown tag '%.*s'", (int)(t->len > 40 ? 40 : t->len),
-                      t->s), NULL;
+    return parse_fail(P, t->off, "unknown tag '%.*s'", (int)(t->len > 40 ? 40 : t->len), t->s),
+           NULL;
 }
 
 static bool is_end(const token *t, const char *const *ends)
@@ -1710,8 +1807,8 @@ static int parse_body(parser *P, nodelist *body, const char *const *ends, size_t
             P->t++;
             if (is_end(P->t, ends))
                 break;
-            static const char *const enders[] = {"endif", "endfor", "endset", "elif", "else",
-                                                 "endmacro", "endblock", NULL};
+            static const char *const enders[] = {"endif", "endfor",   "endset",   "elif",
+                                                 "else",  "endmacro", "endblock", NULL};
             if (is_end(P->t, enders))
                 return unexpected(P, NULL);
             if (!(n = parse_statement(P)) || expect_block_end(P) < 0)
@@ -1841,12 +1938,12 @@ struct R {
     const jinja_env *env;
     arena a;
     llmq_err *err;
-    const node *at;     /* the node being evaluated, for error positions */
+    const node *at; /* the node being evaluated, for error positions */
     uint64_t steps;
     frame *scope;
-    frame *root;        /* the template's top level, where macros look names up */
-    int macro_depth;    /* macro calls in progress */
-    jv *vars;           /* env->vars as values */
+    frame *root;     /* the template's top level, where macros look names up */
+    int macro_depth; /* macro calls in progress */
+    jv *vars;        /* env->vars as values */
     sb *out;
 };
 
@@ -1864,8 +1961,7 @@ static void *ralloc(R *r, size_t n)
 {
     void *p = arena_alloc(&r->a, n);
     if (!p)
-        rfail(r, "the render needs more than %zu MiB of memory",
-              r->env->limits.max_memory >> 20);
+        rfail(r, "the render needs more than %zu MiB of memory", r->env->limits.max_memory >> 20);
     return p;
 }
 
@@ -2228,8 +2324,8 @@ static void float_repr(double x, char *buf, size_t size)
         nd--;
     const char *sign = neg ? "-" : "";
     if (exp < -4 || exp >= 16)
-        snprintf(buf, size, "%s%c%s%.*se%c%02d", sign, digits[0], nd > 1 ? "." : "",
-                 (int)nd - 1, digits + 1, exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+        snprintf(buf, size, "%s%c%s%.*se%c%02d", sign, digits[0], nd > 1 ? "." : "", (int)nd - 1,
+                 digits + 1, exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
     else if (exp < 0)
         snprintf(buf, size, "%s0.%.*s%.*s", sign, -exp - 1, "0000", (int)nd, digits);
     else if ((size_t)exp + 1 >= nd)
@@ -2287,9 +2383,7 @@ static void put_value(sb *b, const jv *v, bool repr, int depth)
         return;
     case JV_NONE: sb_cstr(b, "None"); return;
     case JV_BOOL: sb_cstr(b, v->b ? "True" : "False"); return;
-    case JV_INT:
-        sb_int(b, v->i);
-        return;
+    case JV_INT: sb_int(b, v->i); return;
     case JV_FLOAT:
         float_repr(v->f, num, sizeof num);
         sb_cstr(b, num);
@@ -2460,7 +2554,10 @@ static int new_list(R *r, size_t n, bool tuple, jlist **out)
     return 0;
 }
 
-static jv jv_listv(const jlist *l) { return (jv){.kind = JV_LIST, .list = l}; }
+static jv jv_listv(const jlist *l)
+{
+    return (jv){.kind = JV_LIST, .list = l};
+}
 
 /* What a for loop or a filter walks: a list's items, a dict's keys, a
  * string's characters; Undefined is empty. */
@@ -2468,9 +2565,7 @@ static int jv_iter(R *r, const jv *v, const jlist **out)
 {
     jlist *l;
     switch (v->kind) {
-    case JV_LIST:
-        *out = v->list;
-        return 0;
+    case JV_LIST: *out = v->list; return 0;
     case JV_DICT:
         if (new_list(r, v->dict->n, false, &l) < 0)
             return -1;
@@ -2489,10 +2584,8 @@ static int jv_iter(R *r, const jv *v, const jlist **out)
         return 0;
     }
     case JV_MISSING:
-    case JV_UNDEF:
-        return new_list(r, 0, false, &l) < 0 ? -1 : (*out = l, 0);
-    default:
-        return rfail(r, "'%s' object is not iterable", type_name(v));
+    case JV_UNDEF: return new_list(r, 0, false, &l) < 0 ? -1 : (*out = l, 0);
+    default: return rfail(r, "'%s' object is not iterable", type_name(v));
     }
 }
 
@@ -2567,10 +2660,8 @@ static int contains(R *r, const jv *container, const jv *item, bool *out)
         return 0;
     }
     case JV_MISSING:
-    case JV_UNDEF:
-        return 0;
-    default:
-        return rfail(r, "argument of type '%s' is not iterable", type_name(container));
+    case JV_UNDEF: return 0;
+    default: return rfail(r, "argument of type '%s' is not iterable", type_name(container));
     }
 }
 
@@ -2625,8 +2716,8 @@ static int loop_attr(R *r, const jv *obj, const char *name, jv *out)
 {
     const jloop *l = obj->loop;
     int64_t i = (int64_t)l->index0, n = (int64_t)l->items->n;
-    static const char *const ints[] = {"index0", "index", "revindex0", "revindex", "length",
-                                       "depth0", "depth"};
+    static const char *const ints[] = {"index0", "index",  "revindex0", "revindex",
+                                       "length", "depth0", "depth"};
     const int64_t vals[] = {i, i + 1, n - i - 1, n - i, n, 0, 1};
     for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
         if (strcmp(name, ints[k]) == 0) {
@@ -2700,8 +2791,7 @@ static int get_item(R *r, const jv *obj, const jv *key, jv *out)
     } else if (obj->kind == JV_LIST && list_index(key, obj->list->n, &at)) {
         *out = obj->list->items[at];
         return 0;
-    } else if (obj->kind == JV_STR && is_integer(key) &&
-               list_index(key, str_count(obj->s), &at)) {
+    } else if (obj->kind == JV_STR && is_integer(key) && list_index(key, str_count(obj->s), &at)) {
         size_t from = str_char_offset(obj->s, at), to = str_char_offset(obj->s, at + 1);
         out->kind = JV_STR;
         return str_sub(r, obj->s, from, to - from, &out->s);
@@ -2741,8 +2831,7 @@ static int64_t slice_clamp(int64_t i, int64_t len, int64_t step)
 }
 
 /* obj[start:stop:step] of a list or a string (in characters). */
-static int get_slice(R *r, const jv *obj, const jv *start, const jv *stop, const jv *stepv,
-                     jv *out)
+static int get_slice(R *r, const jv *obj, const jv *start, const jv *stop, const jv *stepv, jv *out)
 {
     int64_t st = 1, a = 0, b = 0;
     if (slice_bound(r, stepv, 1, &st) < 0)
@@ -2867,8 +2956,7 @@ static int int_arith(R *r, binop op, int64_t x, int64_t y, jv *out)
                 overflow = __builtin_mul_overflow(base, base, &base);
         }
         break;
-    case OP_DIV:
-        break;
+    case OP_DIV: break;
     }
     if (overflow)
         return rfail(r, "integer overflow (integers are 64-bit here)");
@@ -2959,8 +3047,8 @@ static int compare(R *r, cmpop op, const jv *a, const jv *b, bool *out)
         if (is_undef(b))
             return undefined_error(r, b);
         if (jv_order(r, a, b, &c, 0) < 0)
-            return rfail(r, "'%s' not supported between instances of '%s' and '%s'",
-                         cmp_names[op], type_name(a), type_name(b));
+            return rfail(r, "'%s' not supported between instances of '%s' and '%s'", cmp_names[op],
+                         type_name(a), type_name(b));
         *out = op == CMP_LT ? c < 0 : op == CMP_LE ? c <= 0 : op == CMP_GT ? c > 0 : c >= 0;
         return 0;
     }
@@ -3121,14 +3209,9 @@ static int eval_node(R *r, const node *n, jv *out)
     jv a, b, c, d;
     args ar;
     switch (n->kind) {
-    case N_CONST:
-        *out = n->value;
-        return 0;
-    case N_NAME:
-        *out = lookup(r, n->name);
-        return 0;
-    case N_ATTR:
-        return eval(r, n->attr.obj, &a) < 0 ? -1 : get_attr(r, &a, n->attr.name, out);
+    case N_CONST: *out = n->value; return 0;
+    case N_NAME: *out = lookup(r, n->name); return 0;
+    case N_ATTR: return eval(r, n->attr.obj, &a) < 0 ? -1 : get_attr(r, &a, n->attr.name, out);
     case N_ITEM:
         if (eval(r, n->item.obj, &a) < 0 || eval(r, n->item.key, &b) < 0)
             return -1;
@@ -3181,8 +3264,7 @@ static int eval_node(R *r, const node *n, jv *out)
         if (truthy(out) == (n->kind == N_OR))
             return 0;
         return eval(r, n->bin.b, out);
-    case N_CMP:
-        return eval_compare(r, n, out);
+    case N_CMP: return eval_compare(r, n, out);
     case N_COND:
         if (eval(r, n->cond.test, &a) < 0)
             return -1;
@@ -3193,14 +3275,10 @@ static int eval_node(R *r, const node *n, jv *out)
         *out = jv_undef(NULL, NULL);
         return 0;
     case N_LIST:
-    case N_TUPLE:
-        return eval_items(r, &n->items, n->kind == N_TUPLE, out);
-    case N_DICT:
-        return eval_dict(r, n, out);
-    case N_CONCAT:
-        return eval_concat(r, &n->items, out);
-    default:
-        return rfail(r, "not an expression");
+    case N_TUPLE: return eval_items(r, &n->items, n->kind == N_TUPLE, out);
+    case N_DICT: return eval_dict(r, n, out);
+    case N_CONCAT: return eval_concat(r, &n->items, out);
+    default: return rfail(r, "not an expression");
     }
 }
 
@@ -3327,9 +3405,7 @@ static int exec_stmt(R *r, const node *n)
 {
     jv v;
     switch (n->kind) {
-    case N_TEXT:
-        sb_str(r->out, n->text);
-        return r->out->failed ? -1 : FLOW_NEXT;
+    case N_TEXT: sb_str(r->out, n->text); return r->out->failed ? -1 : FLOW_NEXT;
     case N_OUTPUT:
         if (eval(r, n->expr, &v) < 0)
             return -1;
@@ -3339,22 +3415,16 @@ static int exec_stmt(R *r, const node *n)
         if (eval(r, n->if_.test, &v) < 0)
             return -1;
         return exec_body(r, truthy(&v) ? &n->if_.then : &n->if_.otherwise);
-    case N_FOR:
-        return exec_for(r, n);
+    case N_FOR: return exec_for(r, n);
     case N_SET:
         if (eval(r, n->set.value, &v) < 0)
             return -1;
         return assign_target(r, n->set.target, &v);
-    case N_SET_BLOCK:
-        return exec_set_block(r, n);
-    case N_MACRO:
-        return assign(r, n->macro.name, (jv){.kind = JV_MACRO, .macro = n});
-    case N_BREAK:
-        return FLOW_BREAK;
-    case N_CONTINUE:
-        return FLOW_CONTINUE;
-    default:
-        return rfail(r, "not a statement");
+    case N_SET_BLOCK: return exec_set_block(r, n);
+    case N_MACRO: return assign(r, n->macro.name, (jv){.kind = JV_MACRO, .macro = n});
+    case N_BREAK: return FLOW_BREAK;
+    case N_CONTINUE: return FLOW_CONTINUE;
+    default: return rfail(r, "not a statement");
     }
 }
 
@@ -3375,8 +3445,7 @@ static int exec_body(R *r, const nodelist *body)
 
 /* Fills out[0..n) from a's positional then keyword arguments by the names
  * given; what is not passed is JV_MISSING. */
-static int bind(R *r, const char *what, const args *a, const char *const *names, size_t n,
-                jv *out)
+static int bind(R *r, const char *what, const args *a, const char *const *names, size_t n, jv *out)
 {
     if (a->npos > n)
         return rfail(r, "%s takes at most %zu arguments (%zu given)", what, n, a->npos);
@@ -3395,8 +3464,8 @@ static int bind(R *r, const char *what, const args *a, const char *const *names,
     return 0;
 }
 
-#define BIND(what, a, out, ...)                                                        \
-    bind(r, what, a, (const char *const[]){__VA_ARGS__},                               \
+#define BIND(what, a, out, ...)                          \
+    bind(r, what, a, (const char *const[]){__VA_ARGS__}, \
          sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *), out)
 
 static int no_args(R *r, const char *what, const args *a)
@@ -3470,7 +3539,11 @@ static int strip(R *r, jstr s, const jv *chars, bool left, bool right, jstr *out
 }
 
 typedef enum casing {
-    CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE, CASE_TITLE_WORDS,
+    CASE_UPPER,
+    CASE_LOWER,
+    CASE_CAPITALIZE,
+    CASE_TITLE,
+    CASE_TITLE_WORDS,
 } casing;
 
 static bool is_cased(uint32_t cp)
@@ -3751,15 +3824,25 @@ static int case_fn(R *r, const jv *self, const args *a, int how, jv *out);
 static int f_replace(R *r, const jv *self, const args *a, int mode, jv *out);
 static int items_of(R *r, const jv *self, const args *a, int mode, jv *out);
 
-static const builtin str_methods[] = {
-    {"capitalize", case_fn, CASE_CAPITALIZE}, {"endswith", m_affix, 1}, {"find", m_find, 0},
-    {"join", m_join, 0}, {"lower", case_fn, CASE_LOWER}, {"lstrip", m_strip, STRIP_LEFT},
-    {"replace", f_replace, 0}, {"rstrip", m_strip, STRIP_RIGHT}, {"split", m_split, 0},
-    {"startswith", m_affix, 0}, {"strip", m_strip, STRIP_LEFT | STRIP_RIGHT},
-    {"title", case_fn, CASE_TITLE}, {"upper", case_fn, CASE_UPPER}, {NULL, NULL, 0}};
-static const builtin dict_methods[] = {
-    {"get", m_get, 0}, {"items", items_of, 0}, {"keys", dict_part, 1}, {"values", dict_part, 0},
-    {NULL, NULL, 0}};
+static const builtin str_methods[] = {{"capitalize", case_fn, CASE_CAPITALIZE},
+                                      {"endswith", m_affix, 1},
+                                      {"find", m_find, 0},
+                                      {"join", m_join, 0},
+                                      {"lower", case_fn, CASE_LOWER},
+                                      {"lstrip", m_strip, STRIP_LEFT},
+                                      {"replace", f_replace, 0},
+                                      {"rstrip", m_strip, STRIP_RIGHT},
+                                      {"split", m_split, 0},
+                                      {"startswith", m_affix, 0},
+                                      {"strip", m_strip, STRIP_LEFT | STRIP_RIGHT},
+                                      {"title", case_fn, CASE_TITLE},
+                                      {"upper", case_fn, CASE_UPPER},
+                                      {NULL, NULL, 0}};
+static const builtin dict_methods[] = {{"get", m_get, 0},
+                                       {"items", items_of, 0},
+                                       {"keys", dict_part, 1},
+                                       {"values", dict_part, 0},
+                                       {NULL, NULL, 0}};
 static const builtin loop_methods[] = {{"cycle", m_cycle, 0}, {NULL, NULL, 0}};
 
 static const builtin *find_in(const builtin *table, const char *name)
@@ -3783,7 +3866,7 @@ static const builtin *find_method(const jv *self, const char *name)
 /* ---- tojson: Python's json.dumps, as transformers calls it ---- */
 
 typedef struct json_style {
-    jstr indent;       /* used when has_indent */
+    jstr indent; /* used when has_indent */
     bool has_indent;
     jstr item_sep, key_sep;
     bool sort_keys, ensure_ascii;
@@ -3798,9 +3881,14 @@ static void put_json_str(sb *b, jstr s, bool ensure_ascii)
             uint32_t cp;
             size_t k = cp_at(p->s + at, p->len - at, &cp);
             char esc[16];
-            const char *named = cp == '"' ? "\\\"" : cp == '\\' ? "\\\\" : cp == '\n' ? "\\n"
-                              : cp == '\r' ? "\\r" : cp == '\t' ? "\\t" : cp == '\b' ? "\\b"
-                              : cp == '\f' ? "\\f" : NULL;
+            const char *named = cp == '"'    ? "\\\""
+                                : cp == '\\' ? "\\\\"
+                                : cp == '\n' ? "\\n"
+                                : cp == '\r' ? "\\r"
+                                : cp == '\t' ? "\\t"
+                                : cp == '\b' ? "\\b"
+                                : cp == '\f' ? "\\f"
+                                             : NULL;
             if (named)
                 snprintf(esc, sizeof esc, "%s", named);
             else if (cp < 0x20 || (ensure_ascii && cp >= 0x80 && cp < 0x10000))
@@ -3919,9 +4007,7 @@ static void put_json(sb *b, const jv *v, const json_style *st, int level)
     switch (v->kind) {
     case JV_NONE: sb_cstr(b, "null"); return;
     case JV_BOOL: sb_cstr(b, v->b ? "true" : "false"); return;
-    case JV_INT:
-        sb_int(b, v->i);
-        return;
+    case JV_INT: sb_int(b, v->i); return;
     case JV_FLOAT:
         if (isnan(v->f))
             sb_cstr(b, "NaN");
@@ -4242,8 +4328,7 @@ static int items_of(R *r, const jv *self, const args *a, int mode, jv *out)
 }
 
 /* Runs the test named by name (a string value) on v with extra arguments. */
-static int run_test(R *r, const jv *name, const jv *v, const jv *extra, size_t n_extra,
-                    bool *ok)
+static int run_test(R *r, const jv *name, const jv *v, const jv *extra, size_t n_extra, bool *ok)
 {
     char *tn;
     if (want_str(r, "a test name", name) < 0 || str_cstr(r, name->s, &tn) < 0)
@@ -4337,18 +4422,34 @@ static int f_map(R *r, const jv *self, const args *a, int mode, jv *out)
     return 0;
 }
 
-static const builtin filters[] = {
-    {"abs", f_abs, 0}, {"capitalize", case_fn, CASE_CAPITALIZE}, {"count", f_length, 0},
-    {"d", f_default, 0}, {"default", f_default, 0}, {"first", first_or_last, 0},
-    {"float", f_float, 0}, {"int", f_int, 0}, {"items", items_of, 0}, {"join", f_join, 0},
-    {"last", first_or_last, 1}, {"length", f_length, 0}, {"list", f_list, 0},
-    {"lower", case_fn, CASE_LOWER}, {"map", f_map, 0}, {"reject", filter_items, 0},
-    {"rejectattr", filter_items, SELECT_BY_ATTR}, {"replace", f_replace, 0},
-    {"reverse", f_list, 1}, {"safe", f_safe, 0}, {"select", filter_items, SELECT_KEEP},
-    {"selectattr", filter_items, SELECT_KEEP | SELECT_BY_ATTR}, {"string", f_string, 0},
-    {"title", case_fn, CASE_TITLE_WORDS}, {"tojson", f_tojson, 0},
-    {"trim", m_strip, STRIP_LEFT | STRIP_RIGHT}, {"upper", case_fn, CASE_UPPER},
-    {NULL, NULL, 0}};
+static const builtin filters[] = {{"abs", f_abs, 0},
+                                  {"capitalize", case_fn, CASE_CAPITALIZE},
+                                  {"count", f_length, 0},
+                                  {"d", f_default, 0},
+                                  {"default", f_default, 0},
+                                  {"first", first_or_last, 0},
+                                  {"float", f_float, 0},
+                                  {"int", f_int, 0},
+                                  {"items", items_of, 0},
+                                  {"join", f_join, 0},
+                                  {"last", first_or_last, 1},
+                                  {"length", f_length, 0},
+                                  {"list", f_list, 0},
+                                  {"lower", case_fn, CASE_LOWER},
+                                  {"map", f_map, 0},
+                                  {"reject", filter_items, 0},
+                                  {"rejectattr", filter_items, SELECT_BY_ATTR},
+                                  {"replace", f_replace, 0},
+                                  {"reverse", f_list, 1},
+                                  {"safe", f_safe, 0},
+                                  {"select", filter_items, SELECT_KEEP},
+                                  {"selectattr", filter_items, SELECT_KEEP | SELECT_BY_ATTR},
+                                  {"string", f_string, 0},
+                                  {"title", case_fn, CASE_TITLE_WORDS},
+                                  {"tojson", f_tojson, 0},
+                                  {"trim", m_strip, STRIP_LEFT | STRIP_RIGHT},
+                                  {"upper", case_fn, CASE_UPPER},
+                                  {NULL, NULL, 0}};
 
 static const builtin *find_filter(const char *name)
 {
@@ -4360,8 +4461,20 @@ static const builtin *find_filter(const char *name)
 /* Tests of what a value is; Undefined iterates (as empty), has a length
  * and is callable in jinja2. */
 typedef enum kind_test {
-    IS_DEFINED, IS_UNDEFINED, IS_NONE, IS_STRING, IS_NUMBER, IS_INTEGER, IS_FLOAT, IS_BOOLEAN,
-    IS_TRUE, IS_FALSE, IS_MAPPING, IS_ITERABLE, IS_SEQUENCE, IS_CALLABLE,
+    IS_DEFINED,
+    IS_UNDEFINED,
+    IS_NONE,
+    IS_STRING,
+    IS_NUMBER,
+    IS_INTEGER,
+    IS_FLOAT,
+    IS_BOOLEAN,
+    IS_TRUE,
+    IS_FALSE,
+    IS_MAPPING,
+    IS_ITERABLE,
+    IS_SEQUENCE,
+    IS_CALLABLE,
 } kind_test;
 
 static bool has_kind(const jv *v, kind_test k)
@@ -4448,20 +4561,42 @@ static int t_compare(R *r, const jv *v, const args *a, int op, jv *o)
     return 0;
 }
 
-static const builtin tests[] = {
-    {"!=", t_compare, CMP_NE}, {"<", t_compare, CMP_LT}, {"<=", t_compare, CMP_LE},
-    {"==", t_compare, CMP_EQ}, {">", t_compare, CMP_GT}, {">=", t_compare, CMP_GE},
-    {"boolean", t_kind, IS_BOOLEAN}, {"callable", t_kind, IS_CALLABLE},
-    {"defined", t_kind, IS_DEFINED}, {"divisibleby", t_divisibleby, 0},
-    {"eq", t_compare, CMP_EQ}, {"equalto", t_compare, CMP_EQ}, {"even", t_parity, 0},
-    {"false", t_kind, IS_FALSE}, {"float", t_kind, IS_FLOAT}, {"ge", t_compare, CMP_GE},
-    {"greaterthan", t_compare, CMP_GT}, {"gt", t_compare, CMP_GT}, {"in", t_compare, CMP_IN},
-    {"integer", t_kind, IS_INTEGER}, {"iterable", t_kind, IS_ITERABLE},
-    {"le", t_compare, CMP_LE}, {"lessthan", t_compare, CMP_LT}, {"lower", t_case, 0},
-    {"lt", t_compare, CMP_LT}, {"mapping", t_kind, IS_MAPPING}, {"ne", t_compare, CMP_NE},
-    {"none", t_kind, IS_NONE}, {"number", t_kind, IS_NUMBER}, {"odd", t_parity, 1},
-    {"sequence", t_kind, IS_SEQUENCE}, {"string", t_kind, IS_STRING}, {"true", t_kind, IS_TRUE},
-    {"undefined", t_kind, IS_UNDEFINED}, {"upper", t_case, 1}, {NULL, NULL, 0}};
+static const builtin tests[] = {{"!=", t_compare, CMP_NE},
+                                {"<", t_compare, CMP_LT},
+                                {"<=", t_compare, CMP_LE},
+                                {"==", t_compare, CMP_EQ},
+                                {">", t_compare, CMP_GT},
+                                {">=", t_compare, CMP_GE},
+                                {"boolean", t_kind, IS_BOOLEAN},
+                                {"callable", t_kind, IS_CALLABLE},
+                                {"defined", t_kind, IS_DEFINED},
+                                {"divisibleby", t_divisibleby, 0},
+                                {"eq", t_compare, CMP_EQ},
+                                {"equalto", t_compare, CMP_EQ},
+                                {"even", t_parity, 0},
+                                {"false", t_kind, IS_FALSE},
+                                {"float", t_kind, IS_FLOAT},
+                                {"ge", t_compare, CMP_GE},
+                                {"greaterthan", t_compare, CMP_GT},
+                                {"gt", t_compare, CMP_GT},
+                                {"in", t_compare, CMP_IN},
+                                {"integer", t_kind, IS_INTEGER},
+                                {"iterable", t_kind, IS_ITERABLE},
+                                {"le", t_compare, CMP_LE},
+                                {"lessthan", t_compare, CMP_LT},
+                                {"lower", t_case, 0},
+                                {"lt", t_compare, CMP_LT},
+                                {"mapping", t_kind, IS_MAPPING},
+                                {"ne", t_compare, CMP_NE},
+                                {"none", t_kind, IS_NONE},
+                                {"number", t_kind, IS_NUMBER},
+                                {"odd", t_parity, 1},
+                                {"sequence", t_kind, IS_SEQUENCE},
+                                {"string", t_kind, IS_STRING},
+                                {"true", t_kind, IS_TRUE},
+                                {"undefined", t_kind, IS_UNDEFINED},
+                                {"upper", t_case, 1},
+                                {NULL, NULL, 0}};
 
 static const builtin *find_test(const char *name)
 {
@@ -4559,9 +4694,12 @@ static int g_dict(R *r, const jv *self, const args *a, int is_namespace, jv *out
     return 0;
 }
 
-static const builtin globals[] = {
-    {"dict", g_dict, 0}, {"namespace", g_dict, 1}, {"raise_exception", g_raise_exception, 0},
-    {"range", g_range, 0}, {"strftime_now", g_strftime_now, 0}, {NULL, NULL, 0}};
+static const builtin globals[] = {{"dict", g_dict, 0},
+                                  {"namespace", g_dict, 1},
+                                  {"raise_exception", g_raise_exception, 0},
+                                  {"range", g_range, 0},
+                                  {"strftime_now", g_strftime_now, 0},
+                                  {NULL, NULL, 0}};
 
 static const builtin *find_global(const char *name)
 {
@@ -4632,8 +4770,7 @@ static int finish(R *r, const sb *o, jinja_output *out)
     return 0;
 }
 
-int jinja_render(const jinja_template *t, const jinja_env *env, jinja_output *out,
-                 llmq_err *err)
+int jinja_render(const jinja_template *t, const jinja_env *env, jinja_output *out, llmq_err *err)
 {
     memset(out, 0, sizeof *out);
     R r = {.t = t, .env = env, .err = err};

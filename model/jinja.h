@@ -61,9 +61,9 @@
 #define JINJA_MAX_DEPTH 100
 
 typedef struct jinja_limits {
-    size_t max_output;   /* bytes rendered */
-    size_t max_memory;   /* bytes of the render's arena */
-    uint64_t max_steps;  /* expressions, statements and loop iterations */
+    size_t max_output;  /* bytes rendered */
+    size_t max_memory;  /* bytes of the render's arena */
+    uint64_t max_steps; /* expressions, statements and loop iterations */
 } jinja_limits;
 
 /* 16 MiB of output (16 prompts of the wire's largest), 256 MiB of memory,
@@ -81,13 +81,13 @@ typedef struct jinja_var {
 typedef struct jinja_env {
     const jinja_var *vars;
     size_t n_vars;
-    int64_t now;                 /* seconds since the epoch, for strftime_now */
+    int64_t now; /* seconds since the epoch, for strftime_now */
     jinja_limits limits;
 } jinja_env;
 
 /* A run of output bytes, all from template text or all from content. */
 typedef struct jinja_segment {
-    const char *text;            /* inside jinja_output.text */
+    const char *text; /* inside jinja_output.text */
     size_t len;
     bool from_content;
 } jinja_segment;
@@ -110,8 +110,7 @@ void jinja_free(jinja_template *t);
 
 /* Renders t with env's variables into *out.  Errors (raise_exception's
  * message, a type error, a limit) say where in the template they arose. */
-int jinja_render(const jinja_template *t, const jinja_env *env, jinja_output *out,
-                 llmq_err *err);
+int jinja_render(const jinja_template *t, const jinja_env *env, jinja_output *out, llmq_err *err);
 void jinja_output_free(jinja_output *out);
 
 #endif

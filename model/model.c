@@ -22,11 +22,11 @@ typedef struct layer_weights {
  * attn_qkv, each with an optional bias (llama.cpp's create_tensor_qkv); the
  * output matrix is token_embd when output.weight is absent. */
 typedef struct arch_traits {
-    const char *name;        /* general.architecture */
+    const char *name; /* general.architecture */
     be_rope_mode rope;
-    bool fused_gate_up;      /* ffn_up holds the gate rows, then the up rows */
-    bool rope_whole_head;    /* rope.dimension_count must be the head size */
-    bool rope_freqs;         /* rope_freqs.weight may divide the frequencies (Llama 3.1+) */
+    bool fused_gate_up;   /* ffn_up holds the gate rows, then the up rows */
+    bool rope_whole_head; /* rope.dimension_count must be the head size */
+    bool rope_freqs;      /* rope_freqs.weight may divide the frequencies (Llama 3.1+) */
     /* attention.sliding_window is read and switched off, as llama.cpp does
      * for Phi-3 ("Phi SWA is currently disabled"): attention is full. */
     bool sliding_window_off;
@@ -61,10 +61,10 @@ struct model_state {
     be_act act_dim, act_ffn;
     int32_t *tokens, *pos, *slot, *row_seq, *block_table, *seq_len, *logit_rows, *greedy;
     int32_t *first_gen, *decode_rows; /* be_attn_batch's */
-    int32_t *top_ids; /* max_logits x BE_TOP_K_MAX (backends with top_k) */
+    int32_t *top_ids;                 /* max_logits x BE_TOP_K_MAX (backends with top_k) */
     float *top_vals;
     int32_t *decode_host; /* host copy of decode_rows */
-    int32_t n_logits;    /* logit rows of the last forward pass */
+    int32_t n_logits;     /* logit rows of the last forward pass */
 };
 
 /* ---- configuration ---- */
@@ -83,12 +83,26 @@ static const arch_traits *find_arch(gguf_str name)
  * engine does not implement (YaRN's factors, logit scales, soft-capping,
  * ...), so it is refused by name rather than ignored. */
 static const char *const k_known_keys[] = {
-    "context_length", "embedding_length", "block_count", "feed_forward_length",
-    "attention.head_count", "attention.head_count_kv", "attention.layer_norm_rms_epsilon",
-    "attention.key_length", "attention.value_length", "rope.dimension_count",
-    "rope.freq_base", "rope.scaling.type", "rope.scaling.factor", "rope.scale_linear",
-    "rope.scaling.attn_factor", "rope.scaling.original_context_length",
-    "rope.scaling.finetuned", "vocab_size", "expert_count", "expert_used_count",
+    "context_length",
+    "embedding_length",
+    "block_count",
+    "feed_forward_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.layer_norm_rms_epsilon",
+    "attention.key_length",
+    "attention.value_length",
+    "rope.dimension_count",
+    "rope.freq_base",
+    "rope.scaling.type",
+    "rope.scaling.factor",
+    "rope.scale_linear",
+    "rope.scaling.attn_factor",
+    "rope.scaling.original_context_length",
+    "rope.scaling.finetuned",
+    "vocab_size",
+    "expert_count",
+    "expert_used_count",
 };
 
 static bool suffix_is(const char *suffix, size_t len, const char *key)
@@ -111,8 +125,10 @@ static int refuse_unknown_keys(const gguf_file *f, const arch_traits *a, llmq_er
         gguf_str k = gguf_kv_key(f, i);
         if (k.len > n + 1 && memcmp(k.ptr, a->name, n) == 0 && k.ptr[n] == '.' &&
             !known_key(a, k.ptr + n + 1, (size_t)k.len - n - 1))
-            return llmq_errf(err, "metadata key '%.*s' is not supported (refused rather than "
-                                  "ignored)", (int)k.len, k.ptr);
+            return llmq_errf(err,
+                             "metadata key '%.*s' is not supported (refused rather than "
+                             "ignored)",
+                             (int)k.len, k.ptr);
     }
     return 0;
 }
@@ -157,11 +173,15 @@ static int refuse_rope_scaling(const gguf_file *f, const char *arch, llmq_err *e
         get_f32_key(f, arch, "rope.scaling.attn_factor", &attn_factor, err))
         return -1;
     if (!gguf_str_eq(type, "none") && factor != 0.0f && factor != 1.0f)
-        return llmq_errf(err, "linear rope scaling by %g (%s.rope.scaling.factor or "
-                              ".rope.scale_linear) is not supported", factor, arch);
+        return llmq_errf(err,
+                         "linear rope scaling by %g (%s.rope.scaling.factor or "
+                         ".rope.scale_linear) is not supported",
+                         factor, arch);
     if (attn_factor != 1.0f)
-        return llmq_errf(err, "rope attention factor %g (%s.rope.scaling.attn_factor, LongRoPE or "
-                              "YaRN) is not supported", attn_factor, arch);
+        return llmq_errf(err,
+                         "rope attention factor %g (%s.rope.scaling.attn_factor, LongRoPE or "
+                         "YaRN) is not supported",
+                         attn_factor, arch);
     return 0;
 }
 
@@ -187,8 +207,10 @@ static int check_head_lengths(const gguf_file *f, const model_config *c, llmq_er
         if (get_u32_key(f, c->arch, keys[i], &len, false, err) != 0)
             return -1;
         if (len != (uint32_t)c->head_dim)
-            return llmq_errf(err, "%s.%s = %u differs from the head size %d (embedding_length / "
-                                  "head_count): not supported", c->arch, keys[i], len, c->head_dim);
+            return llmq_errf(err,
+                             "%s.%s = %u differs from the head size %d (embedding_length / "
+                             "head_count): not supported",
+                             c->arch, keys[i], len, c->head_dim);
     }
     return 0;
 }
@@ -240,8 +262,10 @@ static int read_config(const gguf_file *f, const arch_traits **arch_out, model_c
         return rc < 0 ? -1 : llmq_errf(err, "missing metadata key 'general.architecture'");
     const arch_traits *a = find_arch(arch_s);
     if (!a)
-        return llmq_errf(err, "architecture '%.*s' is not supported (supported: llama, qwen2, "
-                              "phi3)", (int)arch_s.len, arch_s.ptr);
+        return llmq_errf(err,
+                         "architecture '%.*s' is not supported (supported: llama, qwen2, "
+                         "phi3)",
+                         (int)arch_s.len, arch_s.ptr);
     *arch_out = a;
     memset(c, 0, sizeof *c);
     snprintf(c->arch, sizeof c->arch, "%s", a->name);
@@ -275,10 +299,11 @@ static int take_tensor(model *m, const char *name, int64_t ne0, int64_t ne1,
         return 1;
     const gguf_tensor *t = gguf_tensor_at(m->gguf, (uint64_t)i);
     if ((int64_t)t->ne[0] != ne0 || (int64_t)t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
-        return llmq_errf(err, "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%lld, %lld]",
+        return llmq_errf(err,
+                         "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%lld, %lld]",
                          name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-                         (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
-                         (long long)ne0, (long long)ne1);
+                         (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], (long long)ne0,
+                         (long long)ne1);
     m->used[i] = true;
     *out = t;
     return 0;
@@ -338,8 +363,7 @@ static int load_vector(model *m, const char *name, int64_t n, float **out, llmq_
 }
 
 /* An optional vector: absent leaves *out NULL. */
-static int load_optional_vector(model *m, const char *name, int64_t n, float **out,
-                                llmq_err *err)
+static int load_optional_vector(model *m, const char *name, int64_t n, float **out, llmq_err *err)
 {
     const gguf_tensor *t;
     int rc = take_tensor(m, name, n, 1, &t, err);
@@ -368,8 +392,8 @@ static int load_qkv(model *m, int32_t il, layer_weights *l, llmq_err *err)
     if (rc < 0)
         return -1;
     if (rc == 0) {
-        if (take_tensor(m, layer_name(name, sizeof name, il, "attn_qkv.bias"), all, 1, &bias,
-                        err) < 0)
+        if (take_tensor(m, layer_name(name, sizeof name, il, "attn_qkv.bias"), all, 1, &bias, err) <
+            0)
             return -1;
         int64_t row0 = 0;
         for (int i = 0; i < 3; row0 += rows[i++])
@@ -427,8 +451,8 @@ static int load_layer(model *m, int32_t il, llmq_err *err)
                    load_vector(m, layer_name(name, sizeof name, il, "ffn_norm.weight"), c->dim,
                                &l->ffn_norm, err) ||
                    load_gate_up(m, il, l, err) ||
-                   load_matrix(m, layer_name(name, sizeof name, il, "ffn_down.weight"),
-                               c->ffn_dim, c->dim, &l->wd, err)
+                   load_matrix(m, layer_name(name, sizeof name, il, "ffn_down.weight"), c->ffn_dim,
+                               c->dim, &l->wd, err)
                ? -1
                : 0;
 }
@@ -471,16 +495,17 @@ static int load_weights(model *m, llmq_err *err)
     if (check_vocab_size(m, err) ||
         load_matrix(m, "token_embd.weight", c->dim, c->n_vocab, &m->tok_embd, err) ||
         load_vector(m, "output_norm.weight", c->dim, &m->output_norm, err) ||
-        (!c->tied_output &&
-         load_matrix(m, "output.weight", c->dim, c->n_vocab, &m->output, err)) ||
+        (!c->tied_output && load_matrix(m, "output.weight", c->dim, c->n_vocab, &m->output, err)) ||
         (m->arch->rope_freqs &&
          load_optional_vector(m, "rope_freqs.weight", c->rope_dim / 2, &m->rope_factors, err)))
         return -1;
     if (c->tied_output)
         m->output = m->tok_embd;
     c->rope_freqs = m->rope_factors != NULL;
-    m->rope = (be_rope){.mode = m->arch->rope, .n_dims = c->rope_dim,
-                        .freq_base = c->rope_freq_base, .factors_dev = m->rope_factors};
+    m->rope = (be_rope){.mode = m->arch->rope,
+                        .n_dims = c->rope_dim,
+                        .freq_base = c->rope_freq_base,
+                        .factors_dev = m->rope_factors};
     if (!(m->layers = calloc((size_t)c->n_layers, sizeof *m->layers)))
         return llmq_errf(err, "out of memory");
     for (int32_t i = 0; i < c->n_layers; i++)
@@ -495,8 +520,9 @@ static int refuse_unused(const model *m, llmq_err *err)
 {
     for (uint64_t i = 0; i < gguf_tensor_count(m->gguf); i++)
         if (!m->used[i])
-            return llmq_errf(err, "tensor '%s' is not used by the %s architecture as implemented "
-                                  "here (refused rather than ignored)",
+            return llmq_errf(err,
+                             "tensor '%s' is not used by the %s architecture as implemented "
+                             "here (refused rather than ignored)",
                              gguf_tensor_at(m->gguf, i)->name, m->cfg.arch);
     return 0;
 }
@@ -554,9 +580,18 @@ void model_free(model *m)
     free(m);
 }
 
-const model_config *model_get_config(const model *m) { return &m->cfg; }
-const gguf_file *model_gguf(const model *m) { return m->gguf; }
-backend *model_backend(const model *m) { return m->be; }
+const model_config *model_get_config(const model *m)
+{
+    return &m->cfg;
+}
+const gguf_file *model_gguf(const model *m)
+{
+    return m->gguf;
+}
+backend *model_backend(const model *m)
+{
+    return m->be;
+}
 
 /* ---- scratch ---- */
 
@@ -569,7 +604,10 @@ int model_state_create(model_state **out, const model *m, int32_t max_rows, int3
     model_state *st = calloc(1, sizeof *st);
     if (!st)
         return llmq_errf(err, "out of memory");
-    *st = (model_state){.be = be, .max_rows = max_rows, .max_seqs = max_seqs, .max_blocks = max_blocks,
+    *st = (model_state){.be = be,
+                        .max_rows = max_rows,
+                        .max_seqs = max_seqs,
+                        .max_blocks = max_blocks,
                         .max_logits = max_logits};
     const size_t rows = (size_t)max_rows, kv_dim = (size_t)c->n_head_kv * c->head_dim;
     const size_t top_bytes = (size_t)max_logits * BE_TOP_K_MAX * sizeof(int32_t);
@@ -626,10 +664,10 @@ void model_state_free(model_state *st)
     if (!st)
         return;
     backend *be = st->be;
-    void *bufs[] = {st->x, st->q, st->k, st->v, st->g, st->u, st->xg, st->logits, st->tokens,
-                    st->pos, st->slot, st->row_seq, st->block_table, st->seq_len,
-                    st->logit_rows, st->greedy, st->first_gen, st->decode_rows, st->top_ids,
-                    st->top_vals};
+    void *bufs[] = {st->x,      st->q,         st->k,           st->v,       st->g,
+                    st->u,      st->xg,        st->logits,      st->tokens,  st->pos,
+                    st->slot,   st->row_seq,   st->block_table, st->seq_len, st->logit_rows,
+                    st->greedy, st->first_gen, st->decode_rows, st->top_ids, st->top_vals};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
@@ -680,7 +718,8 @@ static void assert_batch_order(const model_batch *b)
 /* Returns the number of decode rows (listed in st->decode_rows), or -1. */
 static int32_t upload_batch(backend *be, model_state *st, const model_batch *b, llmq_err *err)
 {
-    const size_t rows = (size_t)b->n_rows * sizeof(int32_t), seqs = (size_t)b->n_seqs * sizeof(int32_t);
+    const size_t rows = (size_t)b->n_rows * sizeof(int32_t),
+                 seqs = (size_t)b->n_seqs * sizeof(int32_t);
     const backend_ops *o = be->ops;
     if (o->upload(be, st->tokens, b->tokens, rows, err) ||
         o->upload(be, st->pos, b->pos, rows, err) || o->upload(be, st->slot, b->slot, rows, err) ||
@@ -692,16 +731,16 @@ static int32_t upload_batch(backend *be, model_state *st, const model_batch *b, 
         (b->n_logits > 0 &&
          o->upload(be, st->logit_rows, b->logit_rows, (size_t)b->n_logits * sizeof(int32_t), err)))
         return -1;
-    const int32_t n_decode =
-        be_attn_decode_rows(b->row_seq, b->pos, b->first_generated, b->n_rows, st->decode_host);
+    const int32_t n_decode = be_attn_decode_rows(b->row_seq, b->pos, b->first_generated, b->n_rows,
+                                                 st->decode_host);
     if (n_decode > 0 && o->upload(be, st->decode_rows, st->decode_host,
                                   (size_t)n_decode * sizeof(int32_t), err) != 0)
         return -1;
     return n_decode;
 }
 
-static void forward_layer(model *m, model_state *st, be_kv *kv, int32_t il,
-                          const be_attn_batch *ab, const be_attn_shape *shape, int32_t rows)
+static void forward_layer(model *m, model_state *st, be_kv *kv, int32_t il, const be_attn_batch *ab,
+                          const be_attn_shape *shape, int32_t rows)
 {
     const model_config *c = &m->cfg;
     const backend_ops *o = m->be->ops;
@@ -765,21 +804,28 @@ int model_forward(model *m, model_state *st, be_kv *kv, const model_batch *b, fl
     int32_t max_len = 0;
     for (int32_t s = 0; s < b->n_seqs; s++)
         max_len = b->seq_len[s] > max_len ? b->seq_len[s] : max_len;
-    const be_attn_batch ab = {.n_rows = b->n_rows, .n_seqs = b->n_seqs, .row_seq_dev = st->row_seq,
-                              .row_pos_dev = st->pos, .block_table_dev = st->block_table,
-                              .seq_len_dev = st->seq_len, .max_blocks = b->max_blocks,
+    const be_attn_batch ab = {.n_rows = b->n_rows,
+                              .n_seqs = b->n_seqs,
+                              .row_seq_dev = st->row_seq,
+                              .row_pos_dev = st->pos,
+                              .block_table_dev = st->block_table,
+                              .seq_len_dev = st->seq_len,
+                              .max_blocks = b->max_blocks,
                               .max_seq_len = max_len,
                               .first_generated_dev = b->first_generated ? st->first_gen : NULL,
-                              .decode_rows_dev = st->decode_rows, .n_decode = n_decode};
-    const be_attn_shape shape = {.n_head = c->n_head, .n_head_kv = c->n_head_kv,
-                                 .head_dim = c->head_dim};
+                              .decode_rows_dev = st->decode_rows,
+                              .n_decode = n_decode};
+    const be_attn_shape shape = {
+        .n_head = c->n_head, .n_head_kv = c->n_head_kv, .head_dim = c->head_dim};
 
     /* A decode step (one row per sequence, all with logits) may be recorded
      * and replayed by the backend: the same kernels for the same key. */
     const bool decode_step = o->graph_begin && n_decode == b->n_rows && b->n_logits == b->n_rows;
-    const be_graph_key key = {.owner = (uint64_t)(uintptr_t)st, .n_rows = b->n_rows,
+    const be_graph_key key = {.owner = (uint64_t)(uintptr_t)st,
+                              .n_rows = b->n_rows,
                               .n_logits = b->n_logits,
-                              .max_seq_len = max_len, .head_dim = c->head_dim};
+                              .max_seq_len = max_len,
+                              .head_dim = c->head_dim};
     if (!decode_step || o->graph_begin(be, &key) != 1) {
         issue_step(m, st, kv, b, &ab, &shape);
         if (decode_step && o->graph_end(be) == BE_GRAPH_REDO)
@@ -795,22 +841,24 @@ int model_read_logits(model *m, model_state *st, int32_t first, int32_t n, float
                       llmq_err *err)
 {
     if (first < 0 || n < 0 || first + n > st->n_logits)
-        return llmq_errf(err, "logit rows %d..%d asked of the %d the last forward pass made",
-                         first, first + n - 1, st->n_logits);
+        return llmq_errf(err, "logit rows %d..%d asked of the %d the last forward pass made", first,
+                         first + n - 1, st->n_logits);
     const size_t row = (size_t)m->cfg.n_vocab;
     return m->be->ops->download(m->be, logits, st->logits + first * row,
                                 (size_t)n * row * sizeof(float), err);
 }
 
-bool model_can_read_top(const model *m) { return m->be->ops->top_k != NULL; }
+bool model_can_read_top(const model *m)
+{
+    return m->be->ops->top_k != NULL;
+}
 
-int model_read_top(model *m, model_state *st, int32_t k, int32_t *ids, float *logits,
-                   llmq_err *err)
+int model_read_top(model *m, model_state *st, int32_t k, int32_t *ids, float *logits, llmq_err *err)
 {
     backend *be = m->be;
     if (!be->ops->top_k || k < 1 || k > BE_TOP_K_MAX || k > m->cfg.n_vocab)
-        return llmq_errf(err, "top %d logits asked of a %s backend (it gives 1 to %d)", k,
-                         be->name, be->ops->top_k ? BE_TOP_K_MAX : 0);
+        return llmq_errf(err, "top %d logits asked of a %s backend (it gives 1 to %d)", k, be->name,
+                         be->ops->top_k ? BE_TOP_K_MAX : 0);
     if (st->n_logits == 0)
         return 0;
     const size_t n = (size_t)st->n_logits * k;

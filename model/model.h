@@ -71,7 +71,7 @@ typedef struct model_batch {
     const int32_t *seq_len;     /* per sequence: tokens cached after this step */
     int32_t max_blocks;
     int32_t n_logits;
-    const int32_t *logit_rows;  /* rows whose logits are wanted, ascending */
+    const int32_t *logit_rows; /* rows whose logits are wanted, ascending */
     /* per sequence: the first position holding a generated token; rows at
      * or past it are decode rows (be_attn_batch).  NULL: all prompt rows. */
     const int32_t *first_generated;

@@ -362,22 +362,18 @@ static uint8_t cpt_flags(uint32_t c)
     case UTF8PROC_CATEGORY_LL:
     case UTF8PROC_CATEGORY_LT:
     case UTF8PROC_CATEGORY_LM:
-    case UTF8PROC_CATEGORY_LO:
-        return f | F_LETTER;
+    case UTF8PROC_CATEGORY_LO: return f | F_LETTER;
     case UTF8PROC_CATEGORY_ND:
     case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_NO:
-        return f | F_NUMBER;
+    case UTF8PROC_CATEGORY_NO: return f | F_NUMBER;
     case UTF8PROC_CATEGORY_PC:
     case UTF8PROC_CATEGORY_PD:
     case UTF8PROC_CATEGORY_PS:
     case UTF8PROC_CATEGORY_PE:
     case UTF8PROC_CATEGORY_PI:
     case UTF8PROC_CATEGORY_PF:
-    case UTF8PROC_CATEGORY_PO:
-        return f | F_PUNCT;
-    default:
-        return f;
+    case UTF8PROC_CATEGORY_PO: return f | F_PUNCT;
+    default: return f;
     }
 }
 
@@ -463,8 +459,8 @@ static int split_pass(split_fn fn, const uint32_t *cpts, const uint8_t *fl, cons
     return 0;
 }
 
-int pretok_split(const pretok *p, const uint32_t *cpts, size_t n, size_t **lens,
-                 size_t *n_words, llmq_err *err)
+int pretok_split(const pretok *p, const uint32_t *cpts, size_t n, size_t **lens, size_t *n_words,
+                 llmq_err *err)
 {
     uint8_t *fl = malloc(n ? n : 1);
     lenvec cur = {0}, next = {0};

@@ -43,8 +43,8 @@ int pretok_decode(const char *text, size_t len, uint32_t **cpts, size_t *n, llmq
 
 /* Splits n code points into words: *lens gets the length of each word in
  * code points (*n_words of them, summing to n). */
-int pretok_split(const pretok *p, const uint32_t *cpts, size_t n, size_t **lens,
-                 size_t *n_words, llmq_err *err);
+int pretok_split(const pretok *p, const uint32_t *cpts, size_t n, size_t **lens, size_t *n_words,
+                 llmq_err *err);
 
 /* Appends the UTF-8 encoding of cpt (U+FFFD for values past U+10FFFF) to out,
  * which has room for 4 bytes; returns the number of bytes written. */

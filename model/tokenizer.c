@@ -148,7 +148,7 @@ static void strset_free(strset *s)
 /* ---- BPE merges: (left string, right string) -> rank and merged string ---- */
 
 typedef struct merge_slot {
-    uint64_t key; /* left << 32 | right, string indices */
+    uint64_t key;  /* left << 32 | right, string indices */
     uint32_t rank; /* UINT32_MAX: empty */
     uint32_t result;
 } merge_slot;
@@ -184,12 +184,12 @@ struct tok_vocab {
     strset strs;
     uint32_t *score_rank; /* SPM: 0 for the highest score, equal scores equal ranks */
     uint16_t *attr;
-    uint8_t *byte_val;   /* the byte of each A_BYTE token */
-    int32_t *specials;   /* control/user-defined/unknown ids, longest text first */
+    uint8_t *byte_val; /* the byte of each A_BYTE token */
+    int32_t *specials; /* control/user-defined/unknown ids, longest text first */
     size_t n_specials;
-    int32_t *eog;        /* the ids that end generation, ascending */
+    int32_t *eog; /* the ids that end generation, ascending */
     size_t n_eog;
-    char *pieces;        /* llama_token_to_piece(special = true) of every token */
+    char *pieces; /* llama_token_to_piece(special = true) of every token */
     uint32_t *piece_off, *piece_len;
     size_t max_piece, max_token_len;
     merge_table merges;
@@ -351,9 +351,8 @@ static int load_tokens(tok_vocab *v, const gguf_file *f, llmq_err *err)
 }
 
 /* A numeric array of exactly v->n elements of one of the accepted types. */
-static int get_token_array(const tok_vocab *v, const gguf_file *f, const char *key,
-                           gguf_vtype t1, gguf_vtype t2, gguf_vtype *type, const void **data,
-                           llmq_err *err)
+static int get_token_array(const tok_vocab *v, const gguf_file *f, const char *key, gguf_vtype t1,
+                           gguf_vtype t2, gguf_vtype *type, const void **data, llmq_err *err)
 {
     uint64_t n;
     int rc = gguf_get_array(f, key, type, data, &n, err);
@@ -641,8 +640,13 @@ static int load_specials(tok_vocab *v, const gguf_file *f, llmq_err *err)
  * names of one group its pick is unspecified; ours is the first in this
  * table (the order llama.cpp lists them in). */
 enum {
-    R_EOT = 1, R_EOM = 2, R_EOG = 4,
-    R_FIM = 8, R_FIM_PAD = 16, R_FIM_REP = 32, R_FIM_SEP = 64,
+    R_EOT = 1,
+    R_EOM = 2,
+    R_EOG = 4,
+    R_FIM = 8,
+    R_FIM_PAD = 16,
+    R_FIM_REP = 32,
+    R_FIM_SEP = 64,
 };
 
 #define DS_BAR "\xef\xbd\x9c" /* U+FF5C, DeepSeek's fullwidth bar */
@@ -652,37 +656,62 @@ static const struct {
     const char *text;
     unsigned roles;
 } k_named[] = {
-    {"<|eot_id|>", R_EOT | R_EOG},       {"<|im_end|>", R_EOT | R_EOG},
-    {"<|end|>", R_EOT | R_EOG},          {"<end_of_turn>", R_EOT | R_EOG},
-    {"<|endoftext|>", R_EOT | R_EOG},    {"<|end_of_text|>", R_EOT | R_EOG},
-    {"<EOT>", R_EOT | R_EOG},            {"_<EOT>", R_EOT | R_EOG},
-    {"[EOT]", R_EOT | R_EOG},            {"<" DS_BAR "end" SP "of" SP "sentence" DS_BAR ">", R_EOT | R_EOG},
+    {"<|eot_id|>", R_EOT | R_EOG},
+    {"<|im_end|>", R_EOT | R_EOG},
+    {"<|end|>", R_EOT | R_EOG},
+    {"<end_of_turn>", R_EOT | R_EOG},
+    {"<|endoftext|>", R_EOT | R_EOG},
+    {"<|end_of_text|>", R_EOT | R_EOG},
+    {"<EOT>", R_EOT | R_EOG},
+    {"_<EOT>", R_EOT | R_EOG},
+    {"[EOT]", R_EOT | R_EOG},
+    {"<" DS_BAR "end" SP "of" SP "sentence" DS_BAR ">", R_EOT | R_EOG},
     {"<end_of_utterance>", R_EOT | R_EOG},
     {"<|eom_id|>", R_EOM | R_EOG},
-    {"<|return|>", R_EOG},               {"<|call|>", R_EOG},
-    {"<|flush|>", R_EOG},                {"<|calls|>", R_EOG},
-    {"</s>", R_EOG},                     {"[EOS]", R_EOG},
-    {"<eos>", R_EOG},                    {"<turn|>", R_EOG},
+    {"<|return|>", R_EOG},
+    {"<|call|>", R_EOG},
+    {"<|flush|>", R_EOG},
+    {"<|calls|>", R_EOG},
+    {"</s>", R_EOG},
+    {"[EOS]", R_EOG},
+    {"<eos>", R_EOG},
+    {"<turn|>", R_EOG},
     {"<|tool_response>", R_EOG},
-    {"<|fim_pad|>", R_FIM_PAD},          {"<fim-pad>", R_FIM_PAD},
-    {"<fim_pad>", R_FIM_PAD},            {"<PAD>", R_FIM_PAD},
+    {"<|fim_pad|>", R_FIM_PAD},
+    {"<fim-pad>", R_FIM_PAD},
+    {"<fim_pad>", R_FIM_PAD},
+    {"<PAD>", R_FIM_PAD},
     {"[PAD]", R_FIM_PAD},
-    {"<|fim_repo|>", R_FIM_REP},         {"<|repo_name|>", R_FIM_REP},
-    {"<fim-repo>", R_FIM_REP},           {"<REPO>", R_FIM_REP},
+    {"<|fim_repo|>", R_FIM_REP},
+    {"<|repo_name|>", R_FIM_REP},
+    {"<fim-repo>", R_FIM_REP},
+    {"<REPO>", R_FIM_REP},
     {"<reponame>", R_FIM_REP},
     {"<|file_sep|>", R_FIM_SEP},
-    {"<|fim_prefix|>", R_FIM},           {"<fim-prefix>", R_FIM},
-    {"<fim_prefix>", R_FIM},             {"<" DS_BAR "fim" SP "begin" DS_BAR ">", R_FIM},
-    {"<PRE>", R_FIM},                    {SP "<PRE>", R_FIM},
-    {"<|code_prefix|>", R_FIM},          {"<|prefix|>", R_FIM},
-    {"<|fim_suffix|>", R_FIM},           {"<fim-suffix>", R_FIM},
-    {"<fim_suffix>", R_FIM},             {"<" DS_BAR "fim" SP "hole" DS_BAR ">", R_FIM},
-    {"<SUF>", R_FIM},                    {SP "<SUF>", R_FIM},
-    {"<|code_suffix|>", R_FIM},          {"<|suffix|>", R_FIM},
-    {"<|fim_middle|>", R_FIM},           {"<fim-middle>", R_FIM},
-    {"<fim_middle>", R_FIM},             {"<" DS_BAR "fim" SP "end" DS_BAR ">", R_FIM},
-    {"<MID>", R_FIM},                    {SP "<MID>", R_FIM},
-    {"<|code_middle|>", R_FIM},          {"<|middle|>", R_FIM},
+    {"<|fim_prefix|>", R_FIM},
+    {"<fim-prefix>", R_FIM},
+    {"<fim_prefix>", R_FIM},
+    {"<" DS_BAR "fim" SP "begin" DS_BAR ">", R_FIM},
+    {"<PRE>", R_FIM},
+    {SP "<PRE>", R_FIM},
+    {"<|code_prefix|>", R_FIM},
+    {"<|prefix|>", R_FIM},
+    {"<|fim_suffix|>", R_FIM},
+    {"<fim-suffix>", R_FIM},
+    {"<fim_suffix>", R_FIM},
+    {"<" DS_BAR "fim" SP "hole" DS_BAR ">", R_FIM},
+    {"<SUF>", R_FIM},
+    {SP "<SUF>", R_FIM},
+    {"<|code_suffix|>", R_FIM},
+    {"<|suffix|>", R_FIM},
+    {"<|fim_middle|>", R_FIM},
+    {"<fim-middle>", R_FIM},
+    {"<fim_middle>", R_FIM},
+    {"<" DS_BAR "fim" SP "end" DS_BAR ">", R_FIM},
+    {"<MID>", R_FIM},
+    {SP "<MID>", R_FIM},
+    {"<|code_middle|>", R_FIM},
+    {"<|middle|>", R_FIM},
 };
 
 #undef SP
@@ -1020,8 +1049,7 @@ static bool is_c_space(char c)
 }
 
 /* Cuts one text fragment at every occurrence of special token id. */
-static int split_at_special(const tok_vocab *v, const char *text, frag fr, int32_t id,
-                            fragvec *out)
+static int split_at_special(const tok_vocab *v, const char *text, frag fr, int32_t id, fragvec *out)
 {
     size_t slen;
     const char *s = strset_str(&v->strs, (size_t)id, &slen);
@@ -1065,9 +1093,8 @@ static int partition(const tok_vocab *v, const char *text, size_t len, bool pars
             continue;
         next.n = 0;
         for (size_t i = 0; i < frags->n; i++) {
-            int rc = frags->v[i].id != TOK_NONE
-                         ? frag_push(&next, frags->v[i].id, 0, 0)
-                         : split_at_special(v, text, frags->v[i], id, &next);
+            int rc = frags->v[i].id != TOK_NONE ? frag_push(&next, frags->v[i].id, 0, 0)
+                                                : split_at_special(v, text, frags->v[i], id, &next);
             if (rc < 0) {
                 free(next.v);
                 return -1;
@@ -1400,8 +1427,8 @@ static int encode_fragments(session *s, const char *text, const fragvec *frags, 
         if (fr->id != TOK_NONE)
             rc = ids_push(s->out, fr->id) < 0 ? llmq_errf(err, "out of memory") : 0;
         else if (s->v->kind == KIND_SPM)
-            rc = spm_fragment(s, text + fr->off, fr->len,
-                              s->v->add_space_prefix && prev_special, err);
+            rc = spm_fragment(s, text + fr->off, fr->len, s->v->add_space_prefix && prev_special,
+                              err);
         else
             rc = bpe_fragment(s, text + fr->off, fr->len, err);
         if (rc < 0)
@@ -1411,8 +1438,8 @@ static int encode_fragments(session *s, const char *text, const fragvec *frags, 
     return 0;
 }
 
-int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos,
-               bool parse_special, int32_t **ids, size_t *n, llmq_err *err)
+int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
+               int32_t **ids, size_t *n, llmq_err *err)
 {
     idvec out = {0};
     fragvec frags = {0};
@@ -1478,8 +1505,8 @@ static const char *emitted_piece(const tok_vocab *v, int32_t id, unsigned flags,
     return p;
 }
 
-int tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, unsigned flags,
-                   char **text, size_t *len, llmq_err *err)
+int tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, unsigned flags, char **text,
+                   size_t *len, llmq_err *err)
 {
     bytebuf b = {0};
     *text = NULL;
@@ -1503,9 +1530,9 @@ struct tok_stream {
     const tok_vocab *v;
     unsigned flags;
     bool started;
-    size_t held;      /* bytes of an incomplete character kept from the last push */
-    size_t ready;     /* bytes handed out by the last push, before the held ones */
-    char buf[];       /* held bytes + one piece */
+    size_t held;  /* bytes of an incomplete character kept from the last push */
+    size_t ready; /* bytes handed out by the last push, before the held ones */
+    char buf[];   /* held bytes + one piece */
 };
 
 int tok_stream_new(tok_stream **out, const tok_vocab *v, unsigned flags, llmq_err *err)

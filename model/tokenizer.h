@@ -70,8 +70,8 @@ bool tok_add_eos(const tok_vocab *v);
  * wish.  parse_special: control tokens written in the text (e.g. "<s>") are
  * taken as those tokens.  Fails only on memory exhaustion or a character no
  * token can represent (no byte token and no unknown token). */
-int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos,
-               bool parse_special, int32_t **ids, size_t *n, llmq_err *err);
+int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
+               int32_t **ids, size_t *n, llmq_err *err);
 
 /* The bytes id stands for (llama_token_to_piece): U+2581 -> space, <0xNN> ->
  * that byte, byte-level BPE characters -> their bytes; control and unknown
@@ -95,8 +95,8 @@ enum {
 /* The concatenated pieces of n ids, as a malloc'd NUL-terminated string
  * (*len bytes before the NUL).  Bytes are returned as they are, valid UTF-8
  * or not.  Fails on an id out of range or memory exhaustion. */
-int tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, unsigned flags,
-                   char **text, size_t *len, llmq_err *err);
+int tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, unsigned flags, char **text,
+                   size_t *len, llmq_err *err);
 
 /* Streaming detokenization for output produced one token at a time: text
  * comes out as soon as it is complete UTF-8, and a multi-byte character split

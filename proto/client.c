@@ -386,8 +386,8 @@ static int rpc(llmq_client *c, wire_msg *m, wire_type expect, wire_msg *reply, l
 
 /* llmq_job spells out the parameters of proto/job_params.h for the public
  * header; each must be there, with the table's C type. */
-#define CHECK_PUBLIC_TYPE(name, kind, lo, hi, lo_open, dflt, engine)                     \
-    _Static_assert(_Generic(((llmq_job *)0)->name, JOB_PARAM_TYPE_##kind: 1, default: 0), \
+#define CHECK_PUBLIC_TYPE(name, kind, lo, hi, lo_open, dflt, engine)                        \
+    _Static_assert(_Generic(((llmq_job *)0)->name, JOB_PARAM_TYPE_##kind : 1, default : 0), \
                    "llmq_job." #name " has another type than proto/job_params.h says");
 JOB_PARAMS(CHECK_PUBLIC_TYPE)
 
@@ -406,8 +406,12 @@ static int to_wire_job(const llmq_job *j, size_t index, wire_job *w, llmq_error 
     if (j->n_tokens > UINT32_MAX || j->n_stop > UINT32_MAX)
         return fail(err, LLMQ_E_TOO_LARGE, "jobs[%zu]: too many tokens or stop strings", index);
     *w = (wire_job){
-        .key = j->key, .prompt = j->prompt, .tokens = j->tokens, .n_tokens = (uint32_t)j->n_tokens,
-        .priority = j->priority, .model = j->model,
+        .key = j->key,
+        .prompt = j->prompt,
+        .tokens = j->tokens,
+        .n_tokens = (uint32_t)j->n_tokens,
+        .priority = j->priority,
+        .model = j->model,
         .params = {.stop = j->stop, .n_stop = (uint32_t)j->n_stop},
     };
     const llmq_job *from = j;
@@ -589,8 +593,8 @@ int llmq_wait_begin(llmq_client *c, const llmq_select *sel, int timeout_ms, llmq
 
 static llmq_logprob public_logprob(const wire_logprob *p)
 {
-    return (llmq_logprob){.token = p->token, .logprob = p->logprob, .bytes = p->bytes,
-                          .n_bytes = p->n_bytes};
+    return (llmq_logprob){
+        .token = p->token, .logprob = p->logprob, .bytes = p->bytes, .n_bytes = p->n_bytes};
 }
 
 /* The result's logprobs as llmq.h has them, owned by w until the next call. */
@@ -608,8 +612,8 @@ static int to_logprobs(llmq_wait *w, const wire_result *r, llmq_result *out, llm
     llmq_logprob *top = w->lp_top;
     for (uint32_t i = 0; i < r->n_logprobs; i++) {
         const wire_token_logprobs *t = &r->logprobs[i];
-        w->lp[i] = (llmq_token_logprobs){.chosen = public_logprob(&t->chosen), .top = top,
-                                         .n_top = t->n_top};
+        w->lp[i] = (llmq_token_logprobs){
+            .chosen = public_logprob(&t->chosen), .top = top, .n_top = t->n_top};
         for (uint32_t k = 0; k < t->n_top; k++)
             *top++ = public_logprob(&t->top[k]);
     }

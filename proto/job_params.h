@@ -35,19 +35,19 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define JOB_PARAMS(X)                                                                  \
-    X(max_tokens, U32, 1, WIRE_MAX_GEN_TOKENS, 0, 256, REQUEST)                         \
-    X(temperature, F32, 0, 100, 0, 0.0f, SAMPLER)                                       \
-    X(top_k, I32, 0, 1048576, 0, 0, SAMPLER)                                            \
-    X(top_p, F32, 0, 1, 1, 1.0f, SAMPLER)                                               \
-    X(min_p, F32, 0, 1, 0, 0.0f, SAMPLER)                                               \
-    X(repeat_penalty, F32, 0, 100, 1, 1.0f, SAMPLER)                                    \
-    X(repeat_last_n, I32, -1, 1048576, 0, 64, SAMPLER)                                  \
-    X(presence_penalty, F32, -2, 2, 0, 0.0f, SAMPLER)                                   \
-    X(frequency_penalty, F32, -2, 2, 0, 0.0f, SAMPLER)                                  \
-    X(seed, U64, 0, WIRE_NO_MAX, 0, 0, SAMPLER)                                         \
-    X(ignore_eos, BOOL, 0, 0, 0, false, REQUEST)                                        \
-    X(logprobs, BOOL, 0, 0, 0, false, REQUEST)                                          \
+#define JOB_PARAMS(X)                                           \
+    X(max_tokens, U32, 1, WIRE_MAX_GEN_TOKENS, 0, 256, REQUEST) \
+    X(temperature, F32, 0, 100, 0, 0.0f, SAMPLER)               \
+    X(top_k, I32, 0, 1048576, 0, 0, SAMPLER)                    \
+    X(top_p, F32, 0, 1, 1, 1.0f, SAMPLER)                       \
+    X(min_p, F32, 0, 1, 0, 0.0f, SAMPLER)                       \
+    X(repeat_penalty, F32, 0, 100, 1, 1.0f, SAMPLER)            \
+    X(repeat_last_n, I32, -1, 1048576, 0, 64, SAMPLER)          \
+    X(presence_penalty, F32, -2, 2, 0, 0.0f, SAMPLER)           \
+    X(frequency_penalty, F32, -2, 2, 0, 0.0f, SAMPLER)          \
+    X(seed, U64, 0, WIRE_NO_MAX, 0, 0, SAMPLER)                 \
+    X(ignore_eos, BOOL, 0, 0, 0, false, REQUEST)                \
+    X(logprobs, BOOL, 0, 0, 0, false, REQUEST)                  \
     X(top_logprobs, I32, 0, WIRE_MAX_TOP_LOGPROBS, 0, 0, REQUEST)
 
 #define JOB_PARAM_TYPE_U32 uint32_t
@@ -62,7 +62,7 @@
  * borrowed: the struct owns nothing. */
 typedef struct job_params {
     JOB_PARAMS(JOB_PARAM_FIELD)
-    const char *const *stop;   /* 0..WIRE_MAX_STOP strings of 1..WIRE_MAX_STOP_BYTES */
+    const char *const *stop; /* 0..WIRE_MAX_STOP strings of 1..WIRE_MAX_STOP_BYTES */
     uint32_t n_stop;
 } job_params;
 

@@ -140,15 +140,15 @@ typedef struct llmq_select {
 typedef struct llmq_logprob {
     uint32_t token;
     float logprob;
-    const uint8_t *bytes;       /* what the token stands for: possibly part of a UTF-8
-                                   character; a control token's name (e.g. "</s>") */
+    const uint8_t *bytes; /* what the token stands for: possibly part of a UTF-8
+                             character; a control token's name (e.g. "</s>") */
     size_t n_bytes;
 } llmq_logprob;
 
 /* One generated token's: its own, and the job's top_logprobs likeliest. */
 typedef struct llmq_token_logprobs {
     llmq_logprob chosen;
-    const llmq_logprob *top;    /* most likely first */
+    const llmq_logprob *top; /* most likely first */
     size_t n_top;
 } llmq_token_logprobs;
 

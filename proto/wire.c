@@ -79,11 +79,23 @@ wire_finish wire_finish_from_name(const char *n) { return (wire_finish)index_of(
 /* ---- schemas --------------------------------------------------------------- */
 
 typedef enum kind {
-    K_U64, K_U32, K_I32, K_F32, K_F64, K_BOOL, K_STR,
-    K_U64_ARRAY, K_U32_ARRAY, K_BOOL_ARRAY, K_STR_ARRAY,
-    K_STATE, K_FINISH, K_CODE,   /* enums travelling as their names */
-    K_OBJ, K_OBJ_ARRAY,
-    K_BIN,                       /* bytes, with their count at n_off */
+    K_U64,
+    K_U32,
+    K_I32,
+    K_F32,
+    K_F64,
+    K_BOOL,
+    K_STR,
+    K_U64_ARRAY,
+    K_U32_ARRAY,
+    K_BOOL_ARRAY,
+    K_STR_ARRAY,
+    K_STATE,
+    K_FINISH,
+    K_CODE, /* enums travelling as their names */
+    K_OBJ,
+    K_OBJ_ARRAY,
+    K_BIN, /* bytes, with their count at n_off */
 } kind;
 
 enum {
@@ -140,9 +152,8 @@ typedef struct schema {
     NUM(#name, K_##kind, (lo_open) ? F_LO_OPEN : 0, job_params, name, lo, hi),
 
 static const fdef PARAM_FIELDS[] = {
-    JOB_PARAMS(PARAM_FIELD)
-    ARR("stop", K_STR_ARRAY, 0, job_params, stop, n_stop, 0, WIRE_MAX_STOP, 1,
-        WIRE_MAX_STOP_BYTES),
+    JOB_PARAMS(PARAM_FIELD) ARR("stop", K_STR_ARRAY, 0, job_params, stop, n_stop, 0, WIRE_MAX_STOP,
+                                1, WIRE_MAX_STOP_BYTES),
 };
 
 #define PROMPT_FIELDS(st)                                                                   \
@@ -193,12 +204,17 @@ static const fdef JOB_STATE_FIELDS[] = {
 static const fdef LOGPROB_FIELDS[] = {
     NUM("token", K_U32, F_REQ, wire_logprob, token, 0, WIRE_MAX_TOKEN_ID),
     NUM("logprob", K_F32, F_REQ, wire_logprob, logprob, WIRE_LOGPROB_FLOOR, 0),
-    {.name = "bytes", .k = K_BIN, .flags = F_REQ, .off = offsetof(wire_logprob, bytes),
-     .n_off = offsetof(wire_logprob, n_bytes), .lo = 0, .hi = WIRE_MAX_TOKEN_BYTES},
+    {.name = "bytes",
+     .k = K_BIN,
+     .flags = F_REQ,
+     .off = offsetof(wire_logprob, bytes),
+     .n_off = offsetof(wire_logprob, n_bytes),
+     .lo = 0,
+     .hi = WIRE_MAX_TOKEN_BYTES},
 };
 
 static const schema LOGPROB = {.parts = {{LOGPROB_FIELDS, N(LOGPROB_FIELDS), 0}},
-                                .size = sizeof(wire_logprob)};
+                               .size = sizeof(wire_logprob)};
 
 static const fdef TOP_LOGPROBS_FIELDS[] = {
     OBJS("top_logprobs", F_REQ, wire_token_logprobs, top, n_top, 0, WIRE_MAX_TOP_LOGPROBS,
@@ -211,9 +227,8 @@ static const schema TOKEN_LOGPROBS = {
               {TOP_LOGPROBS_FIELDS, N(TOP_LOGPROBS_FIELDS), 0}},
     .size = sizeof(wire_token_logprobs)};
 
-#define LOGPROBS_FIELD                                                                    \
-    OBJS("logprobs", 0, wire_result, logprobs, n_logprobs, 0, WIRE_MAX_GEN_TOKENS,         \
-         &TOKEN_LOGPROBS)
+#define LOGPROBS_FIELD \
+    OBJS("logprobs", 0, wire_result, logprobs, n_logprobs, 0, WIRE_MAX_GEN_TOKENS, &TOKEN_LOGPROBS)
 
 static const fdef RESULT_FIELDS[] = {
     NUM("id", K_U64, F_REQ, wire_result, id, 1, BIG),
@@ -228,8 +243,12 @@ static const fdef RESULT_FIELDS[] = {
     NUM("finish", K_FINISH, 0, wire_result, finish, 0, 0),
     NUM("prompt_tokens", K_U32, 0, wire_result, prompt_tokens, 0, UINT32_MAX),
     NUM("gen_tokens", K_U32, 0, wire_result, gen_tokens, 0, WIRE_MAX_GEN_TOKENS),
-    TIMING(queue_wait_ms, 0), TIMING(prefill_ms, 0), TIMING(prefill_tok_s, 0),
-    TIMING(decode_ms, 0), TIMING(decode_tok_s, 0), TIMING(total_ms, 0),
+    TIMING(queue_wait_ms, 0),
+    TIMING(prefill_ms, 0),
+    TIMING(prefill_tok_s, 0),
+    TIMING(decode_ms, 0),
+    TIMING(decode_tok_s, 0),
+    TIMING(total_ms, 0),
     STR("worker", 0, wire_result, worker, 1, WIRE_MAX_NAME_BYTES),
     STR("error", 0, wire_result, error, 1, WIRE_MAX_MESSAGE_BYTES),
 };
@@ -238,13 +257,14 @@ static const fdef JOB_RESULT_FIELDS[] = {
     NUM("id", K_U64, F_REQ, wire_result, id, 1, BIG),
     NUM("attempt", K_U32, F_REQ, wire_result, attempt, 1, UINT32_MAX),
     STR("text", F_REQ, wire_result, text, 0, WIRE_MAX_TEXT_BYTES),
-    ARR("tokens", K_U32_ARRAY, F_REQ, wire_result, tokens, n_tokens, 0, WIRE_MAX_GEN_TOKENS,
-        0, WIRE_MAX_TOKEN_ID),
+    ARR("tokens", K_U32_ARRAY, F_REQ, wire_result, tokens, n_tokens, 0, WIRE_MAX_GEN_TOKENS, 0,
+        WIRE_MAX_TOKEN_ID),
     LOGPROBS_FIELD,
     NUM("finish", K_FINISH, F_REQ, wire_result, finish, 0, 0),
     NUM("prompt_tokens", K_U32, F_REQ, wire_result, prompt_tokens, 0, UINT32_MAX),
     NUM("gen_tokens", K_U32, F_REQ, wire_result, gen_tokens, 0, WIRE_MAX_GEN_TOKENS),
-    TIMING(prefill_ms, F_REQ), TIMING(decode_ms, F_REQ),
+    TIMING(prefill_ms, F_REQ),
+    TIMING(decode_ms, F_REQ),
 };
 
 static const fdef WORKER_STAT_FIELDS[] = {
@@ -285,7 +305,9 @@ static const schema WORKER_STAT = SCHEMA1(WORKER_STAT_FIELDS, wire_worker_stat);
 static const schema SUBMIT_JOB = {
     .parts = {PART(SUBMIT_JOB_FIELDS, wire_job),
               {PARAM_FIELDS, N(PARAM_FIELDS), offsetof(wire_job, params)}},
-    .size = sizeof(wire_job), .init = init_job, .check = check_job};
+    .size = sizeof(wire_job),
+    .init = init_job,
+    .check = check_job};
 
 static const fdef SUBMIT_FIELDS[] = {
     STR("batch", 0, wire_submit, batch, 1, WIRE_MAX_NAME_BYTES),
@@ -373,18 +395,18 @@ static const schema WAIT = {
 /* F_SHARED_N makes the decoder match the counts of "ids" and "existing". */
 static const schema SUBMIT_OK = SCHEMA1(SUBMIT_OK_FIELDS, wire_submit_ok);
 static const schema JOBS_REPLY = SCHEMA1(JOBS_REPLY_FIELDS, wire_jobs_reply);
-static const schema JOB_RESULT =
-    SCHEMA1(JOB_RESULT_FIELDS, wire_result, .check = check_job_result);
+static const schema JOB_RESULT = SCHEMA1(JOB_RESULT_FIELDS, wire_result, .check = check_job_result);
 static const schema WAIT_END = SCHEMA1(WAIT_END_FIELDS, wire_wait_end);
 static const schema STATS_OK = SCHEMA1(STATS_OK_FIELDS, wire_stats_ok);
 static const schema ERROR = SCHEMA1(ERROR_FIELDS, wire_error_msg);
 static const schema HELLO = SCHEMA1(HELLO_FIELDS, wire_hello);
 static const schema WELCOME = SCHEMA1(WELCOME_FIELDS, wire_welcome);
 static const schema CREDIT = SCHEMA1(CREDIT_FIELDS, uint32_t);
-static const schema JOB = {
-    .parts = {PART(JOB_FIELDS, wire_job),
-              {PARAM_FIELDS, N(PARAM_FIELDS), offsetof(wire_job, params)}},
-    .size = sizeof(wire_job), .init = init_job, .check = check_job};
+static const schema JOB = {.parts = {PART(JOB_FIELDS, wire_job),
+                                     {PARAM_FIELDS, N(PARAM_FIELDS), offsetof(wire_job, params)}},
+                           .size = sizeof(wire_job),
+                           .init = init_job,
+                           .check = check_job};
 static const schema FAILURE = SCHEMA1(FAILURE_FIELDS, wire_job_failure);
 static const schema JOB_CANCEL = SCHEMA1(JOB_CANCEL_FIELDS, uint64_t);
 static const schema SHUTDOWN = SCHEMA1(SHUTDOWN_FIELDS, uint32_t);
@@ -825,8 +847,7 @@ static int read_scalar(rd *r, const msgpack_object *o, const fdef *f, char *p)
         return 0;
     case K_OBJ:
         return read_obj(r, o, f->sub, p);
-    case K_BIN:
-        return read_bin(r, o, f, p - f->off);
+    case K_BIN: return read_bin(r, o, f, p - f->off);
     default:
         return read_array(r, o, f, p - f->off);
     }
@@ -1256,8 +1277,7 @@ static bool present(const fdef *f, const char *p)
     case K_BOOL_ARRAY:
     case K_STR_ARRAY:
     case K_OBJ_ARRAY:
-    case K_BIN:
-        return ptr_at(p) != NULL || (f->flags & F_REQ);
+    case K_BIN: return ptr_at(p) != NULL || (f->flags & F_REQ);
     case K_STATE:
     case K_FINISH:
     case K_CODE:

@@ -176,16 +176,16 @@ typedef struct wire_timings {
  * probability under the model's raw logits). */
 typedef struct wire_logprob {
     uint32_t token;
-    float logprob;             /* WIRE_LOGPROB_FLOOR..0 */
-    const uint8_t *bytes;      /* the bytes the token stands for (may be part of a UTF-8
-                                  character), 0..WIRE_MAX_TOKEN_BYTES */
+    float logprob;        /* WIRE_LOGPROB_FLOOR..0 */
+    const uint8_t *bytes; /* the bytes the token stands for (may be part of a UTF-8
+                             character), 0..WIRE_MAX_TOKEN_BYTES */
     uint32_t n_bytes;
 } wire_logprob;
 
 /* One generated token's: its own, and the job's top_logprobs best. */
 typedef struct wire_token_logprobs {
     wire_logprob chosen;
-    const wire_logprob *top;   /* 0..WIRE_MAX_TOP_LOGPROBS, most likely first */
+    const wire_logprob *top; /* 0..WIRE_MAX_TOP_LOGPROBS, most likely first */
     uint32_t n_top;
 } wire_token_logprobs;
 
@@ -203,7 +203,7 @@ typedef struct wire_result {
     const uint32_t *tokens;    /* DONE: generated token ids */
     uint32_t n_tokens;
     const wire_token_logprobs *logprobs; /* DONE, when the job asked: one per token, else NULL */
-    uint32_t n_logprobs;       /* = n_tokens */
+    uint32_t n_logprobs;                 /* = n_tokens */
     wire_finish finish;        /* DONE: why generation ended */
     uint32_t prompt_tokens;
     uint32_t gen_tokens;

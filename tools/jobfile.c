@@ -24,8 +24,7 @@ typedef struct numfield {
     {#name, N_##kind, offsetof(llmq_job, name)},
 
 static const numfield NUMS[] = {
-    JOB_PARAMS(PARAM_NUM)
-    {"priority", N_I32, offsetof(llmq_job, priority)},
+    JOB_PARAMS(PARAM_NUM){"priority", N_I32, offsetof(llmq_job, priority)},
 };
 
 static const numfield *num_named(const char *name)
@@ -299,7 +298,7 @@ static int body_logprobs(jobfile_entry *e, const json_value *v, llmq_err *err)
     if (e->chat) {
         if (v->type != JSON_BOOL)
             return llmq_errf(err, "logprobs: chat completions take true or false (and "
-                             "\"top_logprobs\" for alternatives)");
+                                  "\"top_logprobs\" for alternatives)");
         e->job.logprobs = v->boolean;
         return 0;
     }

@@ -34,8 +34,12 @@ static int check_name(void *name, llmq_err *err)
 /* CLI_RUN with *name set, or the status to exit with at once. */
 static int parse_args(int argc, char **argv, const char **name)
 {
-    const cli_spec spec = {.program = "llmq-keygen", .usage = USAGE, .epilog = EPILOG,
-                           .operand = name, .operand_name = "NAME", .check = check_name,
+    const cli_spec spec = {.program = "llmq-keygen",
+                           .usage = USAGE,
+                           .epilog = EPILOG,
+                           .operand = name,
+                           .operand_name = "NAME",
+                           .check = check_name,
                            .check_ctx = name};
     return cli_read(&spec, argc, argv);
 }

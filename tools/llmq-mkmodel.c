@@ -54,14 +54,14 @@ typedef struct arch_def {
     /* In general.name: never "phi3" or "phi-3", which make llama.cpp apply
      * the Phi-3 vocabulary's whitespace rules to whatever --vocab gives. */
     const char *name_tag;
-    float rope_base;       /* rope_theta */
+    float rope_base; /* rope_theta */
     float rms_eps;
-    bool rope_freqs;       /* Llama 3.1's rope scaling as rope_freqs.weight */
-    bool qkv_bias;         /* Qwen2's q, k, v biases */
-    bool fused;            /* Phi-3's attn_qkv and ffn_up holding gate and up */
-    bool rope_dims_key;    /* the converter writes rope.dimension_count */
-    bool vocab_size_key;   /* ... vocab_size */
-    bool window_keys;      /* ... rope.scaling.original_context_length, attention.sliding_window */
+    bool rope_freqs;     /* Llama 3.1's rope scaling as rope_freqs.weight */
+    bool qkv_bias;       /* Qwen2's q, k, v biases */
+    bool fused;          /* Phi-3's attn_qkv and ffn_up holding gate and up */
+    bool rope_dims_key;  /* the converter writes rope.dimension_count */
+    bool vocab_size_key; /* ... vocab_size */
+    bool window_keys;    /* ... rope.scaling.original_context_length, attention.sliding_window */
 } arch_def;
 
 static const arch_def ARCHS[] = {
@@ -188,14 +188,13 @@ static int parse_args(int argc, char **argv, options *o)
          CLI_TEXT(&o->vocab), .required = true},
         {"dim", 0, "D", "embedding width (a multiple of 256 for k-quant mixes, 32 for q8_0)",
          CLI_UINT64(&o->dim, 1, 1u << 20), .required = true},
-        {"layers", 0, "L", "transformer blocks", CLI_UINT64(&o->layers, 1, 4096),
-         .required = true},
+        {"layers", 0, "L", "transformer blocks", CLI_UINT64(&o->layers, 1, 4096), .required = true},
         {"heads", 0, "H", "attention heads (divide D, with an even head size)",
          CLI_UINT64(&o->heads, 1, 1u << 16), .required = true},
         {"kv-heads", 0, "K", "key/value heads (divide H)", CLI_UINT64(&o->kv_heads, 1, 1u << 16),
          .required = true},
-        {"ff", 0, "F", "feed-forward width (same block rule as D)",
-         CLI_UINT64(&o->ff, 1, 1u << 22), .required = true},
+        {"ff", 0, "F", "feed-forward width (same block rule as D)", CLI_UINT64(&o->ff, 1, 1u << 22),
+         .required = true},
         {"ctx", 0, "C", "context length written to the metadata",
          CLI_UINT64(&o->ctx, 1, UINT32_MAX), .required = true},
         {"mix", 0, "MIX",
@@ -213,9 +212,13 @@ static int parse_args(int argc, char **argv, options *o)
          CLI_TEXT(&o->arch_name)},
         {"tied", 0, NULL, "no output.weight: the output head is token_embd", CLI_SWITCH(&o->tied)},
     };
-    const cli_spec spec = {.program = "llmq-mkmodel", .usage = USAGE, .epilog = EPILOG,
-                           .flags = flags, .n_flags = CLI_COUNT(flags),
-                           .check = check_model, .check_ctx = o};
+    const cli_spec spec = {.program = "llmq-mkmodel",
+                           .usage = USAGE,
+                           .epilog = EPILOG,
+                           .flags = flags,
+                           .n_flags = CLI_COUNT(flags),
+                           .check = check_model,
+                           .check_ctx = o};
     return cli_read(&spec, argc, argv);
 }
 
@@ -721,8 +724,7 @@ static int kv_arch_u32(gw_writer *w, const arch_def *a, const char *suffix, uint
     return gw_kv_u32(w, key, (uint32_t)v, err);
 }
 
-static int kv_arch_f32(gw_writer *w, const arch_def *a, const char *suffix, float v,
-                       llmq_err *err)
+static int kv_arch_f32(gw_writer *w, const arch_def *a, const char *suffix, float v, llmq_err *err)
 {
     char key[96];
     snprintf(key, sizeof key, "%s.%s", a->gguf_arch, suffix);

@@ -132,8 +132,7 @@ static int check_opts(void *opts, llmq_err *err)
         return llmq_errf(err, "--tokenize needs exactly one of -p TEXT and -f FILE");
     if (o->mode == MODE_PARALLEL && (!g->prompt_file || g->prompt))
         return llmq_errf(err, "--parallel needs -f FILE (one prompt per line) and no -p");
-    if ((o->mode == MODE_DETOKENIZE || o->mode == MODE_PERPLEXITY || o->mode == MODE_BENCH) &&
-        text)
+    if ((o->mode == MODE_DETOKENIZE || o->mode == MODE_PERPLEXITY || o->mode == MODE_BENCH) && text)
         return llmq_errf(err, "-p and -f go with generation, --parallel and --tokenize");
     if (o->mode == MODE_GENERATE && g->prompt_file)
         return llmq_errf(err, "-f goes with --parallel or --tokenize; give the prompt with -p");
@@ -145,8 +144,9 @@ static int check_opts(void *opts, llmq_err *err)
                               " with --ignore-eos (the schema decides where the output ends)");
     /* Each sequence running takes a row of every forward pass. */
     if (o->mode == MODE_PARALLEL && g->engine.max_batch_tokens < g->parallel)
-        return llmq_errf(err, "--batch %d is less than --parallel %d: every sequence running"
-                              " takes a token of each forward pass",
+        return llmq_errf(err,
+                         "--batch %d is less than --parallel %d: every sequence running"
+                         " takes a token of each forward pass",
                          g->engine.max_batch_tokens, g->parallel);
     g->ppl_ctx = o->ctx ? o->ctx : PPL_CTX;
     if (o->mode != MODE_PERPLEXITY)
@@ -232,8 +232,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
          CLI_INT32(&o->ctx, 4, 1 << 24)},
         {"ctx-size", 0, "N", "the same as --ctx (llama.cpp's name)",
          CLI_INT32(&o->ctx, 4, 1 << 24)},
-        {"batch", 0, "N",
-         "tokens per forward pass (default 512); with --parallel N, at least N",
+        {"batch", 0, "N", "tokens per forward pass (default 512); with --parallel N, at least N",
          CLI_INT32(&g->engine.max_batch_tokens, 1, 1 << 16)},
         {"kv-blocks", 0, "N",
          "KV cache blocks of 16 tokens (default: enough for every sequence, at most 90% of the"
@@ -247,15 +246,17 @@ static int parse_args(int argc, char **argv, run_opts *o)
         CLI_HEADING("tokenizer:"),
         {"file", 'f', "FILE", "the text to tokenize (or the prompts of --parallel)",
          CLI_TEXT(&g->prompt_file)},
-        {"no-parse-special", 0, NULL,
-         "take special tokens written in the text (e.g. <s>) as text",
+        {"no-parse-special", 0, NULL, "take special tokens written in the text (e.g. <s>) as text",
          CLI_SWITCH(&o->no_parse_special)},
-        {"no-bos", 0, NULL, "do not add BOS even if the model asks for it",
-         CLI_SWITCH(&o->no_bos)},
+        {"no-bos", 0, NULL, "do not add BOS even if the model asks for it", CLI_SWITCH(&o->no_bos)},
     };
-    const cli_spec spec = {.program = "llmq-run", .usage = USAGE, .epilog = EPILOG,
-                           .flags = flags, .n_flags = CLI_COUNT(flags),
-                           .check = check_opts, .check_ctx = o};
+    const cli_spec spec = {.program = "llmq-run",
+                           .usage = USAGE,
+                           .epilog = EPILOG,
+                           .flags = flags,
+                           .n_flags = CLI_COUNT(flags),
+                           .check = check_opts,
+                           .check_ctx = o};
     return cli_read(&spec, argc, argv);
 }
 
@@ -387,8 +388,9 @@ static int run_engine_mode(run_opts *o)
         return 1;
     }
     const model_config *c = model_get_config(m);
-    fprintf(stderr, "llmq-run: %s: %s, %s, %d layers, dim %d, %d heads (%d kv), vocab %d, %.1f MB "
-                    "%s; %s\n",
+    fprintf(stderr,
+            "llmq-run: %s: %s, %s, %d layers, dim %d, %d heads (%d kv), vocab %d, %.1f MB "
+            "%s; %s\n",
             o->model, c->name, c->arch, c->n_layers, c->dim, c->n_head, c->n_head_kv, c->n_vocab,
             c->weight_bytes / 1e6, quant_type_name(c->weight_type), be->name);
     if (o->mode == MODE_GENERATE || o->mode == MODE_PARALLEL)

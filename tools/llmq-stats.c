@@ -59,8 +59,8 @@ static const char EPILOG[] =
 
 static int parse_format(void *fmt, const char *s, llmq_err *err)
 {
-    static const char *const NAMES[] = {[FMT_TEXT] = "text", [FMT_CSV] = "csv",
-                                        [FMT_JSON] = "json"};
+    static const char *const NAMES[] = {
+        [FMT_TEXT] = "text", [FMT_CSV] = "csv", [FMT_JSON] = "json"};
     for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++)
         if (strcmp(s, NAMES[i]) == 0) {
             *(format *)fmt = (format)i;
@@ -74,8 +74,10 @@ static int parse_table(void *opts, const char *s, llmq_err *err)
     options *o = opts;
     report_kind k;
     if (report_parse(s, &k) != 0)
-        return llmq_errf(err, "'%s' is not one of batches, workers, time, worker-time, "
-                              "histogram, jobs", s);
+        return llmq_errf(err,
+                         "'%s' is not one of batches, workers, time, worker-time, "
+                         "histogram, jobs",
+                         s);
     o->want[k] = true;
     o->any_table = true;
     return 0;
@@ -116,8 +118,11 @@ static int parse_args(int argc, char **argv, options *o)
         {"quiet", 'q', NULL, "print no table (with --plot: only write the plot)",
          CLI_SWITCH(&o->quiet)},
     };
-    const cli_spec spec = {.program = "llmq-stats", .usage = USAGE, .epilog = EPILOG,
-                           .flags = flags, .n_flags = CLI_COUNT(flags)};
+    const cli_spec spec = {.program = "llmq-stats",
+                           .usage = USAGE,
+                           .epilog = EPILOG,
+                           .flags = flags,
+                           .n_flags = CLI_COUNT(flags)};
     const int status = cli_read(&spec, argc, argv);
     if (!o->any_table)
         o->want[REPORT_BATCHES] = o->want[REPORT_WORKERS] = o->want[REPORT_TIME] = true;

@@ -81,9 +81,13 @@ static int parse_options(int argc, char **argv, options *o)
         {"timeout", 0, "SECONDS", "stop waiting after this long (default: no limit)",
          CLI_DOUBLE(&o->timeout_s, 0, 4e6)},
     };
-    const cli_spec spec = {.program = "llmq-submit", .usage = USAGE, .epilog = EPILOG,
-                           .flags = flags, .n_flags = CLI_COUNT(flags),
-                           .check = check_keys, .check_ctx = o};
+    const cli_spec spec = {.program = "llmq-submit",
+                           .usage = USAGE,
+                           .epilog = EPILOG,
+                           .flags = flags,
+                           .n_flags = CLI_COUNT(flags),
+                           .check = check_keys,
+                           .check_ctx = o};
     return cli_read(&spec, argc, argv);
 }
 

@@ -21,9 +21,14 @@ static int fail(const char *what, const llmq_err *err)
 static engine_request make_request(const run_gen_opts *o, const grammar *constraint, uint64_t id,
                                    const int32_t *ids, size_t n)
 {
-    return (engine_request){.id = id, .prompt = ids, .n_prompt = (int32_t)n,
-                            .sampling = o->sampling, .max_tokens = o->n_predict,
-                            .stop = o->stop, .n_stop = (int32_t)o->n_stop, .ignore_eos = o->ignore_eos,
+    return (engine_request){.id = id,
+                            .prompt = ids,
+                            .n_prompt = (int32_t)n,
+                            .sampling = o->sampling,
+                            .max_tokens = o->n_predict,
+                            .stop = o->stop,
+                            .n_stop = (int32_t)o->n_stop,
+                            .ignore_eos = o->ignore_eos,
                             .logprobs = o->logprobs >= 0,
                             .top_logprobs = o->logprobs > 0 ? o->logprobs : 0,
                             .constraint = constraint};
@@ -328,8 +333,11 @@ static int bench_once(model *m, const tok_vocab *v, const engine_config *base, i
     int rc = ids ? 0 : llmq_errf(err, "out of memory");
     for (int32_t s = 0; rc == 0 && s < b; s++) {
         random_prompt(v, ids, n_prompt, (uint32_t)s + 1);
-        engine_request req = {.id = (uint64_t)s, .prompt = ids, .n_prompt = n_prompt,
-                              .sampling = sampler_default_params(), .max_tokens = n_gen,
+        engine_request req = {.id = (uint64_t)s,
+                              .prompt = ids,
+                              .n_prompt = n_prompt,
+                              .sampling = sampler_default_params(),
+                              .max_tokens = n_gen,
                               .ignore_eos = true};
         rc = engine_add(e, &req, err);
     }
@@ -431,8 +439,9 @@ static void bench_report(FILE *f, const model *m, const run_gen_opts *o, const b
     json_text(f, "weights", quant_type_name(c->weight_type));
     fprintf(f, ", \"bytes\": %llu", (unsigned long long)c->weight_bytes);
     json_text(f, "backend", model_backend(m)->name);
-    fprintf(f, ", \"threads\": %d, \"reps\": %d, \"decode_order\": \"prefill_first\", "
-               "\"results\": {",
+    fprintf(f,
+            ", \"threads\": %d, \"reps\": %d, \"decode_order\": \"prefill_first\", "
+            "\"results\": {",
             threads, o->bench_reps);
     for (int i = 0; i < n; i++) {
         json_key(f, i == 0, cases[i].name);
@@ -460,7 +469,8 @@ static int bench_warm_up(model *m, const tok_vocab *v, const run_gen_opts *o, ll
     if (bench_once(m, v, &o->engine, 1, BENCH_PP, 8, &br, err) != 0 ||
         bench_once(m, v, &o->engine, 8, BENCH_BATCH_PROMPT, 8, &br, err) != 0)
         return llmq_err_prefix(err, "warm-up");
-    fprintf(stderr, "llmq-run: bench warm-up (not counted): %.1f s\n", (clock_mono_ms_f() - t0) / 1e3);
+    fprintf(stderr, "llmq-run: bench warm-up (not counted): %.1f s\n",
+            (clock_mono_ms_f() - t0) / 1e3);
     return 0;
 }
 

@@ -24,9 +24,9 @@ typedef struct run_gen_opts {
     const char *stop[ENGINE_MAX_STOPS];
     size_t n_stop;
     bool ignore_eos;
-    int32_t logprobs;         /* --logprobs N: each token's logprob and its N likeliest; -1: off */
-    const char *json_schema;  /* --json-schema FILE: outputs follow this JSON schema */
-    bool json_object;         /* --json-object: outputs are JSON objects */
+    int32_t logprobs;        /* --logprobs N: each token's logprob and its N likeliest; -1: off */
+    const char *json_schema; /* --json-schema FILE: outputs follow this JSON schema */
+    bool json_object;        /* --json-object: outputs are JSON objects */
     engine_config engine;
     int32_t threads;          /* -t, for reports */
     const char *ppl_file;     /* --perplexity */

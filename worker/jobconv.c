@@ -10,8 +10,7 @@
  * fails the build. */
 #define ENGINE_SAMPLER(req) (req)->sampling
 #define ENGINE_REQUEST(req) (*(req))
-#define TO_ENGINE(name, kind, lo, hi, lo_open, dflt, engine) \
-    ENGINE_##engine(req).name = p->name;
+#define TO_ENGINE(name, kind, lo, hi, lo_open, dflt, engine) ENGINE_##engine(req).name = p->name;
 
 static void engine_params(engine_request *req, const job_params *p)
 {
@@ -82,8 +81,10 @@ static wire_logprob wire_logprob_of(engine_logprob lp, const tok_vocab *v)
     const char *piece = tok_piece(v, lp.token, true, &n);
     if (n > WIRE_MAX_TOKEN_BYTES) /* not in any vocabulary seen; cut, not failed */
         n = WIRE_MAX_TOKEN_BYTES;
-    return (wire_logprob){.token = (uint32_t)lp.token, .logprob = lp.logprob,
-                          .bytes = (const uint8_t *)piece, .n_bytes = (uint32_t)n};
+    return (wire_logprob){.token = (uint32_t)lp.token,
+                          .logprob = lp.logprob,
+                          .bytes = (const uint8_t *)piece,
+                          .n_bytes = (uint32_t)n};
 }
 
 /* r->logprobs from ev's, when the job asked for them. */
@@ -100,7 +101,8 @@ static int make_logprobs(jobconv_result *r, const engine_event *ev, const tok_vo
         for (size_t j = 0; j < k; j++)
             r->top[i * k + j] = wire_logprob_of(ev->top_logprobs[i * k + j], v);
         r->logprobs[i] = (wire_token_logprobs){.chosen = wire_logprob_of(ev->logprobs[i], v),
-                                               .top = r->top + i * k, .n_top = (uint32_t)k};
+                                               .top = r->top + i * k,
+                                               .n_top = (uint32_t)k};
     }
     return 0;
 }

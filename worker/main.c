@@ -56,7 +56,7 @@ typedef struct options {
     bool cpu, verbose;
     int32_t gpu; /* -1: not given */
     int32_t slots, threads, ctx, batch, kv_blocks, heartbeat_ms, grace_ms;
-    int32_t min_step_ms; /* LLMQ_TEST_MIN_STEP_MS: tests only, see serve() */
+    int32_t min_step_ms;      /* LLMQ_TEST_MIN_STEP_MS: tests only, see serve() */
     int32_t test_engine_seqs; /* LLMQ_TEST_ENGINE_SEQS: tests only, see open_engine() */
 } options;
 
@@ -89,14 +89,17 @@ static int check_options(void *opts, llmq_err *err)
 static int parse_args(int argc, char **argv, options *o)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    *o = (options){.broker = "tcp://127.0.0.1:5556", .gpu = -1, .slots = 0,
-                   .threads = cores > 0 ? (int32_t)cores : 1, .batch = 512,
-                   .heartbeat_ms = WIRE_HEARTBEAT_MS, .grace_ms = 10000};
+    *o = (options){.broker = "tcp://127.0.0.1:5556",
+                   .gpu = -1,
+                   .slots = 0,
+                   .threads = cores > 0 ? (int32_t)cores : 1,
+                   .batch = 512,
+                   .heartbeat_ms = WIRE_HEARTBEAT_MS,
+                   .grace_ms = 10000};
     const cli_flag flags[] = {
         {"broker", 'b', "ENDPOINT", "the broker's worker endpoint (default tcp://127.0.0.1:5556)",
          CLI_TEXT(&o->broker)},
-        {"model", 'm', "FILE", "GGUF model file (required)", CLI_TEXT(&o->model),
-         .required = true},
+        {"model", 'm', "FILE", "GGUF model file (required)", CLI_TEXT(&o->model), .required = true},
         {"cpu", 0, NULL, "run the CPU engine (the default when built without CUDA)",
          CLI_SWITCH(&o->cpu)},
         {"gpu", 0, "N", "run on GPU N with the CUDA engine (default 0 when built with CUDA)",
@@ -134,9 +137,13 @@ static int parse_args(int argc, char **argv, options *o)
          CLI_INT32(&o->grace_ms, 0, 86400000)},
         {"verbose", 'v', NULL, "a log line per job", CLI_SWITCH(&o->verbose)},
     };
-    const cli_spec spec = {.program = "llmq-worker", .usage = USAGE, .epilog = EPILOG,
-                           .flags = flags, .n_flags = CLI_COUNT(flags),
-                           .check = check_options, .check_ctx = o};
+    const cli_spec spec = {.program = "llmq-worker",
+                           .usage = USAGE,
+                           .epilog = EPILOG,
+                           .flags = flags,
+                           .n_flags = CLI_COUNT(flags),
+                           .check = check_options,
+                           .check_ctx = o};
     return cli_read(&spec, argc, argv);
 }
 
@@ -273,9 +280,8 @@ static void say_ready(const options *o, const parts *p)
     log_line("llmq-worker", p->id.worker,
              "%s (%s, %d layers, %.1f MB %s, %s) on %s, %u slots of %d tokens,"
              " a KV cache of %d tokens; broker %s",
-             o->model, c->name, c->n_layers, c->weight_bytes / 1e6,
-             quant_type_name(c->weight_type), p->id.model_hash, where, session_slots(p->sess),
-             engine_get_config(p->eng)->n_ctx,
+             o->model, c->name, c->n_layers, c->weight_bytes / 1e6, quant_type_name(c->weight_type),
+             p->id.model_hash, where, session_slots(p->sess), engine_get_config(p->eng)->n_ctx,
              engine_get_config(p->eng)->n_blocks * engine_get_config(p->eng)->block_size,
              o->broker);
 }
@@ -444,8 +450,7 @@ static int serve(parts *p, int32_t min_step_ms, int sigfd, llmq_err *err)
             session_stop(p->sess);
         if (read_messages(p, err) != 0 || session_tick(p->sess, err) != 0)
             return -1;
-        if (session_done(p->sess) || !engine_has_work(p->eng) ||
-            clock_mono_ms() < next_step_at)
+        if (session_done(p->sess) || !engine_has_work(p->eng) || clock_mono_ms() < next_step_at)
             continue;
         next_step_at = clock_mono_ms() + min_step_ms;
         if (step(p, err) != 0)

@@ -112,8 +112,7 @@ static int send_job_failure(session *s, uint64_t id, uint32_t attempt, const cha
 
 /* A job that cannot go on here: whether it may run again is its error's
  * code's to say (wire_retryable). */
-static int fail_job(session *s, uint64_t id, uint32_t attempt, const llmq_err *why,
-                    llmq_err *err)
+static int fail_job(session *s, uint64_t id, uint32_t attempt, const llmq_err *why, llmq_err *err)
 {
     return send_job_failure(s, id, attempt, why->msg, wire_retryable(why->code), err);
 }

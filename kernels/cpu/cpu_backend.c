@@ -566,15 +566,19 @@ static void rope_task(void *ctx, int64_t r, int thread)
         }
         rope_heads(j->q + r * sh->n_head * sh->head_dim, sh->n_head, sh->head_dim, lay, i0, n, c,
                    s);
-        rope_heads(j->k + r * sh->n_head_kv * sh->head_dim, sh->n_head_kv, sh->head_dim, lay, i0,
-                   n, c, s);
+        rope_heads(j->k + r * sh->n_head_kv * sh->head_dim, sh->n_head_kv, sh->head_dim, lay, i0, n,
+                   c, s);
     }
 }
 
 static void cpu_rope(backend *be, float *q, float *k, const int32_t *pos, int32_t rows,
                      const be_attn_shape *shape, const be_rope *rope)
 {
-    rope_job j = {.q = q, .k = k, .pos = pos, .shape = shape, .rope = rope,
+    rope_job j = {.q = q,
+                  .k = k,
+                  .pos = pos,
+                  .shape = shape,
+                  .rope = rope,
                   .theta_scale = powf(rope->freq_base, -2.0f / (float)rope->n_dims)};
     pool_run(pool_of(be), rope_task, &j, rows,
              (int64_t)rows * (shape->n_head + shape->n_head_kv + 16) * rope->n_dims);

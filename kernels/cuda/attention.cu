@@ -467,13 +467,13 @@ static void launch_decode_hg(cuda_backend *cb, const attn_args &a, const be_attn
 {
     const int max_split = (b->max_seq_len + DEC_KEYS - 1) / DEC_KEYS;
     float *part = NULL;
-    if (max_split > 1 &&
-        !(part = cuda_scratch(cb, "attention", (size_t)b->n_decode * a.n_head * max_split *
+    if (max_split > 1 && !(part = cuda_scratch(cb, "attention",
+                                               (size_t)b->n_decode * a.n_head * max_split *
                                                    (D + 2) * sizeof(float))))
         return;
     dim3 grid(max_split, a.n_head / HG, b->n_decode);
-    attn_decode_kernel<D, HG><<<grid, DEC_THREADS, 0, cb->stream>>>(a, b->decode_rows_dev,
-                                                                     scale_log2, part, max_split);
+    attn_decode_kernel<D, HG>
+        <<<grid, DEC_THREADS, 0, cb->stream>>>(a, b->decode_rows_dev, scale_log2, part, max_split);
     if (max_split > 1)
         attn_decode_merge_kernel<D><<<dim3(b->n_decode, a.n_head), D, 0, cb->stream>>>(
             a, b->decode_rows_dev, part, max_split);
@@ -562,9 +562,20 @@ void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const fl
     }
     const int64_t layer_off = (int64_t)layer * kv->n_blocks * kv->block_size * kv->kv_dim;
     const bool decode = (D == 64 || D == 128) && b->n_decode > 0;
-    attn_args a = {kv->k + layer_off, kv->v + layer_off, kv->kv_dim, kv->block_size,
-                   b->max_blocks, b->n_rows, sh->n_head, sh->n_head / sh->n_head_kv, D, q,
-                   b->row_seq_dev, b->row_pos_dev, b->block_table_dev, out,
+    attn_args a = {kv->k + layer_off,
+                   kv->v + layer_off,
+                   kv->kv_dim,
+                   kv->block_size,
+                   b->max_blocks,
+                   b->n_rows,
+                   sh->n_head,
+                   sh->n_head / sh->n_head_kv,
+                   D,
+                   q,
+                   b->row_seq_dev,
+                   b->row_pos_dev,
+                   b->block_table_dev,
+                   out,
                    decode ? b->first_generated_dev : NULL};
     const float scale = 1.0f / sqrtf((float)D);
     const float scale_log2 = scale * 1.4426950408889634f;

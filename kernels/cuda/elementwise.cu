@@ -130,8 +130,8 @@ static __device__ float rms_scale(const float *x, int32_t dim, float eps)
  * blockIdx.y (a whole number of 64-value step groups). */
 template <int MODE>
 __global__ void __launch_bounds__(PROD_THREADS)
-row_kernel(const float *x, const float *aux, float eps, int32_t dim, float *y, __half *h,
-           int32_t hstride)
+    row_kernel(const float *x, const float *aux, float eps, int32_t dim, float *y, __half *h,
+               int32_t hstride)
 {
     const int64_t r = blockIdx.x;
     const float *xr = x + r * dim;
@@ -158,8 +158,8 @@ row_kernel(const float *x, const float *aux, float eps, int32_t dim, float *y, _
 }
 
 template <int MODE>
-static void launch_rows(cuda_backend *cb, const float *x, const float *aux, float eps,
-                        int32_t rows, int32_t dim, be_act *a)
+static void launch_rows(cuda_backend *cb, const float *x, const float *aux, float eps, int32_t rows,
+                        int32_t dim, be_act *a)
 {
     cuda_actq *aq = (cuda_actq *)a->q;
     const int32_t hs = (int32_t)act_f16_stride(dim);

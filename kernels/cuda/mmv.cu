@@ -36,16 +36,42 @@
 #define MMV_ROWS 8   /* weight rows a CTA */
 
 /* What a lane reads of one block (256 values of k) of its weight row. */
-struct mmv_q4k { uint4 hdr; uint2 qs[4]; };
-struct mmv_q5k { uint4 hdr; uint2 qh, qs[4]; };
-struct mmv_q6k { uint2 ql[4], qh[4]; uint4 sc; __half d; };
-struct mmv_q8 { uint2 q[8]; __half d[8]; };
+struct mmv_q4k {
+    uint4 hdr;
+    uint2 qs[4];
+};
+struct mmv_q5k {
+    uint4 hdr;
+    uint2 qh, qs[4];
+};
+struct mmv_q6k {
+    uint2 ql[4], qh[4];
+    uint4 sc;
+    __half d;
+};
+struct mmv_q8 {
+    uint2 q[8];
+    __half d[8];
+};
 
-template <int T> struct mmv_raw;
-template <> struct mmv_raw<QUANT_Q4_K> { typedef mmv_q4k type; };
-template <> struct mmv_raw<QUANT_Q5_K> { typedef mmv_q5k type; };
-template <> struct mmv_raw<QUANT_Q6_K> { typedef mmv_q6k type; };
-template <> struct mmv_raw<QUANT_Q8_0> { typedef mmv_q8 type; };
+template <int T>
+struct mmv_raw;
+template <>
+struct mmv_raw<QUANT_Q4_K> {
+    typedef mmv_q4k type;
+};
+template <>
+struct mmv_raw<QUANT_Q5_K> {
+    typedef mmv_q5k type;
+};
+template <>
+struct mmv_raw<QUANT_Q6_K> {
+    typedef mmv_q6k type;
+};
+template <>
+struct mmv_raw<QUANT_Q8_0> {
+    typedef mmv_q8 type;
+};
 
 /* Block b of weight row `row`, lane quad position c. */
 static __device__ __forceinline__ void mmv_load(const be_weight &w, int64_t row, int64_t b, int c,
@@ -124,7 +150,8 @@ static __device__ __forceinline__ void mmv_prepare(const mmv_q5k &f, int, mmv_bl
     }
 }
 
-static __device__ __forceinline__ void mmv_prepare(const mmv_q6k &f, int c, mmv_block<QUANT_Q6_K> *k)
+static __device__ __forceinline__ void mmv_prepare(const mmv_q6k &f, int c,
+                                                   mmv_block<QUANT_Q6_K> *k)
 {
     const uint32_t sc[4] = {f.sc.x, f.sc.y, f.sc.z, f.sc.w}; /* scale 4q + 2h + c/2 */
 #pragma unroll
@@ -159,8 +186,8 @@ static __device__ __forceinline__ void mmv_step(const mmv_q5k &f, const mmv_bloc
 {
     const int h = s >> 1, t = s & 1;
     const uint32_t fifth = (((t ? f.qh.y : f.qh.x) >> (2 * q + h)) & 0x01010101u) << 4;
-    bytes_to_half2(kq_bytes(t ? f.qs[q].y : f.qs[q].x, h, fifth), half2_of(MM_BIAS_UNSIGNED),
-                   even, odd);
+    bytes_to_half2(kq_bytes(t ? f.qs[q].y : f.qs[q].x, h, fifth), half2_of(MM_BIAS_UNSIGNED), even,
+                   odd);
     const k4_sub sub = {k.scale[2 * q + h], k.bias[2 * q + h]};
     *even = k4_value(*even, sub);
     *odd = k4_value(*odd, sub);
@@ -170,8 +197,8 @@ static __device__ __forceinline__ void mmv_step(const mmv_q6k &f, const mmv_bloc
                                                 int q, int s, int c, __half2 *even, __half2 *odd)
 {
     const int h = s >> 1, t = s & 1;
-    const uint32_t high =
-        (((h ? f.qh[q].y : f.qh[q].x) >> (2 * (2 * (c % 2) + t))) & 0x03030303u) << 4;
+    const uint32_t high = (((h ? f.qh[q].y : f.qh[q].x) >> (2 * (2 * (c % 2) + t))) & 0x03030303u)
+                          << 4;
     bytes_to_half2(kq_bytes(t ? f.ql[q].y : f.ql[q].x, h, high), half2_of(MM_BIAS_Q6), even, odd);
     *even = q6_value(*even, k.scale[2 * q + h]);
     *odd = q6_value(*odd, k.scale[2 * q + h]);
@@ -198,8 +225,8 @@ struct mmv_arows {
 static __device__ __forceinline__ mmv_arows mmv_arows_of(const __half *act, int64_t lda, int m,
                                                          int r, int c)
 {
-    return {act + (int64_t)min(r, m - 1) * lda + 4 * c, act + (int64_t)min(r + 8, m - 1) * lda + 4 * c,
-            r < m ? ~0u : 0u, r + 8 < m ? ~0u : 0u};
+    return {act + (int64_t)min(r, m - 1) * lda + 4 * c,
+            act + (int64_t)min(r + 8, m - 1) * lda + 4 * c, r < m ? ~0u : 0u, r + 8 < m ? ~0u : 0u};
 }
 
 /* The A fragment for k tile kt, step s. */
@@ -263,7 +290,7 @@ static __device__ __forceinline__ void mmv_chunk(const be_weight &w, int64_t row
 
 template <int T, int MT>
 __global__ void __launch_bounds__(MMV_WARPS * 32)
-mmv_kernel(mmv_group grp, const __half *act, int64_t lda, int m, bool accumulate)
+    mmv_kernel(mmv_group grp, const __half *act, int64_t lda, int m, bool accumulate)
 {
     extern __shared__ float part[]; /* [chunk][8 weight rows][16 MT activation rows] */
     /* constant indices only: a run-time index would copy the group to local memory */
@@ -318,8 +345,8 @@ static size_t mmv_smem(int64_t lda, int mt)
 
 bool mmv_takes(const be_weight *w, const be_act *in)
 {
-    const bool typed = w->type == QUANT_Q4_K || w->type == QUANT_Q5_K ||
-                       w->type == QUANT_Q6_K || w->type == QUANT_Q8_0;
+    const bool typed = w->type == QUANT_Q4_K || w->type == QUANT_Q5_K || w->type == QUANT_Q6_K ||
+                       w->type == QUANT_Q8_0;
     return typed && in->rows <= MMV_MAX_ROWS;
 }
 

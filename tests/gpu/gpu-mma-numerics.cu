@@ -30,13 +30,13 @@
 #define K 4096
 #define TRIALS 8
 
-#define CHECK_CUDA(x)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));            \
-            exit(1);                                                                               \
-        }                                                                                          \
+#define CHECK_CUDA(x)                                                                   \
+    do {                                                                                \
+        cudaError_t e_ = (x);                                                           \
+        if (e_ != cudaSuccess) {                                                        \
+            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+            exit(1);                                                                    \
+        }                                                                               \
     } while (0)
 
 __device__ __forceinline__ uint32_t pack(__half lo, __half hi)
@@ -67,11 +67,11 @@ __global__ void mma_chain(const __half *a, const __half *b, bool permute, float 
     for (int k0 = 0; k0 < K; k0 += 16) {
         auto A = [&](int r, int p) { return a[r * K + k0 + kperm(p, permute)]; };
         auto B = [&](int n, int p) { return b[n * K + k0 + kperm(p, permute)]; };
-        const uint32_t af[4] = {pack(A(g, 2 * c), A(g, 2 * c + 1)),
-                                pack(A(g + 8, 2 * c), A(g + 8, 2 * c + 1)),
-                                pack(A(g, 2 * c + 8), A(g, 2 * c + 9)),
-                                pack(A(g + 8, 2 * c + 8), A(g + 8, 2 * c + 9))};
-        mma16816(acc, af, pack(B(g, 2 * c), B(g, 2 * c + 1)), pack(B(g, 2 * c + 8), B(g, 2 * c + 9)));
+        const uint32_t af[4] = {
+            pack(A(g, 2 * c), A(g, 2 * c + 1)), pack(A(g + 8, 2 * c), A(g + 8, 2 * c + 1)),
+            pack(A(g, 2 * c + 8), A(g, 2 * c + 9)), pack(A(g + 8, 2 * c + 8), A(g + 8, 2 * c + 9))};
+        mma16816(acc, af, pack(B(g, 2 * c), B(g, 2 * c + 1)),
+                 pack(B(g, 2 * c + 8), B(g, 2 * c + 9)));
     }
     d[g * 8 + 2 * c] = acc[0];
     d[g * 8 + 2 * c + 1] = acc[1];
@@ -90,7 +90,8 @@ __global__ void wgmma_chain(const __half *a, const __half *b, uint32_t lbo, uint
     const int r0 = 16 * warp;
     float acc[4] = {0, 0, 0, 0};
     const uint32_t base = (uint32_t)__cvta_generic_to_shared(sb);
-    const uint64_t desc = (uint64_t)((base >> 4) & 0x3fff) | ((uint64_t)((lbo >> 4) & 0x3fff) << 16) |
+    const uint64_t desc = (uint64_t)((base >> 4) & 0x3fff) |
+                          ((uint64_t)((lbo >> 4) & 0x3fff) << 16) |
                           ((uint64_t)((sbo >> 4) & 0x3fff) << 32);
     for (int k0 = 0; k0 < K; k0 += 16) {
         /* core matrix h: row n holds b[n][k0 + 8h .. +8] */
@@ -279,9 +280,11 @@ int main(void)
                 t[4].differ += !same_bits(dw[i * 8 + j], d1[i * 8 + j]);
             }
     }
-    printf("| case | outputs compared | bit differences | worst rel. error |\n| --- | --- | --- | --- |\n");
+    printf("| case | outputs compared | bit differences | worst rel. error |\n| --- | --- | --- | "
+           "--- |\n");
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-        printf("| %s | %ld | %ld | %.2e |\n", t[i].name, t[i].compared, t[i].differ, t[i].worst_rel);
+        printf("| %s | %ld | %ld | %.2e |\n", t[i].name, t[i].compared, t[i].differ,
+               t[i].worst_rel);
     printf("# wgmma descriptor: lbo %u, sbo %u (bytes)\n", lbo, sbo);
     return 0;
 }

@@ -812,8 +812,8 @@ static void test_rope(ctx *c, be_rope_mode mode, int32_t rope_dim, float base, b
     backend *be[2] = {c->cpu, c->gpu};
     for (int i = 0; i < 2; i++) {
         dff[i] = factors ? dev_copy(be[i], ff, sizeof ff) : NULL;
-        const be_rope r = {.mode = mode, .n_dims = rope_dim, .freq_base = base,
-                           .factors_dev = dff[i]};
+        const be_rope r = {
+            .mode = mode, .n_dims = rope_dim, .freq_base = base, .factors_dev = dff[i]};
         be[i]->ops->rope(be[i], dq[i], dk[i], dp[i], rows, &sh, &r);
     }
     if (fetch(c->cpu, qc, dq[0], nq) || fetch(c->gpu, qg, dq[1], nq) ||
@@ -850,11 +850,11 @@ typedef struct att_seq {
  * prompt, a long decode row, and a sequence recomputed after preemption
  * (prompt rows then decode rows in one call): every tile shape the tile
  * kernel knows, and decode rows beside prefill rows. */
-static const att_seq att_mixed[] = {{100, 1, 100}, {20, 71, ATT_PROMPT}, {0, 10, ATT_PROMPT},
-                                    {0, 1, ATT_PROMPT}, {300, 1, 300}, {50, 30, 60}};
+static const att_seq att_mixed[] = {{100, 1, 100},      {20, 71, ATT_PROMPT}, {0, 10, ATT_PROMPT},
+                                    {0, 1, ATT_PROMPT}, {300, 1, 300},        {50, 30, 60}};
 /* Decode rows only, at lengths around the decode kernel's 128-key splits. */
-static const att_seq att_decode[] = {{1000, 1, 1000}, {4, 1, 4}, {127, 1, 127}, {128, 1, 128},
-                                     {0, 1, 0}, {700, 1, 700}};
+static const att_seq att_decode[] = {{1000, 1, 1000}, {4, 1, 4}, {127, 1, 127},
+                                     {128, 1, 128},   {0, 1, 0}, {700, 1, 700}};
 
 static void test_attention(ctx *c, int32_t n_head, int32_t n_head_kv, int32_t hd,
                            const att_seq *seqs, int NSEQ, double bound_tc)
@@ -937,7 +937,8 @@ static void test_attention(ctx *c, int32_t n_head, int32_t n_head_kv, int32_t hd
         if (i == 1)
             poison_act(c, &out, no);
         be[i]->ops->kv_write(be[i], kv, 1, dk, dv, ds, total);
-        const be_attn_batch ab = {n_rows, NSEQ, drs, drp, dt, dl, MAXB, max_len, dfg, dal, n_decode};
+        const be_attn_batch ab = {n_rows, NSEQ,    drs, drp, dt,      dl,
+                                  MAXB,   max_len, dfg, dal, n_decode};
         be[i]->ops->attention(be[i], kv, 1, dq, &ab, &sh, &out);
         ran = fetch(be[i], res[i], out.x, no) == 0;
         void *bufs[] = {dk, dv, ds, dq, dt, dl, drs, drp, dfg, dal};
@@ -1007,8 +1008,7 @@ static int ab_run(ctx *c, ab_cache *ac, const be_attn_shape *sh, const ab_row *r
     const int32_t n_dec = be_attn_decode_rows(rs, rp, fg, n, dec);
     float *q = malloc((size_t)n * row_floats * sizeof *q);
     for (int i = 0; q && i < n; i++)
-        memcpy(q + i * row_floats,
-               ac->q + ((size_t)rows[i].seq * 512 + rows[i].pos) * row_floats,
+        memcpy(q + i * row_floats, ac->q + ((size_t)rows[i].seq * 512 + rows[i].pos) * row_floats,
                row_floats * sizeof *q);
     llmq_err err;
     be_act o;
@@ -1017,14 +1017,17 @@ static int ab_run(ctx *c, ab_cache *ac, const be_attn_shape *sh, const ab_row *r
         free(q);
         return -1;
     }
-    void *d[] = {dev_copy(g, q, (size_t)n * row_floats * 4), dev_copy(g, rs, (size_t)n * 4),
-                 dev_copy(g, rp, (size_t)n * 4), dev_copy(g, table, sizeof table),
-                 dev_copy(g, len, sizeof len), dev_copy(g, fg, sizeof fg),
+    void *d[] = {dev_copy(g, q, (size_t)n * row_floats * 4),
+                 dev_copy(g, rs, (size_t)n * 4),
+                 dev_copy(g, rp, (size_t)n * 4),
+                 dev_copy(g, table, sizeof table),
+                 dev_copy(g, len, sizeof len),
+                 dev_copy(g, fg, sizeof fg),
                  dev_copy(g, dec, sizeof dec)};
     float *host = malloc((size_t)n * row_floats * sizeof *host);
     if (host && d[0] && d[1] && d[2] && d[3] && d[4] && d[5] && d[6]) {
-        const be_attn_batch ab = {n, ns, d[1], d[2], d[3], d[4], AB_MAXB, max_len, d[5], d[6],
-                                  n_dec};
+        const be_attn_batch ab = {n,       ns,      d[1], d[2], d[3], d[4],
+                                  AB_MAXB, max_len, d[5], d[6], n_dec};
         g->ops->attention(g, ac->kv, 0, d[0], &ab, sh, &o);
         if (fetch(g, host, o.x, (size_t)n * row_floats) == 0) {
             for (int i = 0; i < n; i++)
@@ -1062,8 +1065,8 @@ static void test_attention_batching(ctx *c, int32_t n_head, int32_t n_head_kv, i
     ab_cache ac = {NULL, {0}, malloc(all * sizeof(float)), hd, n_head};
     float *oa = malloc(all * sizeof *oa), *ob = malloc(all * sizeof *ob);
     char what[96];
-    snprintf(what, sizeof what, "%d heads (%d kv) of %d: rows one call vs chunks and steps",
-             n_head, n_head_kv, hd);
+    snprintf(what, sizeof what, "%d heads (%d kv) of %d: rows one call vs chunks and steps", n_head,
+             n_head_kv, hd);
     llmq_err err;
     bool ok = ac.q && oa && ob &&
               c->gpu->ops->kv_create(c->gpu, 1, AB_NB, AB_BS, kv_dim, BE_KV_F16, &ac.kv, &err) == 0;
@@ -1207,8 +1210,8 @@ static int forward_seq(model *m, model_state *st, be_kv *kv, const int32_t *toke
     for (int32_t b = 0; b < max_blocks; b++)
         table[b] = b;
     /* one row a step: a generated token's row (decode kernels); more: a prompt chunk */
-    const model_batch b = {n, tokens + start, pos, pos, zero, 1, table, &len, max_blocks, n, rows,
-                           n == 1 ? &start : NULL};
+    const model_batch b = {n,     tokens + start, pos,        pos, zero, 1,
+                           table, &len,           max_blocks, n,   rows, n == 1 ? &start : NULL};
     return model_forward(m, st, kv, &b, logits, err);
 }
 
@@ -1358,9 +1361,12 @@ static int run_engine_opts(ctx *c, model *m, const tok_vocab *v, const int32_t *
         const int32_t n_other = 1 + (int32_t)(next_u64(c) % 60);
         for (int32_t i = 0; i < n_other; i++)
             other[i] = (int32_t)(next_u64(c) % (uint64_t)model_get_config(m)->n_vocab);
-        engine_request req = {.id = (uint64_t)j, .prompt = j == 0 ? prompt : other,
+        engine_request req = {.id = (uint64_t)j,
+                              .prompt = j == 0 ? prompt : other,
                               .n_prompt = j == 0 ? n_prompt : n_other,
-                              .sampling = o->sampling, .max_tokens = n_gen, .ignore_eos = true};
+                              .sampling = o->sampling,
+                              .max_tokens = n_gen,
+                              .ignore_eos = true};
         if (j > 0) {
             req.sampling.temperature = 0.8f;
             req.sampling.seed = (uint64_t)j;
@@ -1453,8 +1459,7 @@ static void check_invariance(ctx *c, loaded *l, const char *name, const int32_t 
                               &rec[1], &err) == 0;
     char what[96];
     if (chunk > 0)
-        snprintf(what, sizeof what, "%s job alone vs its prompt in chunks of %d (GPU)", how,
-                 chunk);
+        snprintf(what, sizeof what, "%s job alone vs its prompt in chunks of %d (GPU)", how, chunk);
     else
         snprintf(what, sizeof what, "%s job alone vs in a batch of %d (GPU)", how, n_jobs);
     if (!ok) {
@@ -1471,7 +1476,8 @@ static void check_invariance(ctx *c, loaded *l, const char *name, const int32_t 
                 worst = fmax(worst, fabs((double)a[i] - b[i]));
         }
         const bool pass = same_tokens == gen && same_logits == gen;
-        printf("| %s | %s | tokens identical at %d/%d steps | logits bit-identical at %d/%d, max |d| %.3g | %s |\n",
+        printf("| %s | %s | tokens identical at %d/%d steps | logits bit-identical at %d/%d, max "
+               "|d| %.3g | %s |\n",
                name, what, same_tokens, gen, same_logits, gen, worst, pass ? "ok" : "FAIL");
         pass ? c->passed++ : c->failed++;
     }

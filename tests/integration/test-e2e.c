@@ -194,7 +194,8 @@ static void test_logprobs(harness *h, llmq_client *c)
         wait_inspect(c, ids, seen);
     CHECK(seen[0].done && seen[0].has && seen[0].agree && seen[1].done && !seen[1].has,
           "a job that asks gets a logprob, and %d alternatives, for each of its %zu tokens; its"
-          " twin that does not, none", LP_TOP, seen[0].n_tokens);
+          " twin that does not, none",
+          LP_TOP, seen[0].n_tokens);
     CHECK(seen[0].greedy && seen[0].ordered && seen[0].in_range,
           "greedy, each token is its step's likeliest; alternatives in order, within [-9999, 0]");
     CHECK(seen[0].bytes_are_text, "the tokens' bytes make up the text: '%s'", seen[0].text);
@@ -214,7 +215,8 @@ static void test_logprobs(harness *h, llmq_client *c)
                       " /usr/bin/python3 -c 'import json, sys; r = json.load(sys.stdin);"
                       " lp = r[\"logprobs\"]; assert len(lp) == len(r[\"tokens\"]) == 4;"
                       " assert all(len(t[\"top_logprobs\"]) == 2 and isinstance(t[\"bytes\"],"
-                      " list) for t in lp)' 2> %s/py-lp.err", src, h->clients, h->dir);
+                      " list) for t in lp)' 2> %s/py-lp.err",
+                      src, h->clients, h->dir);
     CHECK(rc == 0, "the Python client gets them, the bytes printed as numbers");
 }
 

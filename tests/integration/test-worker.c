@@ -178,18 +178,22 @@ static void test_no_room(env *e)
     llmq_error err;
     llmq_submit(e->c, "room", NULL, jobs, 3, ids, NULL, &err);
     const unsigned long long third = (unsigned long long)ids[2];
-    CHECK(fleet_sql_becomes(&e->h, 20000, "SELECT outcome = 'failed' AND reason LIKE"
+    CHECK(fleet_sql_becomes(&e->h, 20000,
+                            "SELECT outcome = 'failed' AND reason LIKE"
                             " '%%job %llu: engine full%%' FROM attempts WHERE job_id = %llu"
-                            " AND attempt = 1", third, third),
+                            " AND attempt = 1",
+                            third, third),
           "the engine refuses the third job for lack of room");
-        const char *one[] = {"--slots", "1", NULL};
+    const char *one[] = {"--slots", "1", NULL};
     fleet_start(&e->h, &roomy, "w-roomy", one);
     llmq_state st = 0;
     size_t final = fleet_wait(e->c, &ids[2], 1, 20000, &st, NULL);
     CHECK(final == 1 && st == LLMQ_STATE_DONE &&
-              fleet_sqlf(&e->h, "SELECT j.attempts = 2 AND j.faults = 1 AND w.name = 'w-roomy'"
-                                " FROM jobs j JOIN results r ON r.job_id = j.id JOIN workers w"
-                                " ON w.id = r.worker_id WHERE j.id = %llu", third) == 1,
+              fleet_sqlf(&e->h,
+                         "SELECT j.attempts = 2 AND j.faults = 1 AND w.name = 'w-roomy'"
+                         " FROM jobs j JOIN results r ON r.job_id = j.id JOIN workers w"
+                         " ON w.id = r.worker_id WHERE j.id = %llu",
+                         third) == 1,
           "it was retried, once, and done by the worker that came next");
     cancel_ids(e, ids, 2);
     fleet_stop(&full, 20000);
@@ -221,7 +225,8 @@ static void test_cancel(env *e, fleet_worker *w)
     int64_t took = clock_mono_ms() - t0;
     CHECK(final == 1 && s == LLMQ_STATE_DONE && took < 2000 * PACE_MS / 4,
           "the job queued behind it on the one slot is done %lld ms later, long before the"
-          " cancelled one could have ended", (long long)took);
+          " cancelled one could have ended",
+          (long long)took);
     CHECK(fleet_sqlf(&e->h, "SELECT count(*) FROM results WHERE job_id = %llu",
                      (unsigned long long)big) == 0 &&
               fleet_log_has(w, "cancelled by the broker"),
@@ -236,9 +241,11 @@ static void test_sigterm_finishes(env *e, fleet_worker *w)
     /* The worker has sent its result before it exits; the broker records
      * it a moment later. */
     CHECK(running && exited(status, 0) &&
-              fleet_sql_becomes(&e->h, 20000, "SELECT count(*) FROM results r JOIN workers w ON"
+              fleet_sql_becomes(&e->h, 20000,
+                                "SELECT count(*) FROM results r JOIN workers w ON"
                                 " w.id = r.worker_id WHERE r.job_id = %llu AND w.name = 'w-slot'"
-                                " AND r.generated_tokens = 100", (unsigned long long)id),
+                                " AND r.generated_tokens = 100",
+                                (unsigned long long)id),
           "SIGTERM: the running job finishes within the grace period, then exit 0");
 }
 
@@ -254,11 +261,16 @@ static void test_sigterm_returns(env *e)
     int64_t took = clock_mono_ms() - t0;
     CHECK(running && exited(status, 0) && took < 2000 * PACE_MS / 4,
           "SIGTERM past a grace period of 300 ms: exit 0 after %lld ms, long before the job"
-          " could end", (long long)took);
-    CHECK(fleet_sql_becomes(&e->h, 20000, "SELECT state = 'queued' AND faults = 0 FROM jobs"
-                                          " WHERE id = %llu", (unsigned long long)id) &&
-              fleet_sqlf(&e->h, "SELECT outcome = 'returned' FROM attempts WHERE job_id = %llu"
-                                " AND attempt = 1", (unsigned long long)id) == 1,
+          " could end",
+          (long long)took);
+    CHECK(fleet_sql_becomes(&e->h, 20000,
+                            "SELECT state = 'queued' AND faults = 0 FROM jobs"
+                            " WHERE id = %llu",
+                            (unsigned long long)id) &&
+              fleet_sqlf(&e->h,
+                         "SELECT outcome = 'returned' FROM attempts WHERE job_id = %llu"
+                         " AND attempt = 1",
+                         (unsigned long long)id) == 1,
           "its unfinished job is back in the queue, no fault counted");
     llmq_select sel = {.ids = &id, .n_ids = 1};
     llmq_status *st;
@@ -308,8 +320,10 @@ static int64_t impatient_run(env *e, int64_t measured)
     uint64_t id;
     const int64_t prefill = run_long_job(&impatient, "w-long", &id);
     if (prefill > timeout) {
-        CHECK(true, "a 1660-token prompt is prefilled in one step of %lld ms (worker timeout"
-                    " %lld ms)", (long long)prefill, (long long)timeout);
+        CHECK(true,
+              "a 1660-token prompt is prefilled in one step of %lld ms (worker timeout"
+              " %lld ms)",
+              (long long)prefill, (long long)timeout);
         CHECK(fleet_sqlf(&impatient.h, "SELECT attempts FROM jobs WHERE id = %llu",
                          (unsigned long long)id) == 1 &&
                   fleet_sqlf(&impatient.h, "SELECT count(*) FROM workers WHERE name = 'w-long'") ==

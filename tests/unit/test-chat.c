@@ -212,8 +212,8 @@ static void test_reference_renders(void)
  * only the template's own markers are template text. */
 static void check_injection(const ref_case *c, const chat_prompt *p, void *ctx)
 {
-    static const char *const markers[] = {"<|im_start|>", "<|im_end|>", "[INST]", "[/INST]",
-                                          "<|eot_id|>", "</s>"};
+    static const char *const markers[] = {"<|im_start|>", "<|im_end|>", "[INST]",
+                                          "[/INST]",      "<|eot_id|>", "</s>"};
     char content[8192], tmpl[8192];
     (void)ctx;
     if (strcmp(c->conversation, "template-like-text") != 0)
@@ -257,11 +257,15 @@ static void test_reference_segments(void)
 
 static void test_builtins(void)
 {
-    static const struct { const char *name, *file; } copies[] = {
-        {"llama2", "Llama-2-7b-chat"}, {"llama3", "Meta-Llama-3-8B-Instruct"},
-        {"llama3.1", "Llama-3.1-8B-Instruct"}, {"mistral-v0.3", "Mistral-7B-Instruct-v0.3"},
-        {"phi3", "Phi-3-mini-4k-instruct"}, {"qwen2.5", "Qwen2.5-7B-Instruct"},
-        {"qwen3", "Qwen3"}};
+    static const struct {
+        const char *name, *file;
+    } copies[] = {{"llama2", "Llama-2-7b-chat"},
+                  {"llama3", "Meta-Llama-3-8B-Instruct"},
+                  {"llama3.1", "Llama-3.1-8B-Instruct"},
+                  {"mistral-v0.3", "Mistral-7B-Instruct-v0.3"},
+                  {"phi3", "Phi-3-mini-4k-instruct"},
+                  {"qwen2.5", "Qwen2.5-7B-Instruct"},
+                  {"qwen3", "Qwen3"}};
     for (size_t i = 0; i < sizeof copies / sizeof copies[0]; i++) {
         char rel[256];
         size_t len, blen;
@@ -298,17 +302,18 @@ static void test_builtins(void)
 /* Produced by jinja2 3.1.6 with transformers' environment
  * (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols,
  * tojson = json.dumps(ensure_ascii=False), strftime_now at 1722000000 UTC). */
-static const char k_vars[] =
-    "{\"messages\": [{\"role\": \"system\", \"content\": \"  Sys  \"}"
-    ", {\"role\": \"user\", \"content\": \"Hi <|im_start|> there\"}, "
-    "{\"role\": \"assistant\", \"content\": \"<think>\\nr\\n</think>\\"
-    "n\\nans\"}], \"add_generation_prompt\": true, \"bos_token\": \"<"
-    "s>\", \"eos_token\": \"</s>\", \"tools\": null, \"documents\": n"
-    "ull, \"n\": 3, \"f\": 2.5, \"d\": {\"b\": 1, \"a\": [1, 2]}, \"l"
-    "\": [3, 1, 2], \"s\": \"Hello World\", \"e\": \"\", \"u\": \" x\343"
-    "\200\200 \", \"z\": null}";
+static const char k_vars[] = "{\"messages\": [{\"role\": \"system\", \"content\": \"  Sys  \"}"
+                             ", {\"role\": \"user\", \"content\": \"Hi <|im_start|> there\"}, "
+                             "{\"role\": \"assistant\", \"content\": \"<think>\\nr\\n</think>\\"
+                             "n\\nans\"}], \"add_generation_prompt\": true, \"bos_token\": \"<"
+                             "s>\", \"eos_token\": \"</s>\", \"tools\": null, \"documents\": n"
+                             "ull, \"n\": 3, \"f\": 2.5, \"d\": {\"b\": 1, \"a\": [1, 2]}, \"l"
+                             "\": [3, 1, 2], \"s\": \"Hello World\", \"e\": \"\", \"u\": \" x\343"
+                             "\200\200 \", \"z\": null}";
 
-static const struct { const char *tmpl, *want; } k_semantics[] = {
+static const struct {
+    const char *tmpl, *want;
+} k_semantics[] = {
     {"{{ n + 1 }}|{{ n - 5 }}|{{ n * 2.5 }}|{{ 7 / 2 }}|{{ 7 // 2 }}|{"
      "{ -7 // 2 }}|{{ -7 % 3 }}|{{ 2 ** 10 }}|{{ 2 ** -1 }}|{{ 7.5 % 2"
      " }}",
@@ -385,10 +390,9 @@ static const struct { const char *tmpl, *want; } k_semantics[] = {
      "d }}|{{ x_undefined | default('dd') }}|{{ e | default('empty', t"
      "rue) }}|{{ x_undefined ~ 'a' }}",
      "|False|True|dd|empty|a"},
-    {"{{ messages | tojson }}",
-     "[{\"role\": \"system\", \"content\": \"  Sys  \"}, {\"role\": \""
-     "user\", \"content\": \"Hi <|im_start|> there\"}, {\"role\": \"as"
-     "sistant\", \"content\": \"<think>\\nr\\n</think>\\n\\nans\"}]"},
+    {"{{ messages | tojson }}", "[{\"role\": \"system\", \"content\": \"  Sys  \"}, {\"role\": \""
+                                "user\", \"content\": \"Hi <|im_start|> there\"}, {\"role\": \"as"
+                                "sistant\", \"content\": \"<think>\\nr\\n</think>\\n\\nans\"}]"},
     {"{{ d | tojson(indent=2) }}|{{ d | tojson(sort_keys=true) }}|{{ \""
      "\303\251\\n\\\"\" | tojson }}|{{ \"\303\251\" | tojson(ensure_as"
      "cii=true) }}|{{ [1.5, none, true] | tojson }}|{{ {} | tojson(ind"
@@ -438,8 +442,7 @@ static const struct { const char *tmpl, *want; } k_semantics[] = {
      "{{ d.keys() | list }}|{{ d.values() | list }}|{{ messages[0].con"
      "tent }}|{{ messages[1]['role'] }}",
      "[1, 2]|[1, 2]|1|def|['b', 'a']|[1, [1, 2]]|  Sys  |user"},
-    {"{{ none.x }}|{{ n.x }}|{{ l.x }}|{{ s.nope }}",
-     "|||"},
+    {"{{ none.x }}|{{ n.x }}|{{ l.x }}|{{ s.nope }}", "|||"},
     {"{% for m in messages %}{% if loop.previtem is defined %}{{ loop."
      "previtem.role }}>{% endif %}{{ m.role }}{% if loop.nextitem is d"
      "efined %}<{{ loop.nextitem.role }}{% endif %};{% endfor %}",
@@ -450,8 +453,7 @@ static const struct { const char *tmpl, *want; } k_semantics[] = {
     {"{{ \"a\\tb\\\\n\\x41\\u00e9\\101\" }}|{{ 'single' \"double\" }}|"
      "{{ 'it\\'s' }}",
      "a\tb\\nA\303\251A|singledouble|it's"},
-    {"{{ 1_000 + 0.5e1 }}|{{ 1_0.0_1 }}",
-     "1005.0|10.01"},
+    {"{{ 1_000 + 0.5e1 }}|{{ 1_0.0_1 }}", "1005.0|10.01"},
     {"{{ messages[0]['content'] | trim | length }}|{{ messages | lengt"
      "h - 1 }}|{{ -n | abs }}|{{ not n is none }}",
      "3|2|3|True"},
@@ -486,32 +488,24 @@ static const struct { const char *tmpl, *want; } k_semantics[] = {
     {"{% set ns = namespace(x=[]) %}{% for m in messages %}{% set ns.x"
      " = ns.x + [m.role] %}{% endfor %}{{ ns.x }}",
      "['system', 'user', 'assistant']"},
-    {"{{ messages[0] }}",
-     "{'role': 'system', 'content': '  Sys  '}"},
+    {"{{ messages[0] }}", "{'role': 'system', 'content': '  Sys  '}"},
     {"{{ {'a': none, 'b': [1, {'c': 'd'}], 1: 2} }}|{{ {'a': 1}.items("
      ") | list }}",
      "{'a': None, 'b': [1, {'c': 'd'}], 1: 2}|[('a', 1)]"},
-    {"{{ \"x\" if none }}|{{ none if 1 }}|{{ (1 if 0) is defined }}",
-     "|None|False"},
+    {"{{ \"x\" if none }}|{{ none if 1 }}|{{ (1 if 0) is defined }}", "|None|False"},
     {"{% for x in [1,2,3] if x != 2 %}{{ loop.index }}/{{ loop.length "
      "}}/{{ loop.last }} {% endfor %}",
      "1/2/False 2/2/True "},
-    {"{{ \"%\" }}|{{ '{{' }}|{{ '}}' }}|{{ {'k': '}}'} }}",
-     "%|{{|}}|{'k': '}}'}"},
-    {"{%- for m in messages -%}\n  {{ m.role }}\n{%- endfor -%}",
-     "systemuserassistant"},
-    {"{% if true %}\n  yes\n{% else %}\n  no\n{% endif %}\ntail",
-     "  yes\ntail"},
-    {"  {%- set x = 1 %}\n  {{ x }}\n  {#- comment -#}\n  {{ x + 1 }}",
-     "  12"},
-    {"a{#\nmulti\nline #}b{# x -#}   c",
-     "abc"},
+    {"{{ \"%\" }}|{{ '{{' }}|{{ '}}' }}|{{ {'k': '}}'} }}", "%|{{|}}|{'k': '}}'}"},
+    {"{%- for m in messages -%}\n  {{ m.role }}\n{%- endfor -%}", "systemuserassistant"},
+    {"{% if true %}\n  yes\n{% else %}\n  no\n{% endif %}\ntail", "  yes\ntail"},
+    {"  {%- set x = 1 %}\n  {{ x }}\n  {#- comment -#}\n  {{ x + 1 }}", "  12"},
+    {"a{#\nmulti\nline #}b{# x -#}   c", "abc"},
     {"{{ 3 // 0.5 }}|{{ -3 % 5 }}|{{ 3 % -5 }}|{{ -3.5 % 2 }}|{{ 2 ** "
      "0.5 }}|{{ 10 / 4 * 2 }}|{{ 1 + 2 * 3 ** 2 }}|{{ (1 + 2) * 3 }}|{"
      "{ -2 ** 2 }}",
      "6.0|2|-2|0.5|1.4142135623730951|5.0|19|9|4"},
-    {"{{ 'abc' ~ 1.0 ~ [1] }}|{{ 1 ~ 2 }}|{{ true ~ none }}",
-     "abc1.0[1]|12|TrueNone"},
+    {"{{ 'abc' ~ 1.0 ~ [1] }}|{{ 1 ~ 2 }}|{{ true ~ none }}", "abc1.0[1]|12|TrueNone"},
     {"{{ l | join }}|{{ d | join(',') }}|{{ 'abc' | join('-') }}|{{ l "
      "| first }}{{ d | first }}|{{ [] | first }}|{{ '' | last }}",
      "312|b,a|a-b-c|3b||"},
@@ -571,7 +565,9 @@ static void test_semantics(void)
         bool ok = rc == 0 && strcmp(o.text, k_semantics[i].want) == 0;
         char line[128];
         CHECK(ok, "as jinja2: %s%s", oneline(k_semantics[i].tmpl, line, sizeof line),
-              ok ? "" : rc ? err.msg : o.text);
+              ok   ? ""
+              : rc ? err.msg
+                   : o.text);
         if (rc == 0)
             jinja_output_free(&o);
     }
@@ -624,7 +620,9 @@ static void test_errors(void)
 {
     static const char vars[] =
         "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"x\": 1}";
-    static const struct { const char *tmpl, *want; } cases[] = {
+    static const struct {
+        const char *tmpl, *want;
+    } cases[] = {
         {"{{ x | nosuch }}", "line 1, column 8: unknown filter 'nosuch'"},
         {"{% if x is nosuch %}{% endif %}", "line 1, column 12: unknown test 'nosuch'"},
         {"{% call m() %}{% endcall %}", "line 1, column 4: the 'call' tag is not supported"},

@@ -78,11 +78,15 @@ static int with_table(opts *o, int takes, int argc, char **argv, FILE *help, llm
         {"timeout", 't', "SECONDS", "a timeout", CLI_DOUBLE(&o->timeout, 0, 10)},
         {"mode", 0, "one|two", LONG_HELP, CLI_CALL(parse_mode, &o->mode)},
     };
-    const cli_spec spec = {.program = "prog", .usage = "usage: prog [OPTION]...\n",
-                           .epilog = "The end.\n", .flags = flags, .n_flags = CLI_COUNT(flags),
+    const cli_spec spec = {.program = "prog",
+                           .usage = "usage: prog [OPTION]...\n",
+                           .epilog = "The end.\n",
+                           .flags = flags,
+                           .n_flags = CLI_COUNT(flags),
                            .operand = takes & (OPERAND | NEED_OPERAND) ? &o->operand : NULL,
                            .operand_name = takes & NEED_OPERAND ? "WORD" : NULL,
-                           .check = check_names, .check_ctx = o};
+                           .check = check_names,
+                           .check_ctx = o};
     if (help) {
         cli_help(&spec, help);
         return 0;
@@ -90,8 +94,8 @@ static int with_table(opts *o, int takes, int argc, char **argv, FILE *help, llm
     return cli_parse(&spec, argc, argv, err);
 }
 
-static const opts DEFAULTS = {.slots = 8, .big = 1, .ms = 2, .seed = 3, .temp = 0.5f,
-                              .timeout = 1, .name = "dflt"};
+static const opts DEFAULTS = {
+    .slots = 8, .big = 1, .ms = 2, .seed = 3, .temp = 0.5f, .timeout = 1, .name = "dflt"};
 
 /* Parses the words of line (split at spaces; "" for none) into *o. */
 static int parse_line(opts *o, const char *line, int takes, llmq_err *err)
@@ -119,8 +123,8 @@ static void test_kinds(void)
 {
     opts o;
     llmq_err err;
-    CHECK(parse_line(&o, "", 0, &err) == 0 && !o.verbose && o.slots == 8 &&
-              o.seed == 3 && o.temp == 0.5f && strcmp(o.name, "dflt") == 0 && o.mode == 0,
+    CHECK(parse_line(&o, "", 0, &err) == 0 && !o.verbose && o.slots == 8 && o.seed == 3 &&
+              o.temp == 0.5f && strcmp(o.name, "dflt") == 0 && o.mode == 0,
           "no flags: every destination keeps its default");
     int rc = parse_line(&o,
                         "--verbose --name=ab --path p --item a --item b --slots 7 --big -5"
@@ -227,10 +231,8 @@ static void test_help_asked(void)
     CHECK(parse_line(&o, "--help", NEED_PATH, &err) == 1 &&
               parse_line(&o, "-vh", NEED_PATH, &err) == 1,
           "--help and -h (bundled too) ask for help, even with a required flag missing");
-    CHECK(parse_line(&o, "-h --bogus", 0, &err) == 1,
-          "what follows --help is not read");
-    CHECK(parse_line(&o, "--bogus --help", 0, &err) == -1,
-          "an error before --help stands");
+    CHECK(parse_line(&o, "-h --bogus", 0, &err) == 1, "what follows --help is not read");
+    CHECK(parse_line(&o, "--bogus --help", 0, &err) == -1, "an error before --help stands");
     refused("--help=1", "option '--help' takes no value");
 }
 
@@ -246,8 +248,8 @@ static void row_text(const char *help, const char *flag, size_t col, char *out, 
         const size_t n = strcspn(line, "\n");
         if (!first && (strspn(line, " ") != col))
             break;
-        snprintf(out + strlen(out), size - strlen(out), "%s%.*s", first ? "" : " ",
-                 (int)(n - col), line + col);
+        snprintf(out + strlen(out), size - strlen(out), "%s%.*s", first ? "" : " ", (int)(n - col),
+                 line + col);
         line += n + 1;
     }
 }

@@ -47,13 +47,20 @@ typedef struct job {
 } job;
 
 static const job k_jobs[] = {
-    {"Once upon a time", PERSON, 1.0f, 300},  {"The little dog", PERSON, 1.0f, 300},
-    {"Tom had a red ball", PERSON, 0.0f, 300}, {"Lily and Ben", COLORS, 1.0f, 300},
-    {"Mom said", COLORS, 1.0f, 300},           {"The sun was hot", COLORS, 0.0f, 300},
-    {"One day", OBJECT, 1.0f, 60},             {"There was a bird", OBJECT, 0.8f, 60},
-    {"Once upon a time", FREE, 1.0f, 60},      {"The little dog", FREE, 0.0f, 60},
-    {"A big bear", INTEGER, 1.0f, 40},         {"Sam counted", INTEGER, 1.0f, 40},
-    {"Once upon a time", PERSON, 1.0f, 6},     {"The cat", FREE, 1.0f, 40},
+    {"Once upon a time", PERSON, 1.0f, 300},
+    {"The little dog", PERSON, 1.0f, 300},
+    {"Tom had a red ball", PERSON, 0.0f, 300},
+    {"Lily and Ben", COLORS, 1.0f, 300},
+    {"Mom said", COLORS, 1.0f, 300},
+    {"The sun was hot", COLORS, 0.0f, 300},
+    {"One day", OBJECT, 1.0f, 60},
+    {"There was a bird", OBJECT, 0.8f, 60},
+    {"Once upon a time", FREE, 1.0f, 60},
+    {"The little dog", FREE, 0.0f, 60},
+    {"A big bear", INTEGER, 1.0f, 40},
+    {"Sam counted", INTEGER, 1.0f, 40},
+    {"Once upon a time", PERSON, 1.0f, 6},
+    {"The cat", FREE, 1.0f, 40},
 };
 #define N_JOBS ((int)(sizeof k_jobs / sizeof *k_jobs))
 
@@ -94,8 +101,11 @@ static int add_job(const fixture *fx, engine *e, int i, bool ignore_eos, llmq_er
     size_t n;
     if (tok_encode(fx->model.vocab, j->prompt, strlen(j->prompt), true, true, &ids, &n, err) != 0)
         return -1;
-    engine_request req = {.id = (uint64_t)i, .prompt = ids, .n_prompt = (int32_t)n,
-                          .sampling = sampler_default_params(), .max_tokens = j->max_tokens,
+    engine_request req = {.id = (uint64_t)i,
+                          .prompt = ids,
+                          .n_prompt = (int32_t)n,
+                          .sampling = sampler_default_params(),
+                          .max_tokens = j->max_tokens,
                           .ignore_eos = ignore_eos,
                           .constraint = j->grammar == FREE ? NULL : fx->grammars[j->grammar]};
     req.sampling.temperature = j->temp;
@@ -162,8 +172,10 @@ static void check_mixed_batch(const fixture *fx)
     static result batch[N_JOBS], alone[N_JOBS];
     memset(batch, 0, sizeof batch);
     memset(alone, 0, sizeof alone);
-    CHECK(run(fx, 0, N_JOBS - 1, N_JOBS, batch) == 0, "%d sequences run in one batch: two schemas, "
-          "json_object, an integer schema and free text, sampled and greedy", N_JOBS);
+    CHECK(run(fx, 0, N_JOBS - 1, N_JOBS, batch) == 0,
+          "%d sequences run in one batch: two schemas, "
+          "json_object, an integer schema and free text, sampled and greedy",
+          N_JOBS);
     for (int i = 0; i < N_JOBS; i++)
         run(fx, i, i, 1, alone);
     int followed = 0, same = 0, streamed = 0, stopped = 0, eog = 0;
@@ -179,13 +191,20 @@ static void check_mixed_batch(const fixture *fx)
         }
         printf("# job %d (%s): %.*s\n", i, engine_finish_name(b->finish), (int)b->len, b->text);
     }
-    CHECK(followed == N_JOBS, "every constrained output follows its grammar: complete when it "
-          "stops, a prefix only when max_tokens cut it (%d of %d)", followed, N_JOBS);
-    CHECK(stopped > 0, "constrained sequences stop where their document ends (%d stopped, %d "
-          "ended with end-of-generation, at a complete document)", stopped, eog);
-    CHECK(same == N_JOBS, "every sequence generates in the mixed batch exactly what it does "
-          "alone (%d of %d)", same, N_JOBS);
-    CHECK(streamed == N_JOBS, "streamed text adds up to the final text (%d of %d)", streamed, N_JOBS);
+    CHECK(followed == N_JOBS,
+          "every constrained output follows its grammar: complete when it "
+          "stops, a prefix only when max_tokens cut it (%d of %d)",
+          followed, N_JOBS);
+    CHECK(stopped > 0,
+          "constrained sequences stop where their document ends (%d stopped, %d "
+          "ended with end-of-generation, at a complete document)",
+          stopped, eog);
+    CHECK(same == N_JOBS,
+          "every sequence generates in the mixed batch exactly what it does "
+          "alone (%d of %d)",
+          same, N_JOBS);
+    CHECK(streamed == N_JOBS, "streamed text adds up to the final text (%d of %d)", streamed,
+          N_JOBS);
 }
 
 static void check_refusal(const fixture *fx)

@@ -506,7 +506,8 @@ static void check_logprobs(const fixture *fx)
           with.n_tokens * LP_TOP);
     CHECK(rc == 0 && worst < 1e-5,
           "every logprob is the log-softmax of the raw logits, before penalties and temperature"
-          " (largest difference %.2g)", worst);
+          " (largest difference %.2g)",
+          worst);
     free(order);
     free(seen.rows);
 }
@@ -517,8 +518,8 @@ static void check_no_room(const fixture *fx)
 {
     engine *e = make_engine(fx, 1, 0, 64);
     int32_t ids[] = {1, 403, 407};
-    engine_request req = {.prompt = ids, .n_prompt = 3, .sampling = sampler_default_params(),
-                          .max_tokens = 4};
+    engine_request req = {
+        .prompt = ids, .n_prompt = 3, .sampling = sampler_default_params(), .max_tokens = 4};
     llmq_err err;
     int taken = 0;
     for (req.id = 1; engine_free_slots(e) > 0; req.id++)

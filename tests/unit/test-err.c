@@ -51,8 +51,7 @@ static void test_long_chain(void)
     size_t len = strlen(err.msg);
     CHECK(err.code == LLMQ_ERR_IO, "twelve prefixes keep the code");
     CHECK(len < LLMQ_ERR_MAX && strncmp(err.msg, "level 11 ", 9) == 0 &&
-              strstr(err.msg, "...") != NULL &&
-              strcmp(err.msg + len - strlen(CAUSE), CAUSE) == 0,
+              strstr(err.msg, "...") != NULL && strcmp(err.msg + len - strlen(CAUSE), CAUSE) == 0,
           "an overflowing chain keeps its outermost context and its cause, cut in the middle");
     CHECK(utf8_valid_prefix(err.msg, len) == len, "the cuts fall between UTF-8 characters");
 }

@@ -59,8 +59,11 @@ static gram_expr digit(grammar_builder *b)
 static int32_t list_rule(grammar_builder *b)
 {
     const int32_t list = gram_rule(b, "list");
-    const gram_expr item = GRAM_ALT(b, GRAM_SEQ(b, digit(b), gram_star(b, digit(b))), gram_call(b, list));
-    gram_define(b, list, GRAM_SEQ(b, lit(b, "["), gram_opt(b, gram_list(b, item, lit(b, ","))), lit(b, "]")));
+    const gram_expr item = GRAM_ALT(b, GRAM_SEQ(b, digit(b), gram_star(b, digit(b))),
+                                    gram_call(b, list));
+    gram_define(
+        b, list,
+        GRAM_SEQ(b, lit(b, "["), gram_opt(b, gram_list(b, item, lit(b, ","))), lit(b, "]")));
     return list;
 }
 
@@ -191,13 +194,15 @@ static void test_refusals(void)
     CHECK(strcmp(compile_error(ambiguous, &err), "grammar: rule 'r' is ambiguous: '[' can begin "
                                                  "a call of 's' and another alternative") == 0,
           "a call sharing its first byte with another alternative is refused (%s)", err.msg);
-    CHECK(strcmp(compile_error(undefined, &err), "grammar: rule 's' is called but has no body") == 0,
+    CHECK(strcmp(compile_error(undefined, &err), "grammar: rule 's' is called but has no body") ==
+              0,
           "a call of a rule without a body is refused (%s)", err.msg);
     CHECK(strcmp(compile_error(endless, &err),
                  "grammar: rule 'r' matches nothing (no complete match can be reached)") == 0,
           "a grammar no complete match can come out of is refused (%s)", err.msg);
     CHECK(strcmp(compile_error(defined_twice, &err),
-                 "grammar: an expression could not be built (out of memory or a bad argument)") == 0,
+                 "grammar: an expression could not be built (out of memory or a bad argument)") ==
+              0,
           "a rule defined twice is refused (%s)", err.msg);
     CHECK(strcmp(compile_error(too_many_states, &err),
                  "grammar: too large (more than 65536 automaton states)") == 0,
@@ -209,8 +214,10 @@ static void test_refusals(void)
     grammar_builder_new(&b, &err);
     const gram_bytes none = {0};
     const int32_t r = gram_rule(b, "r");
-    gram_define(b, r, GRAM_ALT(b, GRAM_SEQ(b, lit(b, "a"), gram_set(b, &none), lit(b, "b")), lit(b, "ac")));
-    CHECK(grammar_compile(&g, b, r, &err) == 0 && match(g, "a") == PREFIX && match(g, "ac") == COMPLETE,
+    gram_define(
+        b, r, GRAM_ALT(b, GRAM_SEQ(b, lit(b, "a"), gram_set(b, &none), lit(b, "b")), lit(b, "ac")));
+    CHECK(grammar_compile(&g, b, r, &err) == 0 && match(g, "a") == PREFIX &&
+              match(g, "ac") == COMPLETE,
           "a grammar with a dead end compiles, and takes what can finish");
     grammar_stack st;
     grammar_start(g, &st);
@@ -349,17 +356,20 @@ static const char k_schema[] =
     "\"n\": {\"type\": \"integer\"}, \"x\": {\"type\": \"number\"},"
     "\"kind\": {\"enum\": [\"a b\", \"c\\\"d\", 3, null]},"
     "\"tags\": {\"type\": \"array\", \"items\": {\"type\": \"boolean\"}, \"maxItems\": 3},"
-    "\"sub\": {\"type\": [\"object\", \"null\"], \"properties\": {\"deep\": {\"type\": \"string\"}}}},"
+    "\"sub\": {\"type\": [\"object\", \"null\"], \"properties\": {\"deep\": {\"type\": "
+    "\"string\"}}}},"
     "\"required\": [\"name\", \"kind\"]}";
 
 static const char *const k_object_docs[] = {
     "{\"a\": [{\"b\": {\"c\": [1, 2.5e3, -0, \"x\\\"y\\u00e9 z\"]}}, [], {}], \"d\": true,"
     "\"e\": null, \"f\": {\"g\": [[[[\"deep\", {\"h\": [false]}]]]]}}",
-    "{\"id\": 7, \"items\": [{\"sku\": \"A-1\", \"qty\": 2}, {\"sku\": \"caf\xc3\xa9\", \"qty\": 10}]}",
+    "{\"id\": 7, \"items\": [{\"sku\": \"A-1\", \"qty\": 2}, {\"sku\": \"caf\xc3\xa9\", \"qty\": "
+    "10}]}",
 };
 
 static const char *const k_tree_docs[] = {
-    "{\"v\": 1, \"kids\": [{\"v\": 2, \"kids\": [{\"v\": 3, \"kids\": []}]}, {\"v\": 4, \"kids\": []}]}",
+    "{\"v\": 1, \"kids\": [{\"v\": 2, \"kids\": [{\"v\": 3, \"kids\": []}]}, {\"v\": 4, \"kids\": "
+    "[]}]}",
     "{\"v\":-5,\"kids\":[{\"v\":6,\"kids\":[{\"v\":7,\"kids\":[{\"v\":8,\"kids\":[]}]}]}]}",
 };
 
@@ -386,8 +396,8 @@ static void test_reach(const vocab_fixture *f)
     grammar_stack sa, sb;
     grammar_start(g, &sa);
     grammar_start(g, &sb);
-    const bool walked = grammar_advance(g, &sa, a, strlen(a)) && grammar_advance(g, &sb, b, strlen(b)) &&
-                        sa.depth == sb.depth &&
+    const bool walked = grammar_advance(g, &sa, a, strlen(a)) &&
+                        grammar_advance(g, &sb, b, strlen(b)) && sa.depth == sb.depth &&
                         memcmp(sa.frames, sb.frames, (size_t)sa.depth * sizeof *sa.frames) != 0;
     const size_t n_vocab = tok_n_vocab(f->v);
     int32_t *allowed = malloc(n_vocab * sizeof *allowed);
@@ -398,7 +408,8 @@ static void test_reach(const vocab_fixture *f)
     CHECK(walked && right_a && right_b && tokenmask_get_stats(c).hits == hits + 1 &&
               tokenmask_get_stats(c).computed == 1,
           "%s: stacks %d deep that differ below the %d frames a token reaches share one mask, "
-          "right for both", f->file, sa.depth, reach);
+          "right for both",
+          f->file, sa.depth, reach);
     free(allowed);
     free(logits);
     tokenmask_cache_free(c);
@@ -429,12 +440,8 @@ static void test_pieces(const vocab_fixture *spm, const vocab_fixture *bpe)
         const char *text;
         bool allowed;
     } cases[] = {
-        {spm, "<0x7B>", true},
-        {spm, "\xe2\x96\x81{", false},
-        {spm, "{", true},
-        {bpe, "{", true},
-        {bpe, "\xc4\xa0{", false},
-        {bpe, "{\"", true},
+        {spm, "<0x7B>", true}, {spm, "\xe2\x96\x81{", false}, {spm, "{", true},
+        {bpe, "{", true},      {bpe, "\xc4\xa0{", false},     {bpe, "{\"", true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         tokenmask_cache *c;

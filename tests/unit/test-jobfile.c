@@ -118,11 +118,16 @@ typedef struct bad_line {
 static const bad_line BAD[] = {
     {"{\"id\":1,\"prompt\":\"a\"}\n[1]\n", "jobs.jsonl:2: a job line must be a JSON object"},
     {"{\"id\":1,\"prompt\":\"a\",}\n", "jobs.jsonl:1: column 22: expected a string key"},
-    {"{\"id\":1,\"prompt\":\"a\",\"temperature\":\"hot\"}\n", "jobs.jsonl:1: temperature: must be a number"},
-    {"{\"id\":1,\"prompt\":\"a\",\"temperature\":-1}\n", "jobs.jsonl:1: temperature: -1 is out of range"},
-    {"{\"id\":1,\"prompt\":\"a\",\"max_tokens\":1.5}\n", "max_tokens: must be an integer, not a fraction"},
-    {"{\"id\":1,\"prompt\":\"a\",\"max_tokens\":0}\n", "max_tokens: 0 is out of range [1, 1048576]"},
-    {"{\"id\":1,\"prompt\":\"a\",\"max_tokens\":99999999999}\n", "max_tokens: 99999999999 is out of range"},
+    {"{\"id\":1,\"prompt\":\"a\",\"temperature\":\"hot\"}\n",
+     "jobs.jsonl:1: temperature: must be a number"},
+    {"{\"id\":1,\"prompt\":\"a\",\"temperature\":-1}\n",
+     "jobs.jsonl:1: temperature: -1 is out of range"},
+    {"{\"id\":1,\"prompt\":\"a\",\"max_tokens\":1.5}\n",
+     "max_tokens: must be an integer, not a fraction"},
+    {"{\"id\":1,\"prompt\":\"a\",\"max_tokens\":0}\n",
+     "max_tokens: 0 is out of range [1, 1048576]"},
+    {"{\"id\":1,\"prompt\":\"a\",\"max_tokens\":99999999999}\n",
+     "max_tokens: 99999999999 is out of range"},
     {"{\"id\":1,\"prompt\":\"a\",\"seed\":-1}\n", "seed: -1 is out of range"},
     {"{\"id\":1,\"prompt\":\"a\",\"top_p\":0}\n", "top_p: 0 is out of range (0, 1]"},
     {"{\"id\":1,\"prompt\":\"a\",\"stop\":[\"x\",3]}\n", "stop[1]: must be a string"},
@@ -132,7 +137,8 @@ static const bad_line BAD[] = {
     {"{\"id\":1.5,\"prompt\":\"a\"}\n", "id: must be a string or an integer"},
     {"{\"id\":1,\"prompt\":\"a\\u0000b\"}\n", "prompt: contains a NUL character"},
     {"{\"id\":1,\"prompt\":\"a\",\"temprature\":1}\n", "temprature: unknown field"},
-    {"{\"id\":\"x\",\"prompt\":\"a\"}\n{\"id\":\"y\",\"prompt\":\"a\"}\n{\"id\":\"x\",\"prompt\":\"b\"}\n",
+    {"{\"id\":\"x\",\"prompt\":\"a\"}\n{\"id\":\"y\",\"prompt\":\"a\"}\n{\"id\":\"x\",\"prompt\":"
+     "\"b\"}\n",
      "jobs.jsonl:3: id: repeats the id of line 1"},
     {"", "jobs.jsonl: no jobs"},
     {"{\"custom_id\":\"r\"}\n", "body: required"},
@@ -142,19 +148,25 @@ static const bad_line BAD[] = {
     {"{\"custom_id\":\"r\",\"body\":{\"prompt\":\"a\",\"logprobs\":6}}\n",
      "body.logprobs: completions take the number of alternatives, 0..5"},
     {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-     "\"logprobs\":2}}\n", "body.logprobs: chat completions take true or false"},
+     "\"logprobs\":2}}\n",
+     "body.logprobs: chat completions take true or false"},
     {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-     "\"top_logprobs\":2}}\n", "body.top_logprobs: 2 alternatives need \"logprobs\": true"},
+     "\"top_logprobs\":2}}\n",
+     "body.top_logprobs: 2 alternatives need \"logprobs\": true"},
     {"{\"id\":1,\"prompt\":\"a\",\"logprobs\":true,\"top_logprobs\":21}\n",
      "top_logprobs: 21 is out of range [0, 20]"},
-    {"{\"custom_id\":\"r\",\"body\":{\"prompt\":\"a\",\"temperature\":101}}\n", "body.temperature: 101 is out of range"},
-    {"{\"custom_id\":\"r\",\"body\":{\"max_tokens\":3}}\n", "body: \"prompt\" or \"messages\" is required"},
+    {"{\"custom_id\":\"r\",\"body\":{\"prompt\":\"a\",\"temperature\":101}}\n",
+     "body.temperature: 101 is out of range"},
+    {"{\"custom_id\":\"r\",\"body\":{\"max_tokens\":3}}\n",
+     "body: \"prompt\" or \"messages\" is required"},
     {"{\"custom_id\":\"r\",\"url\":\"/v1/chat/completions\",\"body\":{\"prompt\":\"a\"}}\n",
      "url: must be \"/v1/completions\""},
-    {"{\"custom_id\":\"r\",\"method\":\"GET\",\"body\":{\"prompt\":\"a\"}}\n", "method: must be \"POST\""},
+    {"{\"custom_id\":\"r\",\"method\":\"GET\",\"body\":{\"prompt\":\"a\"}}\n",
+     "method: must be \"POST\""},
     {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}}\n",
      "body.messages[0].role: \"tool\" is not"},
-    {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}}\n",
+    {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+     "\"image_url\"}]}]}}\n",
      "body.messages[0].content[0]: only"},
     {"{\"custom_id\":7,\"body\":{\"prompt\":\"a\"}}\n", "custom_id: must be a string"},
 };
@@ -256,20 +268,20 @@ static void test_output(void)
           "a failed OpenAI line has response null and an error object");
     json_free(v);
 
-    static const llmq_logprob alts[2] = {{.token = 6, .logprob = -0.25f,
-                                          .bytes = (const uint8_t *)" b", .n_bytes = 2},
-                                         {.token = 9, .logprob = -2.5f,
-                                          .bytes = (const uint8_t *)"\xe2", .n_bytes = 1}};
+    static const llmq_logprob alts[2] = {
+        {.token = 6, .logprob = -0.25f, .bytes = (const uint8_t *)" b", .n_bytes = 2},
+        {.token = 9, .logprob = -2.5f, .bytes = (const uint8_t *)"\xe2", .n_bytes = 1}};
     static const llmq_token_logprobs lps[2] = {
         {.chosen = {.token = 5, .logprob = -0.5f, .bytes = (const uint8_t *)"a", .n_bytes = 1}},
         {.chosen = {.token = 6, .logprob = -0.25f, .bytes = (const uint8_t *)" b", .n_bytes = 2},
-         .top = alts, .n_top = 2}};
+         .top = alts,
+         .n_top = 2}};
     r.logprobs = lps;
     r.n_logprobs = 2;
     v = written(&jf.entries[0], &r, false);
     const json_value *lp = json_get(v, "logprobs");
     const json_value *second = lp && lp->type == JSON_ARRAY && lp->arr.n == 2 ? &lp->arr.items[1]
-                                                                               : NULL;
+                                                                              : NULL;
     const json_value *top = json_get(second, "top_logprobs");
     CHECK(second && num(second, "id", NULL) == 6 && strcmp(str(second, "token"), " b") == 0 &&
               num(second, "logprob", NULL) == -0.25 && json_get(second, "bytes")->arr.n == 2 &&

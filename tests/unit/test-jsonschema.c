@@ -53,8 +53,9 @@ static const schema_case k_cases[] = {
     {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"b\": {\"type\": "
      "\"string\"}}, \"required\": [\"a\", \"b\"], \"additionalProperties\": false}",
      {"{\"a\":1,\"b\":\"x\"}", "{\"a\": -12, \"b\": \"\"}", "{\"a\":0, \"b\":\"y\"}"},
-     {"{\"b\":\"x\",\"a\":1}", "{\"a\":1}", "{\"a\":1,\"b\":\"x\",\"c\":2}", "{\"a\":01,\"b\":\"\"}",
-      "{ \"a\":1,\"b\":\"\"}", "{\"a\" :1,\"b\":\"\"}", "{\"a\":1,\"b\":\"\"} ", "{\"a\":1,  \"b\":\"\"}"}},
+     {"{\"b\":\"x\",\"a\":1}", "{\"a\":1}", "{\"a\":1,\"b\":\"x\",\"c\":2}",
+      "{\"a\":01,\"b\":\"\"}", "{ \"a\":1,\"b\":\"\"}", "{\"a\" :1,\"b\":\"\"}",
+      "{\"a\":1,\"b\":\"\"} ", "{\"a\":1,  \"b\":\"\"}"}},
     /* Optional members: any subset, in the schema's order, commas between. */
     {"{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"boolean\"}, \"y\": {\"type\": "
      "\"null\"}, \"z\": {\"type\": \"boolean\"}}, \"required\": [\"y\"]}",
@@ -78,7 +79,8 @@ static const schema_case k_cases[] = {
      {"7", "[]", "[true]", "[true, false,true]"},
      {"[1]", "[true,]", "[,true]", "true"}},
     {"{\"type\": \"array\", \"items\": {\"enum\": [\"a\"]}, \"minItems\": 1, \"maxItems\": 2}",
-     {"[\"a\"]", "[\"a\",\"a\"]"}, {"[]", "[\"a\",\"a\",\"a\"]"}},
+     {"[\"a\"]", "[\"a\",\"a\"]"},
+     {"[]", "[\"a\",\"a\",\"a\"]"}},
     {"{\"type\": \"array\", \"minItems\": 2}", {"[1,{\"a\":[]}]", "[null,\"x\",3]"}, {"[1]", "[]"}},
     {"{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}",
      /* Characters as JSON Schema counts them: a code point or an escape. */
@@ -90,8 +92,8 @@ static const schema_case k_cases[] = {
     {"{\"type\": \"integer\"}", {"0", "-7", "42"}, {"1.0", "1e3", "-", "007"}},
     /* Strings: UTF-8 checked byte by byte, escapes, no raw control bytes. */
     {"{\"type\": \"string\"}",
-     {"\"\"", "\"caf\xc3\xa9\"", "\"\xe2\x82\xac\"", "\"\xf4\x8f\xbf\xbf\"", "\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"",
-      "\"\\u00e9\\uFFFF\"", "\"\x7f\""},
+     {"\"\"", "\"caf\xc3\xa9\"", "\"\xe2\x82\xac\"", "\"\xf4\x8f\xbf\xbf\"",
+      "\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"", "\"\\u00e9\\uFFFF\"", "\"\x7f\""},
      {"\"\xc0\x80\"", "\"\xed\xa0\x80\"", "\"\xf4\x90\x80\x80\"", "\"\xe0\x80\xaf\"", "\"\n\"",
       "\"\\ud800\"", "\"\\x\"", "\"\xff\""}},
     {"{\"type\": \"object\", \"additionalProperties\": false}", {"{}"}, {"{\"a\":1}"}},
@@ -101,16 +103,20 @@ static const schema_case k_cases[] = {
     {"{}", {"1", "\"s\"", "[]", "{\"x\":[true]}", "null"}, {"nul", "[1,]"}},
     {"true", {"false", "{}"}, {"tru"}},
     /* Recursion through $defs: a linked list of any length. */
-    {"{\"$defs\": {\"node\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": \"integer\"}, "
+    {"{\"$defs\": {\"node\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": "
+     "\"integer\"}, "
      "\"next\": {\"anyOf\": [{\"$ref\": \"#/$defs/node\"}, {\"type\": \"null\"}]}}, \"required\": "
      "[\"v\", \"next\"]}}, \"$ref\": \"#/$defs/node\"}",
      {"{\"v\":1,\"next\":null}", "{\"v\":1,\"next\":{\"v\":2,\"next\":{\"v\":3,\"next\":null}}}"},
      {"{\"v\":1,\"next\":{\"v\":2}}", "{\"v\":1,\"next\":3}"}},
-    {"{\"type\": \"object\", \"properties\": {\"kids\": {\"type\": \"array\", \"items\": {\"$ref\": "
+    {"{\"type\": \"object\", \"properties\": {\"kids\": {\"type\": \"array\", \"items\": "
+     "{\"$ref\": "
      "\"#\"}}}, \"required\": [\"kids\"]}",
      {"{\"kids\":[]}", "{\"kids\":[{\"kids\":[]},{\"kids\":[{\"kids\":[]}]}]}"},
      {"{\"kids\":[{}]}"}},
-    {"{\"definitions\": {\"a/b\": {\"const\": 1}}, \"$ref\": \"#/definitions/a~1b\"}", {"1"}, {"2"}},
+    {"{\"definitions\": {\"a/b\": {\"const\": 1}}, \"$ref\": \"#/definitions/a~1b\"}",
+     {"1"},
+     {"2"}},
 };
 
 static void test_cases(void)
@@ -155,7 +161,8 @@ static const refusal k_refusals[] = {
     {"{\"items\": [{\"type\": \"string\"}]}",
      "schema/items: only one schema for every item is supported (not a list of schemas)"},
     {"{\"enum\": []}", "schema: 'enum' must be an array of at least one value"},
-    {"{\"type\": \"string\", \"enum\": [1, 2]}", "schema: no value of 'enum' has a type 'type' allows"},
+    {"{\"type\": \"string\", \"enum\": [1, 2]}",
+     "schema: no value of 'enum' has a type 'type' allows"},
     {"{\"enum\": [1], \"const\": 1}", "schema: 'enum' beside 'const' is not supported"},
     {"{\"enum\": [1], \"items\": {}}", "schema: 'items' beside 'enum' is not supported"},
     {"{\"anyOf\": [{\"type\": \"string\"}], \"type\": \"string\"}",
@@ -168,20 +175,25 @@ static const refusal k_refusals[] = {
      "schema)"},
     {"{\"$defs\": {\"x\": {}}, \"$ref\": \"#/$defs/x\", \"type\": \"object\"}",
      "schema: 'type' beside '$ref' is not supported"},
-    {"{\"properties\": {\"x\": {\"$defs\": {}}}}", "schema/properties/x: '$defs' is only supported at the root"},
-    {"{\"$defs\": [], \"type\": \"null\"}", "schema: '$defs' must be an object of schemas, not array"},
+    {"{\"properties\": {\"x\": {\"$defs\": {}}}}",
+     "schema/properties/x: '$defs' is only supported at the root"},
+    {"{\"$defs\": [], \"type\": \"null\"}",
+     "schema: '$defs' must be an object of schemas, not array"},
     {"false", "schema: 'false' admits no value"},
     {"\"x\"", "schema: a schema is an object or a boolean, not string"},
     {"{\"type\": \"string\", \"maxLength\": 2, \"minLength\": 3}",
      "schema: 'maxLength' 2 is below 'minLength' 3: no value fits"},
-    {"{\"type\": \"string\", \"maxLength\": 5000}", "schema: 'maxLength' above 1024 is not supported"},
+    {"{\"type\": \"string\", \"maxLength\": 5000}",
+     "schema: 'maxLength' above 1024 is not supported"},
     {"{\"type\": \"array\", \"maxItems\": -1}", "schema: 'maxItems' must be an integer >= 0"},
     {"{\"type\": \"array\", \"minItems\": 1.5}", "schema: 'minItems' must be an integer >= 0"},
     /* Grammars the matcher cannot run, found by grammar_compile. */
     {"{\"$defs\": {\"a\": {\"anyOf\": [{\"$ref\": \"#/$defs/a\"}, {\"type\": \"null\"}]}}, "
      "\"$ref\": \"#/$defs/a\"}",
-     "schema: grammar: rule 'schema/$defs/a' is left-recursive (it can begin with a call of itself)"},
-    {"{\"$defs\": {\"a\": {\"type\": \"object\", \"properties\": {\"x\": {\"$ref\": \"#/$defs/a\"}}, "
+     "schema: grammar: rule 'schema/$defs/a' is left-recursive (it can begin with a call of "
+     "itself)"},
+    {"{\"$defs\": {\"a\": {\"type\": \"object\", \"properties\": {\"x\": {\"$ref\": "
+     "\"#/$defs/a\"}}, "
      "\"required\": [\"x\"]}}, \"$ref\": \"#/$defs/a\"}",
      "schema: grammar: rule 'schema' matches nothing (no complete match can be reached)"},
     {"{\"anyOf\": [{\"type\": \"object\"}, {\"type\": \"object\", \"properties\": {\"a\": "
@@ -215,8 +227,9 @@ static char *chained_defs(int n)
     size_t at = (size_t)sprintf(s, "{\"$ref\": \"#/$defs/d0\", \"$defs\": {");
     for (int i = 0; i < n; i++) {
         if (i + 1 < n)
-            at += (size_t)sprintf(s + at, "%s\"d%d\": {\"type\": \"array\", \"items\": "
-                                          "{\"$ref\": \"#/$defs/d%d\"}}",
+            at += (size_t)sprintf(s + at,
+                                  "%s\"d%d\": {\"type\": \"array\", \"items\": "
+                                  "{\"$ref\": \"#/$defs/d%d\"}}",
                                   i ? ", " : "", i, i + 1);
         else
             at += (size_t)sprintf(s + at, "%s\"d%d\": {\"type\": \"integer\"}", i ? ", " : "", i);
@@ -237,7 +250,8 @@ static void test_bounds(void)
     memset(arrays_doc + arrays + 1, ']', arrays);
     CHECK(g != NULL && match(g, arrays_doc, 2 * arrays + 1) == COMPLETE &&
               match(g, arrays_doc + 1, 2 * arrays - 1) == REFUSED,
-          "references inlined %d levels deep compile: %d arrays nested (of arrays: the automaton grows linearly)",
+          "references inlined %d levels deep compile: %d arrays nested (of arrays: the automaton "
+          "grows linearly)",
           JSONSCHEMA_MAX_NESTING, arrays);
     grammar_free(g);
     llmq_err err = {0};

@@ -98,11 +98,33 @@ static int mkmodel_arch(const env *e, const char *vocab, const shape *s, const c
                         const char *seed, const char *threads, const char *out, const char *arch,
                         bool tied, char *log, size_t cap)
 {
-    char *argv[] = {(char *)e->exe, "--vocab", (char *)vocab, "--dim", (char *)s->dim,
-                    "--layers", (char *)s->layers, "--heads", (char *)s->heads,
-                    "--kv-heads", (char *)s->kv, "--ff", (char *)s->ff, "--ctx", (char *)s->ctx,
-                    "--mix", (char *)mix, "--seed", (char *)seed, "--threads", (char *)threads,
-                    "-o", (char *)out, NULL, NULL, NULL, NULL};
+    char *argv[] = {(char *)e->exe,
+                    "--vocab",
+                    (char *)vocab,
+                    "--dim",
+                    (char *)s->dim,
+                    "--layers",
+                    (char *)s->layers,
+                    "--heads",
+                    (char *)s->heads,
+                    "--kv-heads",
+                    (char *)s->kv,
+                    "--ff",
+                    (char *)s->ff,
+                    "--ctx",
+                    (char *)s->ctx,
+                    "--mix",
+                    (char *)mix,
+                    "--seed",
+                    (char *)seed,
+                    "--threads",
+                    (char *)threads,
+                    "-o",
+                    (char *)out,
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL};
     int n = 23; /* the first NULL */
     if (arch) {
         argv[n++] = "--arch";
@@ -547,7 +569,7 @@ typedef struct block_tensor {
 typedef struct arch_expect {
     const char *arch, *gguf_arch;
     bool tied;
-    const char *first;       /* a tensor before token_embd, or NULL */
+    const char *first; /* a tensor before token_embd, or NULL */
     quant_type embd_type;
     const block_tensor *block;
     size_t n_block;
@@ -568,12 +590,12 @@ static const block_tensor LLAMA_BLOCK[] = {
     {"ffn_down.weight", 512, 256, Q4, Q6},
 };
 static const block_tensor QWEN2_BLOCK[] = {
-    {"attn_norm.weight", 256, 0, F32, F32},   {"attn_q.weight", 256, 256, Q4, Q4},
-    {"attn_q.bias", 256, 0, F32, F32},        {"attn_k.weight", 256, 128, Q4, Q4},
-    {"attn_k.bias", 128, 0, F32, F32},        {"attn_v.weight", 256, 128, Q4, Q6},
-    {"attn_v.bias", 128, 0, F32, F32},        {"attn_output.weight", 256, 256, Q4, Q4},
-    {"ffn_norm.weight", 256, 0, F32, F32},    {"ffn_gate.weight", 256, 512, Q4, Q4},
-    {"ffn_up.weight", 256, 512, Q4, Q4},      {"ffn_down.weight", 512, 256, Q4, Q6},
+    {"attn_norm.weight", 256, 0, F32, F32}, {"attn_q.weight", 256, 256, Q4, Q4},
+    {"attn_q.bias", 256, 0, F32, F32},      {"attn_k.weight", 256, 128, Q4, Q4},
+    {"attn_k.bias", 128, 0, F32, F32},      {"attn_v.weight", 256, 128, Q4, Q6},
+    {"attn_v.bias", 128, 0, F32, F32},      {"attn_output.weight", 256, 256, Q4, Q4},
+    {"ffn_norm.weight", 256, 0, F32, F32},  {"ffn_gate.weight", 256, 512, Q4, Q4},
+    {"ffn_up.weight", 256, 512, Q4, Q4},    {"ffn_down.weight", 512, 256, Q4, Q6},
 };
 /* attn_qkv: q, k and v rows (256 + 128 + 128), quantized as attn_v is;
  * ffn_up: the gate rows, then the up rows. */
@@ -585,8 +607,7 @@ static const block_tensor PHI3_BLOCK[] = {
 
 static const char *const LLAMA3_KEYS[] = {"llama.rope.dimension_count", "llama.vocab_size", NULL};
 static const char *const QWEN2_KEYS[] = {"qwen2.context_length", "qwen2.rope.freq_base", NULL};
-static const char *const QWEN2_ABSENT[] = {"qwen2.rope.dimension_count", "qwen2.vocab_size",
-                                           NULL};
+static const char *const QWEN2_ABSENT[] = {"qwen2.rope.dimension_count", "qwen2.vocab_size", NULL};
 static const char *const PHI3_KEYS[] = {"phi3.rope.dimension_count",
                                         "phi3.rope.scaling.original_context_length",
                                         "phi3.attention.sliding_window", NULL};
@@ -684,8 +705,10 @@ static void test_archs(const env *e)
               "--arch %s%s: %" PRIu64 " tensors with llama.cpp's names, shapes and Q4_K_M types",
               x->arch, x->tied ? " --tied" : "", gguf_tensor_count(f));
         if (x->first)
-            CHECK(llama3_factors_ok(f), "--arch %s: rope_freqs.weight holds Llama 3.1's "
-                  "divisors, 1 rising to 8", x->arch);
+            CHECK(llama3_factors_ok(f),
+                  "--arch %s: rope_freqs.weight holds Llama 3.1's "
+                  "divisors, 1 rising to 8",
+                  x->arch);
         CHECK(same_file(a, b), "--arch %s: 1 and 2 threads write the same bytes", x->arch);
         gguf_close(f);
         unlink(a);
@@ -751,12 +774,35 @@ static void test_command_line(const env *e)
                        "unknown option '--bogus'", 2);
     char out_arch[300];
     path_in(e, out_arch, sizeof out_arch, "bad.gguf");
-    expect_usage_error(e, (char *[]){X, "--vocab", (char *)e->vocab, "--dim", "256", "--layers",
-                                     "2", "--heads", "4", "--kv-heads", "2", "--ff", "512",
-                                     "--ctx", "256", "--mix", "f32", "--seed", "1", "-o",
-                                     out_arch, "--arch", "gemma", NULL},
-                       "unknown architecture", "--arch 'gemma' is not one of llama, llama3, qwen2, "
-                       "phi3", 2);
+    expect_usage_error(e,
+                       (char *[]){X,
+                                  "--vocab",
+                                  (char *)e->vocab,
+                                  "--dim",
+                                  "256",
+                                  "--layers",
+                                  "2",
+                                  "--heads",
+                                  "4",
+                                  "--kv-heads",
+                                  "2",
+                                  "--ff",
+                                  "512",
+                                  "--ctx",
+                                  "256",
+                                  "--mix",
+                                  "f32",
+                                  "--seed",
+                                  "1",
+                                  "-o",
+                                  out_arch,
+                                  "--arch",
+                                  "gemma",
+                                  NULL},
+                       "unknown architecture",
+                       "--arch 'gemma' is not one of llama, llama3, qwen2, "
+                       "phi3",
+                       2);
     test_bad_values(e);
     char out[300], log[4096], logpath[300];
     path_in(e, out, sizeof out, "bad.gguf");

@@ -440,9 +440,10 @@ static int synth_path(const fixture *fx, char *path, size_t cap)
     char *bytes = slurp(path, &len);
     const uint64_t h = bytes ? fnv(bytes, len) : 0;
     free(bytes);
-    CHECK(h == fx->synth_fnv, "%s: the model make check wrote is the one the references were "
-          "made from (FNV-1a %016llx, want %016llx)", fx->name, (unsigned long long)h,
-          (unsigned long long)fx->synth_fnv);
+    CHECK(h == fx->synth_fnv,
+          "%s: the model make check wrote is the one the references were "
+          "made from (FNV-1a %016llx, want %016llx)",
+          fx->name, (unsigned long long)h, (unsigned long long)fx->synth_fnv);
     return h == fx->synth_fnv ? 0 : -1;
 }
 
@@ -475,28 +476,58 @@ int main(void)
      * each architecture in f32, where no activation is quantized and the
      * f32 bound holds and every greedy token must match. */
     static fixture fixtures[] = {
-        {.name = "stories260K", .bound = 1e-3f, .median_bound = 1e-3f, .batch_invariance = true,
+        {.name = "stories260K",
+         .bound = 1e-3f,
+         .median_bound = 1e-3f,
+         .batch_invariance = true,
          .greedy_exact = true},
         {.name = "tinystories-656k-q8_0", .bound = 4e-2f, .median_bound = 1e-2f},
         {.name = "TinyStories-656K.f16", .bound = 1e-2f, .median_bound = 1e-2f},
         {.name = "synth-q4km-gqa", .bound = 4e-2f, .median_bound = 1e-2f, .batch_invariance = true},
         {.name = "synth-q6k-mha", .bound = 4e-2f, .median_bound = 1e-2f},
-        {.name = "synth-llama3-q4km", .synth_fnv = SYNTH_LLAMA3_Q4KM, .bound = 4e-2f,
-         .median_bound = 1e-2f, .batch_invariance = true},
-        {.name = "synth-qwen2-q4km", .synth_fnv = SYNTH_QWEN2_Q4KM, .bound = 4e-2f,
-         .median_bound = 1e-2f, .batch_invariance = true},
-        {.name = "synth-phi3-q4km", .synth_fnv = SYNTH_PHI3_Q4KM, .bound = 4e-2f,
-         .median_bound = 1e-2f, .batch_invariance = true},
-        {.name = "synth-llama3-bpe-q8", .synth_fnv = SYNTH_LLAMA3_BPE_Q8, .bound = 4e-2f,
-         .median_bound = 1e-2f, .batch_invariance = true},
-        {.name = "synth-qwen2-vocab-q8", .synth_fnv = SYNTH_QWEN2_VOCAB_Q8, .bound = 4e-2f,
-         .median_bound = 1e-2f, .batch_invariance = true},
-        {.name = "synth-llama3-f32", .synth_fnv = SYNTH_LLAMA3_F32, .bound = 1e-3f,
-         .median_bound = 1e-3f, .batch_invariance = true, .greedy_exact = true},
-        {.name = "synth-qwen2-f32", .synth_fnv = SYNTH_QWEN2_F32, .bound = 1e-3f,
-         .median_bound = 1e-3f, .batch_invariance = true, .greedy_exact = true},
-        {.name = "synth-phi3-f32", .synth_fnv = SYNTH_PHI3_F32, .bound = 1e-3f,
-         .median_bound = 1e-3f, .batch_invariance = true, .greedy_exact = true},
+        {.name = "synth-llama3-q4km",
+         .synth_fnv = SYNTH_LLAMA3_Q4KM,
+         .bound = 4e-2f,
+         .median_bound = 1e-2f,
+         .batch_invariance = true},
+        {.name = "synth-qwen2-q4km",
+         .synth_fnv = SYNTH_QWEN2_Q4KM,
+         .bound = 4e-2f,
+         .median_bound = 1e-2f,
+         .batch_invariance = true},
+        {.name = "synth-phi3-q4km",
+         .synth_fnv = SYNTH_PHI3_Q4KM,
+         .bound = 4e-2f,
+         .median_bound = 1e-2f,
+         .batch_invariance = true},
+        {.name = "synth-llama3-bpe-q8",
+         .synth_fnv = SYNTH_LLAMA3_BPE_Q8,
+         .bound = 4e-2f,
+         .median_bound = 1e-2f,
+         .batch_invariance = true},
+        {.name = "synth-qwen2-vocab-q8",
+         .synth_fnv = SYNTH_QWEN2_VOCAB_Q8,
+         .bound = 4e-2f,
+         .median_bound = 1e-2f,
+         .batch_invariance = true},
+        {.name = "synth-llama3-f32",
+         .synth_fnv = SYNTH_LLAMA3_F32,
+         .bound = 1e-3f,
+         .median_bound = 1e-3f,
+         .batch_invariance = true,
+         .greedy_exact = true},
+        {.name = "synth-qwen2-f32",
+         .synth_fnv = SYNTH_QWEN2_F32,
+         .bound = 1e-3f,
+         .median_bound = 1e-3f,
+         .batch_invariance = true,
+         .greedy_exact = true},
+        {.name = "synth-phi3-f32",
+         .synth_fnv = SYNTH_PHI3_F32,
+         .bound = 1e-3f,
+         .median_bound = 1e-3f,
+         .batch_invariance = true,
+         .greedy_exact = true},
     };
     backend *be;
     llmq_err err;

@@ -141,10 +141,19 @@ static void test_params(void)
         const char *field;
         sampler_params p;
     } bad[] = {
-        {"temperature", d}, {"temperature", d}, {"temperature", d}, {"top_p", d},
-        {"top_p", d},       {"top_p", d},       {"min_p", d},       {"min_p", d},
-        {"repeat_penalty", d}, {"repeat_penalty", d}, {"presence_penalty", d},
-        {"frequency_penalty", d}, {"repeat_last_n", d},
+        {"temperature", d},
+        {"temperature", d},
+        {"temperature", d},
+        {"top_p", d},
+        {"top_p", d},
+        {"top_p", d},
+        {"min_p", d},
+        {"min_p", d},
+        {"repeat_penalty", d},
+        {"repeat_penalty", d},
+        {"presence_penalty", d},
+        {"frequency_penalty", d},
+        {"repeat_last_n", d},
     };
     bad[0].p.temperature = NAN;
     bad[1].p.temperature = -0.5f;
@@ -662,7 +671,7 @@ static void test_from_top(samplers *ss)
             const bool penalties = p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f ||
                                    p.frequency_penalty != 0.0f;
             const int32_t window = p.repeat_last_n < 0 || p.repeat_last_n > 48 ? 48
-                                                                                 : p.repeat_last_n;
+                                                                               : p.repeat_last_n;
             exact_n += need == p.top_k + (penalties ? window : 0);
         }
     }

@@ -58,8 +58,8 @@ static void add_jobs(scenario *s, const char *batch, int first, int last, int64_
 {
     for (int n = first; n <= last; n++) {
         store_job j = {.prompt = "Once upon a time", .batch_id = batch};
-        j.params = (job_params){.max_tokens = 64, .top_p = 1, .repeat_penalty = 1,
-                                  .repeat_last_n = 64};
+        j.params = (job_params){
+            .max_tokens = 64, .top_p = 1, .repeat_penalty = 1, .repeat_last_n = 64};
         store_submit_outcome out;
         llmq_err err = {0};
         must(s, store_submit(s->st, &j, 0, at, &s->id[n], &out, &err), &err, "submit");

@@ -43,9 +43,11 @@ static store_job text_job(const char *prompt, const char *batch,
     j.batch_id = batch;
     j.client_key = key;
     j.priority = priority;
-    j.params = (job_params){.max_tokens = 16, .temperature = 0.0,
-                              .top_p = 1.0, .repeat_penalty = 1.0,
-                              .repeat_last_n = 64};
+    j.params = (job_params){.max_tokens = 16,
+                            .temperature = 0.0,
+                            .top_p = 1.0,
+                            .repeat_penalty = 1.0,
+                            .repeat_last_n = 64};
     return j;
 }
 
@@ -308,8 +310,8 @@ static void test_priority_order_and_json(void)
 #define SQL_TYPE_U64 "INTEGER"
 #define SQL_TYPE_BOOL "INTEGER"
 #define SQL_TYPE_F32 "REAL"
-#define HAS_COLUMN(name, kind, ...)                                                     \
-    &&sql_int("SELECT count(*) FROM pragma_table_info('jobs') WHERE name = '" #name     \
+#define HAS_COLUMN(name, kind, ...)                                                 \
+    &&sql_int("SELECT count(*) FROM pragma_table_info('jobs') WHERE name = '" #name \
               "' AND type = '" SQL_TYPE_##kind "' AND \"notnull\" = 1") == 1
 
 static int keep_params(void *ctx, const store_job *j, llmq_err *err)
@@ -666,9 +668,16 @@ static void test_logprobs(void)
     static const wire_token_logprobs lp[2] = {
         {.chosen = {.token = 7, .logprob = -0.5f, BYTES("once")}},
         {.chosen = {.token = 8, .logprob = -0.75f, BYTES("\xe2\x96")}, .top = alt, .n_top = 2}};
-    store_result r = {.text = "once", .token_ids = toks, .n_token_ids = 2, .logprobs = lp,
-                      .n_logprobs = 2, .finish_reason = "length", .prompt_tokens = 1,
-                      .generated_tokens = 2, .prefill_ms = 1, .decode_ms = 1};
+    store_result r = {.text = "once",
+                      .token_ids = toks,
+                      .n_token_ids = 2,
+                      .logprobs = lp,
+                      .n_logprobs = 2,
+                      .finish_reason = "length",
+                      .prompt_tokens = 1,
+                      .generated_tokens = 2,
+                      .prefill_ms = 1,
+                      .decode_ms = 1};
     store_change ch;
     store_begin(st, &err);
     store_result_put(st, a, w, 0, &r, 5, &ch, &err);
@@ -680,9 +689,8 @@ static void test_logprobs(void)
     bool found;
     store_outcome_get(st, a, keep_logprobs, &ka, &found, &err);
     store_outcome_get(st, b, keep_logprobs, &kb, &found, &err);
-    CHECK(ka.present && ka.n == 2 && ka.v[0].chosen.token == 7 &&
-              ka.v[0].chosen.logprob == -0.5f && ka.v[0].n_top == 0 &&
-              ka.v[1].chosen.n_bytes == 2 &&
+    CHECK(ka.present && ka.n == 2 && ka.v[0].chosen.token == 7 && ka.v[0].chosen.logprob == -0.5f &&
+              ka.v[0].n_top == 0 && ka.v[1].chosen.n_bytes == 2 &&
               memcmp(ka.v[1].chosen.bytes, "\xe2\x96", 2) == 0 && ka.v[1].n_top == 2 &&
               ka.top[0].token == 8 && ka.top[1].logprob == -9999.0f && ka.top[1].n_bytes == 0,
           "logprobs come back from the store as they were put, alternatives and bytes included");

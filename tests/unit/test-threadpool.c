@@ -62,8 +62,10 @@ int main(void)
             continue;
         }
         const long bad = first_bad_run(p);
-        CHECK(bad < 0, "%d threads: each task of %d runs called exactly once, all done at return"
-              " (first bad run: %ld)", threads, RUNS, bad);
+        CHECK(bad < 0,
+              "%d threads: each task of %d runs called exactly once, all done at return"
+              " (first bad run: %ld)",
+              threads, RUNS, bad);
         pool_free(p);
     }
     return check_done();

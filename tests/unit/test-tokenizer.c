@@ -461,8 +461,10 @@ static void check_eog_sets(void)
         {"vocab/ggml-vocab-phi-3.gguf", 32007, {2, 32000, 32007}, 3},
         {"vocab/ggml-vocab-gpt-2.gguf", 50256, {50256}, 1},
         {"vocab/ggml-vocab-llama-bpe.gguf", 128009, {128001, 128009}, 2},
-        {"vocab/ggml-vocab-qwen2.gguf", 151645,
-         {128247, 151643, 151645, 151662, 151663, 151664}, 6},
+        {"vocab/ggml-vocab-qwen2.gguf",
+         151645,
+         {128247, 151643, 151645, 151662, 151663, 151664},
+         6},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         loaded l;
@@ -529,11 +531,10 @@ static void check_llama_bpe_bos(void)
 
 static void check_story_round_trips(void)
 {
-    static const char *const vocabs[] = {"vocab/ggml-vocab-llama-spm.gguf",
-                                         "vocab/ggml-vocab-phi-3.gguf",
-                                         "vocab/ggml-vocab-gpt-2.gguf", "models/stories260K.gguf",
-                                         "vocab/ggml-vocab-llama-bpe.gguf",
-                                         "vocab/ggml-vocab-qwen2.gguf"};
+    static const char *const vocabs[] = {
+        "vocab/ggml-vocab-llama-spm.gguf", "vocab/ggml-vocab-phi-3.gguf",
+        "vocab/ggml-vocab-gpt-2.gguf",     "models/stories260K.gguf",
+        "vocab/ggml-vocab-llama-bpe.gguf", "vocab/ggml-vocab-qwen2.gguf"};
     char path[1024];
     size_t len;
     char *story = slurp(check_data_path(path, sizeof path, "reference/story.txt"), &len);
@@ -861,10 +862,10 @@ static void check_pretok(void)
                                     "!"};
     check_split("default", "punctuation, math symbols, digit triples",
                 "Price: $1234567.89 <=> x+y; it's 3rd!", d, 22);
-    static const char *const q2[] = {"In", " ", "2", "0", "2", "4", ",", " Qwen", "2", ".", "5",
-                                     "-", "7", "B", " scored", " ", "8", "5", ".", "3", "%\n\n",
-                                     " ", " it", "'s", " ", "1", "0", "0", "0", "x",
-                                     "\xc2\xb2", "!"};
+    static const char *const q2[] = {"In", " ", "2", "0", "2",     "4", ",",        " Qwen",
+                                     "2",  ".", "5", "-", "7",     "B", " scored",  " ",
+                                     "8",  "5", ".", "3", "%\n\n", " ", " it",      "'s",
+                                     " ",  "1", "0", "0", "0",     "x", "\xc2\xb2", "!"};
     check_split("qwen2", "one digit a word (where llama3 takes three), newline runs",
                 "In 2024, Qwen2.5-7B scored 85.3%\n\n  it's 1000x\xc2\xb2!", q2, 32);
     static const char *const g[] = {"I", "'ve", " ", " 2", " apples", "\t\n"};

@@ -91,11 +91,13 @@ static void test_submit(void)
 {
     static const char *const stops[] = {"\n\n", "The end"};
     static const uint32_t toks[] = {1, 2, 2147483647u};
-    wire_job jobs[2] = {{.key = "a-1", .prompt = "Once upon a time, \xc3\xa9t\xc3\xa9",
-                         .priority = -5, .model = "stories260K",
-                         .params = job_params_default()},
-                        {.tokens = toks, .n_tokens = 3, .priority = 1000,
-                         .params = job_params_default()}};
+    wire_job jobs[2] = {
+        {.key = "a-1",
+         .prompt = "Once upon a time, \xc3\xa9t\xc3\xa9",
+         .priority = -5,
+         .model = "stories260K",
+         .params = job_params_default()},
+        {.tokens = toks, .n_tokens = 3, .priority = 1000, .params = job_params_default()}};
     jobs[0].params.temperature = 0.7f;
     jobs[0].params.top_p = 0.9f;
     jobs[0].params.seed = UINT64_MAX;
@@ -375,28 +377,32 @@ static const bad_case BAD[] = {
     {SUB "[{\"prompt\":\"a\",\"max_tokens\":-5}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].max_tokens"},
     {SUB "[{\"prompt\":\"a\",\"max_tokens\":2.5}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].max_tokens"},
     {SUB "[{\"prompt\":\"a\",\"max_tokens\":\"10\"}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].max_tokens"},
-    {SUB "[{\"prompt\":\"a\",\"temperature\":-0.1}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].temperature"},
-    {SUB "[{\"prompt\":\"a\",\"temperature\":\"hot\"}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].temperature"},
+    {SUB "[{\"prompt\":\"a\",\"temperature\":-0.1}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].temperature"},
+    {SUB "[{\"prompt\":\"a\",\"temperature\":\"hot\"}]}", C2B, WIRE_E_BAD_TYPE,
+     "jobs[0].temperature"},
     {SUB "[{\"prompt\":\"a\",\"top_p\":0}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].top_p"},
     {SUB "[{\"prompt\":\"a\",\"top_p\":1.5}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].top_p"},
     {SUB "[{\"prompt\":\"a\",\"top_k\":-1}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].top_k"},
-    {SUB "[{\"prompt\":\"a\",\"repeat_penalty\":0}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].repeat_penalty"},
-    {SUB "[{\"prompt\":\"a\",\"repeat_last_n\":-2}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].repeat_last_n"},
-    {SUB "[{\"prompt\":\"a\",\"presence_penalty\":3}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].presence_penalty"},
+    {SUB "[{\"prompt\":\"a\",\"repeat_penalty\":0}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].repeat_penalty"},
+    {SUB "[{\"prompt\":\"a\",\"repeat_last_n\":-2}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].repeat_last_n"},
+    {SUB "[{\"prompt\":\"a\",\"presence_penalty\":3}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].presence_penalty"},
     {SUB "[{\"prompt\":\"a\",\"seed\":-1}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].seed"},
     {SUB "[{\"prompt\":\"a\",\"priority\":1001}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].priority"},
     {SUB "[{\"prompt\":\"a\",\"ignore_eos\":1}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].ignore_eos"},
     {SUB "[{\"prompt\":\"a\",\"logprobs\":1}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].logprobs"},
     {SUB "[{\"prompt\":\"a\",\"logprobs\":true,\"top_logprobs\":21}]}", C2B, WIRE_E_BAD_VALUE,
      "jobs[0].top_logprobs"},
-    {SUB "[{\"prompt\":\"a\",\"top_logprobs\":2}]}", C2B, WIRE_E_BAD_VALUE,
-     "jobs[0].top_logprobs"},
+    {SUB "[{\"prompt\":\"a\",\"top_logprobs\":2}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].top_logprobs"},
     {SUB "[{\"prompt\":\"a\",\"stop\":\"x\"}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].stop"},
     {SUB "[{\"prompt\":\"a\",\"stop\":[\"x\",\"\"]}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].stop[1]"},
     {SUB "[{\"prompt\":\"a\",\"stop\":[1]}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].stop[0]"},
     {SUB "[{\"prompt\":\"a\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\","
-     "\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}]}", C2B, WIRE_E_TOO_LARGE,
-     "jobs[0].stop"},
+         "\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}]}",
+     C2B, WIRE_E_TOO_LARGE, "jobs[0].stop"},
     {SUB "[{\"tokens\":[]}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].tokens"},
     {SUB "[{\"tokens\":[1,-3]}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].tokens[1]"},
     {SUB "[{\"tokens\":[2147483648]}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].tokens[0]"},
@@ -412,9 +418,11 @@ static const bad_case BAD[] = {
     {"{\"v\":1,\"type\":\"credit\",\"n\":0}", W2B, WIRE_E_BAD_VALUE, "n"},
     {"{\"v\":1,\"type\":\"credit\"}", W2B, WIRE_E_MISSING_FIELD, "n"},
     {"{\"v\":1,\"type\":\"hello\",\"worker\":\"w\",\"host\":\"h\",\"pid\":1,\"gpu_index\":-2,"
-     "\"model\":\"m\",\"engine\":\"cpu\",\"slots\":1}", W2B, WIRE_E_BAD_VALUE, "gpu_index"},
+     "\"model\":\"m\",\"engine\":\"cpu\",\"slots\":1}",
+     W2B, WIRE_E_BAD_VALUE, "gpu_index"},
     {"{\"v\":1,\"type\":\"hello\",\"worker\":\"w\",\"host\":\"h\",\"pid\":1,\"gpu_index\":0,"
-     "\"model\":\"m\",\"engine\":\"cpu\",\"slots\":5000}", W2B, WIRE_E_BAD_VALUE, "slots"},
+     "\"model\":\"m\",\"engine\":\"cpu\",\"slots\":5000}",
+     W2B, WIRE_E_BAD_VALUE, "slots"},
     {"{\"v\":1,\"type\":\"job_result\",\"id\":1,\"attempt\":1,\"text\":\"x\",\"tokens\":[],"
      "\"finish\":\"bored\",\"prompt_tokens\":1,\"gen_tokens\":0,\"prefill_ms\":1,\"decode_ms\":1}",
      W2B, WIRE_E_BAD_VALUE, "finish"},
@@ -433,8 +441,8 @@ static const bad_case BAD[] = {
      WIRE_E_BAD_VALUE, "state"},
     {"{\"v\":1,\"type\":\"submit_ok\",\"ids\":[1,2],\"existing\":[true]}",
      WIRE_DIR_BROKER_TO_CLIENT, WIRE_E_BAD_VALUE, "existing"},
-    {"{\"v\":1,\"type\":\"error\",\"code\":\"oops\",\"message\":\"m\"}",
-     WIRE_DIR_BROKER_TO_CLIENT, WIRE_E_BAD_VALUE, "code"},
+    {"{\"v\":1,\"type\":\"error\",\"code\":\"oops\",\"message\":\"m\"}", WIRE_DIR_BROKER_TO_CLIENT,
+     WIRE_E_BAD_VALUE, "code"},
 };
 
 static void test_bad_table(void)

@@ -98,8 +98,8 @@ static void test_withhold(void)
 
 static void test_jobconv(const tok_vocab *v)
 {
-    wire_job j = {.id = 42, .attempt = 1, .prompt = "Once upon a time",
-                  .params = job_params_default()};
+    wire_job j = {
+        .id = 42, .attempt = 1, .prompt = "Once upon a time", .params = job_params_default()};
     j.params.temperature = 0.5f;
     j.params.seed = 9;
     j.params.repeat_last_n = -1;

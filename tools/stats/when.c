@@ -158,4 +158,3 @@ void when_format(int64_t ms, char *buf, size_t size)
     else
         snprintf(buf, size, "%sZ", base);
 }
-
