@@ -29,7 +29,7 @@ msgpack_pkg() {
 
 install_deps() {
     local want="build-essential autoconf automake libtool pkg-config libzmq3-dev libsqlite3-dev
-                libutf8proc-dev sqlite3 python3 python3-zmq python3-msgpack python3-jsonschema"
+                libutf8proc-dev sqlite3 python3 python3-zmq python3-msgpack python3-jsonschema $*"
     local missing=()
     for p in $want; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
     if ! dpkg -s libmsgpack-dev >/dev/null 2>&1 && ! dpkg -s libmsgpack-c-dev >/dev/null 2>&1; then
@@ -80,6 +80,21 @@ run_check() {
     return "$rc"
 }
 
+# The lines changed since .ci/format-base (the commit from which formatting is
+# enforced) must follow .clang-format.  A tree without that history (a
+# tarball, a shallow clone) cannot be checked, and says so.
+run_format_check() {
+    cd "$top"
+    local base
+    base=$(cat .ci/format-base)
+    if ! git rev-parse -q --verify "$base^{commit}" >/dev/null 2>&1; then
+        say "format check skipped: commit $base (.ci/format-base) is not in this tree's history"
+        return 0
+    fi
+    say "checking the format of the lines changed since $base"
+    tools/format-check.sh "$base"
+}
+
 run_demo() {
     cd "$top"
     exec "$top/tools/demo.sh" "$build"
@@ -87,7 +102,8 @@ run_demo() {
 
 case "${1:-}" in
     demo)  install_deps; configure_and_build; run_demo ;;
-    check) install_deps; configure_and_build; run_check ;;
+    check) install_deps clang-format; configure_and_build
+           rc=0; run_check || rc=$?; run_format_check || rc=$?; exit "$rc" ;;
     build) install_deps; configure_and_build ;;
     *) echo "usage: $0 demo|check|build" >&2; exit 2 ;;
 esac
