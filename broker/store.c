@@ -50,6 +50,12 @@ typedef struct col {
 #define SQL_NAME(name, ...) #name ", "
 #define SQL_PARAM(name, ...) ":" #name ", "
 #define COUNT_ONE(...) +1
+/* A descriptor's entries, by name (the SQL parameter :name) or by expression;
+ * their offsets are into COLS_OF, defined just before each descriptor. */
+#define NAMED_COL(name, kind, ...) \
+    {":" #name, COL_##kind, offsetof(COLS_OF, name)},
+#define EXPR_COL(expr, field, kind) \
+    {expr, COL_##kind, offsetof(COLS_OF, field)},
 
 /* A job as submitted: store_job fields, then its job_params. */
 /* clang-format off */
@@ -69,12 +75,13 @@ typedef struct col {
     X(submitted_at, I64)
 /* clang-format on */
 
-#define JOB_COL(name, kind) {":" #name, COL_##kind, offsetof(store_job, name)},
-#define PARAM_COL(name, kind, ...) \
-    {":" #name, COL_##kind, offsetof(job_params, name)},
-static const col JOB_IN_COLS[] = {JOB_IN_ROW(JOB_COL)};
-static const col JOB_OUT_COLS[] = {JOB_OUT_ROW(JOB_COL)};
-static const col PARAM_COLS[] = {JOB_PARAMS(PARAM_COL)};
+#define COLS_OF store_job
+static const col JOB_IN_COLS[] = {JOB_IN_ROW(NAMED_COL)};
+static const col JOB_OUT_COLS[] = {JOB_OUT_ROW(NAMED_COL)};
+#undef COLS_OF
+#define COLS_OF job_params
+static const col PARAM_COLS[] = {JOB_PARAMS(NAMED_COL)};
+#undef COLS_OF
 enum {
     N_JOB_IN = 0 JOB_IN_ROW(COUNT_ONE),
     N_JOB_OUT = 0 JOB_OUT_ROW(COUNT_ONE),
@@ -93,10 +100,10 @@ enum { JR_PROMPT_IDS = N_JOB_IN + N_PARAMS + N_JOB_OUT, JR_STOP, JR_STATE };
     X(prefill_ms, F64)       \
     X(decode_ms, F64)
 /* clang-format on */
-#define RESULT_COL(name, kind) \
-    {":" #name, COL_##kind, offsetof(store_result, name)},
 #define SQL_RESULT(name, kind) "r." #name ", "
-static const col RESULT_COLS[] = {RESULT_ROW(RESULT_COL)};
+#define COLS_OF store_result
+static const col RESULT_COLS[] = {RESULT_ROW(NAMED_COL)};
+#undef COLS_OF
 enum { N_RESULT = 0 RESULT_ROW(COUNT_ONE) };
 
 /* Rows that are only read, from expressions: X(expression, field, kind). */
@@ -114,9 +121,9 @@ enum { N_RESULT = 0 RESULT_ROW(COUNT_ONE) };
     X("r.decode_tok_s", decode_tok_s, F64)   \
     X("r.total_ms", total_ms, F64)
 /* clang-format on */
-#define OUTCOME_COL(expr, field, kind) \
-    {expr, COL_##kind, offsetof(store_outcome, field)},
-static const col OUTCOME_COLS[] = {OUTCOME_ROW(OUTCOME_COL)};
+#define COLS_OF store_outcome
+static const col OUTCOME_COLS[] = {OUTCOME_ROW(EXPR_COL)};
+#undef COLS_OF
 enum { N_OUTCOME = 0 OUTCOME_ROW(COUNT_ONE) };
 enum { OC_STATE = N_OUTCOME + N_RESULT, OC_TOKEN_IDS, OC_LOGPROBS };
 
@@ -126,9 +133,9 @@ enum { OC_STATE = N_OUTCOME + N_RESULT, OC_TOKEN_IDS, OC_LOGPROBS };
     X("j.attempts", attempts, I32) \
     X("w.name", worker, TEXT)
 /* clang-format on */
-#define BRIEF_COL(expr, field, kind) \
-    {expr, COL_##kind, offsetof(store_brief, field)},
-static const col BRIEF_COLS[] = {BRIEF_ROW(BRIEF_COL)};
+#define COLS_OF store_brief
+static const col BRIEF_COLS[] = {BRIEF_ROW(EXPR_COL)};
+#undef COLS_OF
 enum { N_BRIEF = 0 BRIEF_ROW(COUNT_ONE), BR_STATE = N_BRIEF };
 
 /* Where a job stands now (job_current). */
@@ -145,8 +152,9 @@ typedef struct job_now {
     X("attempts", attempt, I32)                 \
     X("faults", faults, I32)
 /* clang-format on */
-#define NOW_COL(expr, field, kind) {expr, COL_##kind, offsetof(job_now, field)},
-static const col NOW_COLS[] = {NOW_ROW(NOW_COL)};
+#define COLS_OF job_now
+static const col NOW_COLS[] = {NOW_ROW(EXPR_COL)};
+#undef COLS_OF
 enum { N_NOW = 0 NOW_ROW(COUNT_ONE), JC_STATE = N_NOW };
 
 /* clang-format off */
@@ -161,9 +169,9 @@ enum { N_NOW = 0 NOW_ROW(COUNT_ONE), JC_STATE = N_NOW };
     X(engine, TEXT)   \
     X(slots, I32)
 /* clang-format on */
-#define WORKER_COL(name, kind) \
-    {":" #name, COL_##kind, offsetof(store_worker, name)},
-static const col WORKER_COLS[] = {WORKER_ROW(WORKER_COL)};
+#define COLS_OF store_worker
+static const col WORKER_COLS[] = {WORKER_ROW(NAMED_COL)};
+#undef COLS_OF
 
 #define N_COLS(a) (sizeof(a) / sizeof((a)[0]))
 
