@@ -93,7 +93,7 @@ static int parse_args(int argc, char **argv, options *o)
                    .gpu = -1,
                    .slots = 0,
                    .threads = cores > 0 ? (int32_t)cores : 1,
-                   .batch = 512,
+                   .batch = 0,
                    .heartbeat_ms = WIRE_HEARTBEAT_MS,
                    .grace_ms = 10000};
     const cli_flag flags[] = {
@@ -114,7 +114,8 @@ static int parse_args(int argc, char **argv, options *o)
          CLI_INT32(&o->threads, 1, 1024)},
         {"ctx", 'c', "N", "context per job in tokens (default: the model's)",
          CLI_INT32(&o->ctx, 4, 1 << 24)},
-        {"batch", 0, "N", "tokens per forward pass (default 512)",
+        {"batch", 0, "N",
+         "tokens per forward pass, at least --slots (default 512, or --slots if more)",
          CLI_INT32(&o->batch, 1, 1 << 16)},
         {"kv-blocks", 0, "N",
          "KV cache blocks of 16 tokens (default: a full context per slot, at most 90% of the"
@@ -210,8 +211,14 @@ static int open_engine(const options *o, parts *p, llmq_err *err)
 {
     engine_config cfg = engine_default_config();
     const int32_t slots = o->test_engine_seqs > 0 ? o->test_engine_seqs : slots_of(o, p);
+    /* Every running job's next token is a row of the pass. */
+    if (o->batch > 0 && o->batch < slots)
+        return llmq_errf(err,
+                         "--batch %d is less than the %d slots: a forward pass needs a row"
+                         " for each running job (raise --batch or lower --slots)",
+                         o->batch, slots);
     cfg.max_seqs = slots;
-    cfg.max_batch_tokens = o->batch > slots ? o->batch : slots;
+    cfg.max_batch_tokens = o->batch > 0 ? o->batch : slots > 512 ? slots : 512;
     cfg.n_ctx = o->ctx;
     cfg.n_blocks = o->kv_blocks;
     return engine_create(&p->eng, p->m, p->vocab, &cfg, err);
@@ -326,7 +333,8 @@ static void child_command(const options *o, const char *exe, int gpu, child_cmd 
     if (o->slots > 0)
         add_num(c, "--slots", o->slots);
     add_num(c, "--threads", o->threads);
-    add_num(c, "--batch", o->batch);
+    if (o->batch > 0)
+        add_num(c, "--batch", o->batch);
     add_num(c, "--heartbeat-ms", o->heartbeat_ms);
     add_num(c, "--grace-ms", o->grace_ms);
     if (o->ctx > 0)
