@@ -264,7 +264,12 @@ tests_unit_test_worker_parts_CFLAGS = $(AM_CFLAGS) $(MSGPACK_CFLAGS)
 tests_unit_test_worker_parts_LDADD = $(LLMQ_WORKER_LIBS)
 # ---- end worker ----
 
-# ---- engine scheduling rules (engine/engine.c) ----
+# ---- engine scheduling rules and the KV pool (engine/engine.c, engine/kvpool.c) ----
+check_PROGRAMS += tests/unit/test-kvpool
+TESTS += tests/unit/test-kvpool
+tests_unit_test_kvpool_SOURCES = tests/unit/test-kvpool.c tests/unit/check.h
+tests_unit_test_kvpool_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
+
 check_PROGRAMS += tests/unit/test-engine
 TESTS += tests/unit/test-engine
 tests_unit_test_engine_SOURCES = tests/unit/test-engine.c tests/unit/check.h \

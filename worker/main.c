@@ -53,7 +53,7 @@ static const char EPILOG[] =
 typedef struct options {
     const char *broker, *model, *id, *model_name, *broker_key, *curve_secret;
     const char *gpus; /* --gpus, NULL: not given */
-    bool cpu, verbose;
+    bool cpu, verbose, no_prefix_cache;
     int32_t gpu; /* -1: not given */
     int32_t slots, threads, ctx, batch, kv_blocks, heartbeat_ms, grace_ms;
     int32_t min_step_ms;      /* LLMQ_TEST_MIN_STEP_MS: tests only, see serve() */
@@ -121,6 +121,10 @@ static int parse_args(int argc, char **argv, options *o)
          "KV cache blocks of 16 tokens (default: a full context per slot, at most 90% of the"
          " memory left after the weights)",
          CLI_INT32(&o->kv_blocks, 1, INT32_MAX)},
+        {"no-prefix-cache", 0, NULL,
+         "compute every prompt in full, even the KV blocks it shares with an earlier job's"
+         " (results are the same either way)",
+         CLI_SWITCH(&o->no_prefix_cache)},
         {"id", 0, "NAME", "worker id, unique per broker (default HOST:gpuN, HOST:cpu-PID)",
          CLI_TEXT_BYTES(&o->id, 1, WIRE_MAX_NAME_BYTES)},
         {"model-name", 0, "NAME",
@@ -221,6 +225,7 @@ static int open_engine(const options *o, parts *p, llmq_err *err)
     cfg.max_batch_tokens = o->batch > 0 ? o->batch : slots > 512 ? slots : 512;
     cfg.n_ctx = o->ctx;
     cfg.n_blocks = o->kv_blocks;
+    cfg.prefix_cache = !o->no_prefix_cache;
     return engine_create(&p->eng, p->m, p->vocab, &cfg, err);
 }
 
@@ -353,6 +358,8 @@ static void child_command(const options *o, const char *exe, int gpu, child_cmd 
     }
     if (o->verbose)
         add_arg(c, "--verbose", NULL);
+    if (o->no_prefix_cache)
+        add_arg(c, "--no-prefix-cache", NULL);
 }
 
 static int make_children(const options *o, const super_gpus *g, super_child *kids,
