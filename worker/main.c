@@ -108,7 +108,7 @@ static int parse_args(int argc, char **argv, options *o)
          "supervise one worker process per GPU (CUDA builds), each run with --gpu N, and"
          " --id ID-gpuN when --id ID is given; a crashed one is restarted after 1, 2, 4 ... 60 s",
          CLI_TEXT(&o->gpus)},
-        {"slots", 's', "N", "jobs run at once, 1..4096 (default 64 on a GPU, 16 on the CPU)",
+        {"slots", 's', "N", "jobs run at once, 1..4096 (default 256 on a GPU, 16 on the CPU)",
          CLI_INT32(&o->slots, 1, WIRE_MAX_SLOTS)},
         {"threads", 't', "N", "CPU engine threads (default: all cores)",
          CLI_INT32(&o->threads, 1, 1024)},
@@ -205,10 +205,15 @@ static int open_backend(const options *o, parts *p, llmq_err *err)
 }
 
 /* --slots, else what the engine is good at: a GPU's decode throughput keeps
- * rising to 64 sequences and beyond (docs/OPERATIONS.md), a CPU's does not. */
+ * rising to 256 sequences (docs/OPERATIONS.md: one H200 worker made 6,591
+ * tok/s end to end at 64 slots, 8,013 at 256), a CPU's does not.  The KV
+ * cache, not the slots, then bounds what runs: jobs are admitted while its
+ * blocks last. */
+#define GPU_DEFAULT_SLOTS 256
+#define CPU_DEFAULT_SLOTS 16
 static int32_t slots_of(const options *o, const parts *p)
 {
-    return o->slots > 0 ? o->slots : p->gpu_index >= 0 ? 64 : 16;
+    return o->slots > 0 ? o->slots : p->gpu_index >= 0 ? GPU_DEFAULT_SLOTS : CPU_DEFAULT_SLOTS;
 }
 
 static int open_engine(const options *o, parts *p, llmq_err *err)
@@ -281,21 +286,38 @@ static void parts_free(parts *p)
     backend_destroy(p->be);
 }
 
+/* The start line says what the worker chose and why: the slots (given or
+ * the default), and whether the KV cache holds a full context per slot or
+ * bounds how many run (then jobs are admitted while blocks last). */
 static void say_ready(const options *o, const parts *p)
 {
     const model_config *c = model_get_config(p->m);
+    const engine_config *ec = engine_get_config(p->eng);
     char where[64];
     if (p->gpu_index >= 0)
         snprintf(where, sizeof where, "GPU %d", p->gpu_index);
     else
         snprintf(where, sizeof where, "the CPU, %d threads", o->threads);
+    const uint32_t slots = session_slots(p->sess);
+    const int64_t kv_tokens = (int64_t)ec->n_blocks * ec->block_size;
+    char kv[256];
+    if (kv_tokens >= (int64_t)slots * ec->n_ctx)
+        snprintf(kv, sizeof kv, "a full context per slot");
+    else
+        snprintf(kv, sizeof kv,
+                 "%s; %lld per slot on average: jobs are admitted while its blocks last, and "
+                 "the youngest is preempted and recomputed when they run out",
+                 o->kv_blocks ? "--kv-blocks" : "all the memory allows",
+                 (long long)(kv_tokens / (slots ? slots : 1)));
     log_line("llmq-worker", p->id.worker,
-             "%s (%s, %d layers, %.1f MB %s, %s) on %s, %u slots of %d tokens,"
-             " a KV cache of %d tokens; broker %s",
+             "%s (%s, %d layers, %.1f MB %s, %s) on %s, %u slots of %d tokens%s,"
+             " a KV cache of %lld tokens (%s)%s; broker %s",
              o->model, c->name, c->n_layers, c->weight_bytes / 1e6, quant_type_name(c->weight_type),
-             p->id.model_hash, where, session_slots(p->sess), engine_get_config(p->eng)->n_ctx,
-             engine_get_config(p->eng)->n_blocks * engine_get_config(p->eng)->block_size,
-             o->broker);
+             p->id.model_hash, where, slots, ec->n_ctx,
+             o->slots > 0        ? ""
+             : p->gpu_index >= 0 ? " (the GPU default)"
+                                 : " (the CPU default)",
+             (long long)kv_tokens, kv, ec->prefix_cache ? ", prefix cache on" : "", o->broker);
 }
 
 /* ---- --gpus: one worker process per GPU ----------------------------------------- */
