@@ -182,7 +182,7 @@ static void legend_entry(FILE *f, double x, double y, const char *color, const c
     svg_text(f, x + 28, y, "start", 11, 0, label);
 }
 
-static void throughput_chart(FILE *f, const table *t, const cols3 *c)
+static void throughput_chart(FILE *f, const table *t, int64_t bucket_ms, const cols3 *c)
 {
     frame fr = {.left = 80, .top = 30, .right = PAGE_W - 210, .bottom = 300};
     svg_group_begin(f, "throughput", 0, 70);
@@ -197,9 +197,9 @@ static void throughput_chart(FILE *f, const table *t, const cols3 *c)
     if (t->n_rows == 0) {
         xmin = 0;
         xmax = 1;
-    } else if (xmax <= xmin) { /* one bucket: give it some room */
-        xmin -= 30000;
-        xmax += 30000;
+    } else if (xmax <= xmin) { /* one bucket: a bucket's room on either side */
+        xmin -= (double)bucket_ms;
+        xmax += (double)bucket_ms;
     }
     fr.x0 = xmin;
     fr.x1 = xmax;
@@ -228,43 +228,108 @@ static void throughput_chart(FILE *f, const table *t, const cols3 *c)
 
 /* ---- decode speed histogram -------------------------------------------------------- */
 
-static void histogram_chart(FILE *f, const table *t, const cols3 *c)
+#define TAIL_SLOT 76 /* pixels at either end for a tail's bar, its gap and its label */
+#define TAIL_BAR 40
+#define TAIL_COLOR "#9c755f"
+
+/* The histogram's rows: the regular bins [first, end), and the tails (the
+ * jobs beyond the fences, report.h) when they are there. */
+typedef struct bins {
+    size_t first, end;
+    bool below, above;
+} bins;
+
+static bool is_tail(const table *t, size_t r, int col, const char *which)
+{
+    const table_cell *cell = table_at(t, r, (size_t)col);
+    return !cell->null && strcmp(cell->s, which) == 0;
+}
+
+static bins find_bins(const table *t, int tail_col)
+{
+    bins b = {.first = 0, .end = t->n_rows};
+    b.below = t->n_rows > 0 && is_tail(t, 0, tail_col, "below");
+    b.above = t->n_rows > 1 && is_tail(t, t->n_rows - 1, tail_col, "above");
+    b.first += b.below;
+    b.end -= b.above;
+    return b;
+}
+
+static void bar(FILE *f, const frame *fr, double x, double w, double n, const char *color,
+                double lo, double hi, const char *what)
+{
+    char title[128];
+    snprintf(title, sizeof title, "%.6g to %.6g tok/s: %.0f jobs%s", lo, hi, n, what);
+    double y = py(fr, n);
+    svg_rect(f, x, y, w, fr->bottom - y, color, title);
+}
+
+/* A tail's bar in its slot beside the axis, labelled with where it starts
+ * ("< 500" or ">= 2300"), and a break in the axis line between. */
+static void tail_bar(FILE *f, const frame *fr, const table *t, const cols3 *c, size_t r, bool below)
+{
+    double lo = cell_num(t, r, c->a), hi = cell_num(t, r, c->b), n = cell_num(t, r, c->c);
+    double x = below ? fr->left - TAIL_SLOT : fr->right + TAIL_SLOT - TAIL_BAR;
+    bar(f, fr, x, TAIL_BAR, n, TAIL_COLOR, lo, hi,
+        below ? " (below the bins: slower than the bulk)"
+              : " (above the bins: faster than the bulk)");
+    double at = x + TAIL_BAR / 2.0, gap = below ? fr->left - 14 : fr->right + 14;
+    svg_line(f, x, fr->bottom, x + TAIL_BAR, fr->bottom, AXIS_COLOR, 1);
+    svg_line(f, gap - 3, fr->bottom + 5, gap + 3, fr->bottom - 5, AXIS_COLOR, 1);
+    char label[48];
+    number_label(label, sizeof label, below ? hi : lo);
+    char text[64];
+    snprintf(text, sizeof text, "%s %s", below ? "<" : "\u2265", label);
+    svg_text(f, at, fr->bottom + 17, "middle", 11, 0, text);
+}
+
+static void histogram_chart(FILE *f, const table *t, const cols3 *c, int tail_col)
 {
     frame fr = {.left = 80, .top = 30, .right = PAGE_W - 40, .bottom = 250};
     svg_group_begin(f, "histogram", 0, 450);
     svg_text(f, fr.left, 16, "start", 14, 0, "Jobs by decode speed (tok/s of each job)");
+    const bins b = find_bins(t, tail_col);
     double ymax = 0;
     for (size_t r = 0; r < t->n_rows; r++)
         ymax = fmax(ymax, cell_num(t, r, c->c));
-    bool empty = t->n_rows == 0 || ymax == 0;
-    fr.x0 = empty ? 0 : cell_num(t, 0, c->a);
-    fr.x1 = empty ? 1 : cell_num(t, t->n_rows - 1, c->b);
+    bool empty = b.first >= b.end || ymax == 0;
+    /* The bins fill the chart; the tails stand in slots beside it. */
+    fr.left += b.below && !empty ? TAIL_SLOT : 0;
+    fr.right -= b.above && !empty ? TAIL_SLOT : 0;
+    fr.x0 = empty ? 0 : cell_num(t, b.first, c->a);
+    fr.x1 = empty ? 1 : cell_num(t, b.end - 1, c->b);
     y_axis(f, &fr, ymax, "jobs");
     if (empty)
         empty_note(f, &fr, "no done jobs with a decode time");
-    for (size_t r = 0; r < t->n_rows && !empty; r++) {
-        double lo = cell_num(t, r, c->a), hi = cell_num(t, r, c->b), n = cell_num(t, r, c->c);
-        char title[96];
-        snprintf(title, sizeof title, "%.6g to %.6g tok/s: %.0f jobs", lo, hi, n);
-        double x = px(&fr, lo), y = py(&fr, n);
-        svg_rect(f, x + 0.5, y, fmax(px(&fr, hi) - x - 1, 0.5), fr.bottom - y, PALETTE[0], title);
+    for (size_t r = b.first; r < b.end && !empty; r++) {
+        double lo = cell_num(t, r, c->a), hi = cell_num(t, r, c->b);
+        double x = px(&fr, lo);
+        bar(f, &fr, x + 0.5, fmax(px(&fr, hi) - x - 1, 0.5), cell_num(t, r, c->c), PALETTE[0], lo,
+            hi, "");
     }
+    if (b.below && !empty)
+        tail_bar(f, &fr, t, c, 0, true);
+    if (b.above && !empty)
+        tail_bar(f, &fr, t, c, t->n_rows - 1, false);
     x_axis_numbers(f, &fr, "decode tok/s");
     svg_group_end(f);
 }
 
-int plot_write(FILE *f, const table *worker_time, const table *histogram, const char *subtitle,
-               llmq_err *err)
+int plot_write(FILE *f, const table *worker_time, int64_t bucket_ms, const table *histogram,
+               const char *subtitle, llmq_err *err)
 {
     cols3 wt, h;
     if (find_cols(worker_time, "epoch_ms", "worker", "tok_s", &wt, err) ||
         find_cols(histogram, "decode_tok_s_from", "decode_tok_s_to", "jobs", &h, err))
         return -1;
+    const int tail = table_col_index(histogram, "tail");
+    if (tail < 0)
+        return llmq_errf(err, "plot: table %s lacks tail", histogram->name);
     svg_begin(f, PAGE_W, PAGE_H, "llmq throughput");
     svg_text(f, PAGE_W / 2.0, 30, "middle", 18, 0, "llmq throughput");
     svg_text(f, PAGE_W / 2.0, 50, "middle", 12, 0, subtitle);
-    throughput_chart(f, worker_time, &wt);
-    histogram_chart(f, histogram, &h);
+    throughput_chart(f, worker_time, bucket_ms, &wt);
+    histogram_chart(f, histogram, &h, tail);
     svg_end(f);
     return 0;
 }

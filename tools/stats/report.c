@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "broker/store.h"
+#include "common/check.h"
 #include "common/json.h"
 
 struct report_db {
@@ -176,18 +178,26 @@ static const table_col COLS_WORKER_TIME[] = {
 #define RATES ", v AS (SELECT r.decode_tok_s AS x FROM sel j JOIN results r ON r.job_id = j.id" \
               " WHERE r.decode_tok_s IS NOT NULL)"
 
+/* Bins 0 .. nbins-1 from :lo, each :width wide; the jobs below :lo or at
+ * or past the last bin's end go into the tails, rows that span those jobs'
+ * own speeds (report.h). */
 static const char SQL_HISTOGRAM[] =
     "WITH RECURSIVE " SEL RATES
     ", bins(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM bins WHERE i + 1 < :nbins)"
-    ", agg AS (SELECT min(max(CAST((x - :lo) / :width AS INTEGER), 0), :nbins - 1) AS i,"
-    " count(*) AS n FROM v GROUP BY 1)"
-    " SELECT :lo + i * :width, :lo + (i + 1) * :width, coalesce(n, 0)"
-    " FROM bins LEFT JOIN agg USING (i) ORDER BY i";
+    ", agg AS (SELECT CASE WHEN x < :lo THEN -1 WHEN x >= :lo + :nbins * :width THEN :nbins"
+    " ELSE min(max(CAST((x - :lo) / :width AS INTEGER), 0), :nbins - 1) END AS i,"
+    " count(*) AS n, min(x) AS x0, max(x) AS x1 FROM v GROUP BY 1)"
+    ", r AS (SELECT -1 AS k, x0 AS a, :lo AS b, n, 'below' AS tail FROM agg WHERE i = -1"
+    " UNION ALL SELECT i, :lo + i * :width, :lo + (i + 1) * :width, coalesce(n, 0), NULL"
+    " FROM bins LEFT JOIN agg USING (i)"
+    " UNION ALL SELECT :nbins, :lo + :nbins * :width, x1, n, 'above' FROM agg WHERE i = :nbins)"
+    " SELECT a, b, n, tail FROM r ORDER BY k";
 
 static const table_col COLS_HISTOGRAM[] = {
     {"decode_tok_s_from", TABLE_REAL, 1, false},
     {"decode_tok_s_to", TABLE_REAL, 1, false},
     {"jobs", TABLE_INT, 0, false},
+    {"tail", TABLE_TEXT, 0, false},
 };
 
 static const char SQL_JOBS[] =
@@ -212,24 +222,50 @@ static const char SQL_FINISH_SPAN[] =
     "WITH " SEL " SELECT min(finished_at), max(finished_at) FROM sel"
     " WHERE finished_at IS NOT NULL";
 
-static const char SQL_RATE_SPAN[] = "WITH " SEL RATES " SELECT min(x), max(x) FROM v";
+/* The decode speeds' extremes and quartiles (nearest rank). */
+static const char SQL_RATE_SPAN[] =
+    "WITH " SEL RATES
+    ", o AS (SELECT x, row_number() OVER (ORDER BY x) AS rn, count(*) OVER () AS n FROM v)"
+    " SELECT min(x), max(x), max(CASE WHEN rn = (25 * n + 99) / 100 THEN x END),"
+    " max(CASE WHEN rn = (75 * n + 99) / 100 THEN x END) FROM o";
+
+/* A rate column and the column of the span it is over, in seconds: over
+ * less than REPORT_MIN_SPAN_MS the rate is withheld (report.h). */
+typedef struct rate_guard {
+    const char *rate, *span_s, *note;
+} rate_guard;
+
+static const rate_guard GUARD_BATCHES = {
+    "tok_s", "wall_s",
+    "short: the batch took less than 1 s (wall_s), too short a span for its tok_s to be a rate"};
+static const rate_guard GUARD_WORKERS = {
+    "tok_s", "busy_s",
+    "short: the worker was busy for less than 1 s (busy_s), too short a span for its tok_s to be "
+    "a rate"};
 
 typedef struct report_def {
     const char *name, *title, *sql;
     const table_col *cols;
     size_t n_cols;
+    const rate_guard *guard; /* NULL: none */
 } report_def;
 
-#define DEF(name, title, sql, cols) {name, title, sql, cols, sizeof cols / sizeof cols[0]}
+#define DEF(name, title, sql, cols)                                \
+    {                                                              \
+        name, title, sql, cols, sizeof cols / sizeof cols[0], NULL \
+    }
+#define DEF_GUARDED(name, title, sql, cols, guard)                   \
+    {                                                                \
+        name, title, sql, cols, sizeof cols / sizeof cols[0], &guard \
+    }
 
 static const report_def REPORTS[REPORT_COUNT] = {
-    [REPORT_BATCHES] = DEF("batches", "Batches", SQL_BATCHES, COLS_BATCHES),
-    [REPORT_WORKERS] = DEF("workers", "Workers", SQL_WORKERS, COLS_WORKERS),
+    [REPORT_BATCHES] = DEF_GUARDED("batches", "Batches", SQL_BATCHES, COLS_BATCHES, GUARD_BATCHES),
+    [REPORT_WORKERS] = DEF_GUARDED("workers", "Workers", SQL_WORKERS, COLS_WORKERS, GUARD_WORKERS),
     [REPORT_TIME] = DEF("time", "Over time", SQL_TIME, COLS_TIME),
     [REPORT_WORKER_TIME] = DEF("worker-time", "Per worker over time", SQL_WORKER_TIME,
                                COLS_WORKER_TIME),
-    [REPORT_HISTOGRAM] = DEF("histogram", "Jobs by decode tok/s", SQL_HISTOGRAM,
-                             COLS_HISTOGRAM),
+    [REPORT_HISTOGRAM] = DEF("histogram", "Jobs by decode tok/s", SQL_HISTOGRAM, COLS_HISTOGRAM),
     [REPORT_JOBS] = DEF("jobs", "Jobs", SQL_JOBS, COLS_JOBS),
 };
 
@@ -493,6 +529,18 @@ static int check_buckets(report_db *r, const report_filter *f, int64_t bucket_ms
     return 0;
 }
 
+/* Withholds each row's rate whose span is under REPORT_MIN_SPAN_MS. */
+static void guard_rates(table *t, const rate_guard *g)
+{
+    const int rate = table_col_index(t, g->rate), span = table_col_index(t, g->span_s);
+    LLMQ_ASSERT(rate >= 0 && span >= 0, "table %s has no %s or %s", t->name, g->rate, g->span_s);
+    for (size_t row = 0; row < t->n_rows; row++) {
+        const table_cell *s = table_at(t, row, (size_t)span);
+        if (!s->null && s->d * 1000 < REPORT_MIN_SPAN_MS)
+            table_withhold(t, row, (size_t)rate, "short", g->note);
+    }
+}
+
 int report_run(report_db *r, report_kind k, const report_filter *f, const report_shape *shape,
                table *out, llmq_err *err)
 {
@@ -500,8 +548,9 @@ int report_run(report_db *r, report_kind k, const report_filter *f, const report
     table_init(out, d->name, d->title, d->cols, d->n_cols);
     bool bucketed = k == REPORT_TIME || k == REPORT_WORKER_TIME;
     if (bucketed) {
-        if (!shape || shape->bucket_ms <= 0)
-            return llmq_errf(err, "%s: no bucket length", d->name);
+        if (!shape || shape->bucket_ms < REPORT_MIN_SPAN_MS)
+            return llmq_errf(err, "%s: buckets of %" PRId64 " ms: at least %d ms", d->name,
+                             shape ? shape->bucket_ms : 0, REPORT_MIN_SPAN_MS);
         if (check_buckets(r, f, shape->bucket_ms, err))
             return -1;
         char len[32];
@@ -513,14 +562,20 @@ int report_run(report_db *r, report_kind k, const report_filter *f, const report
     }
     if (k == REPORT_HISTOGRAM && (!shape || shape->n_bins < 1 || !(shape->bin_width > 0)))
         return llmq_errf(err, "%s: no bins", d->name);
-    return run_sql(r, d->sql, f, shape, out, err);
+    if (run_sql(r, d->sql, f, shape, out, err))
+        return -1;
+    if (d->guard)
+        guard_rates(out, d->guard);
+    return 0;
 }
 
 /* ---- spans and shapes -------------------------------------------------------------- */
 
 static const table_col COLS_SPAN_INT[] = {{"lo", TABLE_INT, 0, false}, {"hi", TABLE_INT, 0, false}};
-static const table_col COLS_SPAN_REAL[] = {{"lo", TABLE_REAL, 0, false},
-                                           {"hi", TABLE_REAL, 0, false}};
+static const table_col COLS_SPAN_RATE[] = {{"lo", TABLE_REAL, 0, false},
+                                           {"hi", TABLE_REAL, 0, false},
+                                           {"q1", TABLE_REAL, 0, false},
+                                           {"q3", TABLE_REAL, 0, false}};
 
 int report_finish_span(report_db *r, const report_filter *f, int64_t *first_ms, int64_t *last_ms,
                        bool *any, llmq_err *err)
@@ -537,17 +592,26 @@ int report_finish_span(report_db *r, const report_filter *f, int64_t *first_ms, 
     return rc;
 }
 
+/* Tukey's fences: 1.5 interquartile ranges beyond the quartiles, within
+ * the extremes.  A distribution whose middle half is one value has no
+ * spread to measure outliers by: its bins cover every job. */
+static void fences(double lo, double hi, double q1, double q3, double *from, double *to)
+{
+    const double k = 1.5 * (q3 - q1);
+    *from = k > 0 ? fmax(lo, q1 - k) : lo;
+    *to = k > 0 ? fmin(hi, q3 + k) : hi;
+}
+
 int report_rate_span(report_db *r, const report_filter *f, double *lo, double *hi, bool *any,
                      llmq_err *err)
 {
     table t;
-    table_init(&t, "rate span", "", COLS_SPAN_REAL, 2);
+    table_init(&t, "rate span", "", COLS_SPAN_RATE, 4);
     int rc = run_sql(r, SQL_RATE_SPAN, f, NULL, &t, err);
     *any = rc == 0 && !table_at(&t, 0, 0)->null;
-    if (*any) {
-        *lo = table_at(&t, 0, 0)->d;
-        *hi = table_at(&t, 0, 1)->d;
-    }
+    if (*any)
+        fences(table_at(&t, 0, 0)->d, table_at(&t, 0, 1)->d, table_at(&t, 0, 2)->d,
+               table_at(&t, 0, 3)->d, lo, hi);
     table_free(&t);
     return rc;
 }
