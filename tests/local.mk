@@ -288,6 +288,9 @@ tests_unit_test_stats_LDADD = tools/libllmq_stats.a $(LLMQ_BROKER_LIBS) -lm
 TESTS += tests/integration/test-stats-run.sh tests/integration/test-examples.sh
 EXTRA_DIST += tests/unit/check.sh tests/integration/env.sh tests/integration/test-stats-run.sh \
 	tests/integration/test-examples.sh
+# llmq-submit and a batch larger than the broker's --max-queued
+TESTS += tests/integration/test-submit-queue.sh
+EXTRA_DIST += tests/integration/test-submit-queue.sh
 # test-examples installs the Node.js example's packages here, once.
 clean-local: clean-node-example
 clean-node-example:

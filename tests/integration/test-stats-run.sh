@@ -12,7 +12,9 @@
 # runs (.backup, VACUUM INTO) report the same; after a clean shutdown the
 # workers' online time stops at their goodbye.  Figures that hold: a
 # batch's or a worker's tok/s is given exactly when its span (wall time,
-# busy time) is a second or more, and a tiny batch of 3 jobs has none.
+# busy time) is a second or more, and a tiny batch of 3 jobs has none; a
+# re-run of a finished batch (the same keys) changes no figure of
+# llmq-stats, and llmq-submit says it computed nothing instead of a rate.
 
 . "$LLMQ_SRCDIR/tests/integration/env.sh"
 STATS=$LLMQ_BUILDDIR/tools/llmq-stats
@@ -182,6 +184,22 @@ print(f"spans and rates: {spans}")
 sys.exit(0 if ok and spans else 1)
 EOF
 check $? "batch tiny: each tok/s is given exactly when its span is 1 s or more, else 'short'"
+
+# A re-run of the finished batch run1: the same file and batch, so the
+# same keys; nothing is computed and no figure moves.
+now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+figures() { "$STATS" --db "$db" --now "$now" --format json -t batches -t workers -t time; }
+figures >"$dir/before-rerun.json" 2>>"$dir/stats.log"
+timeout 60 "$SUBMIT" --broker "$clients" -i "$dir/run1.jsonl" -o "$dir/rerun.out" --batch run1 \
+    2>"$dir/rerun.log"
+check $? "re-running batch run1 returns its results"
+figures >"$dir/after-rerun.json" 2>>"$dir/stats.log"
+cmp -s "$dir/before-rerun.json" "$dir/after-rerun.json" &&
+    [ "$(wc -l <"$dir/rerun.out")" -eq 30 ]
+check $? "the re-run changes no figure of llmq-stats and writes the 30 results again"
+grep -q "30/30 jobs done (30 stored earlier), 0 failed, nothing computed" "$dir/rerun.log" &&
+    ! grep -q "tok/s" "$dir/rerun.log"
+check $? "llmq-submit claims no throughput for the re-run: $(tail -n 1 "$dir/rerun.log")"
 
 # docs/OPERATIONS.md's backups, taken while the broker runs, read as the live file does.
 if command -v sqlite3 >/dev/null; then
