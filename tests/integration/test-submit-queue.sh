@@ -23,14 +23,9 @@ check $? "a broker with --max-queued 4 and one worker are up"
 
 # n jobs ($2) into $1; ids "$3-i" unless $3 is empty (then no id, no key).
 jobs() {
-    i=1
-    while [ "$i" -le "$2" ]; do
-        if [ -n "$3" ]; then
-            printf '{"id": "%s-%d", "prompt": "Once upon a time %d", "max_tokens": 6}\n' "$3" "$i" "$i"
-        else
-            printf '{"prompt": "Once upon a time %d", "max_tokens": 6}\n' "$i"
-        fi
-        i=$((i + 1))
+    for i in $(seq "$2"); do
+        id=${3:+"\"id\": \"$3-$i\", "}
+        printf '{%s"prompt": "Once upon a time %d", "max_tokens": 6}\n' "$id" "$i"
     done >"$1"
 }
 count() { "$PY" -c 'import sqlite3, sys

@@ -228,8 +228,9 @@ static void throughput_chart(FILE *f, const table *t, int64_t bucket_ms, const c
 
 /* ---- decode speed histogram -------------------------------------------------------- */
 
-#define TAIL_SLOT 76 /* pixels at either end for a tail's bar, its gap and its label */
+#define TAIL_SLOT 76 /* pixels at either end for a tail's bar, its gaps and its label */
 #define TAIL_BAR 40
+#define TAIL_GAP 14
 #define TAIL_COLOR "#9c755f"
 
 /* The histogram's rows: the regular bins [first, end), and the tails (the
@@ -264,23 +265,24 @@ static void bar(FILE *f, const frame *fr, double x, double w, double n, const ch
     svg_rect(f, x, y, w, fr->bottom - y, color, title);
 }
 
-/* A tail's bar in its slot beside the axis, labelled with where it starts
- * ("< 500" or ">= 2300"), and a break in the axis line between. */
-static void tail_bar(FILE *f, const frame *fr, const table *t, const cols3 *c, size_t r, bool below)
+/* A tail's bar in its slot at the chart's end beside the bins (whole: the
+ * chart, inner: the part the bins span), labelled with where it starts
+ * ("< 500" or ">= 2300"), past a break in the axis. */
+static void tail_bar(FILE *f, const frame *whole, const frame *inner, const table *t,
+                     const cols3 *c, size_t r, bool below)
 {
     double lo = cell_num(t, r, c->a), hi = cell_num(t, r, c->b), n = cell_num(t, r, c->c);
-    double x = below ? fr->left - TAIL_SLOT : fr->right + TAIL_SLOT - TAIL_BAR;
-    bar(f, fr, x, TAIL_BAR, n, TAIL_COLOR, lo, hi,
+    double x = below ? whole->left + TAIL_GAP : whole->right - TAIL_GAP - TAIL_BAR;
+    bar(f, whole, x, TAIL_BAR, n, TAIL_COLOR, lo, hi,
         below ? " (below the bins: slower than the bulk)"
               : " (above the bins: faster than the bulk)");
-    double at = x + TAIL_BAR / 2.0, gap = below ? fr->left - 14 : fr->right + 14;
-    svg_line(f, x, fr->bottom, x + TAIL_BAR, fr->bottom, AXIS_COLOR, 1);
-    svg_line(f, gap - 3, fr->bottom + 5, gap + 3, fr->bottom - 5, AXIS_COLOR, 1);
-    char label[48];
+    double brk = below ? inner->left - TAIL_GAP : inner->right + TAIL_GAP;
+    svg_line(f, x, whole->bottom, x + TAIL_BAR, whole->bottom, AXIS_COLOR, 1);
+    svg_line(f, brk - 3, whole->bottom + 5, brk + 3, whole->bottom - 5, AXIS_COLOR, 1);
+    char label[48], text[64];
     number_label(label, sizeof label, below ? hi : lo);
-    char text[64];
     snprintf(text, sizeof text, "%s %s", below ? "<" : "\u2265", label);
-    svg_text(f, at, fr->bottom + 17, "middle", 11, 0, text);
+    svg_text(f, x + TAIL_BAR / 2.0, whole->bottom + 17, "middle", 11, 0, text);
 }
 
 static void histogram_chart(FILE *f, const table *t, const cols3 *c, int tail_col)
@@ -293,25 +295,26 @@ static void histogram_chart(FILE *f, const table *t, const cols3 *c, int tail_co
     for (size_t r = 0; r < t->n_rows; r++)
         ymax = fmax(ymax, cell_num(t, r, c->c));
     bool empty = b.first >= b.end || ymax == 0;
-    /* The bins fill the chart; the tails stand in slots beside it. */
-    fr.left += b.below && !empty ? TAIL_SLOT : 0;
-    fr.right -= b.above && !empty ? TAIL_SLOT : 0;
-    fr.x0 = empty ? 0 : cell_num(t, b.first, c->a);
-    fr.x1 = empty ? 1 : cell_num(t, b.end - 1, c->b);
     y_axis(f, &fr, ymax, "jobs");
+    /* The bins span the chart but for the tails' slots at its ends. */
+    frame in = fr;
+    in.left += b.below && !empty ? TAIL_SLOT : 0;
+    in.right -= b.above && !empty ? TAIL_SLOT : 0;
+    in.x0 = empty ? 0 : cell_num(t, b.first, c->a);
+    in.x1 = empty ? 1 : cell_num(t, b.end - 1, c->b);
     if (empty)
         empty_note(f, &fr, "no done jobs with a decode time");
     for (size_t r = b.first; r < b.end && !empty; r++) {
         double lo = cell_num(t, r, c->a), hi = cell_num(t, r, c->b);
-        double x = px(&fr, lo);
-        bar(f, &fr, x + 0.5, fmax(px(&fr, hi) - x - 1, 0.5), cell_num(t, r, c->c), PALETTE[0], lo,
+        double x = px(&in, lo);
+        bar(f, &in, x + 0.5, fmax(px(&in, hi) - x - 1, 0.5), cell_num(t, r, c->c), PALETTE[0], lo,
             hi, "");
     }
     if (b.below && !empty)
-        tail_bar(f, &fr, t, c, 0, true);
+        tail_bar(f, &fr, &in, t, c, 0, true);
     if (b.above && !empty)
-        tail_bar(f, &fr, t, c, t->n_rows - 1, false);
-    x_axis_numbers(f, &fr, "decode tok/s");
+        tail_bar(f, &fr, &in, t, c, t->n_rows - 1, false);
+    x_axis_numbers(f, &in, "decode tok/s");
     svg_group_end(f);
 }
 

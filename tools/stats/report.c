@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,12 +221,17 @@ static const char SQL_FINISH_SPAN[] =
     "WITH " SEL " SELECT min(finished_at), max(finished_at) FROM sel"
     " WHERE finished_at IS NOT NULL";
 
-/* The decode speeds' extremes and quartiles (nearest rank). */
+/* The smallest and largest decode speeds within Tukey's fences: 1.5
+ * interquartile ranges beyond the quartiles (nearest rank).  Speeds whose
+ * middle half is one value have no spread to tell outliers by: all count. */
 static const char SQL_RATE_SPAN[] =
     "WITH " SEL RATES
     ", o AS (SELECT x, row_number() OVER (ORDER BY x) AS rn, count(*) OVER () AS n FROM v)"
-    " SELECT min(x), max(x), max(CASE WHEN rn = (25 * n + 99) / 100 THEN x END),"
-    " max(CASE WHEN rn = (75 * n + 99) / 100 THEN x END) FROM o";
+    ", q AS (SELECT max(CASE WHEN rn = (25 * n + 99) / 100 THEN x END) AS q1,"
+    " max(CASE WHEN rn = (75 * n + 99) / 100 THEN x END) AS q3 FROM o)"
+    ", f AS (SELECT CASE WHEN q3 > q1 THEN q1 - 1.5 * (q3 - q1) END AS lo,"
+    " CASE WHEN q3 > q1 THEN q3 + 1.5 * (q3 - q1) END AS hi FROM q)"
+    " SELECT min(x), max(x) FROM v, f WHERE f.lo IS NULL OR x BETWEEN f.lo AND f.hi";
 
 /* A rate column and the column of the span it is over, in seconds: over
  * less than REPORT_MIN_SPAN_MS the rate is withheld (report.h). */
@@ -572,10 +576,8 @@ int report_run(report_db *r, report_kind k, const report_filter *f, const report
 /* ---- spans and shapes -------------------------------------------------------------- */
 
 static const table_col COLS_SPAN_INT[] = {{"lo", TABLE_INT, 0, false}, {"hi", TABLE_INT, 0, false}};
-static const table_col COLS_SPAN_RATE[] = {{"lo", TABLE_REAL, 0, false},
-                                           {"hi", TABLE_REAL, 0, false},
-                                           {"q1", TABLE_REAL, 0, false},
-                                           {"q3", TABLE_REAL, 0, false}};
+static const table_col COLS_SPAN_REAL[] = {{"lo", TABLE_REAL, 0, false},
+                                           {"hi", TABLE_REAL, 0, false}};
 
 int report_finish_span(report_db *r, const report_filter *f, int64_t *first_ms, int64_t *last_ms,
                        bool *any, llmq_err *err)
@@ -592,26 +594,17 @@ int report_finish_span(report_db *r, const report_filter *f, int64_t *first_ms, 
     return rc;
 }
 
-/* Tukey's fences: 1.5 interquartile ranges beyond the quartiles, within
- * the extremes.  A distribution whose middle half is one value has no
- * spread to measure outliers by: its bins cover every job. */
-static void fences(double lo, double hi, double q1, double q3, double *from, double *to)
-{
-    const double k = 1.5 * (q3 - q1);
-    *from = k > 0 ? fmax(lo, q1 - k) : lo;
-    *to = k > 0 ? fmin(hi, q3 + k) : hi;
-}
-
 int report_rate_span(report_db *r, const report_filter *f, double *lo, double *hi, bool *any,
                      llmq_err *err)
 {
     table t;
-    table_init(&t, "rate span", "", COLS_SPAN_RATE, 4);
+    table_init(&t, "rate span", "", COLS_SPAN_REAL, 2);
     int rc = run_sql(r, SQL_RATE_SPAN, f, NULL, &t, err);
     *any = rc == 0 && !table_at(&t, 0, 0)->null;
-    if (*any)
-        fences(table_at(&t, 0, 0)->d, table_at(&t, 0, 1)->d, table_at(&t, 0, 2)->d,
-               table_at(&t, 0, 3)->d, lo, hi);
+    if (*any) {
+        *lo = table_at(&t, 0, 0)->d;
+        *hi = table_at(&t, 0, 1)->d;
+    }
     table_free(&t);
     return rc;
 }

@@ -35,10 +35,10 @@
  * workers per job to the microsecond, and are given as measured.  Buckets
  * are at least REPORT_MIN_SPAN_MS long for the same reason.
  * The histogram's bins are of a round width over the bulk of the decode
- * speeds (Tukey's fences: 1.5 interquartile ranges beyond the quartiles);
- * the jobs beyond them, if any, are counted in a row of their own at either
- * end (`tail` "below" or "above", spanning those jobs' speeds), so a few
- * outliers neither stretch the bins nor go uncounted.
+ * speeds: those within Tukey's fences (1.5 interquartile ranges beyond the
+ * quartiles); the jobs beyond the bins, if any, are counted in a row of
+ * their own at either end (`tail` "below" or "above", spanning those jobs'
+ * speeds), so a few outliers neither stretch the bins nor go uncounted.
  * Workers are grouped by worker id (name): sessions of a restarted worker
  * add up. */
 #ifndef LLMQ_TOOLS_STATS_REPORT_H
@@ -99,9 +99,9 @@ typedef struct report_shape {
 /* First and last finish among the selected jobs; *any false if none. */
 int report_finish_span(report_db *db, const report_filter *f, int64_t *first_ms,
                        int64_t *last_ms, bool *any, llmq_err *err);
-/* The range of decode tok/s the histogram's bins cover, from the selected
- * done jobs' speeds: their smallest and largest, narrowed to Tukey's fences
- * where some lie beyond them; *any false if there are none. */
+/* The range of decode tok/s the histogram's bins cover: the smallest and
+ * the largest of the selected done jobs' speeds within Tukey's fences;
+ * *any false if there are none. */
 int report_rate_span(report_db *db, const report_filter *f, double *lo, double *hi,
                      bool *any, llmq_err *err);
 
