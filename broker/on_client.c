@@ -101,6 +101,21 @@ static int refuse_model(broker *b, const net_peer *from, const wire_msg *m,
                          m->submit.n_jobs);
 }
 
+/* What would succeed: the room left now, and the limit, which no one
+ * submit of new jobs can exceed. */
+static int refuse_full(broker *b, const net_peer *from, const wire_msg *m)
+{
+    const int64_t queued = store_queued(b->st), limit = b->cfg.max_queued;
+    return broker_refuse(
+        b, b->clients, from, m->req, WIRE_E_QUEUE_FULL, NULL,
+        "queue is full (%" PRId64 " jobs queued, limit %" PRId64
+        "): none of the %u jobs was stored; %" PRId64
+        " new jobs fit now and no submit of more than %" PRId64
+        " ever does: send the rest in parts as the queue drains",
+        queued, limit, m->submit.n_jobs, queued < limit ? limit - queued : 0,
+        limit);
+}
+
 /* All or nothing: a savepoint undoes the jobs stored before the limit hit. */
 static int on_submit(broker *b, const net_peer *from, const wire_msg *m,
                      llmq_err *err)
@@ -126,10 +141,7 @@ static int on_submit(broker *b, const net_peer *from, const wire_msg *m,
     else if (rc == 0)
         rc = store_mark_release(b->st, err);
     if (rc == 0 && full)
-        rc = broker_refuse(b, b->clients, from, m->req, WIRE_E_QUEUE_FULL, NULL,
-                           "queue is full (%" PRId64 " jobs queued, limit %" PRId64
-                           "): none of the %u jobs was stored; retry later",
-                           store_queued(b->st), b->cfg.max_queued, s->n_jobs);
+        rc = refuse_full(b, from, m);
     else if (rc == 0)
         rc = reply_submit_ok(b, from, m->req, ids, existing, s->n_jobs, err);
     free(ids);

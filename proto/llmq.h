@@ -121,7 +121,9 @@ int llmq_job_check(const llmq_job *job, llmq_error *err);
  * ids[i] is job i's id and, when existing is not NULL, existing[i] says the
  * key already named a job.  The jobs are durable in the broker when this
  * returns.  Large batches travel as several submit messages (each atomic);
- * if one fails, the earlier ones stay submitted: resubmit with keys. */
+ * if one fails, the earlier ones stay submitted, with their ids[i] (and
+ * existing[i]) set and the rest of ids left as they were: resubmit the
+ * rest, or all of them with keys. */
 int llmq_submit(llmq_client *c, const char *batch, const char *meta, const llmq_job *jobs,
                 size_t n, uint64_t *ids, bool *existing, llmq_error *err);
 

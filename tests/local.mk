@@ -293,6 +293,12 @@ tests_unit_test_stats_LDADD = tools/libllmq_stats.a $(LLMQ_BROKER_LIBS) -lm
 TESTS += tests/integration/test-stats-run.sh tests/integration/test-examples.sh
 EXTRA_DIST += tests/unit/check.sh tests/integration/env.sh tests/integration/test-stats-run.sh \
 	tests/integration/test-examples.sh
+# llmq-submit and a batch larger than the broker's --max-queued
+TESTS += tests/integration/test-submit-queue.sh
+EXTRA_DIST += tests/integration/test-submit-queue.sh
+# The README's demo (tools/demo.sh) on a small batch, and what it leaves
+TESTS += tests/integration/test-demo.sh
+EXTRA_DIST += tests/integration/test-demo.sh
 # test-examples installs the Node.js example's packages here, once.
 clean-local: clean-node-example
 clean-node-example:

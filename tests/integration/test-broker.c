@@ -241,6 +241,9 @@ static void test_backpressure(void)
               m.req == 6 && strstr(m.error.message, "limit 5"),
           "over the limit the submit is refused as queue_full: %s",
           rc == 0 && m.type == WIRE_T_ERROR ? m.error.message : "(no error)");
+    CHECK(rc == 0 && m.type == WIRE_T_ERROR &&
+              strstr(m.error.message, "0 new jobs fit now and no submit of more than 5 ever does"),
+          "the refusal says what would succeed: how many fit now, and at most 5 in one submit");
     if (rc == 0)
         wire_msg_free(&m);
     uint64_t queued = queued_now(c);
