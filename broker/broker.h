@@ -42,6 +42,13 @@ typedef struct broker_config {
     uint32_t dead_after_ms;
     uint32_t grace_ms;
     store_sync sync;
+    bool init;       /* an existing file without llmq's schema may get one */
+    bool skip_check; /* no PRAGMA quick_check at start */
+    /* Room for new jobs: below max_db_mb MiB in the database's pages and
+     * above min_free_mb MiB free on its file system (0: no limit).  Without
+     * room, submits are refused (unavailable) and no job is started; what
+     * runs finishes and its results are stored in the room kept. */
+    int64_t max_db_mb, min_free_mb;
     bool verbose; /* a log line per job event too */
     /* CURVE (broker/zap.h): the broker's secret key file, NULL for none;
      * allow-list files of worker and client public keys, NULL: any key.

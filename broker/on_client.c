@@ -109,6 +109,12 @@ static int on_submit(broker *b, const net_peer *from, const wire_msg *m,
     if (b->draining)
         return broker_refuse(b, b->clients, from, m->req, WIRE_E_SHUTTING_DOWN,
                              NULL, "the broker is stopping: nothing stored");
+    if (b->no_room[0])
+        return broker_refuse(b, b->clients, from, m->req, WIRE_E_UNAVAILABLE,
+                             NULL,
+                             "database full: %s: none of the %u jobs was"
+                             " stored; retry later",
+                             b->no_room, s->n_jobs);
     int64_t bad;
     if (unserved_model(b, s, &bad, err))
         return -1;

@@ -53,6 +53,11 @@ typedef enum store_sync {
 typedef struct store_opts {
     int max_attempts; /* faulted attempts before a job fails; >= 1 */
     store_sync sync;
+    /* An existing file without llmq's schema (empty, or a SQLite file
+     * with no tables) is given one only when init is set: a database
+     * truncated to 0 bytes must not come back as an empty queue. */
+    bool init;
+    bool skip_check; /* no PRAGMA quick_check at open */
 } store_opts;
 
 typedef enum store_state {
@@ -91,12 +96,29 @@ typedef struct store_job {
  * into the store. */
 typedef int (*store_job_fn)(void *ctx, const store_job *job, llmq_err *err);
 
-/* Opens (creating if needed) the database at path, migrates it to
+/* Opens the database at path, creating it if the file is missing, checks
+ * it (PRAGMA quick_check, unless opts->skip_check), migrates it to
  * STORE_SCHEMA_VERSION, and puts jobs left running by a previous broker back
- * in the queue (their attempts end as 'interrupted').  Fails with a message
- * naming both versions if the file is newer than this build. */
+ * in the queue (their attempts end as 'interrupted').  Refused, naming the
+ * file and what to do: a 0-byte file or a SQLite file without tables
+ * (unless opts->init), a database of another program (tables but no llmq
+ * schema version), one the check finds damaged (its first findings), one of
+ * a newer schema (both versions). */
 int store_open(store **out, const char *path, const store_opts *opts,
                int64_t now_ms, llmq_err *err);
+
+/* What store_open found. */
+typedef struct store_open_info {
+    bool created;    /* the schema was created: a new file, or opts.init */
+    int64_t bytes;   /* the file's size before it was opened */
+    double check_ms; /* the quick_check's time; < 0 when skipped */
+} store_open_info;
+store_open_info store_opened(const store *st);
+
+/* Space, for the broker's admission of new jobs: the bytes the database's
+ * pages in use hold (free pages excluded), and the bytes free to this
+ * process on the file system holding the file. */
+int store_space(store *st, int64_t *db_bytes, int64_t *fs_free, llmq_err *err);
 /* Rolls back an open transaction, finalizes, closes.  NULL is fine.  With
  * assertions on (common/check.h) it first counts the jobs table's states
  * and asserts that they are the counts kept in memory. */

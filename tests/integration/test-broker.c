@@ -7,9 +7,20 @@
  * lifts when the queue drains; cancel of queued jobs (state, pushed result,
  * idempotent second cancel); and a table of bad inputs, each answered with
  * its typed error naming the field, while another client's jobs stay intact
- * and both clients keep being served. */
+ * and both clients keep being served.
+ *
+ * And the database file is never silently replaced: a missing file is
+ * created, but a 0-byte file (truncated) or a SQLite file without tables
+ * is refused at start unless --init, and left as it was; a database of
+ * another program is refused even with --init; a damaged index is found by
+ * the quick_check at start (exit 1, naming it) instead of by a fatal error
+ * at the first submit that reaches it, and --skip-check starts anyway. */
 #include <math.h>
 #include <msgpack.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -584,9 +595,145 @@ static void test_bad_inputs(void *good)
     h_close(bad);
 }
 
+/* ---- the database file ------------------------------------------------------------------- */
+
+/* Starts the broker on db's file and waits for it to exit: its exit status,
+ * or -1 when it was still running after wait_ms (then it is stopped). */
+static int start_exits(harness *h, const char *const *flags, int wait_ms)
+{
+    truncate(h->log, 0);
+    h_start(h, flags);
+    int st = h_reap(h->broker, wait_ms);
+    h->broker = 0;
+    return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Starts the broker and asks for stats: true when it answers. */
+static bool starts_serving(harness *h, const char *const *flags)
+{
+    truncate(h->log, 0);
+    h_start(h, flags);
+    void *c = h_peer(h, h->clients);
+    bool served = queued_now(c) != UINT64_MAX;
+    h_close(c);
+    return served && h_stop(h, 10000) == 0;
+}
+
+static long size_of(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+static void sql_exec(const char *path, const char *sql)
+{
+    sqlite3 *db;
+    if (sqlite3_open(path, &db) != SQLITE_OK ||
+        sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
+        fprintf(stderr, "%s: %s: %s\n", path, sql, sqlite3_errmsg(db));
+    sqlite3_close(db);
+}
+
+static void fresh_file(const harness *h)
+{
+    char aux[300];
+    unlink(h->db);
+    snprintf(aux, sizeof aux, "%s-wal", h->db);
+    unlink(aux);
+    snprintf(aux, sizeof aux, "%s-shm", h->db);
+    unlink(aux);
+}
+
+static void test_empty_files(harness *h)
+{
+    static const char *const init[] = {"--init", NULL};
+    fresh_file(h);
+    FILE *f = fopen(h->db, "w");
+    if (f)
+        fclose(f);
+    int st = start_exits(h, NULL, 10000);
+    CHECK(st == 1 && h_file_has(h->log, "empty (0 bytes)") && h_file_has(h->log, "--init") &&
+              size_of(h->db) == 0,
+          "a 0-byte database is refused at start (status %d), naming --init; the file stays"
+          " 0 bytes",
+          st);
+    CHECK(starts_serving(h, init) && h_file_has(h->log, "created in the empty file (--init)") &&
+              h_sql(h, "SELECT count(*) FROM jobs") == 0,
+          "--init starts an empty queue in it");
+
+    fresh_file(h);
+    sql_exec(h->db, "VACUUM");
+    st = start_exits(h, NULL, 10000);
+    CHECK(st == 1 && h_file_has(h->log, "without llmq's schema") && size_of(h->db) > 0,
+          "a SQLite file without tables is refused at start (status %d)", st);
+    CHECK(starts_serving(h, init), "and --init gives it the schema");
+
+    fresh_file(h);
+    sql_exec(h->db, "CREATE TABLE mine (x); INSERT INTO mine VALUES (42);");
+    st = start_exits(h, init, 10000);
+    CHECK(st == 1 && h_file_has(h->log, "another program") &&
+              h_sql(h, "SELECT x FROM mine") == 42 &&
+              h_sql(h, "SELECT count(*) FROM sqlite_master") == 1,
+          "another program's database is refused even with --init (status %d), untouched", st);
+    fresh_file(h);
+    CHECK(starts_serving(h, NULL) && h_file_has(h->log, "database ") &&
+              h_sql(h, "SELECT count(*) FROM jobs") == 0,
+          "a missing file is created");
+}
+
+/* Overwrites the header of index `name`'s root page, as a torn write or
+ * a bad sector would. */
+static void damage_index(const harness *h, const char *name)
+{
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT rootpage FROM sqlite_master WHERE name = '%s'", name);
+    int64_t root = h_sql(h, sql), page = h_sql(h, "PRAGMA page_size");
+    FILE *f = fopen(h->db, "r+b");
+    static const char junk[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    if (!f || root < 2 || fseek(f, (long)((root - 1) * page), SEEK_SET) != 0 ||
+        fwrite(junk, sizeof junk, 1, f) != 1)
+        fprintf(stderr, "could not damage %s (root page %lld)\n", name, (long long)root);
+    if (f)
+        fclose(f);
+}
+
+static void test_damaged_index(harness *h)
+{
+    static const char *const skip[] = {"--skip-check", NULL};
+    fresh_file(h);
+    h_start(h, NULL);
+    void *c = h_peer(h, h->clients);
+    static const char *const keys[3] = {"dmg:a", "dmg:b", "dmg:c"};
+    wire_msg m;
+    int rc = submit3(c, 30, "dmg", keys, &m);
+    if (rc == 0)
+        wire_msg_free(&m);
+    h_close(c);
+    CHECK(rc == 0 && h_stop(h, 10000) == 0, "three jobs of a batch stored, broker stopped");
+    damage_index(h, "jobs_by_batch");
+    int st = start_exits(h, NULL, 30000);
+    CHECK(st == 1 && h_file_has(h->log, "quick_check") && h_file_has(h->log, "damaged") &&
+              h_file_has(h->log, "--skip-check"),
+          "a damaged index is found at start (status %d): the broker names it and serves"
+          " nothing",
+          st);
+    CHECK(starts_serving(h, skip) && h_file_has(h->log, "not checked (--skip-check)"),
+          "--skip-check starts without the check");
+}
+
+static void test_database_file(void)
+{
+    harness df;
+    h_init(&df, "test-broker-db", 240);
+    test_empty_files(&df);
+    test_damaged_index(&df);
+    h_done(&df, check_state.failed > 0);
+}
+
 int main(void)
 {
     h_init(&H, "test-broker", 240);
+    test_database_file();
     test_durability();
     test_backpressure();
     h_start(&H, NULL);
