@@ -79,8 +79,8 @@ static int parse_args(int argc, char **argv, broker_config *c)
          "ZeroMQ endpoint for workers (default tcp://127.0.0.1:5556)",
          CLI_TEXT(&c->workers_endpoint)},
         {"max-queued", 0, "N",
-         "refuse submits while N jobs are queued (default 1000000; 0: no "
-         "limit)",
+         "refuse a submit whose new jobs would take the queued ones (not"
+         " running, not known keys) past N (default 1000000; 0: no limit)",
          CLI_INT64(&c->max_queued, 0, INT64_MAX)},
         {"max-db-mb", 0, "MIB",
          "refuse submits and start no job while the database holds MIB or"

@@ -210,7 +210,8 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_MARK_UNDO] = "ROLLBACK TO msg",
     [S_SUBMIT_META] = "INSERT INTO submits (batch_id, meta, received_at)"
                       " VALUES (:batch_id, :meta, :now)",
-    [S_FIND_KEY] = "SELECT id FROM jobs WHERE client_key = :client_key",
+    [S_FIND_KEY] = "SELECT id, batch_id IS :batch_id FROM jobs"
+                   " WHERE client_key = :client_key",
     [S_INSERT_JOB] =
         "INSERT INTO jobs (" JOB_IN_ROW(SQL_NAME) JOB_PARAMS(SQL_NAME)
         "submit_id, prompt_ids, stop, submitted_at)"
@@ -1085,14 +1086,17 @@ int store_submit_meta(store *st, const char *batch_id, const char *meta,
 }
 
 static int find_key(store *st, const store_job *job, int64_t *id, bool *found,
-                    llmq_err *err)
+                    bool *same_batch, llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_FIND_KEY);
     bind_str(st, s, ":client_key", job->client_key);
+    bind_str(st, s, ":batch_id", job->batch_id);
     if (step_row(st, s, found, err))
         return -1;
-    if (*found)
+    if (*found) {
         *id = sqlite3_column_int64(s, 0);
+        *same_batch = sqlite3_column_int(s, 1) != 0;
+    }
     return 0;
 }
 
@@ -1134,11 +1138,11 @@ int store_submit(store *st, const store_job *job, int64_t max_queued,
                  int64_t now_ms, int64_t *job_id, store_submit_outcome *out,
                  llmq_err *err)
 {
-    bool found = false;
-    if (job->client_key && find_key(st, job, job_id, &found, err))
+    bool found = false, same_batch = false;
+    if (job->client_key && find_key(st, job, job_id, &found, &same_batch, err))
         return -1;
     if (found) {
-        *out = STORE_DUPLICATE;
+        *out = same_batch ? STORE_DUPLICATE : STORE_OTHER_BATCH;
         return 0;
     }
     if (max_queued > 0 && st->count[STORE_QUEUED] >= max_queued) {

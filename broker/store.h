@@ -142,8 +142,10 @@ int64_t store_running(const store *st);
 
 typedef enum store_submit_outcome {
     STORE_NEW,
-    STORE_DUPLICATE, /* client key known: *job_id is the existing job */
-    STORE_FULL,      /* a new job would exceed max_queued: nothing written */
+    STORE_DUPLICATE,   /* client key known, same batch: *job_id is that job */
+    STORE_FULL,        /* a new job would exceed max_queued: nothing written */
+    STORE_OTHER_BATCH, /* client key known in another batch (or none): *job_id
+                          is that job, nothing written */
 } store_submit_outcome;
 
 /* Records a submit message's batch metadata once for all its jobs; the
@@ -152,7 +154,8 @@ int store_submit_meta(store *st, const char *batch_id, const char *meta,
                       int64_t now_ms, int64_t *submit_id, llmq_err *err);
 
 /* Inserts a queued job unless a job with its client_key exists already.
- * max_queued <= 0 means no limit. */
+ * max_queued <= 0 means no limit.  A key names one job of one batch: the
+ * same key under another batch_id (NULL included) is STORE_OTHER_BATCH. */
 int store_submit(store *st, const store_job *job, int64_t max_queued,
                  int64_t now_ms, int64_t *job_id, store_submit_outcome *out,
                  llmq_err *err);

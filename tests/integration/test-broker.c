@@ -3,11 +3,13 @@
  * Pins: every acknowledged submit survives kill -9 of the broker (acks read
  * from the socket after the kill included) and resubmitting the same keys
  * after the restart returns the same jobs; client keys are idempotent inside
- * one submit too; backpressure refuses a submit whole, stores nothing, and
- * lifts when the queue drains; cancel of queued jobs (state, pushed result,
- * idempotent second cancel); and a table of bad inputs, each answered with
- * its typed error naming the field, while another client's jobs stay intact
- * and both clients keep being served.
+ * one submit too, and a key of another batch is refused (naming both
+ * batches) rather than answered with a job outside this submit's batch;
+ * backpressure refuses a submit whole, stores nothing, counts a submit's
+ * new jobs against the room left, and lifts when the queue drains; cancel of queued jobs (state,
+ * pushed result, idempotent second cancel); and a table of bad inputs, each answered with its typed
+ * error naming the field, while another client's jobs stay intact and both clients keep being
+ * served.
  *
  * And the database file is never silently replaced: a missing file is
  * created, but a 0-byte file (truncated) or a SQLite file without tables
@@ -200,6 +202,29 @@ static void test_keys_in_one_submit(void *c)
         wire_msg_free(&m);
 }
 
+static void test_key_of_another_batch(void *c)
+{
+    static const char *const batches[2] = {"other", NULL};
+    for (int i = 0; i < 2; i++) {
+        wire_job j[2];
+        h_job(&j[0], "fresh:1", "new");
+        h_job(&j[1], "dup:x", "again");
+        submit_jobs(c, 11, batches[i], j, 2);
+        wire_msg m;
+        int rc = h_recv(c, T_REPLY, &m);
+        bool refused = rc == 0 && m.type == WIRE_T_ERROR && m.error.code == WIRE_E_BAD_VALUE &&
+                       strcmp(m.error.field, "jobs[1].key") == 0 &&
+                       strstr(m.error.message, "batch 'dups'") &&
+                       strstr(m.error.message, i == 0 ? "batch 'other'" : "no batch");
+        CHECK(refused && h_sql(&H, "SELECT count(*) FROM jobs WHERE client_key = 'fresh:1'") == 0,
+              "a key of batch 'dups' resubmitted under %s is refused, nothing stored: %s",
+              i == 0 ? "batch 'other'" : "no batch",
+              rc == 0 && m.type == WIRE_T_ERROR ? m.error.message : "(not refused)");
+        if (rc == 0)
+            wire_msg_free(&m);
+    }
+}
+
 static uint64_t queued_now(void *c)
 {
     wire_msg m;
@@ -267,6 +292,24 @@ static void test_backpressure(void)
     wire_code again = reply_code(c, NULL);
     CHECK(cc == WIRE_OK && again == WIRE_OK,
           "once a queued job is cancelled, a new submit fits again");
+    /* What counts is a submit's new jobs against the room left: with 4
+     * queued of 5, two new jobs are refused, one new and one known fit. */
+    uint64_t bp1 = 0;
+    submit_one(c, 10, "bp1");
+    reply_code(c, &bp1);
+    send_select(c, WIRE_T_CANCEL, 11, &bp1, 1, NULL);
+    wire_code freed = reply_code(c, NULL);
+    wire_job pair[2];
+    h_job(&pair[0], "bp7", "p");
+    h_job(&pair[1], "bp8", "q");
+    submit_jobs(c, 12, NULL, pair, 2);
+    wire_code two_new = reply_code(c, NULL);
+    h_job(&pair[1], "bp2", "known");
+    submit_jobs(c, 13, NULL, pair, 2);
+    wire_code one_new = reply_code(c, NULL);
+    CHECK(freed == WIRE_OK && two_new == WIRE_E_QUEUE_FULL && one_new == WIRE_OK &&
+              queued_now(c) == 5,
+          "with 4 of 5 queued, 2 new jobs are refused; 1 new and 1 known key fit");
     h_close(c);
     h_done(&bp, check_state.failed > 0);
 }
@@ -739,6 +782,7 @@ int main(void)
     h_start(&H, NULL);
     void *c = h_peer(&H, H.clients);
     test_keys_in_one_submit(c);
+    test_key_of_another_batch(c);
     test_cancel_queued(c);
     test_bad_inputs(c);
     h_close(c);
