@@ -11,7 +11,11 @@
  * of the iteration, so nothing unpersisted is ever acknowledged, and a
  * restart resumes from what is on disk (running jobs requeued).  Bad
  * requests never reach that point: they get a typed error and change
- * nothing.
+ * nothing.  So that a filling disk does not reach it either, the broker
+ * reads the space left (at most every 100 ms): without room for new jobs
+ * (max_db_mb, min_free_mb) it refuses submits (unavailable) and starts no
+ * job, while everything else, the results of running jobs included, goes on
+ * in the room the limits keep.
  *
  * Stopping: each read of stop_fd (e.g. a signalfd for SIGTERM/SIGINT) is one
  * stop request.  The first drains: new submits are refused, workers get
