@@ -648,6 +648,26 @@ static void test_exact_numbers(void)
                        "jobs[0].max_tokens: -9223372036854775808 is out of range [1, 1048576]");
 }
 
+/* An error for a request whose req cannot be read carries req 0, and
+ * every error carries a req: PROTOCOL.md's reason to number requests from
+ * 1. */
+static void test_req_zero(void)
+{
+    wire_msg m, back;
+    wire_error e;
+    int rc = decode_json("{\"v\": 1, \"type\": \"stats\", \"req\": -5}", WIRE_DIR_ANY, &m, &e);
+    wire_error_reply(&m, &e);
+    char *body = NULL;
+    size_t len = 0;
+    int enc = wire_encode(&m, &body, &len, NULL);
+    CHECK(rc < 0 && e.req == 0 && enc == 0 && memmem(body, len, "\xa3req\x00", 5),
+          "the error for a negative req carries req 0 (%s)", e.err.msg);
+    free(body);
+    check_round_trip(&m, WIRE_DIR_BROKER_TO_CLIENT, &back);
+    CHECK(back.req == 0 && back.error.code == WIRE_E_BAD_VALUE, "and decodes so");
+    wire_msg_free(&back);
+}
+
 /* The result of a job that did not finish has no counts or timings to
  * report: they are left out, not sent as zeros. */
 static void test_unfinished_results(void)
@@ -850,6 +870,7 @@ int main(void)
     test_bad_raw();
     test_exact_numbers();
     test_unfinished_results();
+    test_req_zero();
     test_too_many_jobs();
     test_encode_refusals();
     test_names();
