@@ -122,6 +122,27 @@ static void room_verdict(const broker *b, int64_t used, int64_t free_bytes,
                  c->db_path, (double)free_bytes / MIB, c->min_free_mb);
 }
 
+/* Held past the end of the WAL (store_reserve), so that the results of
+ * running jobs are committed even when another program takes the last
+ * free byte: a few thousand results' pages, within the WAL's usual size. */
+#define WAL_RESERVE (32 << 20)
+
+static int hold_reserve(broker *b, llmq_err *err)
+{
+    bool held = true;
+    if (b->cfg.min_free_mb > 0 && store_reserve(b->st, WAL_RESERVE, &held, err))
+        return -1;
+    if (held == b->reserve_lost)
+        broker_log(held ? "database %s: %d MiB held past the WAL's end again"
+                        : "database %s: cannot keep %d MiB allocated past the"
+                          " WAL's end (the file system is full, or cannot"
+                          " allocate ahead): what is left of it and"
+                          " --min-free-mb are the room for running jobs",
+                   b->cfg.db_path, WAL_RESERVE >> 20);
+    b->reserve_lost = !held;
+    return 0;
+}
+
 /* Without room, submits are refused and no job starts; what runs goes on,
  * its results stored in the room the limits keep.  Said once each way. */
 static int check_room(broker *b, llmq_err *err)
@@ -130,7 +151,7 @@ static int check_room(broker *b, llmq_err *err)
         return 0;
     b->room_at = b->now;
     int64_t used, free_bytes;
-    if (store_space(b->st, &used, &free_bytes, err))
+    if (store_space(b->st, &used, &free_bytes, err) || hold_reserve(b, err))
         return llmq_err_prefix(err, "%s", b->cfg.db_path);
     char why[sizeof b->no_room];
     room_verdict(b, used, free_bytes, why, sizeof why);

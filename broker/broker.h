@@ -15,7 +15,8 @@
  * reads the space left (at most every 100 ms): without room for new jobs
  * (max_db_mb, min_free_mb) it refuses submits (unavailable) and starts no
  * job, while everything else, the results of running jobs included, goes on
- * in the room the limits keep.
+ * in the room the limits keep, and with min_free_mb in space it holds past
+ * the WAL's end (store_reserve) against another program taking the rest.
  *
  * Stopping: each read of stop_fd (e.g. a signalfd for SIGTERM/SIGINT) is one
  * stop request.  The first drains: new submits are refused, workers get

@@ -37,6 +37,7 @@ struct broker {
     uint64_t undelivered; /* replies dropped since last logged */
     int64_t room_at;      /* monotonic ms of the last look at the space left */
     char no_room[200]; /* why there is no room for new jobs; "" when there is */
+    bool reserve_lost; /* the WAL reserve could not be held (said once) */
 };
 
 /* ---- replies (broker.c) ---- */

@@ -1,12 +1,12 @@
 #include "broker/store.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <errno.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -328,6 +328,8 @@ struct store {
     sqlite3 *db;
     ckpt *ckpt;
     int lock_fd;
+    int wal_fd, shm_fd; /* store_reserve's, opened when first needed */
+    char *path;
     store_opts opts;
     store_open_info info;
     bool in_tx;
@@ -933,6 +935,11 @@ static void release(store *st)
     sqlite3_close(st->db);
     if (st->lock_fd >= 0)
         close(st->lock_fd);
+    if (st->wal_fd >= 0)
+        close(st->wal_fd);
+    if (st->shm_fd >= 0)
+        close(st->shm_fd);
+    free(st->path);
     free(st->json_a.p);
     free(st->json_b.p);
     free(st);
@@ -948,8 +955,13 @@ int store_open(store **out, const char *path, const store_opts *opts,
     store *st = calloc(1, sizeof *st);
     if (!st)
         return llmq_errf(err, "out of memory opening %s", path);
-    st->lock_fd = -1;
+    st->lock_fd = st->wal_fd = st->shm_fd = -1;
     st->opts = *opts;
+    st->path = strdup(path);
+    if (!st->path) {
+        free(st);
+        return llmq_errf(err, "out of memory opening %s", path);
+    }
     if (open_steps(st, path, now_ms, err)) {
         release(st);
         return -1;
@@ -975,6 +987,54 @@ int store_space(store *st, int64_t *db_bytes, int64_t *fs_free, llmq_err *err)
     if (fstatvfs(st->lock_fd, &vfs) != 0)
         return llmq_errc(err, LLMQ_ERR_IO, "statvfs: %m");
     *fs_free = (int64_t)vfs.f_bavail * (int64_t)vfs.f_frsize;
+    return 0;
+}
+
+/* SQLite's wal-index: 32 KiB per 4096 frames, and a header block. */
+#define SHM_BLOCK 32768
+#define SHM_FRAMES 4096
+
+/* fd of path + suffix, opened once; -1 while it does not exist (the WAL is
+ * made by the first write).  SQLite locks the database file and the -shm
+ * file through its own descriptors, which this one does not touch. */
+static int aux_fd(const store *st, int *fd, const char *suffix)
+{
+    if (*fd < 0) {
+        char name[4096];
+        snprintf(name, sizeof name, "%s%s", st->path, suffix);
+        *fd = open(name, O_RDWR | O_CLOEXEC);
+    }
+    return *fd;
+}
+
+/* Allocates [size, size + bytes) of fd without changing its size. */
+static int hold(int fd, int64_t bytes, bool *held, llmq_err *err)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) != 0)
+        return llmq_errc(err, LLMQ_ERR_IO, "fstat: %m");
+    if (fallocate(fd, FALLOC_FL_KEEP_SIZE, sb.st_size, bytes) == 0)
+        return 0;
+    if (errno != ENOSPC && errno != EOPNOTSUPP && errno != ENOSYS)
+        return llmq_errc(err, LLMQ_ERR_IO, "fallocate: %m");
+    *held = false;
+    return 0;
+}
+
+int store_reserve(store *st, int64_t bytes, bool *held, llmq_err *err)
+{
+    int64_t page;
+    *held = true;
+    if (pragma_int(st, "PRAGMA page_size", &page, err))
+        return -1;
+    const int64_t frames = bytes / (page + 24) + 1;
+    const int64_t shm = (frames / SHM_FRAMES + 2) * SHM_BLOCK;
+    if (aux_fd(st, &st->wal_fd, "-wal") >= 0 &&
+        hold(st->wal_fd, bytes, held, err))
+        return llmq_err_prefix(err, "%s-wal", st->path);
+    if (aux_fd(st, &st->shm_fd, "-shm") >= 0 &&
+        hold(st->shm_fd, shm, held, err))
+        return llmq_err_prefix(err, "%s-shm", st->path);
     return 0;
 }
 

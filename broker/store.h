@@ -119,6 +119,15 @@ store_open_info store_opened(const store *st);
  * pages in use hold (free pages excluded), and the bytes free to this
  * process on the file system holding the file. */
 int store_space(store *st, int64_t *db_bytes, int64_t *fs_free, llmq_err *err);
+
+/* Holds `bytes` of disk allocated past the end of the WAL (and the
+ * shared-memory index it needs), so that commits while the file system is
+ * full to the last byte (another program took it) still find room: SQLite
+ * writes every transaction there first.  The space is allocated, not
+ * written: the files' sizes, and so what SQLite reads, do not change.
+ * *held: false when the file system had not that much free, or cannot
+ * allocate ahead (the reserve is then only the free space observed). */
+int store_reserve(store *st, int64_t bytes, bool *held, llmq_err *err);
 /* Rolls back an open transaction, finalizes, closes.  NULL is fine.  With
  * assertions on (common/check.h) it first counts the jobs table's states
  * and asserts that they are the counts kept in memory. */
