@@ -345,6 +345,10 @@ EXTRA_DIST += tests/gpu/run.sh tests/gpu/gpus.sh
 # ---- scale-out: CURVE, remote workers in a network namespace, model routing ----
 TESTS += tests/integration/test-scale.sh
 EXTRA_DIST += tests/integration/test-scale.sh
+# A real file system filling up: a tmpfs in a namespace of its own (skipped
+# where unprivileged user namespaces are not allowed).
+TESTS += tests/integration/test-disk-full.sh
+EXTRA_DIST += tests/integration/test-disk-full.sh
 # ---- end scale-out ----
 
 # ---- llmq-worker --gpus: the supervisor (worker/supervisor.c) and its flags ----

@@ -77,8 +77,9 @@ static int parse_options(int argc, char **argv, options *o)
         {"output", 'o', "FILE", "results; - is stdout (default)", CLI_TEXT(&o->out)},
         {"batch", 0, "ID",
          "batch id (default: llmq-submit-TIME-PID); job keys are BATCH:ID, so resubmitting a"
-         " file with the same batch id returns the existing jobs instead of running them again",
-         CLI_TEXT(&o->batch)},
+         " file with the same batch id returns the existing jobs instead of running them again;"
+         " 1..256 bytes, and BATCH:ID too",
+         CLI_TEXT_BYTES(&o->batch, 1, 256)},
         {"meta", 0, "TEXT", "batch metadata stored with the jobs", CLI_TEXT(&o->meta)},
         {"no-wait", 0, NULL, "submit, write {id, job_id, existing} lines, exit",
          CLI_SWITCH(&o->no_wait)},
