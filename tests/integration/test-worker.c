@@ -211,6 +211,18 @@ static bool wait_running(env *e, uint64_t id)
                              (unsigned long long)id);
 }
 
+/* Running in the worker's engine (its -v log says so), not only dispatched: the broker marks a
+ * job running when it sends it, a moment before the worker has it. */
+static bool wait_started(const fleet_worker *w, uint64_t id)
+{
+    char line[64];
+    snprintf(line, sizeof line, "job %llu attempt 1 started", (unsigned long long)id);
+    for (int64_t end = clock_mono_ms() + 20000; clock_mono_ms() < end; h_sleep_ms(20))
+        if (fleet_log_has(w, line))
+            return true;
+    return false;
+}
+
 static void test_cancel(env *e, fleet_worker *w)
 {
     uint64_t big = submit_one(e, "Once upon a time", 2000);
@@ -241,7 +253,7 @@ static void test_cancel(env *e, fleet_worker *w)
 static void test_sigterm_finishes(env *e, fleet_worker *w)
 {
     uint64_t id = submit_one(e, "Once upon a time", 100);
-    bool running = wait_running(e, id);
+    bool running = wait_running(e, id) && wait_started(w, id);
     int status = fleet_stop(w, 20000);
     /* The worker has sent its result before it exits; the broker records
      * it a moment later. */
@@ -257,10 +269,10 @@ static void test_sigterm_finishes(env *e, fleet_worker *w)
 static void test_sigterm_returns(env *e)
 {
     fleet_worker w;
-    const char *flags[] = {"--slots", "1", "--grace-ms", "300", NULL};
+    const char *flags[] = {"--slots", "1", "--grace-ms", "300", "-v", NULL};
     fleet_start_paced(&e->h, &w, "w-grace", flags, PACE_MS);
     uint64_t id = submit_one(e, "Once upon a time", 2000);
-    bool running = wait_running(e, id);
+    bool running = wait_running(e, id) && wait_started(&w, id);
     int64_t t0 = clock_mono_ms();
     int status = fleet_stop(&w, 10000);
     int64_t took = clock_mono_ms() - t0;
