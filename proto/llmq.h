@@ -24,17 +24,20 @@ extern "C" {
 
 /* Error codes: the broker's (docs/PROTOCOL.md §3, same order), then the
  * library's own. */
+/* clang-format off */
 typedef enum llmq_code {
     LLMQ_OK = 0,
     LLMQ_E_MALFORMED, LLMQ_E_VERSION, LLMQ_E_UNKNOWN_TYPE, LLMQ_E_MISSING_FIELD,
     LLMQ_E_UNKNOWN_FIELD, LLMQ_E_BAD_TYPE, LLMQ_E_BAD_VALUE, LLMQ_E_TOO_LARGE,
     LLMQ_E_UNKNOWN_JOB, LLMQ_E_UNKNOWN_BATCH, LLMQ_E_QUEUE_FULL, LLMQ_E_UNKNOWN_WORKER,
-    LLMQ_E_SHUTTING_DOWN, LLMQ_E_INTERNAL,
+    LLMQ_E_SHUTTING_DOWN, LLMQ_E_INTERNAL, LLMQ_E_WORKER_IN_USE, LLMQ_E_FORBIDDEN,
+    LLMQ_E_BAD_RESULT,
     LLMQ_E_TIMEOUT = 100,   /* no reply from the broker in time */
     LLMQ_E_TRANSPORT,       /* ZeroMQ failed (bad endpoint, ...) */
     LLMQ_E_PROTOCOL,        /* the broker sent something this library cannot read */
     LLMQ_E_USAGE            /* a bad argument to this library */
 } llmq_code;
+/* clang-format on */
 
 typedef struct llmq_error {
     llmq_code code;

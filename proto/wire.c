@@ -29,6 +29,7 @@ static const char *const TYPE_NAMES[WIRE_T_COUNT] = {
     [WIRE_T_SHUTDOWN] = "shutdown", [WIRE_T_HEARTBEAT] = "heartbeat",
 };
 
+/* clang-format off */
 static const char *const CODE_NAMES[WIRE_E_COUNT] = {
     [WIRE_OK] = "ok", [WIRE_E_MALFORMED] = "malformed", [WIRE_E_VERSION] = "version",
     [WIRE_E_UNKNOWN_TYPE] = "unknown_type", [WIRE_E_MISSING_FIELD] = "missing_field",
@@ -37,7 +38,10 @@ static const char *const CODE_NAMES[WIRE_E_COUNT] = {
     [WIRE_E_UNKNOWN_JOB] = "unknown_job", [WIRE_E_UNKNOWN_BATCH] = "unknown_batch",
     [WIRE_E_QUEUE_FULL] = "queue_full", [WIRE_E_UNKNOWN_WORKER] = "unknown_worker",
     [WIRE_E_SHUTTING_DOWN] = "shutting_down", [WIRE_E_INTERNAL] = "internal",
+    [WIRE_E_WORKER_IN_USE] = "worker_in_use", [WIRE_E_FORBIDDEN] = "forbidden",
+    [WIRE_E_BAD_RESULT] = "bad_result",
 };
+/* clang-format on */
 
 static const char *const STATE_NAMES[WIRE_STATE_COUNT] = {
     [WIRE_STATE_QUEUED] = "queued", [WIRE_STATE_RUNNING] = "running",

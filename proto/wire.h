@@ -86,6 +86,7 @@ enum {
     WIRE_DIR_ANY = 15
 };
 
+/* clang-format off */
 typedef enum wire_code {
     WIRE_OK = 0,
     WIRE_E_MALFORMED,       /* not msgpack, trailing bytes, not a map, too deep */
@@ -102,8 +103,12 @@ typedef enum wire_code {
     WIRE_E_UNKNOWN_WORKER,  /* a worker message before hello: send hello again */
     WIRE_E_SHUTTING_DOWN,   /* the broker is stopping and accepts no new work */
     WIRE_E_INTERNAL,        /* the broker failed (database error, ...) */
+    WIRE_E_WORKER_IN_USE,   /* hello: a live session of another process has this worker id */
+    WIRE_E_FORBIDDEN,       /* hello: this worker id is bound to another CURVE key */
+    WIRE_E_BAD_RESULT,      /* job_result contradicts its job: refused, the job runs elsewhere */
     WIRE_E_COUNT
 } wire_code;
+/* clang-format on */
 
 typedef enum wire_state {
     WIRE_STATE_NONE = 0,
