@@ -47,9 +47,10 @@ static pool_worker *worker_new(const wire_hello *h, const net_peer *peer,
         return NULL;
     }
     w->id = id;
+    w->pid = h->pid;
     w->gpu_index = h->gpu_index;
     w->slots = h->slots;
-    w->last_heard = w->last_sent = now;
+    w->since = w->last_heard = w->last_sent = now;
     return w;
 }
 

@@ -1,9 +1,9 @@
 /* pool: the connected worker sessions, their credits, load and liveness.
  *
  * In memory only.  A session lives from a worker's hello to its bye, its
- * replacement by a new hello with the same name, or its presumed death; its
- * durable trace is its row in the store's workers table (same id).  The
- * pool owns its sessions and their strings.
+ * replacement by a new hello of the same process (on_worker.c), or its
+ * presumed death; its durable trace is its row in the store's workers table
+ * (same id).  The pool owns its sessions and their strings.
  *
  * Credits: a worker grants credits; every job sent uses one, so the broker
  * never sends more than asked.  A correct worker keeps credits + busy <=
@@ -28,8 +28,10 @@ typedef struct pool_worker {
     int64_t id; /* workers.id */
     net_peer peer;
     char *name, *host, *model, *gpu_name, *engine;
+    uint32_t pid;
     int32_t gpu_index;
     uint32_t slots;
+    int64_t since;     /* monotonic ms of its hello */
     uint32_t credits;  /* jobs asked for and not yet sent */
     uint32_t busy;     /* jobs running on it */
     uint64_t jobs_done, tokens_done;

@@ -11,6 +11,11 @@
  * job_cancel stops a job in the engine; it is answered with job_failure
  * "cancelled" once the engine lets it go.
  *
+ * A refused hello (the broker is stopping; another live session holds this
+ * worker id: `worker_in_use`; the id is bound to another CURVE key:
+ * `forbidden`) is logged with the broker's reason and said again after 1,
+ * 2, 4, then every 8 seconds.
+ *
  * Losing the broker: the link keeps heartbeating and ZeroMQ reconnects.  A
  * broker that answers `unknown_worker` (it restarted, or presumed this
  * worker dead) has already put this worker's jobs back in its queue under

@@ -13,11 +13,13 @@
  * silent worker is presumed dead, its job runs elsewhere and its late
  * result is ignored (one result row); a job fails after max-attempts
  * faults with every reason, at once on a permanent failure; cancel of a
- * running job reaches its worker; bye and a second hello under the same
- * name put jobs back; jobs left running by a killed broker run again after
- * the restart; SIGTERM drains (submits refused, running job may finish,
- * unfinished job back in the queue after the grace period); heartbeats go
- * out to idle workers; jobs for a model only go to workers serving it. */
+ * running job reaches its worker; bye puts jobs back; a second hello under
+ * a live name from another process is refused (worker_in_use) and changes
+ * nothing, one from the same process replaces its session; jobs left
+ * running by a killed broker run again after the restart; SIGTERM drains
+ * (submits refused, running job may finish, unfinished job back in the
+ * queue after the grace period); heartbeats go out to idle workers; jobs
+ * for a model only go to workers serving it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,19 +36,36 @@ static const char *const FAST[] = {"--heartbeat-ms", "100",
 
 /* ---- scripted workers ------------------------------------------------------------ */
 
-static void *worker_connect(harness *h, const char *name, const char *model,
-                            uint32_t slots, wire_msg *welcome)
+/* A hello from process pid: the scripted workers all run in this test
+ * process, so another pid plays another process.  The reply in *reply
+ * (type NONE when none came). */
+static void *worker_hello(harness *h, const char *name, const char *model, uint32_t slots,
+                          uint32_t pid, wire_msg *reply)
 {
     void *w = h_peer(h, h->workers);
     wire_msg m;
     wire_msg_init(&m, WIRE_T_HELLO);
-    m.hello = (wire_hello){.worker = name, .host = "testhost",
-                           .pid = (uint32_t)getpid(), .gpu_index = -1,
-                           .model = model, .engine = "cpu", .slots = slots};
+    m.hello = (wire_hello){.worker = name,
+                           .host = "testhost",
+                           .pid = pid,
+                           .gpu_index = -1,
+                           .model = model,
+                           .engine = "cpu",
+                           .slots = slots};
     h_send(w, &m);
+    if (h_recv(w, T_REPLY, reply) != 0)
+        wire_msg_init(reply, WIRE_T_NONE);
+    return w;
+}
+
+static void *worker_connect(harness *h, const char *name, const char *model, uint32_t slots,
+                            wire_msg *welcome)
+{
     wire_msg got;
-    if (h_recv_type(w, T_REPLY, WIRE_T_WELCOME, &got) != 0) {
+    void *w = worker_hello(h, name, model, slots, (uint32_t)getpid(), &got);
+    if (got.type != WIRE_T_WELCOME) {
         fprintf(stderr, "worker %s: no welcome\n", name);
+        wire_msg_free(&got);
         return w;
     }
     if (welcome)
@@ -423,15 +442,41 @@ static void test_bye_and_second_hello(void)
               sqlf(h, "SELECT count(*) FROM attempts WHERE job_id = %llu AND"
                        " outcome = 'returned'", id) == 1,
           "without counting a fault (attempt 1 'returned')");
+    wire_msg m;
+    void *other = worker_hello(h, "w-next", "m", 1, (uint32_t)getpid() + 1, &m);
+    char live_pid[32];
+    snprintf(live_pid, sizeof live_pid, "pid %u", (unsigned)getpid());
+    CHECK(m.type == WIRE_T_ERROR && m.error.code == WIRE_E_WORKER_IN_USE &&
+              strcmp(m.error.field, "worker") == 0 && strstr(m.error.message, live_pid),
+          "a hello under a live name from another process is refused: worker_in_use,"
+          " naming the live session's %s",
+          live_pid);
+    if (m.type != WIRE_T_NONE)
+        wire_msg_free(&m);
+    result(b, j2.id, j2.attempt, "kept", 2);
+    send_wait(c, 7, &id, 1, 5000);
+    rc = h_recv_type(c, T_REPLY, WIRE_T_RESULT, &m);
+    CHECK(rc == 0 && m.result.state == WIRE_STATE_DONE && m.result.attempt == 2 &&
+              sqlf(h, "SELECT faults FROM jobs WHERE id = %llu", id) == 0,
+          "and changes nothing: the live session's job finishes there, no fault");
+    if (rc == 0)
+        wire_msg_free(&m);
+    if (h_recv_type(c, T_REPLY, WIRE_T_WAIT_END, &m) == 0)
+        wire_msg_free(&m);
+    uint64_t next;
+    submit(c, NULL, 1, NULL, NULL, &next);
+    credit(b, 1);
+    got_job j3;
+    await_job(b, T_REPLY, &j3);
     void *b2 = worker_connect(h, "w-next", "m", 1, NULL);
     credit(b2, 1);
-    got_job j3;
-    rc = await_job(b2, T_REPLY, &j3);
-    CHECK(rc == 0 && j3.id == id && j3.attempt == 3,
-          "a second hello under the same name ends the old session; its job"
-          " runs again (attempt 3)");
-    void *ws[3] = {a, b, b2};
-    teardown(h, c, ws, 3);
+    got_job j4;
+    rc = await_job(b2, T_REPLY, &j4);
+    CHECK(j3.id == next && rc == 0 && j4.id == next && j4.attempt == 2,
+          "a second hello from the same process ends its old session; its job"
+          " runs again (attempt 2)");
+    void *ws[4] = {a, b, other, b2};
+    teardown(h, c, ws, 4);
 }
 
 static void test_broker_restart(void)
