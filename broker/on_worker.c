@@ -1,6 +1,7 @@
 /* on_worker: the worker side of docs/PROTOCOL.md §7: sessions (hello, bye,
  * presumed death), credits, jobs out, results and failures in. */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -222,9 +223,130 @@ static void log_stale(broker *b, const pool_worker *w, const char *what,
                                        : "not running there any more");
 }
 
+/* A tokenizer makes at most one token per byte of a fragment of text,
+ * plus the space SentencePiece may put before each fragment, and a
+ * fragment is at least a one-byte special token away from the next; one
+ * more for BOS.  Loose, but no real count of a text prompt exceeds it,
+ * and a forged count that would skew prefill tok/s does. */
+static int64_t text_prompt_max_tokens(int64_t bytes)
+{
+    return 2 * bytes + 2;
+}
+
+/* Where a result contradicts its job, and how. */
+typedef struct verdict {
+    char field[64];
+    char why[512];
+} verdict;
+
+static bool refuse_at(verdict *v, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static bool refuse_at(verdict *v, const char *field, const char *fmt, ...)
+{
+    snprintf(v->field, sizeof v->field, "%s", field);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->why, sizeof v->why, fmt, ap);
+    va_end(ap);
+    return true;
+}
+
+static bool counts_contradict(const store_job_facts *f, const pool_worker *w,
+                              const wire_result *r, verdict *v)
+{
+    const uint64_t prompt = r->prompt_tokens, gen = r->gen_tokens;
+    const int64_t most = text_prompt_max_tokens(f->prompt_len);
+    if (gen != r->n_tokens)
+        return refuse_at(v, "gen_tokens", "%" PRIu64 " where tokens has %u ids",
+                         gen, r->n_tokens);
+    if (gen > (uint64_t)f->max_tokens)
+        return refuse_at(v, "gen_tokens",
+                         "%" PRIu64
+                         " generated, the job allows %d (max_tokens)",
+                         gen, f->max_tokens);
+    if (w->n_ctx && prompt + gen > w->n_ctx)
+        return refuse_at(v, "gen_tokens",
+                         "%" PRIu64 " prompt + %" PRIu64 " generated tokens,"
+                         " the worker's context holds %u",
+                         prompt, gen, w->n_ctx);
+    if (f->token_prompt && prompt != (uint64_t)f->prompt_len)
+        return refuse_at(v, "prompt_tokens",
+                         "%" PRIu64 " where the job's prompt has %" PRId64
+                         " tokens",
+                         prompt, f->prompt_len);
+    if (!f->token_prompt && (prompt < 1 || (int64_t)prompt > most))
+        return refuse_at(v, "prompt_tokens",
+                         "%" PRIu64 " for a prompt of %" PRId64 " bytes (1.."
+                         "%" PRId64 " possible)",
+                         prompt, f->prompt_len, most);
+    return false;
+}
+
+static bool logprobs_contradict(const store_job_facts *f, const wire_result *r,
+                                verdict *v)
+{
+    const uint32_t n = r->logprobs ? r->n_logprobs : 0;
+    if (r->n_tokens > 0 && f->logprobs != (n > 0))
+        return refuse_at(v, "logprobs", "%s",
+                         n ? "given, the job asked for none"
+                           : "missing, the job asked for them");
+    for (uint32_t i = 0; i < n; i++) {
+        if (r->logprobs[i].n_top <= (uint32_t)f->top_logprobs)
+            continue;
+        char field[48];
+        snprintf(field, sizeof field, "logprobs[%u].top_logprobs", i);
+        return refuse_at(v, field, "%u alternatives, the job asked for %d",
+                         r->logprobs[i].n_top, f->top_logprobs);
+    }
+    return false;
+}
+
+/* A worker's result is checked, not believed: it becomes the job's result
+ * and the throughput accounting. */
+static bool contradicts(const store_job_facts *f, const pool_worker *w,
+                        const wire_result *r, verdict *v)
+{
+    return counts_contradict(f, w, r, v) || logprobs_contradict(f, r, v);
+}
+
+/* The result is not recorded: the attempt ends with a fault, so that the
+ * job runs again (or fails once out of attempts, every reason kept), and
+ * the session gets no more jobs, so that it runs elsewhere. */
+static int refuse_result(broker *b, pool_worker *w, const wire_result *r,
+                         const verdict *v, llmq_err *err)
+{
+    char reason[WIRE_MAX_MESSAGE_BYTES];
+    snprintf(reason, sizeof reason, "result refused: %s: %s", v->field, v->why);
+    store_change ch;
+    bool failed;
+    if (store_fault(b->st, (int64_t)r->id, w->id, (int32_t)r->attempt, reason,
+                    false, b->wall, &ch, &failed, err))
+        return -1;
+    job_left(w);
+    w->distrusted = true;
+    broker_log("worker %s (session %" PRId64 "): job %" PRIu64 " attempt %u:"
+               " %s; the job %s; this session gets no more jobs",
+               w->name, w->id, r->id, r->attempt, reason,
+               failed ? "failed (out of attempts)" : "goes back to the queue");
+    if (broker_refuse(b, b->workers, &w->peer, 0, WIRE_E_BAD_RESULT, v->field,
+                      "job %" PRIu64 " attempt %u: %s: refused, the job runs"
+                      " elsewhere; this session gets no more jobs",
+                      r->id, r->attempt, v->why))
+        return -1;
+    return failed ? broker_job_final(b, (int64_t)r->id, err) : 0;
+}
+
 static int on_result(broker *b, pool_worker *w, const wire_result *r,
                      llmq_err *err)
 {
+    store_job_facts facts;
+    verdict v;
+    if (store_job_facts_get(b->st, (int64_t)r->id, w->id, (int32_t)r->attempt,
+                            &facts, err))
+        return -1;
+    if (facts.current && contradicts(&facts, w, r, &v))
+        return refuse_result(b, w, r, &v, err);
     store_result sr = {.text = r->text,
                        .token_ids = r->tokens,
                        .n_token_ids = r->n_tokens,

@@ -39,6 +39,7 @@ struct session {
     bool silent;            /* the broker's silence was logged */
     bool draining;
     bool broker_drain; /* the broker sent shutdown: failures hand jobs back */
+    bool distrusted;   /* the broker refused a result: this session is over */
     int64_t drain_deadline;
     uint64_t n_done, n_failed;
 };
@@ -92,6 +93,11 @@ uint32_t session_slots(const session *s)
 bool session_done(const session *s)
 {
     return s->phase == PHASE_DONE;
+}
+
+bool session_failed(const session *s)
+{
+    return s->distrusted;
 }
 
 /* ---- messages out -------------------------------------------------------------- */
@@ -253,6 +259,22 @@ static void hello_refused(session *s, const wire_error_msg *e)
                                                                    : HELLO_RETRY_MAX_MS;
 }
 
+static void start_drain(session *s, bool by_broker, uint32_t grace_ms);
+
+/* The broker sends a session whose result contradicted its job no more
+ * jobs: this worker's results cannot be trusted until it is fixed, so it
+ * finishes what it holds and stops, failing (a supervisor restarts it as a
+ * new session). */
+static void on_distrusted(session *s, const wire_error_msg *e)
+{
+    say(s,
+        "the broker refused a result of this worker: %s; it sends this session no more"
+        " jobs: stopping",
+        e->message);
+    s->distrusted = true;
+    start_drain(s, false, s->cfg.grace_ms);
+}
+
 static void on_error(session *s, const wire_error_msg *e)
 {
     if (e->code == WIRE_E_UNKNOWN_WORKER) {
@@ -261,6 +283,10 @@ static void on_error(session *s, const wire_error_msg *e)
     }
     if (s->phase == PHASE_HELLO_SENT) {
         hello_refused(s, e);
+        return;
+    }
+    if (e->code == WIRE_E_BAD_RESULT && !s->distrusted) {
+        on_distrusted(s, e);
         return;
     }
     say(s, "the broker answered %s: %s", wire_code_name(e->code), e->message);

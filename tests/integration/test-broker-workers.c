@@ -15,11 +15,14 @@
  * faults with every reason, at once on a permanent failure; cancel of a
  * running job reaches its worker; bye puts jobs back; a second hello under
  * a live name from another process is refused (worker_in_use) and changes
- * nothing, one from the same process replaces its session; jobs left
- * running by a killed broker run again after the restart; SIGTERM drains
- * (submits refused, running job may finish, unfinished job back in the
- * queue after the grace period); heartbeats go out to idle workers; jobs
- * for a model only go to workers serving it. */
+ * nothing, one from the same process replaces its session; results that
+ * contradict their job (more tokens than max_tokens, a count unlike the
+ * ids, a prompt count unlike the job's) are refused (bad_result), not
+ * stored nor counted, the job runs elsewhere and the sender gets no more
+ * jobs; jobs left running by a killed broker run again after the restart;
+ * SIGTERM drains (submits refused, running job may finish, unfinished job
+ * back in the queue after the grace period); heartbeats go out to idle
+ * workers; jobs for a model only go to workers serving it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,18 +141,29 @@ static int count_jobs(void *w, int ms)
     return n;
 }
 
-static void result(void *w, uint64_t id, uint32_t attempt, const char *text,
-                   uint32_t gen)
+/* A result of n_tokens token ids that says it generated gen tokens from a
+ * prompt of prompt tokens. */
+static void result_counts(void *w, uint64_t id, uint32_t attempt, const char *text,
+                          uint32_t n_tokens, uint32_t gen, uint32_t prompt)
 {
-    static const uint32_t toks[4] = {11, 12, 13, 14};
+    static const uint32_t toks[16] = {11, 12, 13, 14, 15, 16, 17, 18};
     wire_msg m;
     wire_msg_init(&m, WIRE_T_JOB_RESULT);
-    m.result = (wire_result){.id = id, .attempt = attempt, .text = text,
-                             .tokens = toks, .n_tokens = gen < 4 ? gen : 4,
-                             .finish = WIRE_FINISH_LENGTH, .prompt_tokens = 5,
+    m.result = (wire_result){.id = id,
+                             .attempt = attempt,
+                             .text = text,
+                             .tokens = toks,
+                             .n_tokens = n_tokens,
+                             .finish = WIRE_FINISH_LENGTH,
+                             .prompt_tokens = prompt,
                              .gen_tokens = gen,
                              .timings = {.prefill_ms = 2.5, .decode_ms = 40}};
     h_send(w, &m);
+}
+
+static void result(void *w, uint64_t id, uint32_t attempt, const char *text, uint32_t gen)
+{
+    result_counts(w, id, attempt, text, gen, gen, 5);
 }
 
 static void failure(void *w, uint64_t id, uint32_t attempt, const char *why,
@@ -479,6 +493,96 @@ static void test_bye_and_second_hello(void)
     teardown(h, c, ws, 4);
 }
 
+/* The worker protocol spoken by a forger: results that contradict their
+ * jobs.  Each is refused and logged, nothing of it is stored or counted,
+ * the job runs again on another worker, and the forger's session gets no
+ * more jobs. */
+static void test_forged_results(void)
+{
+    harness h;
+    void *c;
+    setup(&h, "tbw-forged", FAST, &c);
+    uint64_t ids[3];
+    submit(c, NULL, 2, NULL, NULL, ids); /* "prompt 0", "prompt 1": 8 bytes */
+    static const uint32_t prompt[3] = {5, 6, 7};
+    wire_job tj;
+    h_job(&tj, NULL, NULL);
+    tj.tokens = prompt;
+    tj.n_tokens = 3;
+    tj.params.max_tokens = 7;
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_SUBMIT);
+    m.submit = (wire_submit){.jobs = &tj, .n_jobs = 1};
+    h_send(c, &m);
+    int rc = h_recv_type(c, T_REPLY, WIRE_T_SUBMIT_OK, &m);
+    ids[2] = rc == 0 ? m.submit_ok.ids[0] : 0;
+    if (rc == 0)
+        wire_msg_free(&m);
+    void *bad = worker_connect(&h, "w-forger", "m", 3, NULL);
+    credit(bad, 3);
+    got_job j[3];
+    for (int i = 0; i < 3; i++)
+        await_job(bad, T_REPLY, &j[i]);
+    CHECK(j[0].id == ids[0] && j[1].id == ids[1] && j[2].id == ids[2],
+          "a worker takes two text jobs (max_tokens 7) and a job of 3 prompt tokens");
+    static const struct {
+        uint32_t n_tokens, gen, prompt;
+        const char *field;
+    } forged[3] = {
+        {8, 8, 5, "gen_tokens"},    /* more than max_tokens */
+        {4, 3, 5, "gen_tokens"},    /* a count unlike the ids sent */
+        {4, 4, 5, "prompt_tokens"}, /* a prompt count unlike the job's */
+    };
+    for (int i = 0; i < 3; i++) {
+        result_counts(bad, j[i].id, j[i].attempt, "forged", forged[i].n_tokens, forged[i].gen,
+                      forged[i].prompt);
+        rc = await(bad, WIRE_T_ERROR, T_REPLY, &m);
+        CHECK(rc == 0 && m.error.code == WIRE_E_BAD_RESULT &&
+                  strcmp(m.error.field, forged[i].field) == 0,
+              "forged result %d (%u ids, gen_tokens %u, prompt_tokens %u) is refused:"
+              " bad_result on %s (%s)",
+              i + 1, forged[i].n_tokens, forged[i].gen, forged[i].prompt, forged[i].field,
+              rc == 0 ? m.error.message : "no reply");
+        if (rc == 0)
+            wire_msg_free(&m);
+    }
+    CHECK(h_sql(&h, "SELECT count(*) FROM results") == 0 &&
+              h_sql(&h, "SELECT jobs_done + tokens_done FROM workers WHERE"
+                        " name = 'w-forger'") == 0 &&
+              h_sql(&h, "SELECT count(*) FROM jobs WHERE state = 'queued' AND faults = 1") == 3,
+          "nothing is stored nor counted; the three jobs are back in the queue, a fault each");
+    CHECK(h_sql(&h, "SELECT count(*) FROM attempts WHERE outcome = 'failed' AND"
+                    " reason LIKE 'result refused: %'") == 3,
+          "each attempt records why its result was refused");
+    credit(bad, 3);
+    int extra = count_jobs(bad, 300);
+    CHECK(extra == 0, "the forger's session gets no more jobs, credits or not (%d)", extra);
+    void *good = worker_connect(&h, "w-honest", "m", 3, NULL);
+    credit(good, 3);
+    got_job g[3];
+    int got = 0;
+    for (int i = 0; i < 3; i++)
+        got += await_job(good, T_REPLY, &g[i]) == 0 && g[i].attempt == 2;
+    CHECK(got == 3, "another worker runs them again, attempt 2 (%d of 3)", got);
+    for (int i = 0; i < got; i++)
+        result_counts(good, g[i].id, g[i].attempt, "honest", 4, 4, g[i].id == ids[2] ? 3 : 5);
+    send_wait(c, 8, ids, 3, 5000);
+    int honest = 0;
+    for (int i = 0; i < 3 && h_recv_type(c, T_REPLY, WIRE_T_RESULT, &m) == 0; i++) {
+        honest += m.result.state == WIRE_STATE_DONE && strcmp(m.result.text, "honest") == 0 &&
+                  strcmp(m.result.worker, "w-honest") == 0;
+        wire_msg_free(&m);
+    }
+    CHECK(honest == 3 && h_sql(&h, "SELECT count(*) FROM results") == 3 &&
+              h_sql(&h, "SELECT coalesce(sum(generated_tokens), 0) FROM v_worker_stats"
+                        " WHERE name = 'w-forger'") == 0,
+          "their results are the honest worker's; the forger's throughput is zero");
+    CHECK(h_sql(&h, "SELECT count(*) FROM workers") == 2,
+          "the forger's session was not ended (its other jobs would lose an attempt)");
+    void *ws[2] = {bad, good};
+    teardown(&h, c, ws, 2);
+}
+
 static void test_broker_restart(void)
 {
     running r;
@@ -628,6 +732,7 @@ int main(void)
     test_failures_and_attempts();
     test_cancel_running();
     test_bye_and_second_hello();
+    test_forged_results();
     test_broker_restart();
     test_sigterm_finishes();
     test_sigterm_grace_expires();
