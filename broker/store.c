@@ -310,7 +310,7 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_JOB_FACTS] =
         "SELECT " FACTS_ROW(EXPR_SQL) "1 FROM jobs WHERE id = :job_id"
         " AND state = 'running' AND worker_id = :worker_id"
-        " AND attempts = :attempt",
+        " AND (:attempt <= 0 OR attempts = :attempt)",
     [S_WORKER_KEY] = "SELECT public_key FROM worker_keys WHERE name = :name",
     [S_WORKER_KEY_BIND] =
         "INSERT INTO worker_keys (name, public_key, bound_at)"

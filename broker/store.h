@@ -188,7 +188,8 @@ typedef struct store_job_facts {
 } store_job_facts;
 
 /* The facts of job_id; current is false (the rest unset) unless attempt
- * `attempt` of it runs on worker_id. */
+ * `attempt` of it (<= 0: the current one, as for store_result_put) runs on
+ * worker_id: exactly when store_result_put would record a result. */
 int store_job_facts_get(store *st, int64_t job_id, int64_t worker_id,
                         int32_t attempt, store_job_facts *out, llmq_err *err);
 

@@ -499,11 +499,12 @@ static void test_bye_and_second_hello(void)
  * more jobs. */
 static void test_forged_results(void)
 {
+    enum { N = 4 };
     harness h;
     void *c;
     setup(&h, "tbw-forged", FAST, &c);
-    uint64_t ids[3];
-    submit(c, NULL, 2, NULL, NULL, ids); /* "prompt 0", "prompt 1": 8 bytes */
+    uint64_t ids[N];
+    submit(c, NULL, 3, NULL, NULL, ids); /* "prompt 0".."prompt 2": 8 bytes */
     static const uint32_t prompt[3] = {5, 6, 7};
     wire_job tj;
     h_job(&tj, NULL, NULL);
@@ -515,65 +516,67 @@ static void test_forged_results(void)
     m.submit = (wire_submit){.jobs = &tj, .n_jobs = 1};
     h_send(c, &m);
     int rc = h_recv_type(c, T_REPLY, WIRE_T_SUBMIT_OK, &m);
-    ids[2] = rc == 0 ? m.submit_ok.ids[0] : 0;
+    ids[3] = rc == 0 ? m.submit_ok.ids[0] : 0;
     if (rc == 0)
         wire_msg_free(&m);
-    void *bad = worker_connect(&h, "w-forger", "m", 3, NULL);
-    credit(bad, 3);
-    got_job j[3];
-    for (int i = 0; i < 3; i++)
-        await_job(bad, T_REPLY, &j[i]);
-    CHECK(j[0].id == ids[0] && j[1].id == ids[1] && j[2].id == ids[2],
-          "a worker takes two text jobs (max_tokens 7) and a job of 3 prompt tokens");
+    void *bad = worker_connect(&h, "w-forger", "m", N, NULL);
+    credit(bad, N);
+    got_job j[N];
+    int took = 0;
+    for (int i = 0; i < N; i++)
+        took += await_job(bad, T_REPLY, &j[i]) == 0 && j[i].id == ids[i];
+    CHECK(took == N, "a worker takes three text jobs (max_tokens 7) and a job of 3 prompt tokens");
+    /* UINT32_MAX is what the store reads as -1, "the current attempt". */
     static const struct {
-        uint32_t n_tokens, gen, prompt;
+        uint32_t attempt, n_tokens, gen, prompt;
         const char *field;
-    } forged[3] = {
-        {8, 8, 5, "gen_tokens"},    /* more than max_tokens */
-        {4, 3, 5, "gen_tokens"},    /* a count unlike the ids sent */
-        {4, 4, 5, "prompt_tokens"}, /* a prompt count unlike the job's */
+    } forged[N] = {
+        {1, 8, 8, 5, "gen_tokens"},          /* more than max_tokens */
+        {1, 4, 3, 5, "gen_tokens"},          /* a count unlike the ids sent */
+        {UINT32_MAX, 8, 8, 5, "gen_tokens"}, /* the same, under another attempt */
+        {1, 4, 4, 5, "prompt_tokens"},       /* a prompt count unlike the job's */
     };
-    for (int i = 0; i < 3; i++) {
-        result_counts(bad, j[i].id, j[i].attempt, "forged", forged[i].n_tokens, forged[i].gen,
+    for (int i = 0; i < N; i++) {
+        result_counts(bad, j[i].id, forged[i].attempt, "forged", forged[i].n_tokens, forged[i].gen,
                       forged[i].prompt);
         rc = await(bad, WIRE_T_ERROR, T_REPLY, &m);
         CHECK(rc == 0 && m.error.code == WIRE_E_BAD_RESULT &&
                   strcmp(m.error.field, forged[i].field) == 0,
-              "forged result %d (%u ids, gen_tokens %u, prompt_tokens %u) is refused:"
-              " bad_result on %s (%s)",
-              i + 1, forged[i].n_tokens, forged[i].gen, forged[i].prompt, forged[i].field,
-              rc == 0 ? m.error.message : "no reply");
+              "forged result %d (attempt %u, %u ids, gen_tokens %u, prompt_tokens %u) is"
+              " refused: bad_result on %s (%s)",
+              i + 1, forged[i].attempt, forged[i].n_tokens, forged[i].gen, forged[i].prompt,
+              forged[i].field, rc == 0 ? m.error.message : "no reply");
         if (rc == 0)
             wire_msg_free(&m);
     }
     CHECK(h_sql(&h, "SELECT count(*) FROM results") == 0 &&
               h_sql(&h, "SELECT jobs_done + tokens_done FROM workers WHERE"
                         " name = 'w-forger'") == 0 &&
-              h_sql(&h, "SELECT count(*) FROM jobs WHERE state = 'queued' AND faults = 1") == 3,
-          "nothing is stored nor counted; the three jobs are back in the queue, a fault each");
+              h_sql(&h, "SELECT count(*) FROM jobs WHERE state = 'queued' AND faults = 1") == N,
+          "nothing is stored nor counted; the jobs are back in the queue, a fault each");
     CHECK(h_sql(&h, "SELECT count(*) FROM attempts WHERE outcome = 'failed' AND"
-                    " reason LIKE 'result refused: %'") == 3,
+                    " reason LIKE 'result refused: %'") == N,
           "each attempt records why its result was refused");
-    credit(bad, 3);
+    credit(bad, N);
     int extra = count_jobs(bad, 300);
     CHECK(extra == 0, "the forger's session gets no more jobs, credits or not (%d)", extra);
-    void *good = worker_connect(&h, "w-honest", "m", 3, NULL);
-    credit(good, 3);
-    got_job g[3];
+    void *good = worker_connect(&h, "w-honest", "m", N, NULL);
+    credit(good, N);
+    got_job g[N];
     int got = 0;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < N; i++)
         got += await_job(good, T_REPLY, &g[i]) == 0 && g[i].attempt == 2;
-    CHECK(got == 3, "another worker runs them again, attempt 2 (%d of 3)", got);
+    CHECK(got == N, "another worker runs them again, attempt 2 (%d of %d)", got, N);
     for (int i = 0; i < got; i++)
-        result_counts(good, g[i].id, g[i].attempt, "honest", 4, 4, g[i].id == ids[2] ? 3 : 5);
-    send_wait(c, 8, ids, 3, 5000);
+        result_counts(good, g[i].id, g[i].attempt, "honest", 4, 4, g[i].id == ids[3] ? 3 : 5);
+    send_wait(c, 8, ids, N, 5000);
     int honest = 0;
-    for (int i = 0; i < 3 && h_recv_type(c, T_REPLY, WIRE_T_RESULT, &m) == 0; i++) {
+    for (int i = 0; i < N && h_recv_type(c, T_REPLY, WIRE_T_RESULT, &m) == 0; i++) {
         honest += m.result.state == WIRE_STATE_DONE && strcmp(m.result.text, "honest") == 0 &&
                   strcmp(m.result.worker, "w-honest") == 0;
         wire_msg_free(&m);
     }
-    CHECK(honest == 3 && h_sql(&h, "SELECT count(*) FROM results") == 3 &&
+    CHECK(honest == N && h_sql(&h, "SELECT count(*) FROM results") == N &&
               h_sql(&h, "SELECT coalesce(sum(generated_tokens), 0) FROM v_worker_stats"
                         " WHERE name = 'w-forger'") == 0,
           "their results are the honest worker's; the forger's throughput is zero");

@@ -354,10 +354,11 @@ static void test_job_facts(void)
     int64_t w = add_worker(st, "w", -1, 1001);
     claimed c;
     claim(st, w, 2, 1002, &c);
-    store_job_facts ft, fk, stale, other;
+    store_job_facts ft, fk, stale, other, any;
     store_begin(st, &err);
     store_job_facts_get(st, jt, w, 1, &ft, &err);
-    store_job_facts_get(st, jk, w, 0, &stale, &err);
+    store_job_facts_get(st, jk, w, 2, &stale, &err);
+    store_job_facts_get(st, jk, w, -1, &any, &err);
     store_job_facts_get(st, jk, w + 1, 1, &other, &err);
     store_job_facts_get(st, jk, w, 1, &fk, &err);
     store_commit(st, &err);
@@ -369,6 +370,8 @@ static void test_job_facts(void)
           "a token job's facts: its prompt's length in ids");
     CHECK(!stale.current && !other.current,
           "another attempt, or another worker, is not the current one");
+    CHECK(any.current && any.prompt_len == 3,
+          "an attempt <= 0 is the current one, as store_result_put takes it");
     store_close(st);
 }
 
