@@ -80,21 +80,22 @@ static size_t submit_and_wait(harness *h, const char *batch, size_t n, int timeo
 
 static void test_duplicate_id(void)
 {
-    enum { N = 24 };
+    enum { N = 16, MAX = 40 };
     harness h;
     h_init(&h, "llmq-ident-dup", 160);
     h_start(&h, BROKER_FAST);
-    static const char *const flags_a[] = {"--slots", "4", NULL};
-    static const char *const flags_b[] = {"--slots", "4", "--id", "dup", NULL};
+    static const char *const flags_a[] = {"--slots", "2", NULL};
+    static const char *const flags_b[] = {"--slots", "2", "--id", "dup", NULL};
     fleet_worker a, b;
-    /* Paced, so that the batch still runs when the second worker comes. */
-    fleet_start_paced(&h, &a, "dup", flags_a, 10);
+    /* Paced: the batch takes 8 rounds of 40 steps of 20 ms or more, so it
+     * still runs when the second worker comes, however fast the machine. */
+    fleet_start_paced(&h, &a, "dup", flags_a, 20);
     bool up = fleet_sql_becomes(&h, 60000,
                                 "SELECT count(*) FROM workers WHERE name = 'dup'"
                                 " AND pid = %d AND state = 'alive'",
                                 (int)a.pid);
     char **prompts = fleet_prompts(N);
-    llmq_job *jobs = fleet_jobs(prompts, N, 24, true);
+    llmq_job *jobs = fleet_jobs(prompts, N, MAX, true);
     uint64_t ids[N];
     llmq_state st[N] = {0};
     llmq_client *c = fleet_client(&h, 10000);
@@ -106,12 +107,14 @@ static void test_duplicate_id(void)
     CHECK(up && running, "a worker under --id dup runs a batch of %d jobs", N);
     fleet_start(&h, &b, "dup-second", flags_b);
     bool refused = log_grows(b.log, "worker_in_use", 0, 30000);
+    int64_t left = fleet_sqlf(&h, "SELECT count(*) FROM jobs WHERE state <> 'done'");
     char pid[32];
     snprintf(pid, sizeof pid, "pid %d", (int)a.pid);
-    CHECK(refused && fleet_log_has(&b, pid) && occurrences(h.log, "refused the hello of host") > 0,
-          "a second worker under the same --id is refused (worker_in_use), told the live"
-          " session's %s, and the broker logs it",
-          pid);
+    CHECK(refused && left > 0 && fleet_log_has(&b, pid) &&
+              occurrences(h.log, "refused the hello of host") > 0,
+          "a second worker under the same --id, while the batch runs (%lld jobs left), is"
+          " refused (worker_in_use), told the live session's %s, and the broker logs it",
+          (long long)left, pid);
     size_t final = rc == 0 ? fleet_wait(c, ids, N, 90000, st, NULL) : 0;
     size_t done = 0;
     for (size_t i = 0; i < N; i++)
