@@ -26,9 +26,9 @@ static bool sees_all(const broker *b, const net_peer *p)
            (b->admin_clients.set && zap_list_admits(&b->admin_clients, p->key));
 }
 
-static bool may_see(const broker *b, const net_peer *p, const char *owner)
+static bool owns(const net_peer *p, const char *owner)
 {
-    return sees_all(b, p) || (owner && p->key[0] && strcmp(owner, p->key) == 0);
+    return owner && p->key[0] && strcmp(owner, p->key) == 0;
 }
 
 /* ---- submit ------------------------------------------------------------- */
@@ -213,18 +213,23 @@ static int idlist_push(idlist *l, int64_t id, llmq_err *err)
     return 0;
 }
 
-/* The jobs of a selection that its sender may see (may_see). */
+/* The jobs of a selection that its sender may see. */
 typedef struct visible {
-    const broker *b;
     const net_peer *from;
+    bool all; /* sees_all, asked once per selection */
     idlist *ids;
     bool seen; /* the last brief was visible */
 } visible;
 
+static visible visible_to(const broker *b, const net_peer *from, idlist *ids)
+{
+    return (visible){.from = from, .all = sees_all(b, from), .ids = ids};
+}
+
 static int collect_visible(void *ctx, const store_brief *br, llmq_err *err)
 {
     visible *v = ctx;
-    v->seen = may_see(v->b, v->from, br->owner);
+    v->seen = v->all || owns(v->from, br->owner);
     return v->seen ? idlist_push(v->ids, br->id, err) : 0;
 }
 
@@ -249,7 +254,7 @@ static int resolve_ids(broker *b, const net_peer *from, uint64_t req,
                        const wire_select *sel, idlist *out, bool *refused,
                        llmq_err *err)
 {
-    visible v = {b, from, out, false};
+    visible v = visible_to(b, from, out);
     for (uint32_t i = 0; i < sel->n_ids; i++) {
         bool found;
         v.seen = false;
@@ -279,7 +284,7 @@ static int resolve(broker *b, const net_peer *from, uint64_t req,
     if (!sel->batch)
         return resolve_ids(b, from, req, sel, out, refused, err);
     int64_t n;
-    visible v = {b, from, out, false};
+    visible v = visible_to(b, from, out);
     if (store_batch_briefs(b->st, sel->batch, collect_visible, &v, &n, err))
         return -1;
     if (out->n == 0) {
