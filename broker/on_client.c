@@ -50,12 +50,34 @@ static store_job job_from_wire(const wire_job *j, const char *owner,
     };
 }
 
-/* Why a submit stored nothing: the queue is full, or a key names a job
- * the client may not see. */
+/* A job's key that names a job of another batch: jobs[at], job id. */
+typedef struct key_clash {
+    int64_t at, id;
+} key_clash;
+
+/* Why a submit stored nothing: the queue is full, a key names another
+ * client's job, or one of this client's of another batch. */
 typedef struct submit_stop {
     bool full;
-    int64_t taken; /* index of the job whose key is taken, or -1 */
+    int64_t taken;   /* the job whose key is another client's, or -1 */
+    key_clash clash; /* at: the job whose key is of another batch, or -1 */
 } submit_stop;
+
+static bool stopped(const submit_stop *stop)
+{
+    return stop->full || stop->taken >= 0 || stop->clash.at >= 0;
+}
+
+/* Another owner's job is as good as one's own to who sees every job. */
+static store_submit_outcome as_seen(const broker *b, const net_peer *from,
+                                    store_submit_outcome o)
+{
+    if (!sees_all(b, from))
+        return o;
+    return o == STORE_OTHER_OWNER         ? STORE_DUPLICATE
+           : o == STORE_OTHER_OWNER_BATCH ? STORE_OTHER_BATCH
+                                          : o;
+}
 
 /* Stores the jobs in order; at the first one that cannot be, stops (and
  * says why in *stop). */
@@ -74,11 +96,13 @@ static int submit_jobs(broker *b, const net_peer *from, const wire_submit *s,
         store_submit_outcome o;
         if (store_submit(b->st, &j, b->cfg.max_queued, b->wall, &id, &o, err))
             return -1;
-        if (o == STORE_DUPLICATE_OTHER && sees_all(b, from))
-            o = STORE_DUPLICATE;
+        o = as_seen(b, from, o);
         stop->full = o == STORE_FULL;
-        stop->taken = o == STORE_DUPLICATE_OTHER ? (int64_t)i : -1;
-        if (stop->full || stop->taken >= 0)
+        if (o == STORE_OTHER_OWNER || o == STORE_OTHER_OWNER_BATCH)
+            stop->taken = i;
+        if (o == STORE_OTHER_BATCH)
+            stop->clash = (key_clash){i, id};
+        if (stopped(stop))
             return 0;
         ids[i] = (uint64_t)id;
         existing[i] = o == STORE_DUPLICATE;
@@ -159,6 +183,50 @@ static int refuse_model(broker *b, const net_peer *from, const wire_msg *m,
                             m->submit.jobs[i].model, b->cfg.model_window_ms);
 }
 
+/* What would succeed: the room left now, and the limit, which no one
+ * submit of new jobs can exceed. */
+static int refuse_full(broker *b, const net_peer *from, const wire_msg *m)
+{
+    const int64_t queued = store_queued(b->st), limit = b->cfg.max_queued;
+    return broker_refuse(
+        b, b->clients, from, m->req, WIRE_E_QUEUE_FULL, NULL,
+        "queue is full (%" PRId64 " jobs queued, limit %" PRId64
+        "): none of the %u jobs was stored; %" PRId64
+        " new jobs fit now and no submit of more than %" PRId64
+        " ever does: send the rest in parts as the queue drains",
+        queued, limit, m->submit.n_jobs, queued < limit ? limit - queued : 0,
+        limit);
+}
+
+static int copy_batch(void *ctx, const store_outcome *o, llmq_err *err)
+{
+    (void)err;
+    char *out = ctx;
+    if (o->batch_id)
+        snprintf(out, WIRE_MAX_NAME_BYTES + 16, "batch '%s'", o->batch_id);
+    return 0;
+}
+
+/* A key names one job of one batch: a resubmission under another batch
+ * would leave the job out of the batch the client waits on. */
+static int refuse_clash(broker *b, const net_peer *from, const wire_msg *m,
+                        const key_clash *k, llmq_err *err)
+{
+    const wire_submit *s = &m->submit;
+    char theirs[WIRE_MAX_NAME_BYTES + 16] = "no batch", ours[sizeof theirs];
+    bool found;
+    if (store_outcome_get(b->st, k->id, copy_batch, theirs, &found, err))
+        return -1;
+    snprintf(ours, sizeof ours, s->batch ? "batch '%s'" : "no batch", s->batch);
+    char field[48];
+    snprintf(field, sizeof field, "jobs[%" PRId64 "].key", k->at);
+    return broker_refuse(b, b->clients, from, m->req, WIRE_E_BAD_VALUE, field,
+                         "'%s' already names job %" PRId64 " of %s, and this"
+                         " submit is for %s: a key names one job of one batch;"
+                         " none of the %u jobs was stored",
+                         s->jobs[k->at].key, k->id, theirs, ours, s->n_jobs);
+}
+
 /* All or nothing: a savepoint undoes the jobs stored before the limit hit. */
 static int on_submit(broker *b, const net_peer *from, const wire_msg *m,
                      llmq_err *err)
@@ -167,6 +235,12 @@ static int on_submit(broker *b, const net_peer *from, const wire_msg *m,
     if (b->draining)
         return broker_refuse(b, b->clients, from, m->req, WIRE_E_SHUTTING_DOWN,
                              NULL, "the broker is stopping: nothing stored");
+    if (b->no_room[0])
+        return broker_refuse(b, b->clients, from, m->req, WIRE_E_UNAVAILABLE,
+                             NULL,
+                             "database full: %s: none of the %u jobs was"
+                             " stored; retry later",
+                             b->no_room, s->n_jobs);
     int64_t bad;
     if (unserved_model(b, s, &bad, err))
         return -1;
@@ -174,23 +248,21 @@ static int on_submit(broker *b, const net_peer *from, const wire_msg *m,
         return refuse_model(b, from, m, bad);
     uint64_t *ids = malloc(s->n_jobs * sizeof *ids);
     bool *existing = malloc(s->n_jobs * sizeof *existing);
-    submit_stop stop = {false, -1};
+    submit_stop stop = {.taken = -1, .clash = {.at = -1}};
     int rc = ids && existing ? store_mark(b->st, err)
                              : llmq_errf(err, "out of memory for a submit");
     if (rc == 0)
         rc = submit_jobs(b, from, s, ids, existing, &stop, err);
-    bool stored = !stop.full && stop.taken < 0;
-    if (rc == 0 && !stored)
+    if (rc == 0 && stopped(&stop))
         store_mark_undo(b->st);
     else if (rc == 0)
         rc = store_mark_release(b->st, err);
     if (rc == 0 && stop.taken >= 0)
         rc = refuse_taken_key(b, from, m, stop.taken);
+    else if (rc == 0 && stop.clash.at >= 0)
+        rc = refuse_clash(b, from, m, &stop.clash, err);
     else if (rc == 0 && stop.full)
-        rc = broker_refuse(b, b->clients, from, m->req, WIRE_E_QUEUE_FULL, NULL,
-                           "queue is full (%" PRId64 " jobs queued, limit %" PRId64
-                           "): none of the %u jobs was stored; retry later",
-                           store_queued(b->st), b->cfg.max_queued, s->n_jobs);
+        rc = refuse_full(b, from, m);
     else if (rc == 0)
         rc = reply_submit_ok(b, from, m->req, ids, existing, s->n_jobs, err);
     free(ids);

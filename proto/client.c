@@ -20,6 +20,7 @@
 
 _Static_assert((int)LLMQ_E_BAD_RESULT == (int)WIRE_E_BAD_RESULT &&
                    (int)LLMQ_E_INTERNAL == (int)WIRE_E_INTERNAL &&
+                   (int)LLMQ_E_UNAVAILABLE == (int)WIRE_E_UNAVAILABLE &&
                    (int)LLMQ_E_QUEUE_FULL == (int)WIRE_E_QUEUE_FULL &&
                    (int)LLMQ_E_MALFORMED == (int)WIRE_E_MALFORMED,
                "llmq_code mirrors wire_code");

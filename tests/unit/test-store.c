@@ -1,8 +1,9 @@
 /* test-store: the broker's SQLite store on real files in a temp directory.
  *
  * Pins: schema creation and the refusal of newer schemas, durability across
- * reopen, requeue of running jobs on open, idempotent client keys, job
- * owners and worker key bindings, the facts a result is checked against,
+ * reopen, requeue of running jobs on open, idempotent client keys (one
+ * job of one batch each), job owners and worker key bindings, the facts a
+ * result is checked against,
  * backpressure, dispatch order and model routing, first-result-wins,
  * attempts exhaustion, cancel, JSON columns round-tripping, outcomes as
  * clients read them, one broker per file, and the accounting views agreeing
@@ -263,6 +264,14 @@ static void test_client_keys_and_backpressure(void)
     store_submit(st, &j, 2, 1003, &id4, &o4, &err);
     CHECK(o4 == STORE_DUPLICATE && id4 == id1,
           "a known key is answered even when the queue is full");
+    const char *other[2] = {"b2", NULL};
+    for (int i = 0; i < 2; i++) {
+        j = text_job("hello", other[i], "k1", 0);
+        store_submit(st, &j, 0, 1004, &id4, &o4, &err);
+        CHECK(o4 == STORE_OTHER_BATCH && id4 == id1 && store_queued(st) == 2,
+              "a known key under %s is told apart, nothing written",
+              other[i] ? "another batch" : "no batch");
+    }
     store_commit(st, &err);
     store_close(st);
     CHECK(sql_int("SELECT count(*) FROM jobs") == 2, "two rows on disk");
@@ -278,17 +287,22 @@ static void test_owners(void)
     store_begin(st, &err);
     store_job j = text_job("hello", "b", "k", 0);
     j.owner = "alice";
-    int64_t id1 = 0, id2 = 0, id3 = 0, id4 = 0;
-    store_submit_outcome o2, o3, o4;
+    int64_t id1 = 0, id2 = 0, id3 = 0, id4 = 0, id5 = 0;
+    store_submit_outcome o2, o3, o4, o5;
     id1 = submit(st, &j, 1000);
     store_submit(st, &j, 0, 1001, &id2, &o2, &err);
     j.owner = "bob";
     store_submit(st, &j, 0, 1002, &id3, &o3, &err);
+    j.batch_id = "c";
+    store_submit(st, &j, 0, 1003, &id5, &o5, &err);
+    j.batch_id = "b";
     j.owner = NULL;
     store_submit(st, &j, 0, 1003, &id4, &o4, &err);
     CHECK(o2 == STORE_DUPLICATE && id2 == id1, "the owner's own key again is its job, once");
-    CHECK(o3 == STORE_DUPLICATE_OTHER && id3 == id1 && o4 == STORE_DUPLICATE_OTHER,
+    CHECK(o3 == STORE_OTHER_OWNER && id3 == id1 && o4 == STORE_OTHER_OWNER,
           "another owner's key, or an owned key without an owner, is told apart");
+    CHECK(o5 == STORE_OTHER_OWNER_BATCH && id5 == id1,
+          "and so is another owner's key in another batch");
     bool found = false;
     char owner[16] = "";
     store_brief_get(st, id1, copy_owner, owner, &found, &err);
