@@ -164,6 +164,17 @@ static const char *const store_migrations[] = {
     "ALTER TABLE jobs ADD COLUMN logprobs INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE jobs ADD COLUMN top_logprobs INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE results ADD COLUMN logprobs BLOB;",
+
+    /* 3: identities under CURVE: the client key that submitted a job (its
+     * owner), the key each worker session connected with, and the key each
+     * worker id is bound to (the first key it connected with). */
+    "ALTER TABLE jobs ADD COLUMN owner TEXT;"
+    "ALTER TABLE workers ADD COLUMN public_key TEXT;"
+    "CREATE TABLE worker_keys ("
+    "  name       TEXT PRIMARY KEY,"
+    "  public_key TEXT NOT NULL,"
+    "  bound_at   INTEGER NOT NULL"
+    ") WITHOUT ROWID;",
 };
 
 #endif
