@@ -99,6 +99,7 @@ typedef struct progress {
     double t0_ms; /* monotonic */
     double last_ms;
     bool tty;
+    bool lost; /* the broker went silent: said so, not yet said it is back */
 } progress;
 
 static void format_eta(char *buf, size_t size, const progress *p, double ms)
@@ -137,6 +138,35 @@ static void show(progress *p, bool final)
     fflush(stderr);
 }
 
+/* The broker's silence and its return, each said once: the library sends
+ * the wait again by itself, and results already written are not written
+ * twice. */
+static void show_broker(progress *p, const llmq_wait *w, const char *broker)
+{
+    llmq_wait_health h;
+    llmq_wait_get_health(w, &h);
+    if (h.broker_lost == p->lost)
+        return;
+    p->lost = h.broker_lost;
+    const char *cr = p->tty ? "\r\033[K" : "";
+    if (p->lost && h.broker_stopping)
+        fprintf(stderr,
+                "%sllmq-submit: the broker at %s is stopping: waiting for the next one on its"
+                " database (%zu of %zu results in)\n",
+                cr, broker, p->done, p->total);
+    else if (p->lost)
+        fprintf(stderr,
+                "%sllmq-submit: no word from the broker at %s for %.0f s: waiting for it to"
+                " come back (%zu of %zu results in)\n",
+                cr, broker, h.silent_ms / 1e3, p->done, p->total);
+    else
+        fprintf(stderr,
+                "%sllmq-submit: the broker at %s answers again: waiting for the %zu"
+                " results left\n",
+                cr, broker, p->total - p->done);
+    fflush(stderr);
+}
+
 /* ---- submit and wait ---------------------------------------------------------------------- */
 
 typedef struct by_id {
@@ -162,10 +192,20 @@ static int submit(llmq_client *c, const options *o, const char *batch, jobfile *
     }
     for (size_t i = 0; i < jf->n; i++)
         jobs[i] = jf->entries[i].job;
-    if (llmq_submit(c, batch, o->meta, jobs, jf->n, ids, existing, &err) < 0) {
-        fprintf(stderr, "llmq-submit: submit to %s failed (%s): %s\n", o->broker,
-                llmq_code_name(err.code), err.message);
-        goto out;
+    double t0 = clock_mono_ms_f();
+    while (llmq_submit(c, batch, o->meta, jobs, jf->n, ids, existing, &err) < 0) {
+        /* Every job has a key (BATCH:ID): a submit sent again stores nothing
+         * twice, so a broker that is down or restarting is waited for. */
+        double waited_s = (clock_mono_ms_f() - t0) / 1e3;
+        if (err.code != LLMQ_E_TIMEOUT || (o->timeout_s >= 0 && waited_s >= o->timeout_s)) {
+            fprintf(stderr, "llmq-submit: submit to %s failed (%s): %s\n", o->broker,
+                    llmq_code_name(err.code), err.message);
+            goto out;
+        }
+        fprintf(stderr,
+                "llmq-submit: no answer from the broker at %s for %.0f s: submitting again"
+                " (is it running? with CURVE, is this client's key allowed?)\n",
+                o->broker, waited_s);
     }
     for (size_t i = 0; i < jf->n; i++)
         jf->entries[i].job_id = ids[i];
@@ -228,6 +268,7 @@ static long wait_all(llmq_client *c, const options *o, const jobfile *jf, FILE *
                 report_failure(e, &r);
             }
         }
+        show_broker(&p, w, o->broker);
         show(&p, false);
     }
     show(&p, true);
