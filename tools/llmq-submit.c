@@ -78,7 +78,9 @@ static int parse_options(int argc, char **argv, options *o)
         {"meta", 0, "TEXT", "batch metadata stored with the jobs", CLI_TEXT(&o->meta)},
         {"no-wait", 0, NULL, "submit, write {id, job_id, existing} lines, exit",
          CLI_SWITCH(&o->no_wait)},
-        {"timeout", 0, "SECONDS", "stop waiting after this long (default: no limit)",
+        {"timeout", 0, "SECONDS",
+         "stop waiting for the results, or for a broker to answer the submit, after this long"
+         " (default: no limit)",
          CLI_DOUBLE(&o->timeout_s, 0, 4e6)},
     };
     const cli_spec spec = {.program = "llmq-submit",
