@@ -560,7 +560,8 @@ static void log_undelivered(broker *b)
 static int timers(broker *b, bool workers_backlog, llmq_err *err)
 {
     if (check_workers(b, workers_backlog, err) ||
-        waiters_expire(&b->waiters, b->now, on_client_waiter, b, err))
+        waiters_expire(&b->waiters, b->now, on_client_waiter, b, err) ||
+        waiters_beat(&b->waiters, b->now, on_client_waiter, b, err))
         return -1;
     log_undelivered(b);
     return check_drain(b, err);
@@ -599,8 +600,8 @@ static int64_t min64(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
-/* Sleep until the next timer: a heartbeat or death due, a wait deadline,
- * the end of the grace period; never longer than one heartbeat. */
+/* Sleep until the next timer: a heartbeat or death due, a wait deadline or
+ * heartbeat, the end of the grace period; never longer than one heartbeat. */
 static long poll_timeout(const broker *b)
 {
     int64_t next = b->now + b->cfg.heartbeat_ms;
@@ -609,7 +610,7 @@ static long poll_timeout(const broker *b)
         next = min64(next, w->last_sent + b->cfg.heartbeat_ms);
         next = min64(next, w->last_heard + b->cfg.dead_after_ms + 1);
     }
-    next = min64(next, waiters_next_deadline(&b->waiters));
+    next = min64(next, waiters_next_due(&b->waiters));
     if (b->draining)
         next = min64(next, b->drain_deadline);
     return next > b->now ? (long)(next - b->now) : 0;

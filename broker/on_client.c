@@ -665,12 +665,24 @@ static int send_wait_end(broker *b, const waiter *w, bool timed_out,
     return rc;
 }
 
+static int send_wait_alive(broker *b, const waiter *w, llmq_err *err)
+{
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_WAIT_ALIVE);
+    m.req = w->req;
+    return broker_reply(b, b->clients, &w->peer, &m, err);
+}
+
 int on_client_waiter(void *ctx, const waiter *w, waiter_event ev,
                      int64_t job_id, bool timed_out, llmq_err *err)
 {
     broker *b = ctx;
-    if (ev == WAITER_RESULT)
+    switch (ev) {
+    case WAITER_RESULT:
         return w->stream ? push_result(b, &w->peer, w->req, job_id, err) : 0;
+    case WAITER_ALIVE: return send_wait_alive(b, w, err);
+    case WAITER_END: break;
+    }
     return send_wait_end(b, w, timed_out, err);
 }
 
@@ -720,9 +732,14 @@ static int start_wait(broker *b, const net_peer *from, const wire_msg *m,
         return -1;
     }
     if (pending && m->wait.timeout_ms) {
-        int64_t deadline = b->now + m->wait.timeout_ms;
-        int rc = waiters_add(&b->waiters, from, m->req, m->wait.stream,
-                             deadline, ids->v, final, ids->n, pending, err);
+        waiter_spec spec = {.peer = from,
+                            .req = m->req,
+                            .stream = m->wait.stream,
+                            .now = b->now,
+                            .deadline = b->now + m->wait.timeout_ms,
+                            .beat_ms = m->wait.heartbeat_ms};
+        int rc = waiters_add(&b->waiters, &spec, ids->v, final, ids->n, pending,
+                             err);
         ids->v = NULL; /* the waiter owns it now */
         return rc;
     }

@@ -363,3 +363,13 @@ tests_unit_test_supervisor_SOURCES = tests/unit/test-supervisor.c tests/unit/che
 tests_unit_test_supervisor_LDADD = $(LLMQ_WORKER_LIBS)
 EXTRA_DIST += tests/unit/test-worker-gpus.sh
 # ---- end llmq-worker --gpus ----
+
+# ---- recovery: clients across broker restarts, and the fault-injection loop ----
+# llmq-submit and the Python client across kill -9 and SIGTERM of the broker
+TESTS += tests/integration/test-recovery.sh
+EXTRA_DIST += tests/integration/test-recovery.sh
+# kill -9 and SIGSTOP of the broker and of workers while a batch runs: four
+# rounds of tests/faults.py, whose long run is by hand (-n 200)
+TESTS += tests/integration/test-faults.sh
+EXTRA_DIST += tests/integration/test-faults.sh tests/faults.py
+# ---- end recovery ----
