@@ -164,6 +164,11 @@ static const char *const store_migrations[] = {
     "ALTER TABLE jobs ADD COLUMN logprobs INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE jobs ADD COLUMN top_logprobs INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE results ADD COLUMN logprobs BLOB;",
+
+    /* 3: structured outputs: the JSON schema a job's output follows (its
+     * text, as submitted), or any JSON object. */
+    "ALTER TABLE jobs ADD COLUMN json_schema TEXT;"
+    "ALTER TABLE jobs ADD COLUMN json_object INTEGER NOT NULL DEFAULT 0;",
 };
 
 #endif

@@ -88,7 +88,12 @@ enum {
     N_PARAMS = 0 JOB_PARAMS(COUNT_ONE)
 };
 /* S_JOB_READ's columns after the three descriptors'. */
-enum { JR_PROMPT_IDS = N_JOB_IN + N_PARAMS + N_JOB_OUT, JR_STOP, JR_STATE };
+enum {
+    JR_PROMPT_IDS = N_JOB_IN + N_PARAMS + N_JOB_OUT,
+    JR_STOP,
+    JR_JSON_SCHEMA,
+    JR_STATE
+};
 
 /* A worker's result: store_result's fields (token_ids apart). */
 /* clang-format off */
@@ -209,9 +214,9 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_FIND_KEY] = "SELECT id FROM jobs WHERE client_key = :client_key",
     [S_INSERT_JOB] =
         "INSERT INTO jobs (" JOB_IN_ROW(SQL_NAME) JOB_PARAMS(SQL_NAME)
-        "submit_id, prompt_ids, stop, submitted_at)"
+        "submit_id, prompt_ids, stop, json_schema, submitted_at)"
         " VALUES (" JOB_IN_ROW(SQL_PARAM) JOB_PARAMS(SQL_PARAM)
-        ":submit_id, :prompt_ids, :stop, :now)",
+        ":submit_id, :prompt_ids, :stop, :json_schema, :now)",
     [S_QUEUE_HEAD] = "SELECT id FROM jobs WHERE state = 'queued'"
                      " AND (model IS NULL OR :model IS NULL OR model = :model)"
                      " ORDER BY priority DESC, id LIMIT :max",
@@ -223,7 +228,7 @@ static const char *const stmt_sql[S_COUNT] = {
         " started_at) VALUES (:job_id, :attempt, :worker_id, :now)",
     [S_JOB_READ] =
         "SELECT " JOB_IN_ROW(SQL_NAME) JOB_PARAMS(SQL_NAME)
-        JOB_OUT_ROW(SQL_NAME) "prompt_ids, stop, state"
+        JOB_OUT_ROW(SQL_NAME) "prompt_ids, stop, json_schema, state"
         " FROM jobs WHERE id = :job_id",
     [S_JSON_EACH] = "SELECT value FROM json_each(:json)",
     [S_DONE] =
@@ -990,6 +995,7 @@ static int insert_job(store *st, const store_job *job, int64_t now,
         bind_str(st, s, ":submit_id", NULL);
     bind_str(st, s, ":prompt_ids", job->prompt ? NULL : st->json_a.p);
     bind_str(st, s, ":stop", job->params.n_stop ? st->json_b.p : NULL);
+    bind_str(st, s, ":json_schema", job->params.json_schema);
     bind_i64(st, s, ":now", now);
     if (stmt_run(st, s, err))
         return -1;
@@ -1040,6 +1046,7 @@ static int job_from_row(store *st, sqlite3_stmt *s, store_job *job,
         return -1;
     p->stop = (const char *const *)stop->v;
     p->n_stop = (uint32_t)stop->n;
+    p->json_schema = col_text(s, JR_JSON_SCHEMA);
     return 0;
 }
 

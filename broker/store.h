@@ -43,7 +43,7 @@
 typedef struct store store;
 
 /* The schema version this build creates and understands. */
-#define STORE_SCHEMA_VERSION 2
+#define STORE_SCHEMA_VERSION 3
 
 typedef enum store_sync {
     STORE_SYNC_FULL = 0, /* default: survives power loss */

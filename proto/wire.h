@@ -50,6 +50,7 @@
 #define WIRE_MAX_TOKEN_ID 2147483647u        /* token ids are non-negative int32 */
 #define WIRE_MAX_TOP_LOGPROBS 20u            /* top_logprobs, alternatives per token */
 #define WIRE_MAX_TOKEN_BYTES 1024u           /* the bytes of one token in logprobs */
+#define WIRE_MAX_SCHEMA_BYTES (256u << 10)   /* a job's json_schema, JSON text */
 #define WIRE_LOGPROB_FLOOR -9999.0           /* the least logprob: "as good as impossible" */
 #define WIRE_MAX_DEPTH 8                     /* msgpack nesting accepted at all */
 #define WIRE_NO_MAX 1e300                    /* a range without an upper bound */

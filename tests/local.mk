@@ -230,7 +230,8 @@ EXTRA_DIST += tests/fuzz/fuzz-wire.c tests/fuzz/corpus-wire tests/fuzz/wire.dict
 	tests/fuzz/gen-corpus-wire.py
 FUZZ_WIRE_SRCS = $(top_srcdir)/tests/fuzz/fuzz-wire.c $(top_srcdir)/proto/wire.c \
 	$(top_srcdir)/proto/job_params.c \
-	$(top_srcdir)/common/err.c $(top_srcdir)/common/utf8.c
+	$(top_srcdir)/common/err.c $(top_srcdir)/common/utf8.c $(top_srcdir)/common/json.c \
+	$(top_srcdir)/common/grow.c
 tests/fuzz/fuzz-wire: $(FUZZ_WIRE_SRCS)
 	@$(MKDIR_P) tests/fuzz
 	$(AM_V_GEN)$(FUZZ_CC) $(FUZZ_FLAGS) $(MSGPACK_CFLAGS) -o $@ $(FUZZ_WIRE_SRCS) $(MSGPACK_LIBS)

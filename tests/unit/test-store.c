@@ -352,6 +352,38 @@ static void test_param_columns(void)
     store_close(st);
 }
 
+/* The schema, a column of its own, is only valid in the callback. */
+static int keep_schema(void *ctx, const store_job *j, llmq_err *err)
+{
+    (void)err;
+    snprintf(ctx, 64, "%s", j->params.json_schema ? j->params.json_schema : "(none)");
+    return 0;
+}
+
+/* A job's JSON schema is stored as its text and read back with it. */
+static void test_schema_column(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {0};
+    static const char SCHEMA[] = "{\"type\": \"object\"}";
+    store_begin(st, &err);
+    submit(st, &(store_job){.prompt = "p", .params = {.json_schema = SCHEMA}}, 1);
+    submit(st, &(store_job){.prompt = "q"}, 1);
+    store_commit(st, &err);
+    int64_t w = add_worker(st, "w", 0, 4);
+    char a[64] = "", b[64] = "";
+    int n = 0, m = 0;
+    store_begin(st, &err);
+    store_claim(st, w, NULL, 1, 2, keep_schema, a, &n, &err);
+    store_claim(st, w, NULL, 1, 2, keep_schema, b, &m, &err);
+    store_commit(st, &err);
+    CHECK(n == 1 && m == 1 && strcmp(a, SCHEMA) == 0 && strcmp(b, "(none)") == 0 &&
+              sql_int("SELECT count(*) FROM jobs WHERE json_schema IS NULL") == 1,
+          "a job's json_schema reads back as submitted; a job without one has NULL");
+    store_close(st);
+}
+
 static void test_first_result_wins(void)
 {
     fresh_db();
@@ -701,8 +733,8 @@ static void test_logprobs(void)
     store_close(st);
 }
 
-/* A database of schema version 1 (before logprobs) is migrated in place:
- * its jobs read back without logprobs. */
+/* A database of schema version 1 (before logprobs and output formats) is
+ * migrated in place: its jobs read back without logprobs, as free text. */
 static void test_migration_from_v1(void)
 {
     fresh_db();
@@ -714,6 +746,8 @@ static void test_migration_from_v1(void)
                           "ALTER TABLE jobs DROP COLUMN logprobs;"
                           "ALTER TABLE jobs DROP COLUMN top_logprobs;"
                           "ALTER TABLE results DROP COLUMN logprobs;"
+                          "ALTER TABLE jobs DROP COLUMN json_schema;"
+                          "ALTER TABLE jobs DROP COLUMN json_object;"
                           "INSERT INTO jobs (prompt, max_tokens, temperature, top_k, top_p, min_p,"
                           " repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty,"
                           " seed, submitted_at) VALUES ('old', 8, 0, 0, 1, 0, 1, 64, 0, 0, 0, 1);"
@@ -722,7 +756,7 @@ static void test_migration_from_v1(void)
     sqlite3_close(db);
     st = open_db(&opts3, 2000);
     int64_t w = st ? add_worker(st, "w", 0, 3) : 0;
-    job_params p = {.logprobs = true, .top_logprobs = 3};
+    job_params p = {.logprobs = true, .top_logprobs = 3, .json_object = true, .json_schema = "x"};
     llmq_err err = {0};
     int n = 0;
     if (st) {
@@ -731,8 +765,10 @@ static void test_migration_from_v1(void)
         store_commit(st, &err);
     }
     CHECK(rc == SQLITE_OK && st && sql_int("PRAGMA user_version") == STORE_SCHEMA_VERSION &&
-              n == 1 && !p.logprobs && p.top_logprobs == 0 && p.max_tokens == 8,
-          "a version 1 database migrates to %d; its job has logprobs off", STORE_SCHEMA_VERSION);
+              n == 1 && !p.logprobs && p.top_logprobs == 0 && p.max_tokens == 8 && !p.json_object &&
+              !p.json_schema,
+          "a version 1 database migrates to %d; its job has logprobs off and no output format",
+          STORE_SCHEMA_VERSION);
     store_close(st);
 }
 
@@ -830,6 +866,7 @@ int main(void)
     test_client_keys_and_backpressure();
     test_priority_order_and_json();
     test_param_columns();
+    test_schema_column();
     test_first_result_wins();
     test_attempts_exhaustion();
     test_cancel_and_hand_back();

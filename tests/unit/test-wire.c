@@ -397,6 +397,18 @@ static const bad_case BAD[] = {
     {SUB "[{\"prompt\":\"a\",\"logprobs\":true,\"top_logprobs\":21}]}", C2B, WIRE_E_BAD_VALUE,
      "jobs[0].top_logprobs"},
     {SUB "[{\"prompt\":\"a\",\"top_logprobs\":2}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].top_logprobs"},
+    {SUB "[{\"prompt\":\"a\",\"json_schema\":\"\"}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].json_schema"},
+    {SUB "[{\"prompt\":\"a\",\"json_schema\":\"{\\\"type\\\":\"}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].json_schema"},
+    {SUB "[{\"prompt\":\"a\",\"json_schema\":\"[]\"}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].json_schema"},
+    {SUB "[{\"prompt\":\"a\",\"json_schema\":{}}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].json_schema"},
+    {SUB "[{\"prompt\":\"a\",\"json_schema\":\"{}\",\"json_object\":true}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].json_object"},
+    {SUB "[{\"prompt\":\"a\",\"json_object\":true,\"ignore_eos\":true}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].ignore_eos"},
+    {SUB "[{\"prompt\":\"a\",\"json_object\":1}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].json_object"},
     {SUB "[{\"prompt\":\"a\",\"stop\":\"x\"}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].stop"},
     {SUB "[{\"prompt\":\"a\",\"stop\":[\"x\",\"\"]}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].stop[1]"},
     {SUB "[{\"prompt\":\"a\",\"stop\":[1]}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].stop[0]"},
@@ -692,6 +704,19 @@ static void test_logprobs(void)
     check_round_trip(&m, WIRE_DIR_CLIENT_TO_BROKER, &back);
     CHECK(back.submit.jobs[0].params.logprobs && back.submit.jobs[0].params.top_logprobs == 20,
           "submit: logprobs and top_logprobs 20 come back");
+    wire_msg_free(&back);
+    job.params.json_schema = "{\"type\": \"object\", \"properties\": {}}";
+    check_round_trip(&m, WIRE_DIR_CLIENT_TO_BROKER, &back);
+    CHECK(back.submit.jobs[0].params.json_schema &&
+              strcmp(back.submit.jobs[0].params.json_schema, job.params.json_schema) == 0 &&
+              !back.submit.jobs[0].params.json_object,
+          "submit: a json_schema comes back as its text");
+    wire_msg_free(&back);
+    job.params.json_schema = NULL;
+    job.params.json_object = true;
+    check_round_trip(&m, WIRE_DIR_CLIENT_TO_BROKER, &back);
+    CHECK(back.submit.jobs[0].params.json_object && !back.submit.jobs[0].params.json_schema,
+          "submit: json_object comes back");
     wire_msg_free(&back);
 
     for (int type = 0; type < 2; type++) {
