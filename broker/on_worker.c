@@ -69,6 +69,8 @@ static int on_hello(broker *b, const net_peer *from, const wire_hello *h,
                              "replaced by a new hello under its name", err))
         return -1;
     store_worker row = worker_row(h);
+    row.aliases = h->aliases;
+    row.n_aliases = h->n_aliases;
     int64_t id;
     pool_worker *w;
     if (store_worker_add(b->st, &row, b->wall, &id, err) ||

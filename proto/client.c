@@ -643,6 +643,7 @@ static void to_result(const wire_result *r, llmq_result *out)
         .decode_ms = r->timings.decode_ms, .decode_tok_s = r->timings.decode_tok_s,
         .total_ms = r->timings.total_ms, .worker = r->worker, .error = r->error,
     };
+    out->model = r->model;
 }
 
 static void mark_ended(llmq_wait *w, const wire_msg *m)

@@ -171,6 +171,7 @@ typedef struct llmq_result {
     uint32_t gen_tokens;
     double queue_wait_ms, prefill_ms, prefill_tok_s, decode_ms, decode_tok_s, total_ms;
     const char *worker;         /* DONE: the worker that produced it */
+    const char *model;          /* DONE: the model it ran (the worker's model name) */
     const char *error;          /* FAILED / CANCELLED: why */
 } llmq_result;
 

@@ -252,6 +252,7 @@ static const fdef RESULT_FIELDS[] = {
     TIMING(decode_tok_s, 0),
     TIMING(total_ms, 0),
     STR("worker", 0, wire_result, worker, 1, WIRE_MAX_NAME_BYTES),
+    STR("model", 0, wire_result, model, 1, WIRE_MAX_NAME_BYTES),
     STR("error", 0, wire_result, error, 1, WIRE_MAX_MESSAGE_BYTES),
 };
 
@@ -357,6 +358,8 @@ static const fdef HELLO_FIELDS[] = {
     STR("gpu_name", 0, wire_hello, gpu_name, 1, WIRE_MAX_NAME_BYTES),
     STR("gpu_uuid", 0, wire_hello, gpu_uuid, 1, WIRE_MAX_NAME_BYTES),
     STR("model", F_REQ, wire_hello, model, 1, WIRE_MAX_NAME_BYTES),
+    ARR("aliases", K_STR_ARRAY, 0, wire_hello, aliases, n_aliases, 0, WIRE_MAX_ALIASES, 1,
+        WIRE_MAX_NAME_BYTES),
     STR("model_hash", 0, wire_hello, model_hash, 1, WIRE_MAX_NAME_BYTES),
     STR("engine", F_REQ, wire_hello, engine, 1, 32),
     NUM("slots", K_U32, F_REQ, wire_hello, slots, 1, WIRE_MAX_SLOTS),

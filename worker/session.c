@@ -147,6 +147,17 @@ static int grant_credits(session *s, llmq_err *err)
 
 /* ---- jobs in ---------------------------------------------------------------------- */
 
+/* The model this worker announced, or one of its aliases. */
+static bool serves(const wire_hello *h, const char *name)
+{
+    if (strcmp(name, h->model) == 0)
+        return true;
+    for (uint32_t i = 0; i < h->n_aliases; i++)
+        if (strcmp(name, h->aliases[i]) == 0)
+            return true;
+    return false;
+}
+
 /* Checks that need the session rather than the job: -1 (why filled) when
  * this worker cannot take it now, though another may. */
 static int cannot_take(session *s, const wire_job *j, llmq_err *why)
@@ -160,7 +171,7 @@ static int cannot_take(session *s, const wire_job *j, llmq_err *why)
         return llmq_errc(why, LLMQ_ERR_NO_ROOM,
                          "job %" PRIu64 ": sent without a credit: all %u slots are busy", j->id,
                          s->jobs.cap);
-    if (j->model && strcmp(j->model, s->cfg.hello.model) != 0)
+    if (j->model && !serves(&s->cfg.hello, j->model))
         return llmq_errc(why, LLMQ_ERR_UNAVAILABLE,
                          "job %" PRIu64 ": model: '%s' asked for, this worker serves '%s'", j->id,
                          j->model, s->cfg.hello.model);

@@ -17,7 +17,9 @@
  * name put jobs back; jobs left running by a killed broker run again after
  * the restart; SIGTERM drains (submits refused, running job may finish,
  * unfinished job back in the queue after the grace period); heartbeats go
- * out to idle workers; jobs for a model only go to workers serving it. */
+ * out to idle workers; jobs for a model only go to workers serving it; a
+ * worker's aliases make a model it serves (a submit naming one is taken,
+ * and the job goes to it), and the result names the model that ran. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,15 +36,13 @@ static const char *const FAST[] = {"--heartbeat-ms", "100",
 
 /* ---- scripted workers ------------------------------------------------------------ */
 
-static void *worker_connect(harness *h, const char *name, const char *model,
-                            uint32_t slots, wire_msg *welcome)
+static void *worker_hello(harness *h, const wire_hello *hello, wire_msg *welcome)
 {
     void *w = h_peer(h, h->workers);
+    const char *name = hello->worker;
     wire_msg m;
     wire_msg_init(&m, WIRE_T_HELLO);
-    m.hello = (wire_hello){.worker = name, .host = "testhost",
-                           .pid = (uint32_t)getpid(), .gpu_index = -1,
-                           .model = model, .engine = "cpu", .slots = slots};
+    m.hello = *hello;
     h_send(w, &m);
     wire_msg got;
     if (h_recv_type(w, T_REPLY, WIRE_T_WELCOME, &got) != 0) {
@@ -54,6 +54,19 @@ static void *worker_connect(harness *h, const char *name, const char *model,
     else
         wire_msg_free(&got);
     return w;
+}
+
+static void *worker_connect(harness *h, const char *name, const char *model, uint32_t slots,
+                            wire_msg *welcome)
+{
+    const wire_hello hello = {.worker = name,
+                              .host = "testhost",
+                              .pid = (uint32_t)getpid(),
+                              .gpu_index = -1,
+                              .model = model,
+                              .engine = "cpu",
+                              .slots = slots};
+    return worker_hello(h, &hello, welcome);
 }
 
 static void send_simple(void *w, wire_type t)
@@ -576,6 +589,50 @@ static void test_heartbeats_and_models(void)
     teardown(&h, c, ws, 2);
 }
 
+/* The broker refuses jobs for models no worker serves (its default): an
+ * alias makes one. */
+static void test_aliases(void)
+{
+    harness h;
+    void *c;
+    setup(&h, "tbw-alias", FAST, &c);
+    static const char *const aliases[] = {"gpt-4o-mini", "gpt-x"};
+    const wire_hello hello = {.worker = "w-al",
+                              .host = "testhost",
+                              .pid = (uint32_t)getpid(),
+                              .gpu_index = -1,
+                              .model = "stories",
+                              .aliases = aliases,
+                              .n_aliases = 2,
+                              .engine = "cpu",
+                              .slots = 2};
+    void *w = worker_hello(&h, &hello, NULL);
+    uint64_t id = 0, none = 0;
+    int rc = submit(c, NULL, 1, NULL, "gpt-x", &id);
+    int refused = submit(c, NULL, 1, NULL, "gpt-5", &none);
+    CHECK(rc == 0 && refused != 0,
+          "a submit naming a worker's alias is taken; one naming no served model is not");
+    credit(w, 1);
+    got_job j;
+    rc = await_job(w, T_REPLY, &j);
+    CHECK(rc == 0 && j.id == id, "the job for the alias goes to the worker answering to it");
+    send_wait(c, 2, &id, 1, 5000);
+    result(w, j.id, j.attempt, "done here", 2);
+    wire_msg m;
+    rc = h_recv_type(c, T_REPLY, WIRE_T_RESULT, &m);
+    CHECK(rc == 0 && m.result.model && strcmp(m.result.model, "stories") == 0 &&
+              strcmp(m.result.worker, "w-al") == 0,
+          "its result names the model that ran (%s), not the alias",
+          rc == 0 && m.result.model ? m.result.model : "none");
+    if (rc == 0)
+        wire_msg_free(&m);
+    CHECK(h_sql(&h, "SELECT count(*) FROM workers WHERE name = 'w-al'"
+                    " AND aliases = '[\"gpt-4o-mini\",\"gpt-x\"]'") == 1,
+          "the workers table keeps the session's aliases");
+    void *ws[1] = {w};
+    teardown(&h, c, ws, 1);
+}
+
 int main(void)
 {
     test_credits_order_and_results();
@@ -587,5 +644,6 @@ int main(void)
     test_sigterm_finishes();
     test_sigterm_grace_expires();
     test_heartbeats_and_models();
+    test_aliases();
     return check_done();
 }

@@ -560,6 +560,31 @@ static void test_model_routing_and_meta(void)
           "a worker of another model skips the job routed to 'big'");
     n = claim_model(st, add_worker(st, "big", 1, 5), "big", 5, 6, &c);
     CHECK(n == 1 && c.ids[0] == jb, "the worker serving 'big' gets it");
+    store_begin(st, &err);
+    big.client_key = "for an alias";
+    big.model = "gpt-4o-mini";
+    int64_t ja = submit(st, &big, 7);
+    store_commit(st, &err);
+    static const char *const aliases[] = {"gpt-4o", "gpt-4o-mini"};
+    store_worker aw = {.name = "aliased",
+                       .host = "h",
+                       .pid = 1,
+                       .gpu_index = -1,
+                       .model = "small",
+                       .aliases = aliases,
+                       .n_aliases = 2,
+                       .engine = "cpu",
+                       .slots = 4};
+    int64_t wa = 0;
+    store_worker_add(st, &aw, 8, &wa, &err);
+    bool seen = false, unseen = true;
+    store_model_seen(st, "gpt-4o-mini", 8, &seen, &err);
+    store_model_seen(st, "gpt-5", 8, &unseen, &err);
+    CHECK(seen && !unseen, "a worker's alias counts as a model served; another name does not");
+    n = claim_model(st, add_worker(st, "plain", 0, 9), "small", 5, 9, &c);
+    CHECK(n == 0, "a worker of the same model without the alias skips the job");
+    n = claim_model(st, wa, "small", 5, 9, &c);
+    CHECK(n == 1 && c.ids[0] == ja, "the worker with the alias gets the job routed by it");
     store_close(st);
     char meta[64];
     sql_text("SELECT s.meta FROM jobs j JOIN submits s ON s.id = j.submit_id"
@@ -748,6 +773,7 @@ static void test_migration_from_v1(void)
                           "ALTER TABLE results DROP COLUMN logprobs;"
                           "ALTER TABLE jobs DROP COLUMN json_schema;"
                           "ALTER TABLE jobs DROP COLUMN json_object;"
+                          "ALTER TABLE workers DROP COLUMN aliases;"
                           "INSERT INTO jobs (prompt, max_tokens, temperature, top_k, top_p, min_p,"
                           " repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty,"
                           " seed, submitted_at) VALUES ('old', 8, 0, 0, 1, 0, 1, 64, 0, 0, 0, 1);"
