@@ -16,7 +16,8 @@ tools_llmq_submit_LDADD = proto/libllmq.la common/libllmq_common.a -lm
 # ---- llmq-run (tools/llmq-run.c) ----
 bin_PROGRAMS += tools/llmq-run
 tools_llmq_run_SOURCES = tools/llmq-run.c tools/run_engine.c tools/run_engine.h
-tools_llmq_run_LDADD = engine/libllmq_engine.a $(LLMQ_BACKEND_LIBS) $(LLMQ_MODEL_LIBS)
+tools_llmq_run_LDADD = engine/libllmq_engine.a $(LLMQ_BACKEND_LIBS) proto/libllmq_proto.a \
+	$(LLMQ_MODEL_LIBS)
 # ---- end llmq-run ----
 
 # ---- llmq-stats (tools/llmq-stats.c, tools/stats/) ----
