@@ -184,8 +184,9 @@ tests_unit_test_mkmodel_LDADD = $(LLMQ_MODEL_LIBS)
 check_PROGRAMS += tests/unit/test-jobfile
 TESTS += tests/unit/test-jobfile
 tests_unit_test_jobfile_SOURCES = tests/unit/test-jobfile.c tests/unit/check.h \
-	tools/jobfile.c tools/jobfile.h
-tests_unit_test_jobfile_LDADD = proto/libllmq.la common/libllmq_common.a
+	tools/jobfile.c tools/jobfile.h tools/openai.c tools/openai.h
+tests_unit_test_jobfile_LDADD = proto/libllmq.la engine/libllmq_engine.a common/libllmq_common.a \
+	-lm
 # ---- end llmq-submit input and output ----
 
 # ---- tokenizer (model/tokenizer.c, pretok.c; tools/llmq-run) ----

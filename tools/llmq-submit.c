@@ -1,9 +1,12 @@
 /* llmq-submit: submit a JSONL file of jobs to the broker as one batch, wait
  * for the results (progress on stderr) and write them as JSONL.
  *
- * Input and output shapes: tools/jobfile.h.  Results are written in the
- * order they complete.  Exit status: 0 every job done; 1 some job failed,
- * was cancelled or did not finish in time (reasons on stderr); 2 bad usage or
+ * Input and output shapes: tools/jobfile.h.  A line that cannot run fails
+ * alone: its fault goes to stderr and, as its output line, to the results,
+ * and the other lines run; with --strict any such line stops the file
+ * before anything is sent.  Results are written in the order they complete.
+ * Exit status: 0 every line done; 1 some line failed, or a job failed, was
+ * cancelled or did not finish in time (reasons on stderr); 2 bad usage or
  * bad input (nothing was submitted); 3 the broker could not be reached or
  * refused the submit. */
 #include <inttypes.h>
@@ -29,7 +32,7 @@
 typedef struct options {
     const char *broker, *in, *out, *batch, *meta, *broker_key, *curve_secret;
     double timeout_s;          /* < 0: wait without limit */
-    bool no_wait;
+    bool no_wait, strict;
 } options;
 
 static const char USAGE[] =
@@ -43,10 +46,13 @@ static const char EPILOG[] =
     "Job lines: {\"id\": ..., \"prompt\": \"...\", \"max_tokens\": N, \"temperature\": T,\n"
     "\"top_k\", \"top_p\", \"min_p\", \"repeat_penalty\", \"repeat_last_n\",\n"
     "\"presence_penalty\", \"frequency_penalty\", \"seed\", \"stop\", \"ignore_eos\",\n"
-    "\"priority\", \"model\"} (\"tokens\": [ids] instead of \"prompt\"), or OpenAI batch\n"
-    "lines {\"custom_id\", \"method\", \"url\", \"body\": {\"prompt\" or \"messages\", ...}}.\n"
-    "Exit status: 0 all done, 1 some job failed or unfinished, 2 bad input,\n"
-    "3 broker unreachable or submit refused.\n";
+    "\"logprobs\", \"top_logprobs\", \"json_schema\", \"json_object\", \"priority\", \"model\",\n"
+    "\"n\"} (\"tokens\": [ids] instead of \"prompt\"), or OpenAI batch lines {\"custom_id\",\n"
+    "\"method\", \"url\", \"body\": {\"prompt\" or \"messages\", ...}} (docs/OPENAI.md).\n"
+    "A bad line fails alone (unless --strict): its error goes to stderr and, with\n"
+    "its line number, to the results.\n"
+    "Exit status: 0 all done, 1 some line or job failed or unfinished, 2 bad input\n"
+    "(nothing submitted), 3 broker unreachable or submit refused.\n";
 
 static int check_keys(void *opts, llmq_err *err)
 {
@@ -76,8 +82,12 @@ static int parse_options(int argc, char **argv, options *o)
          " file with the same batch id returns the existing jobs instead of running them again",
          CLI_TEXT(&o->batch)},
         {"meta", 0, "TEXT", "batch metadata stored with the jobs", CLI_TEXT(&o->meta)},
-        {"no-wait", 0, NULL, "submit, write {id, job_id, existing} lines, exit",
+        {"no-wait", 0, NULL, "submit, write {id, index, job_id, existing} lines, exit",
          CLI_SWITCH(&o->no_wait)},
+        {"strict", 0, NULL,
+         "all or nothing: a bad line stops the whole file before anything is sent (every bad"
+         " line is reported); by default it fails alone and the others run",
+         CLI_SWITCH(&o->strict)},
         {"timeout", 0, "SECONDS", "stop waiting after this long (default: no limit)",
          CLI_DOUBLE(&o->timeout_s, 0, 4e6)},
     };
@@ -139,67 +149,100 @@ static void show(progress *p, bool final)
 
 /* ---- submit and wait ---------------------------------------------------------------------- */
 
-typedef struct by_id {
-    uint64_t job_id;
-    size_t index;
-} by_id;
-
-static int cmp_id(const void *a, const void *b)
+/* The input as messages name it. */
+static const char *input_name(const options *o)
 {
-    uint64_t x = ((const by_id *)a)->job_id, y = ((const by_id *)b)->job_id;
-    return x < y ? -1 : x > y;
+    return strcmp(o->in, "-") == 0 ? "stdin" : o->in;
 }
 
-static int submit(llmq_client *c, const options *o, const char *batch, jobfile *jf, bool *existing)
+/* A refusal that names one job (jobs[K].field) may be that job's alone. */
+static bool names_a_job(const llmq_error *err, size_t *k)
 {
-    llmq_job *jobs = calloc(jf->n, sizeof *jobs);
-    uint64_t *ids = calloc(jf->n, sizeof *ids);
-    int rc = -1;
+    if (strncmp(err->field, "jobs[", 5) != 0 || err->code == LLMQ_E_QUEUE_FULL ||
+        err->code == LLMQ_E_SHUTTING_DOWN || err->code == LLMQ_E_INTERNAL)
+        return false;
+    *k = strtoul(err->field + 5, NULL, 10);
+    return true;
+}
+
+/* Every job has a key, so that a submit cut in parts and sent again stores
+ * none twice. */
+static bool all_keyed(const llmq_job *jobs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!jobs[i].key)
+            return false;
+    return true;
+}
+
+/* Submits the jobs of the lines that have not failed.  A job the broker
+ * refuses (a model no worker serves, ...) fails its line alone, unless
+ * --strict, and the rest are sent again: they have keys, so whatever of
+ * them was stored already is not stored twice.  *n: the jobs submitted. */
+static int submit(llmq_client *c, const options *o, const char *batch, jobfile *jf, FILE *out,
+                  bool **existing, size_t *n)
+{
+    llmq_job *jobs = NULL;
+    uint64_t *ids = NULL;
+    llmq_err lerr;
     llmq_error err;
-    if (!jobs || !ids) {
-        fprintf(stderr, "llmq-submit: out of memory\n");
-        goto out;
+    size_t k;
+    for (;;) {
+        free(jobs);
+        free(ids);
+        free(*existing);
+        ids = NULL;
+        *existing = NULL;
+        if (jobfile_jobs(jf, &jobs, n, &lerr) < 0 || !(ids = calloc(*n ? *n : 1, sizeof *ids)) ||
+            !(*existing = calloc(*n ? *n : 1, sizeof **existing))) {
+            fprintf(stderr, "llmq-submit: out of memory\n");
+            break;
+        }
+        if (*n == 0)
+            break;
+        if (llmq_submit(c, batch, o->meta, jobs, *n, ids, *existing, &err) == 0) {
+            free(jobs);
+            int rc = jobfile_set_ids(jf, ids, &lerr);
+            free(ids);
+            if (rc < 0)
+                fprintf(stderr, "llmq-submit: %s\n", lerr.msg);
+            return rc;
+        }
+        if (o->strict || !names_a_job(&err, &k) || k >= *n || !all_keyed(jobs, *n)) {
+            fprintf(stderr, "llmq-submit: submit to %s failed (%s): %s\n", o->broker,
+                    llmq_code_name(err.code), err.message);
+            break;
+        }
+        const jobfile_entry *e = jobfile_refuse(jf, k, &err);
+        char text[LLMQ_ERR_MAX + 128];
+        jobfile_fault_text(e, input_name(o), text, sizeof text);
+        fprintf(stderr, "llmq-submit: %s\n", text);
+        jobfile_write_fault(out, e);
     }
-    for (size_t i = 0; i < jf->n; i++)
-        jobs[i] = jf->entries[i].job;
-    if (llmq_submit(c, batch, o->meta, jobs, jf->n, ids, existing, &err) < 0) {
-        fprintf(stderr, "llmq-submit: submit to %s failed (%s): %s\n", o->broker,
-                llmq_code_name(err.code), err.message);
-        goto out;
-    }
-    for (size_t i = 0; i < jf->n; i++)
-        jf->entries[i].job_id = ids[i];
-    rc = 0;
-out:
     free(jobs);
     free(ids);
-    return rc;
+    return -1;
 }
 
-static void report_failure(const jobfile_entry *e, const llmq_result *r)
+static void report_failure(const jobfile_job *j, const jobfile *jf, const llmq_result *r)
 {
     fprintf(stderr, "%sllmq-submit: line %zu (job %" PRIu64 ") %s: %s\n", isatty(2) ? "\r" : "",
-            e->line, r->id, llmq_state_name(r->state), r->error ? r->error : "no reason given");
+            jf->entries[j->entry].line, r->id, llmq_state_name(r->state),
+            r->error ? r->error : "no reason given");
 }
 
 /* Writes each result as it comes; returns the number of jobs not done, or -1. */
-static long wait_all(llmq_client *c, const options *o, const jobfile *jf, FILE *out)
+static long wait_all(llmq_client *c, const options *o, jobfile *jf, FILE *out)
 {
-    by_id *index = calloc(jf->n, sizeof *index);
-    uint64_t *ids = calloc(jf->n, sizeof *ids);
-    if (!index || !ids) {
-        free(index);
-        free(ids);
+    uint64_t *ids = calloc(jf->n_submitted ? jf->n_submitted : 1, sizeof *ids);
+    if (!ids) {
         fprintf(stderr, "llmq-submit: out of memory\n");
         return -1;
     }
-    for (size_t i = 0; i < jf->n; i++) {
-        index[i] = (by_id){jf->entries[i].job_id, i};
-        ids[i] = jf->entries[i].job_id;
-    }
-    qsort(index, jf->n, sizeof *index, cmp_id);
-    progress p = {.total = jf->n, .tty = isatty(2), .t0_ms = clock_mono_ms_f()};
-    llmq_select sel = {.ids = ids, .n_ids = jf->n};
+    for (size_t i = 0; i < jf->n_submitted; i++)
+        ids[i] = jf->jobs[jf->submitted[i]].job_id;
+    progress p = {.total = jf->n_submitted, .tty = isatty(2), .t0_ms = clock_mono_ms_f()};
+    llmq_select sel = {.ids = ids, .n_ids = jf->n_submitted};
     llmq_wait *w = NULL;
     llmq_error err;
     long not_done = -1;
@@ -214,18 +257,15 @@ static long wait_all(llmq_client *c, const options *o, const jobfile *jf, FILE *
         if (ev == LLMQ_WAIT_END)
             break;
         if (ev == LLMQ_WAIT_RESULT) {
-            by_id key = {.job_id = r.id};
-            const by_id *hit = bsearch(&key, index, jf->n, sizeof *index, cmp_id);
-            if (!hit)
-                continue;   /* not a job of this file: nothing to write it to */
-            const jobfile_entry *e = &jf->entries[hit->index];
-            jobfile_write_result(out, e, &r, created);
+            const jobfile_job *j = jobfile_take(jf, &r, out, created);
+            if (!j)
+                continue; /* not a job of this file: nothing to write it to */
             fflush(out);
             p.done++;
             p.tokens += r.gen_tokens;
             if (r.state != LLMQ_STATE_DONE) {
                 p.failed++;
-                report_failure(e, &r);
+                report_failure(j, jf, &r);
             }
         }
         show(&p, false);
@@ -243,12 +283,36 @@ out:
         fprintf(stderr, "%sllmq-submit: waiting for results from %s failed (%s): %s\n",
                 p.tty ? "\n" : "", o->broker, llmq_code_name(err.code), err.message);
     llmq_wait_free(w);
-    free(index);
     free(ids);
     return not_done;
 }
 
 /* ---- main ---------------------------------------------------------------------------------- */
+
+/* Every bad line on stderr, with its number; without --strict, each also
+ * becomes its output line.  0, or -1 when nothing may be submitted. */
+static int report_faults(const options *o, const jobfile *jf, FILE *out)
+{
+    char text[LLMQ_ERR_MAX + 128];
+    for (size_t i = 0; i < jf->n; i++) {
+        const jobfile_entry *e = &jf->entries[i];
+        if (e->fault.fault == OPENAI_OK)
+            continue;
+        jobfile_fault_text(e, input_name(o), text, sizeof text);
+        fprintf(stderr, "llmq-submit: %s\n", text);
+        if (!o->strict)
+            jobfile_write_fault(out, e);
+    }
+    if (jf->n_faults && (o->strict || jf->n_faults == jf->n)) {
+        fprintf(stderr, "llmq-submit: %zu of %zu lines are bad: nothing was submitted%s\n",
+                jf->n_faults, jf->n, o->strict ? " (--strict)" : "");
+        return -1;
+    }
+    if (jf->n_faults)
+        fprintf(stderr, "llmq-submit: %zu of %zu lines are bad and fail alone; the others run\n",
+                jf->n_faults, jf->n);
+    return 0;
+}
 
 static int read_jobs(const options *o, const char *batch, jobfile *jf)
 {
@@ -258,7 +322,7 @@ static int read_jobs(const options *o, const char *batch, jobfile *jf)
         return -1;
     }
     llmq_err err;
-    int rc = jobfile_read(in, strcmp(o->in, "-") == 0 ? "stdin" : o->in, batch, jf, &err);
+    int rc = jobfile_read(in, input_name(o), batch, jf, &err);
     if (in != stdin)
         fclose(in);
     if (rc < 0)
@@ -277,25 +341,30 @@ static int run(const options *o, const char *batch, jobfile *jf, FILE *out)
         fprintf(stderr, "llmq-submit: %s\n", err.message);
         return EXIT_BROKER;
     }
-    bool *existing = calloc(jf->n, sizeof *existing);
+    bool *existing = NULL;
+    size_t n = 0;
     int status = EXIT_BROKER;
-    if (existing && submit(c, o, batch, jf, existing) == 0) {
+    if (submit(c, o, batch, jf, out, &existing, &n) == 0) {
         size_t old = 0;
-        for (size_t i = 0; i < jf->n; i++)
+        for (size_t i = 0; i < n; i++)
             old += existing[i];
-        fprintf(stderr, "llmq-submit: batch %s: %zu jobs submitted%s", batch, jf->n - old,
+        fprintf(stderr, "llmq-submit: batch %s: %zu jobs submitted%s", batch, n - old,
                 old ? "" : "\n");
         if (old)
             fprintf(stderr, ", %zu already known from an earlier submit\n", old);
         if (o->no_wait) {
-            for (size_t i = 0; i < jf->n; i++)
-                jobfile_write_ack(out, &jf->entries[i], existing[i]);
+            jobfile_write_acks(out, jf, existing);
             status = 0;
         } else {
             long not_done = wait_all(c, o, jf, out);
             status = not_done < 0 ? EXIT_BROKER : not_done > 0 ? EXIT_FAILED : 0;
         }
+    } else if (n == 0 && jf->n_faults) {
+        fprintf(stderr, "llmq-submit: every line failed: nothing was submitted\n");
+        status = EXIT_FAILED;
     }
+    if (status == 0 && jf->n_faults)
+        status = EXIT_FAILED;
     free(existing);
     llmq_close(c);
     return status;
@@ -324,7 +393,7 @@ int main(int argc, char **argv)
         jobfile_free(&jf);
         return EXIT_USAGE;
     }
-    int status = run(&o, o.batch, &jf, out);
+    int status = report_faults(&o, &jf, out) < 0 ? EXIT_USAGE : run(&o, o.batch, &jf, out);
     if (fclose(out) != 0) {
         fprintf(stderr, "llmq-submit: writing %s: %m\n", o.out);
         status = status ? status : EXIT_FAILED;
