@@ -290,6 +290,11 @@ tests_unit_test_stats_LDADD = tools/libllmq_stats.a $(LLMQ_BROKER_LIBS) -lm
 TESTS += tests/integration/test-stats-run.sh tests/integration/test-examples.sh
 EXTRA_DIST += tests/unit/check.sh tests/integration/env.sh tests/integration/test-stats-run.sh \
 	tests/integration/test-examples.sh
+# An OpenAI batch file as users have it (issue 19), through a broker and two
+# workers; its generator makes the 200-line file too (docs/OPENAI.md).
+TESTS += tests/integration/test-openai-batch.sh
+EXTRA_DIST += tests/integration/test-openai-batch.sh tests/integration/gen-openai-batch.py \
+	tests/integration/check-openai-batch.py
 # test-examples installs the Node.js example's packages here, once.
 clean-local: clean-node-example
 clean-node-example:
