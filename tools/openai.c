@@ -1,16 +1,18 @@
 #include "tools/openai.h"
 
+#include <float.h>
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/job_params.h"
+#include "proto/wire.h"
 
-/* OpenAI's completions default; chat's is the context. */
+/* OpenAI's completions default; chat's is the context, which ends a job
+ * before the protocol's largest max_tokens does. */
 #define COMPLETIONS_MAX_TOKENS 16
-#define CHAT_MAX_TOKENS 1048576 /* WIRE_MAX_GEN_TOKENS: the context ends it first */
+#define CHAT_MAX_TOKENS WIRE_MAX_GEN_TOKENS
 #define MAX_LEGACY_LOGPROBS 5
 
 /* ---- faults ---- */
@@ -147,6 +149,18 @@ static int take_bool(openai_req *q, llmq_job *job, const field *f, const json_va
     if (want_bool(v, f->name, &b, err) < 0)
         return -1;
     memcpy((char *)job + f->off, &b, sizeof b);
+    return 0;
+}
+
+/* OpenAI's top_p 0 keeps the likeliest token alone: so does the least
+ * positive float (the protocol's top_p is in (0, 1]). */
+static int take_top_p(openai_req *q, llmq_job *job, const field *f, const json_value *v,
+                      openai_err *err)
+{
+    if (take_float(q, job, f, v, err) < 0)
+        return -1;
+    if (job->top_p == 0.0f)
+        job->top_p = FLT_MIN;
     return 0;
 }
 
@@ -326,7 +340,6 @@ static int take_response_format(openai_req *q, llmq_job *job, const field *f, co
 static int refuse(openai_req *q, llmq_job *job, const field *f, const json_value *v,
                   openai_err *err)
 {
-    (void)q;
     json_buf b = {0};
     bool harmless = json_buf_value(&b, v) == 0 && strcmp(b.p, f->harmless) == 0;
     free(b.p);
@@ -338,8 +351,6 @@ static int refuse(openai_req *q, llmq_job *job, const field *f, const json_value
 static int stream_options(openai_req *q, llmq_job *job, const field *f, const json_value *v,
                           openai_err *err)
 {
-    (void)q;
-    (void)v;
     return openai_errf(err, OPENAI_INVALID_VALUE, f->name, "only with \"stream\": true");
 }
 
@@ -355,7 +366,7 @@ static const field FIELDS[] = {
     {"body.frequency_penalty", BOTH, take_float, JOB(frequency_penalty), NULL, NULL, 0},
     {"body.presence_penalty", BOTH, take_float, JOB(presence_penalty), NULL, NULL, 0},
     {"body.temperature", BOTH, take_float, JOB(temperature), NULL, NULL, 0},
-    {"body.top_p", BOTH, take_float, JOB(top_p), NULL, NULL, 0},
+    {"body.top_p", BOTH, take_top_p, JOB(top_p), NULL, NULL, 0},
     {"body.max_tokens", BOTH, take_u32, JOB(max_tokens), NULL, NULL, 0},
     {"body.max_completion_tokens", CHAT, take_u32, JOB(max_tokens), NULL, NULL, 0},
     {"body.n", BOTH, take_n, 0, NULL, NULL, 0},

@@ -103,7 +103,7 @@ static void test_openai(void)
             " \"content\": [{\"type\": \"text\", \"text\": \"Hi\"}, {\"type\": \"text\","
             " \"text\": \" there\"}]}, {\"role\": \"assistant\", \"content\": \"Hello.\"},"
             " {\"role\": \"user\", \"content\": \"Go on\"}], \"stop\": [\"\\n\"]}}\n"
-            "{\"custom_id\": \"r3\", \"body\": {\"prompt\": \"x\"}}\n",
+            "{\"custom_id\": \"r3\", \"body\": {\"prompt\": \"x\", \"top_p\": 0}}\n",
             3, &jf, "three OpenAI batch lines"))
         return;
     const jobfile_entry *e = &jf.entries[0];
@@ -123,6 +123,8 @@ static void test_openai(void)
     CHECK(jf.jobs[2].job.max_tokens == 16 && jf.jobs[2].job.seed != jf.jobs[1].job.seed &&
               jf.jobs[2].job.seed != 0,
           "a completions line takes OpenAI's 16 tokens; seeds come from custom_ids");
+    CHECK(jf.jobs[2].job.top_p > 0.0f && jf.jobs[2].job.top_p < 1e-30f,
+          "OpenAI's top_p 0 (the likeliest token alone) is the least positive top_p");
     const uint64_t seed = jf.jobs[2].job.seed;
     jobfile_free(&jf);
     if (read_jobs("{\"custom_id\": \"r3\", \"body\": {\"prompt\": \"y\"}}\n", 1, &jf,
