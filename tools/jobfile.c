@@ -12,20 +12,18 @@
 
 /* ---- job fields ------------------------------------------------------------------ */
 
-typedef enum ntype { N_U32, N_I32, N_U64, N_F32, N_BOOL } ntype;
-
 typedef struct numfield {
     const char *name;
-    ntype t;
+    openai_kind kind;
     size_t off;
 } numfield;
 
 /* The job parameters (proto/job_params.h), then the job's own numbers. */
 #define PARAM_NUM(name, kind, lo, hi, lo_open, dflt, engine) \
-    {#name, N_##kind, offsetof(llmq_job, name)},
+    {#name, OPENAI_##kind, offsetof(llmq_job, name)},
 
 static const numfield NUMS[] = {
-    JOB_PARAMS(PARAM_NUM){"priority", N_I32, offsetof(llmq_job, priority)},
+    JOB_PARAMS(PARAM_NUM){"priority", OPENAI_I32, offsetof(llmq_job, priority)},
 };
 
 static const numfield *num_named(const char *name)
@@ -36,88 +34,11 @@ static const numfield *num_named(const char *name)
     return NULL;
 }
 
-static int int_in(const json_value *v, const char *name, int64_t lo, int64_t hi, int64_t *out,
-                  openai_err *err)
-{
-    if (v->type != JSON_NUMBER || !v->num.is_int)
-        return openai_errf(err, OPENAI_INVALID_VALUE, name, "must be an integer, not %s",
-                           v->type == JSON_NUMBER ? "a fraction" : json_type_name(v->type));
-    if (v->num.i < lo || v->num.i > hi)
-        return openai_errf(err, OPENAI_INVALID_VALUE, name,
-                           "%" PRId64 " is out of range [%" PRId64 ", %" PRId64 "]", v->num.i, lo,
-                           hi);
-    *out = v->num.i;
-    return 0;
-}
-
-/* Type checks and C-range checks here; the protocol's ranges are judged by
- * llmq_job_check afterwards. */
-static int set_number(const json_value *v, const numfield *f, llmq_job *job, openai_err *err)
-{
-    char *p = (char *)job + f->off;
-    int64_t i;
-    switch (f->t) {
-    case N_F32: {
-        if (v->type != JSON_NUMBER)
-            return openai_errf(err, OPENAI_INVALID_VALUE, f->name, "must be a number, not %s",
-                               json_type_name(v->type));
-        float x = (float)v->num.d;
-        memcpy(p, &x, sizeof x);
-        return 0;
-    }
-    case N_BOOL:
-        if (v->type != JSON_BOOL)
-            return openai_errf(err, OPENAI_INVALID_VALUE, f->name, "must be true or false, not %s",
-                               json_type_name(v->type));
-        memcpy(p, &v->boolean, sizeof(bool));
-        return 0;
-    case N_U32:
-        if (int_in(v, f->name, 0, UINT32_MAX, &i, err) < 0)
-            return -1;
-        memcpy(p, &(uint32_t){(uint32_t)i}, sizeof(uint32_t));
-        return 0;
-    case N_I32:
-        if (int_in(v, f->name, INT32_MIN, INT32_MAX, &i, err) < 0)
-            return -1;
-        memcpy(p, &(int32_t){(int32_t)i}, sizeof(int32_t));
-        return 0;
-    default:
-        if (int_in(v, f->name, 0, INT64_MAX, &i, err) < 0)
-            return -1;
-        memcpy(p, &(uint64_t){(uint64_t)i}, sizeof(uint64_t));
-        return 0;
-    }
-}
-
-static int str_of(const json_value *v, const char *name, const char **out, openai_err *err)
-{
-    if (v->type != JSON_STRING)
-        return openai_errf(err, OPENAI_INVALID_VALUE, name, "must be a string, not %s",
-                           json_type_name(v->type));
-    if (strlen(v->str.s) != v->str.len)
-        return openai_errf(err, OPENAI_INVALID_VALUE, name, "contains a NUL character");
-    *out = v->str.s;
-    return 0;
-}
-
 static int parse_stop(jobfile_entry *e, const json_value *v, openai_err *err)
 {
-    size_t n = v->type == JSON_ARRAY ? v->arr.n : 1;
-    if (v->type != JSON_ARRAY && v->type != JSON_STRING)
-        return openai_errf(err, OPENAI_INVALID_VALUE, "stop",
-                           "must be a string or an array of strings");
-    e->stop = calloc(n ? n : 1, sizeof *e->stop);
-    if (!e->stop)
-        return openai_errf(err, OPENAI_INVALID_VALUE, "stop", "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "stop[%zu]", i);
-        if (str_of(v->type == JSON_ARRAY ? &v->arr.items[i] : v,
-                   v->type == JSON_ARRAY ? name : "stop", &e->stop[i], err) < 0)
-            return -1;
-    }
+    if (openai_want_strings(v, "stop", &e->stop, &e->job.n_stop, err) < 0)
+        return -1;
     e->job.stop = e->stop;
-    e->job.n_stop = n;
     return 0;
 }
 
@@ -132,7 +53,7 @@ static int parse_tokens(jobfile_entry *e, const json_value *v, openai_err *err)
         char name[32];
         int64_t t;
         snprintf(name, sizeof name, "tokens[%zu]", i);
-        if (int_in(&v->arr.items[i], name, 0, INT32_MAX, &t, err) < 0)
+        if (openai_want_int(&v->arr.items[i], name, 0, INT32_MAX, &t, err) < 0)
             return -1;
         e->tokens[i] = (uint32_t)t;
     }
@@ -145,7 +66,7 @@ static int parse_tokens(jobfile_entry *e, const json_value *v, openai_err *err)
 static int parse_schema(jobfile_entry *e, const json_value *v, openai_err *err)
 {
     if (v->type == JSON_STRING)
-        return str_of(v, "json_schema", &e->job.json_schema, err);
+        return openai_want_string(v, "json_schema", &e->job.json_schema, err);
     if (v->type != JSON_OBJECT)
         return openai_errf(err, OPENAI_INVALID_VALUE, "json_schema",
                            "must be an object (or its JSON text), not %s", json_type_name(v->type));
@@ -165,19 +86,19 @@ static int job_field(jobfile_entry *e, const char *key, const json_value *v, ope
     const numfield *f = num_named(key);
     int64_t n;
     if (f)
-        return set_number(v, f, &e->job, err) < 0 ? -1 : 1;
+        return openai_set_scalar(&e->job, f->off, f->kind, v, f->name, err) < 0 ? -1 : 1;
     if (strcmp(key, "stop") == 0)
         return parse_stop(e, v, err) < 0 ? -1 : 1;
     if (strcmp(key, "tokens") == 0)
         return parse_tokens(e, v, err) < 0 ? -1 : 1;
     if (strcmp(key, "prompt") == 0)
-        return str_of(v, "prompt", &e->job.prompt, err) < 0 ? -1 : 1;
+        return openai_want_string(v, "prompt", &e->job.prompt, err) < 0 ? -1 : 1;
     if (strcmp(key, "model") == 0)
-        return str_of(v, "model", &e->job.model, err) < 0 ? -1 : 1;
+        return openai_want_string(v, "model", &e->job.model, err) < 0 ? -1 : 1;
     if (strcmp(key, "json_schema") == 0)
         return parse_schema(e, v, err) < 0 ? -1 : 1;
     if (strcmp(key, "n") == 0) {
-        if (int_in(v, "n", 1, OPENAI_MAX_CHOICES, &n, err) < 0)
+        if (openai_want_int(v, "n", 1, OPENAI_MAX_CHOICES, &n, err) < 0)
             return -1;
         e->req.n = (uint32_t)n;
         return 1;
@@ -336,7 +257,7 @@ static int parse_openai(jobfile_entry *e, const json_value *doc, openai_err *err
         const char *key = doc->obj.members[i].key;
         const json_value *v = &doc->obj.members[i].value;
         if (strcmp(key, "custom_id") == 0) {
-            if (str_of(v, "custom_id", &custom_id, err) < 0)
+            if (openai_want_string(v, "custom_id", &custom_id, err) < 0)
                 return -1;
             e->id = v;
         } else if (strcmp(key, "url") == 0) {

@@ -51,20 +51,7 @@ int openai_errf(openai_err *err, openai_fault f, const char *field, const char *
 
 /* ---- values ---- */
 
-static int want_number(const json_value *v, const char *field, double lo, double hi, double *out,
-                       openai_err *err)
-{
-    if (v->type != JSON_NUMBER)
-        return openai_errf(err, OPENAI_INVALID_VALUE, field, "must be a number, not %s",
-                           json_type_name(v->type));
-    if (v->num.d < lo || v->num.d > hi)
-        return openai_errf(err, OPENAI_INVALID_VALUE, field, "%g is out of range [%g, %g]",
-                           v->num.d, lo, hi);
-    *out = v->num.d;
-    return 0;
-}
-
-static int want_int(const json_value *v, const char *field, int64_t lo, int64_t hi, int64_t *out,
+int openai_want_int(const json_value *v, const char *field, int64_t lo, int64_t hi, int64_t *out,
                     openai_err *err)
 {
     if (v->type != JSON_NUMBER || !v->num.is_int)
@@ -78,7 +65,7 @@ static int want_int(const json_value *v, const char *field, int64_t lo, int64_t 
     return 0;
 }
 
-static int want_string(const json_value *v, const char *field, const char **out, openai_err *err)
+int openai_want_string(const json_value *v, const char *field, const char **out, openai_err *err)
 {
     if (v->type != JSON_STRING)
         return openai_errf(err, OPENAI_INVALID_VALUE, field, "must be a string, not %s",
@@ -86,6 +73,26 @@ static int want_string(const json_value *v, const char *field, const char **out,
     if (strlen(v->str.s) != v->str.len)
         return openai_errf(err, OPENAI_INVALID_VALUE, field, "contains a NUL character");
     *out = v->str.s;
+    return 0;
+}
+
+int openai_want_strings(const json_value *v, const char *field, const char ***out, size_t *n,
+                        openai_err *err)
+{
+    *n = v->type == JSON_ARRAY ? v->arr.n : 1;
+    if (v->type != JSON_ARRAY && v->type != JSON_STRING)
+        return openai_errf(err, OPENAI_INVALID_VALUE, field,
+                           "must be a string or an array of strings");
+    *out = calloc(*n ? *n : 1, sizeof **out);
+    if (!*out)
+        return openai_errf(err, OPENAI_INVALID_VALUE, field, "out of memory");
+    for (size_t i = 0; i < *n; i++) {
+        char name[160];
+        snprintf(name, sizeof name, v->type == JSON_ARRAY ? "%s[%zu]" : "%s", field, i);
+        if (openai_want_string(v->type == JSON_ARRAY ? &v->arr.items[i] : v, name, &(*out)[i],
+                               err) < 0)
+            return -1;
+    }
     return 0;
 }
 
@@ -110,7 +117,8 @@ struct field {
     const char *name; /* "body.NAME" */
     unsigned bodies;  /* CHAT, COMPLETIONS or BOTH */
     take_fn take;     /* NULL: ignored, it changes nothing of the output */
-    size_t off;       /* take_float, take_int32, take_bool: the llmq_job field */
+    size_t off;       /* take_scalar: the llmq_job field, and its kind */
+    openai_kind kind;
     /* refused fields: the values that ask for nothing (JSON, compact: "[]"),
      * what llmq lacks, and whether it lacks the field or only those values */
     const char *harmless, *why;
@@ -119,37 +127,42 @@ struct field {
 
 #define JOB(member) offsetof(llmq_job, member)
 
-/* The protocol's ranges, which hold OpenAI's, are judged by llmq_job_check. */
-static int take_float(openai_req *q, llmq_job *job, const field *f, const json_value *v,
-                      openai_err *err)
+int openai_set_scalar(llmq_job *job, size_t off, openai_kind k, const json_value *v,
+                      const char *name, openai_err *err)
 {
-    double x = 0;
-    if (want_number(v, f->name, -1e30, 1e30, &x, err) < 0)
-        return -1;
-    float y = (float)x;
-    memcpy((char *)job + f->off, &y, sizeof y);
-    return 0;
-}
-
-static int take_int32(openai_req *q, llmq_job *job, const field *f, const json_value *v,
-                      openai_err *err)
-{
+    char *p = (char *)job + off;
     int64_t i = 0;
-    if (want_int(v, f->name, INT32_MIN, INT32_MAX, &i, err) < 0)
-        return -1;
-    int32_t y = (int32_t)i;
-    memcpy((char *)job + f->off, &y, sizeof y);
+    if (k == OPENAI_F32) {
+        if (v->type != JSON_NUMBER)
+            return openai_errf(err, OPENAI_INVALID_VALUE, name, "must be a number, not %s",
+                               json_type_name(v->type));
+        memcpy(p, &(float){(float)v->num.d}, sizeof(float));
+    } else if (k == OPENAI_BOOL) {
+        if (v->type != JSON_BOOL)
+            return openai_errf(err, OPENAI_INVALID_VALUE, name, "must be true or false, not %s",
+                               json_type_name(v->type));
+        memcpy(p, &v->boolean, sizeof(bool));
+    } else if (k == OPENAI_I32) {
+        if (openai_want_int(v, name, INT32_MIN, INT32_MAX, &i, err) < 0)
+            return -1;
+        memcpy(p, &(int32_t){(int32_t)i}, sizeof(int32_t));
+    } else if (k == OPENAI_U32) {
+        if (openai_want_int(v, name, 0, UINT32_MAX, &i, err) < 0)
+            return -1;
+        memcpy(p, &(uint32_t){(uint32_t)i}, sizeof(uint32_t));
+    } else {
+        if (openai_want_int(v, name, 0, INT64_MAX, &i, err) < 0)
+            return -1;
+        memcpy(p, &(uint64_t){(uint64_t)i}, sizeof(uint64_t));
+    }
     return 0;
 }
 
-static int take_bool(openai_req *q, llmq_job *job, const field *f, const json_value *v,
-                     openai_err *err)
+/* A field that is one scalar of the job (f->off, f->kind). */
+static int take_scalar(openai_req *q, llmq_job *job, const field *f, const json_value *v,
+                       openai_err *err)
 {
-    bool b = false;
-    if (want_bool(v, f->name, &b, err) < 0)
-        return -1;
-    memcpy((char *)job + f->off, &b, sizeof b);
-    return 0;
+    return openai_set_scalar(job, f->off, f->kind, v, f->name, err);
 }
 
 /* OpenAI's top_p 0 keeps the likeliest token alone: so does the least
@@ -157,21 +170,10 @@ static int take_bool(openai_req *q, llmq_job *job, const field *f, const json_va
 static int take_top_p(openai_req *q, llmq_job *job, const field *f, const json_value *v,
                       openai_err *err)
 {
-    if (take_float(q, job, f, v, err) < 0)
+    if (take_scalar(q, job, f, v, err) < 0)
         return -1;
     if (job->top_p == 0.0f)
         job->top_p = FLT_MIN;
-    return 0;
-}
-
-static int take_u32(openai_req *q, llmq_job *job, const field *f, const json_value *v,
-                    openai_err *err)
-{
-    int64_t i = 0;
-    if (want_int(v, f->name, 0, UINT32_MAX, &i, err) < 0)
-        return -1;
-    uint32_t y = (uint32_t)i;
-    memcpy((char *)job + f->off, &y, sizeof y);
     return 0;
 }
 
@@ -180,7 +182,7 @@ static int take_seed(openai_req *q, llmq_job *job, const field *f, const json_va
 {
     int64_t s = 0;
     /* OpenAI's seed is any integer: a negative one is its two's complement. */
-    if (want_int(v, f->name, INT64_MIN, INT64_MAX, &s, err) < 0)
+    if (openai_want_int(v, f->name, INT64_MIN, INT64_MAX, &s, err) < 0)
         return -1;
     job->seed = (uint64_t)s;
     q->seed_given = true;
@@ -191,7 +193,7 @@ static int take_n(openai_req *q, llmq_job *job, const field *f, const json_value
                   openai_err *err)
 {
     int64_t n = 0;
-    if (want_int(v, f->name, 1, OPENAI_MAX_CHOICES, &n, err) < 0)
+    if (openai_want_int(v, f->name, 1, OPENAI_MAX_CHOICES, &n, err) < 0)
         return -1;
     q->n = (uint32_t)n;
     return 0;
@@ -200,27 +202,15 @@ static int take_n(openai_req *q, llmq_job *job, const field *f, const json_value
 static int take_model(openai_req *q, llmq_job *job, const field *f, const json_value *v,
                       openai_err *err)
 {
-    return want_string(v, f->name, &job->model, err);
+    return openai_want_string(v, f->name, &job->model, err);
 }
 
 static int take_stop(openai_req *q, llmq_job *job, const field *f, const json_value *v,
                      openai_err *err)
 {
-    size_t n = v->type == JSON_ARRAY ? v->arr.n : 1;
-    if (v->type != JSON_ARRAY && v->type != JSON_STRING)
-        return openai_errf(err, OPENAI_INVALID_VALUE, f->name,
-                           "must be a string or an array of strings");
-    q->stop = calloc(n ? n : 1, sizeof *q->stop);
-    if (!q->stop)
-        return openai_errf(err, OPENAI_INVALID_VALUE, f->name, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        char name[48];
-        snprintf(name, sizeof name, "%s[%zu]", f->name, i);
-        if (want_string(v->type == JSON_ARRAY ? &v->arr.items[i] : v, name, &q->stop[i], err) < 0)
-            return -1;
-    }
+    if (openai_want_strings(v, f->name, &q->stop, &job->n_stop, err) < 0)
+        return -1;
     job->stop = q->stop;
-    job->n_stop = n;
     return 0;
 }
 
@@ -235,7 +225,7 @@ static int take_logprobs(openai_req *q, llmq_job *job, const field *f, const jso
     if (v->type != JSON_NUMBER)
         return openai_errf(err, OPENAI_INVALID_VALUE, f->name,
                            "completions take the number of alternatives, 0..5");
-    if (want_int(v, f->name, 0, MAX_LEGACY_LOGPROBS, &k, err) < 0)
+    if (openai_want_int(v, f->name, 0, MAX_LEGACY_LOGPROBS, &k, err) < 0)
         return -1;
     job->logprobs = true;
     job->top_logprobs = (int32_t)k;
@@ -253,25 +243,17 @@ static int take_echo(openai_req *q, llmq_job *job, const field *f, const json_va
 static int take_prompt(openai_req *q, llmq_job *job, const field *f, const json_value *v,
                        openai_err *err)
 {
-    const size_t n = v->type == JSON_ARRAY ? v->arr.n : 1;
-    const json_value *first = v->type == JSON_ARRAY && n ? &v->arr.items[0] : v;
+    const json_value *first = v->type == JSON_ARRAY && v->arr.n ? &v->arr.items[0] : v;
     if (first->type == JSON_NUMBER || first->type == JSON_ARRAY)
         return openai_errf(err, OPENAI_UNSUPPORTED_VALUE, f->name,
                            "token ids are not supported (they are ids of OpenAI's tokenizer):"
                            " give the text");
+    size_t n = 0;
+    if (openai_want_strings(v, f->name, &q->prompts, &n, err) < 0)
+        return -1;
     if (n == 0 || n > OPENAI_MAX_CHOICES)
         return openai_errf(err, OPENAI_INVALID_VALUE, f->name, "%zu prompts, 1..%d are taken", n,
                            OPENAI_MAX_CHOICES);
-    q->prompts = calloc(n, sizeof *q->prompts);
-    if (!q->prompts)
-        return openai_errf(err, OPENAI_INVALID_VALUE, f->name, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        char name[48];
-        snprintf(name, sizeof name, v->type == JSON_ARRAY ? "%s[%zu]" : "%s", f->name, i);
-        if (want_string(v->type == JSON_ARRAY ? &v->arr.items[i] : v, name, &q->prompts[i], err) <
-            0)
-            return -1;
-    }
     q->n_prompts = (uint32_t)n;
     job->prompt = q->prompts[0];
     return 0;
@@ -358,38 +340,42 @@ static int stream_options(openai_req *q, llmq_job *job, const field *f, const js
  * completion_create_params, 2026-08), then llmq's own.  docs/OPENAI.md is
  * this table in words. */
 /* clang-format off */
+#define TAKEN(name, bodies, take) {name, bodies, take, 0, 0, NULL, NULL, 0}
+#define SCALAR(name, bodies, member, kind) \
+    {name, bodies, take_scalar, JOB(member), OPENAI_##kind, NULL, NULL, 0}
+#define IGNORED(name, bodies) {name, bodies, NULL, 0, 0, NULL, NULL, 0}
 #define REFUSED(name, bodies, harmless, why, fault) \
-    {name, bodies, refuse, 0, harmless, why, OPENAI_UNSUPPORTED_##fault}
+    {name, bodies, refuse, 0, 0, harmless, why, OPENAI_UNSUPPORTED_##fault}
 static const field FIELDS[] = {
-    {"body.model", BOTH, take_model, 0, NULL, NULL, 0},
-    {"body.prompt", COMPLETIONS, take_prompt, 0, NULL, NULL, 0},
-    {"body.frequency_penalty", BOTH, take_float, JOB(frequency_penalty), NULL, NULL, 0},
-    {"body.presence_penalty", BOTH, take_float, JOB(presence_penalty), NULL, NULL, 0},
-    {"body.temperature", BOTH, take_float, JOB(temperature), NULL, NULL, 0},
-    {"body.top_p", BOTH, take_top_p, JOB(top_p), NULL, NULL, 0},
-    {"body.max_tokens", BOTH, take_u32, JOB(max_tokens), NULL, NULL, 0},
-    {"body.max_completion_tokens", CHAT, take_u32, JOB(max_tokens), NULL, NULL, 0},
-    {"body.n", BOTH, take_n, 0, NULL, NULL, 0},
-    {"body.seed", BOTH, take_seed, 0, NULL, NULL, 0},
-    {"body.stop", BOTH, take_stop, 0, NULL, NULL, 0},
-    {"body.logprobs", BOTH, take_logprobs, 0, NULL, NULL, 0},
-    {"body.top_logprobs", CHAT, take_int32, JOB(top_logprobs), NULL, NULL, 0},
-    {"body.response_format", BOTH, take_response_format, 0, NULL, NULL, 0},
-    {"body.echo", COMPLETIONS, take_echo, 0, NULL, NULL, 0},
+    TAKEN("body.model", BOTH, take_model),
+    TAKEN("body.prompt", COMPLETIONS, take_prompt),
+    SCALAR("body.frequency_penalty", BOTH, frequency_penalty, F32),
+    SCALAR("body.presence_penalty", BOTH, presence_penalty, F32),
+    SCALAR("body.temperature", BOTH, temperature, F32),
+    {"body.top_p", BOTH, take_top_p, JOB(top_p), OPENAI_F32, NULL, NULL, 0},
+    SCALAR("body.max_tokens", BOTH, max_tokens, U32),
+    SCALAR("body.max_completion_tokens", CHAT, max_tokens, U32),
+    TAKEN("body.n", BOTH, take_n),
+    TAKEN("body.seed", BOTH, take_seed),
+    TAKEN("body.stop", BOTH, take_stop),
+    TAKEN("body.logprobs", BOTH, take_logprobs),
+    SCALAR("body.top_logprobs", CHAT, top_logprobs, I32),
+    TAKEN("body.response_format", BOTH, take_response_format),
+    TAKEN("body.echo", COMPLETIONS, take_echo),
     /* Ignored: they change nothing of the text, the tokens or their order. */
-    {"body.user", BOTH, NULL, 0, NULL, NULL, 0},
-    {"body.safety_identifier", CHAT, NULL, 0, NULL, NULL, 0},
-    {"body.metadata", CHAT, NULL, 0, NULL, NULL, 0},
-    {"body.store", CHAT, NULL, 0, NULL, NULL, 0},
-    {"body.service_tier", CHAT, NULL, 0, NULL, NULL, 0},
-    {"body.prompt_cache_key", CHAT, NULL, 0, NULL, NULL, 0},
-    {"body.prompt_cache_options", CHAT, NULL, 0, NULL, NULL, 0},
-    {"body.prompt_cache_retention", CHAT, NULL, 0, NULL, NULL, 0},
-    {"body.prediction", CHAT, NULL, 0, NULL, NULL, 0},
-    {"body.parallel_tool_calls", CHAT, NULL, 0, NULL, NULL, 0},
+    IGNORED("body.user", BOTH),
+    IGNORED("body.safety_identifier", CHAT),
+    IGNORED("body.metadata", CHAT),
+    IGNORED("body.store", CHAT),
+    IGNORED("body.service_tier", CHAT),
+    IGNORED("body.prompt_cache_key", CHAT),
+    IGNORED("body.prompt_cache_options", CHAT),
+    IGNORED("body.prompt_cache_retention", CHAT),
+    IGNORED("body.prediction", CHAT),
+    IGNORED("body.parallel_tool_calls", CHAT),
     /* Refused, unless the value asks for nothing. */
     REFUSED("body.stream", BOTH, "false", "streaming (a batch's results come whole)", VALUE),
-    {"body.stream_options", BOTH, stream_options, 0, NULL, NULL, 0},
+    TAKEN("body.stream_options", BOTH, stream_options),
     REFUSED("body.tools", CHAT, "[]", "tool calls", PARAMETER),
     REFUSED("body.tool_choice", CHAT, "\"none\"", "tool calls", PARAMETER),
     REFUSED("body.functions", CHAT, "[]", "function calls", PARAMETER),
@@ -406,12 +392,12 @@ static const field FIELDS[] = {
     REFUSED("body.suffix", COMPLETIONS, "\"\"", "insertion (text after the completion)",
             PARAMETER),
     /* llmq's own, under their protocol names (as vLLM takes its own here). */
-    {"body.top_k", BOTH, take_int32, JOB(top_k), NULL, NULL, 0},
-    {"body.min_p", BOTH, take_float, JOB(min_p), NULL, NULL, 0},
-    {"body.repeat_penalty", BOTH, take_float, JOB(repeat_penalty), NULL, NULL, 0},
-    {"body.repeat_last_n", BOTH, take_int32, JOB(repeat_last_n), NULL, NULL, 0},
-    {"body.ignore_eos", BOTH, take_bool, JOB(ignore_eos), NULL, NULL, 0},
-    {"body.priority", BOTH, take_int32, JOB(priority), NULL, NULL, 0},
+    SCALAR("body.top_k", BOTH, top_k, I32),
+    SCALAR("body.min_p", BOTH, min_p, F32),
+    SCALAR("body.repeat_penalty", BOTH, repeat_penalty, F32),
+    SCALAR("body.repeat_last_n", BOTH, repeat_last_n, I32),
+    SCALAR("body.ignore_eos", BOTH, ignore_eos, BOOL),
+    SCALAR("body.priority", BOTH, priority, I32),
 };
 /* clang-format on */
 

@@ -68,6 +68,30 @@ typedef struct openai_err {
 int openai_errf(openai_err *err, openai_fault f, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* ---- JSON values into a job's fields ----
+ * The type and C-range checks both shapes of line share; the protocol's
+ * ranges are llmq_job_check's.  Each fails naming field. */
+
+typedef enum openai_kind {
+    OPENAI_U32,
+    OPENAI_I32,
+    OPENAI_U64,
+    OPENAI_F32,
+    OPENAI_BOOL
+} openai_kind;
+
+int openai_want_int(const json_value *v, const char *field, int64_t lo, int64_t hi, int64_t *out,
+                    openai_err *err);
+/* A string without NUL characters (borrowed). */
+int openai_want_string(const json_value *v, const char *field, const char **out, openai_err *err);
+/* A string or an array of them: *out a new array (the caller's to free) of
+ * borrowed strings. */
+int openai_want_strings(const json_value *v, const char *field, const char ***out, size_t *n,
+                        openai_err *err);
+/* The llmq_job field at off, of kind k, from v. */
+int openai_set_scalar(llmq_job *job, size_t off, openai_kind k, const json_value *v,
+                      const char *name, openai_err *err);
+
 /* One OpenAI request: what its jobs and its response need beyond the job
  * template (the caller's llmq_job: every choice is that job, with its seed
  * + index, and its prompt for a completions line of several). */
