@@ -9,6 +9,7 @@
 #include "common/grow.h"
 #include "engine/jsonschema.h"
 #include "proto/job_params.h"
+#include "proto/wire.h"
 
 /* ---- job fields ------------------------------------------------------------------ */
 
@@ -446,6 +447,26 @@ static void fail_entry(jobfile *jf, jobfile_entry *e, const openai_err *why)
     e->fault = *why;
 }
 
+/* A key longer than the protocol takes would fail at the broker: the
+ * line fails here, saying what to shorten. */
+static int check_keys(jobfile *jf, size_t idx)
+{
+    jobfile_entry *e = &jf->entries[idx];
+    for (size_t i = e->first; i < e->first + e->n_jobs; i++) {
+        const size_t len = jf->jobs[i].key ? strlen(jf->jobs[i].key) : 0;
+        if (len <= WIRE_MAX_NAME_BYTES)
+            continue;
+        openai_err why;
+        openai_errf(&why, OPENAI_INVALID_VALUE, e->openai ? "custom_id" : "id",
+                    "its job key (BATCH:ID%s) is %zu bytes, the protocol takes %u: a shorter"
+                    " --batch or id",
+                    e->n_jobs > 1 ? "#INDEX" : "", len, WIRE_MAX_NAME_BYTES);
+        fail_entry(jf, e, &why);
+        break;
+    }
+    return 0;
+}
+
 static int add_line(jobfile *jf, reader *rd, size_t lineno, const char *text, size_t len,
                     llmq_err *err)
 {
@@ -461,7 +482,9 @@ static int add_line(jobfile *jf, reader *rd, size_t lineno, const char *text, si
     }
     if (!jf->shape_openai && jf->n - jf->n_faults == 1)
         jf->shape_openai = e->openai;
-    return expand(jf, rd, jf->n - 1, err);
+    if (expand(jf, rd, jf->n - 1, err) < 0)
+        return -1;
+    return check_keys(jf, jf->n - 1);
 }
 
 typedef struct keyed {

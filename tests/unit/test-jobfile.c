@@ -385,6 +385,15 @@ static void test_many_bad(void)
     jobfile_free(&jf);
     CHECK(read_text("", &jf, &err) < 0 && strstr(err.msg, "jobs.jsonl: no jobs"),
           "an empty file is refused: %s", err.msg);
+    char line[400];
+    snprintf(line, sizeof line, "{\"custom_id\":\"%0300d\",\"body\":{\"prompt\":\"a\"}}\n", 7);
+    if (read_text(line, &jf, &err) == 0) {
+        CHECK(jf.n_faults == 1 && strcmp(jf.entries[0].fault.field, "custom_id") == 0 &&
+                  strstr(jf.entries[0].fault.e.msg, "is 302 bytes, the protocol takes 256"),
+              "a custom_id that makes a key too long fails its line, saying so: %s",
+              jf.entries[0].fault.e.msg);
+        jobfile_free(&jf);
+    }
 }
 
 /* Writes the output of fn into a string and parses it (one line, or
