@@ -15,7 +15,8 @@
  * worker exactly llmq-run's text; jobs of different output formats (two
  * JSON schemas, json_object, free text) run in one batch, each output
  * following its own, and a schema llmq cannot honour fails at once,
- * naming json_schema and the keyword.
+ * naming json_schema and the keyword; the Python client's --json-schema
+ * sends one.
  *
  * The workers whose jobs must still be running when the test acts (cancel,
  * SIGTERM) are paced (LLMQ_TEST_MIN_STEP_MS): a step every PACE_MS at the
@@ -441,6 +442,24 @@ static void test_formats(env *e)
     CHECK(st[5] == LLMQ_STATE_FAILED &&
               failed_at_once(e, ids[5], "json_schema: %minimum% is not supported"),
           "a schema llmq cannot honour fails at once, naming the field and the keyword");
+    int rc_py = fleet_sh("/usr/bin/python3 %s/proto/python/llmq_client.py --broker %s submit"
+                         " --prompt 'Once upon a time' --max-tokens 460 --temperature 1 --seed 3"
+                         " --json-schema %s/schemas/02-colors.json --wait > %s/py-fmt.json"
+                         " 2> %s/py-fmt.err",
+                         e->src, e->h.clients, e->data, e->h.dir, e->h.dir);
+    char path[300], *out = NULL;
+    size_t len;
+    llmq_err lerr;
+    json_value *v = NULL;
+    snprintf(path, sizeof path, "%s/py-fmt.json", e->h.dir);
+    if (rc_py == 0 && file_read_all(path, &out, &len, &lerr) == 0)
+        json_parse(out, len, &v, &lerr);
+    const json_value *t = v ? json_get(v, "text") : NULL;
+    CHECK(t && t->type == JSON_STRING && parses_as(t->str.s, is_colors),
+          "the Python client's --json-schema FILE gets a document of that schema: %s",
+          t && t->type == JSON_STRING ? t->str.s : "?");
+    json_free(v);
+    free(out);
     for (int i = 0; i < N; i++)
         free(texts[i]);
     free(point);
