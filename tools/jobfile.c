@@ -449,18 +449,22 @@ static void fail_entry(jobfile *jf, jobfile_entry *e, const openai_err *why)
 
 /* A key longer than the protocol takes would fail at the broker: the
  * line fails here, saying what to shorten. */
-static int check_keys(jobfile *jf, size_t idx)
+static int check_keys(jobfile *jf, size_t idx, const char *batch)
 {
     jobfile_entry *e = &jf->entries[idx];
     for (size_t i = e->first; i < e->first + e->n_jobs; i++) {
         const size_t len = jf->jobs[i].key ? strlen(jf->jobs[i].key) : 0;
         if (len <= WIRE_MAX_NAME_BYTES)
             continue;
+        const char *shape = e->n_jobs > 1 ? "BATCH:ID#INDEX" : "BATCH:ID";
+        const size_t id = e->id->type == JSON_STRING
+                              ? e->id->str.len
+                              : (size_t)snprintf(NULL, 0, "%" PRId64, e->id->num.i);
         openai_err why;
         openai_errf(&why, OPENAI_INVALID_VALUE, e->openai ? "custom_id" : "id",
-                    "its job key (BATCH:ID%s) is %zu bytes, the protocol takes %u: a shorter"
-                    " --batch or id",
-                    e->n_jobs > 1 ? "#INDEX" : "", len, WIRE_MAX_NAME_BYTES);
+                    "the job's key %s would be %zu bytes, at most %u: a shorter --batch (%zu"
+                    " bytes) or id (%zu)",
+                    shape, len, WIRE_MAX_NAME_BYTES, strlen(batch), id);
         fail_entry(jf, e, &why);
         break;
     }
@@ -484,7 +488,7 @@ static int add_line(jobfile *jf, reader *rd, size_t lineno, const char *text, si
         jf->shape_openai = e->openai;
     if (expand(jf, rd, jf->n - 1, err) < 0)
         return -1;
-    return check_keys(jf, jf->n - 1);
+    return check_keys(jf, jf->n - 1, rd->batch);
 }
 
 typedef struct keyed {
@@ -586,6 +590,7 @@ int jobfile_jobs(jobfile *jf, llmq_job **jobs, size_t *n, llmq_err *err)
     for (size_t i = 0; i < jf->n_jobs; i++)
         if (jf->entries[jf->jobs[i].entry].fault.fault == OPENAI_OK) {
             jf->submitted[k] = i;
+            jf->jobs[i].order = k;
             (*jobs)[k++] = jf->jobs[i].job;
         }
     jf->n_submitted = *n = k;
@@ -608,7 +613,7 @@ jobfile_entry *jobfile_refuse(jobfile *jf, size_t k, const llmq_error *why)
     return e;
 }
 
-typedef struct by_id {
+typedef struct jobfile_by_id {
     uint64_t job_id;
     size_t job;
 } by_id;

@@ -54,6 +54,7 @@ typedef struct jobfile_job {
     uint32_t prompt; /* which prompt of a completions line */
     llmq_job job;    /* points into its entry */
     char *key;       /* owned */
+    size_t order;    /* its place in the last jobfile_jobs list */
     uint64_t job_id; /* set once submitted */
     bool final;
     /* OpenAI lines wait for all their choices: */
@@ -92,8 +93,8 @@ typedef struct jobfile {
     /* jobfile_jobs' order: submitted[i] is the job the i-th llmq_job is */
     size_t *submitted;
     size_t n_submitted;
-    struct by_id *by_id; /* sorted job ids (jobfile_set_ids) */
-    bool shape_openai;   /* the shape of the file's first good line */
+    struct jobfile_by_id *by_id; /* sorted job ids (jobfile_set_ids) */
+    bool shape_openai;           /* the shape of the file's first good line */
 } jobfile;
 
 /* Reads every line of `in` (called `name` in messages) into entries, with

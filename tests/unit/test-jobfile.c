@@ -317,6 +317,35 @@ static const bad_line BAD[] = {
      OPENAI_INVALID_VALUE, "", "body.messages[0].content[0]: only"},
 };
 
+/* Keys are BATCH:ID, at most 256 bytes like every name on the wire: a
+ * line whose key would be longer fails alone, naming what makes it so. */
+static void test_key_length(void)
+{
+    char batch[251], line[64];
+    memset(batch, 'b', sizeof batch - 1);
+    batch[sizeof batch - 1] = 0;
+    for (int len = 5; len <= 6; len++) {
+        snprintf(line, sizeof line, "{\"id\": \"%.*s\", \"prompt\": \"a\"}\n", len, "123456");
+        FILE *f = fmemopen(line, strlen(line), "r");
+        jobfile jf;
+        llmq_err err = {0};
+        int rc = jobfile_read(f, "jobs.jsonl", batch, &jf, &err);
+        fclose(f);
+        if (len == 5)
+            CHECK(rc == 0 && jf.n_faults == 0 && strlen(jf.jobs[0].key) == 256,
+                  "a 250-byte batch and a 5-byte id make a 256-byte key");
+        else
+            CHECK(rc == 0 && jf.n_faults == 1 && strcmp(jf.entries[0].fault.field, "id") == 0 &&
+                      strstr(jf.entries[0].fault.e.msg,
+                             "id: the job's key BATCH:ID would be 257 bytes, at most 256: a"
+                             " shorter --batch (250 bytes) or id (6)"),
+                  "one byte more fails the line, naming --batch and the id: %s",
+                  rc == 0 ? jf.entries[0].fault.e.msg : err.msg);
+        if (rc == 0)
+            jobfile_free(&jf);
+    }
+}
+
 /* Each bad line fails with its code, field and message, between two good
  * lines that stand. */
 static void test_bad_lines(void)
@@ -386,11 +415,14 @@ static void test_many_bad(void)
     CHECK(read_text("", &jf, &err) < 0 && strstr(err.msg, "jobs.jsonl: no jobs"),
           "an empty file is refused: %s", err.msg);
     char line[400];
-    snprintf(line, sizeof line, "{\"custom_id\":\"%0300d\",\"body\":{\"prompt\":\"a\"}}\n", 7);
+    snprintf(line, sizeof line, "{\"custom_id\":\"%0300d\",\"body\":{\"prompt\":\"a\",\"n\":2}}\n",
+             7);
     if (read_text(line, &jf, &err) == 0) {
         CHECK(jf.n_faults == 1 && strcmp(jf.entries[0].fault.field, "custom_id") == 0 &&
-                  strstr(jf.entries[0].fault.e.msg, "is 302 bytes, the protocol takes 256"),
-              "a custom_id that makes a key too long fails its line, saying so: %s",
+                  strstr(jf.entries[0].fault.e.msg,
+                         "key BATCH:ID#INDEX would be 304 bytes, at most 256: a shorter --batch"
+                         " (1 bytes) or id (300)"),
+              "a custom_id that makes a choice's key too long fails its line, saying so: %s",
               jf.entries[0].fault.e.msg);
         jobfile_free(&jf);
     }
@@ -705,6 +737,7 @@ int main(void)
     test_openai_choices();
     test_logprobs_in();
     test_response_format();
+    test_key_length();
     test_bad_lines();
     test_many_bad();
     test_output_native();
