@@ -165,7 +165,18 @@ static const char *const store_migrations[] = {
     "ALTER TABLE jobs ADD COLUMN top_logprobs INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE results ADD COLUMN logprobs BLOB;",
 
-    /* 3: structured outputs: the JSON schema a job's output follows (its
+    /* 3: identities under CURVE: the client key that submitted a job (its
+     * owner), the key each worker session connected with, and the key each
+     * worker id is bound to (the first key it connected with). */
+    "ALTER TABLE jobs ADD COLUMN owner TEXT;"
+    "ALTER TABLE workers ADD COLUMN public_key TEXT;"
+    "CREATE TABLE worker_keys ("
+    "  name       TEXT PRIMARY KEY,"
+    "  public_key TEXT NOT NULL,"
+    "  bound_at   INTEGER NOT NULL"
+    ") WITHOUT ROWID;",
+
+    /* 4: structured outputs: the JSON schema a job's output follows (its
      * text, as submitted), or any JSON object; the other model names a
      * worker answers to (a JSON array of strings). */
     "ALTER TABLE jobs ADD COLUMN json_schema TEXT;"

@@ -18,7 +18,8 @@
 #include "proto/curve.h"
 #include "proto/wire.h"
 
-_Static_assert((int)LLMQ_E_INTERNAL == (int)WIRE_E_INTERNAL &&
+_Static_assert((int)LLMQ_E_BAD_RESULT == (int)WIRE_E_BAD_RESULT &&
+                   (int)LLMQ_E_INTERNAL == (int)WIRE_E_INTERNAL &&
                    (int)LLMQ_E_UNAVAILABLE == (int)WIRE_E_UNAVAILABLE &&
                    (int)LLMQ_E_QUEUE_FULL == (int)WIRE_E_QUEUE_FULL &&
                    (int)LLMQ_E_MALFORMED == (int)WIRE_E_MALFORMED,

@@ -41,6 +41,8 @@ static const char *const CODE_NAMES[WIRE_E_COUNT] = {
     [WIRE_E_QUEUE_FULL] = "queue_full", [WIRE_E_UNKNOWN_WORKER] = "unknown_worker",
     [WIRE_E_SHUTTING_DOWN] = "shutting_down", [WIRE_E_INTERNAL] = "internal",
     [WIRE_E_UNAVAILABLE] = "unavailable",
+    [WIRE_E_WORKER_IN_USE] = "worker_in_use", [WIRE_E_FORBIDDEN] = "forbidden",
+    [WIRE_E_BAD_RESULT] = "bad_result",
 };
 /* clang-format on */
 

@@ -106,6 +106,9 @@ typedef enum wire_code {
     WIRE_E_SHUTTING_DOWN,   /* the broker is stopping and accepts no new work */
     WIRE_E_INTERNAL,        /* the broker failed (database error, ...) */
     WIRE_E_UNAVAILABLE,     /* the broker cannot take new work now (database full): retry later */
+    WIRE_E_WORKER_IN_USE,   /* hello: a live session of another process has this worker id */
+    WIRE_E_FORBIDDEN,       /* hello: this worker id is bound to another CURVE key */
+    WIRE_E_BAD_RESULT,      /* job_result contradicts its job: refused, the job runs elsewhere */
     WIRE_E_COUNT
 } wire_code;
 /* clang-format on */

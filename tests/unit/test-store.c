@@ -2,7 +2,8 @@
  *
  * Pins: schema creation and the refusal of newer schemas, durability across
  * reopen, requeue of running jobs on open, idempotent client keys (one
- * job of one batch each),
+ * job of one batch each), job owners and worker key bindings, the facts a
+ * result is checked against,
  * backpressure, dispatch order and model routing, first-result-wins,
  * attempts exhaustion, cancel, JSON columns round-tripping, outcomes as
  * clients read them, one broker per file, and the accounting views agreeing
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "broker/store.h"
+#include "proto/curve.h"
 #include "proto/job_params.h"
 #include "tests/unit/check.h"
 #include "tests/unit/sql_read.h"
@@ -228,6 +230,13 @@ static void test_reopen_and_requeue(void)
     store_close(st);
 }
 
+static int copy_owner(void *ctx, const store_brief *b, llmq_err *err)
+{
+    (void)err;
+    snprintf(ctx, 16, "%s", b->owner ? b->owner : "");
+    return 0;
+}
+
 static void test_client_keys_and_backpressure(void)
 {
     fresh_db();
@@ -266,6 +275,118 @@ static void test_client_keys_and_backpressure(void)
     store_commit(st, &err);
     store_close(st);
     CHECK(sql_int("SELECT count(*) FROM jobs") == 2, "two rows on disk");
+}
+
+/* Under CURVE a job records the key that submitted it; a client key
+ * already used by another owner's job is told apart from one of its own. */
+static void test_owners(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {0};
+    store_begin(st, &err);
+    store_job j = text_job("hello", "b", "k", 0);
+    j.owner = "alice";
+    int64_t id1 = 0, id2 = 0, id3 = 0, id4 = 0, id5 = 0;
+    store_submit_outcome o2, o3, o4, o5;
+    id1 = submit(st, &j, 1000);
+    store_submit(st, &j, 0, 1001, &id2, &o2, &err);
+    j.owner = "bob";
+    store_submit(st, &j, 0, 1002, &id3, &o3, &err);
+    j.batch_id = "c";
+    store_submit(st, &j, 0, 1003, &id5, &o5, &err);
+    j.batch_id = "b";
+    j.owner = NULL;
+    store_submit(st, &j, 0, 1003, &id4, &o4, &err);
+    CHECK(o2 == STORE_DUPLICATE && id2 == id1, "the owner's own key again is its job, once");
+    CHECK(o3 == STORE_OTHER_OWNER && id3 == id1 && o4 == STORE_OTHER_OWNER,
+          "another owner's key, or an owned key without an owner, is told apart");
+    CHECK(o5 == STORE_OTHER_OWNER_BATCH && id5 == id1,
+          "and so is another owner's key in another batch");
+    bool found = false;
+    char owner[16] = "";
+    store_brief_get(st, id1, copy_owner, owner, &found, &err);
+    store_commit(st, &err);
+    CHECK(found && strcmp(owner, "alice") == 0, "a job's brief names its owner");
+    store_close(st);
+    CHECK(sql_int("SELECT count(*) FROM jobs WHERE owner = 'alice'") == 1 &&
+              sql_int("SELECT count(*) FROM jobs") == 1,
+          "one row, its owner in jobs.owner");
+}
+
+/* A worker id's key binding, and each session's key. */
+static void test_worker_keys(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {0};
+    char key[CURVE_Z85_LEN + 1] = "x";
+    bool before = true, after = false, rebound = false;
+    store_begin(st, &err);
+    store_worker_key(st, "gpu0", key, &before, &err);
+    store_worker_key_bind(st, "gpu0", "K1", 1001, &err);
+    store_worker_key(st, "gpu0", key, &after, &err);
+    CHECK(!before && after && strcmp(key, "K1") == 0, "a worker id is bound to a key once bound");
+    store_worker_key_bind(st, "gpu0", "K2", 1002, &err);
+    store_worker_key(st, "gpu0", key, &rebound, &err);
+    CHECK(rebound && strcmp(key, "K2") == 0, "binding again replaces the key");
+    store_worker w = {.name = "gpu0",
+                      .host = "h",
+                      .pid = 1,
+                      .gpu_index = -1,
+                      .model = "m",
+                      .engine = "cpu",
+                      .slots = 1,
+                      .public_key = "K2"};
+    int64_t id = 0;
+    store_worker_add(st, &w, 1003, &id, &err);
+    store_commit(st, &err);
+    store_close(st);
+    CHECK(sql_int("SELECT count(*) FROM worker_keys") == 1 &&
+              sql_int("SELECT bound_at FROM worker_keys WHERE public_key = 'K2'") == 1002 &&
+              sql_int("SELECT count(*) FROM workers WHERE public_key = 'K2'") == 1,
+          "one binding row per id; the session row keeps its key");
+}
+
+/* What a result is checked against: the job's limits, and whether the
+ * result is for the attempt running on that worker. */
+static void test_job_facts(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {0};
+    store_begin(st, &err);
+    store_job t = text_job("h\xc3\xa9llo", NULL, NULL, 0); /* 6 bytes, 5 characters */
+    t.params.logprobs = true;
+    t.params.top_logprobs = 2;
+    static const uint32_t ids[3] = {1, 2, 3};
+    store_job k = text_job(NULL, NULL, NULL, 0);
+    k.prompt_ids = ids;
+    k.n_prompt_ids = 3;
+    int64_t jt = submit(st, &t, 1000), jk = submit(st, &k, 1000);
+    store_commit(st, &err);
+    int64_t w = add_worker(st, "w", -1, 1001);
+    claimed c;
+    claim(st, w, 2, 1002, &c);
+    store_job_facts ft, fk, stale, other, any;
+    store_begin(st, &err);
+    store_job_facts_get(st, jt, w, 1, &ft, &err);
+    store_job_facts_get(st, jk, w, 2, &stale, &err);
+    store_job_facts_get(st, jk, w, -1, &any, &err);
+    store_job_facts_get(st, jk, w + 1, 1, &other, &err);
+    store_job_facts_get(st, jk, w, 1, &fk, &err);
+    store_commit(st, &err);
+    CHECK(ft.current && ft.max_tokens == 16 && ft.logprobs && ft.top_logprobs == 2 &&
+              !ft.token_prompt && ft.prompt_len == 6,
+          "a text job's facts: max_tokens, logprobs, its prompt's length in bytes (%" PRId64 ")",
+          ft.prompt_len);
+    CHECK(fk.current && fk.token_prompt && fk.prompt_len == 3 && !fk.logprobs,
+          "a token job's facts: its prompt's length in ids");
+    CHECK(!stale.current && !other.current,
+          "another attempt, or another worker, is not the current one");
+    CHECK(any.current && any.prompt_len == 3,
+          "an attempt <= 0 is the current one, as store_result_put takes it");
+    store_close(st);
 }
 
 static void test_priority_order_and_json(void)
@@ -767,8 +888,9 @@ static void test_logprobs(void)
     store_close(st);
 }
 
-/* A database of schema version 1 (before logprobs and output formats) is
- * migrated in place: its jobs read back without logprobs, as free text. */
+/* A database of schema version 1 (before logprobs, identities and output
+ * formats) is migrated in place: its jobs read back without logprobs and
+ * owner, as free text. */
 static void test_migration_from_v1(void)
 {
     fresh_db();
@@ -783,6 +905,9 @@ static void test_migration_from_v1(void)
                           "ALTER TABLE jobs DROP COLUMN json_schema;"
                           "ALTER TABLE jobs DROP COLUMN json_object;"
                           "ALTER TABLE workers DROP COLUMN aliases;"
+                          "ALTER TABLE jobs DROP COLUMN owner;"
+                          "ALTER TABLE workers DROP COLUMN public_key;"
+                          "DROP TABLE worker_keys;"
                           "INSERT INTO jobs (prompt, max_tokens, temperature, top_k, top_p, min_p,"
                           " repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty,"
                           " seed, submitted_at) VALUES ('old', 8, 0, 0, 1, 0, 1, 64, 0, 0, 0, 1);"
@@ -899,6 +1024,9 @@ int main(void)
     test_create_and_versions();
     test_reopen_and_requeue();
     test_client_keys_and_backpressure();
+    test_owners();
+    test_worker_keys();
+    test_job_facts();
     test_priority_order_and_json();
     test_param_columns();
     test_schema_column();
