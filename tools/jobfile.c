@@ -803,11 +803,18 @@ static void forget_choices(jobfile_job *jobs, size_t n)
     }
 }
 
+jobfile_job *jobfile_job_of(const jobfile *jf, uint64_t job_id)
+{
+    by_id key = {.job_id = job_id};
+    const by_id *hit = jf->by_id
+                           ? bsearch(&key, jf->by_id, jf->n_submitted, sizeof *jf->by_id, cmp_id)
+                           : NULL;
+    return hit ? &jf->jobs[hit->job] : NULL;
+}
+
 const jobfile_job *jobfile_take(jobfile *jf, const llmq_result *r, FILE *out, time_t created)
 {
-    by_id key = {.job_id = r->id};
-    const by_id *hit = bsearch(&key, jf->by_id, jf->n_submitted, sizeof *jf->by_id, cmp_id);
-    jobfile_job *j = hit ? &jf->jobs[hit->job] : NULL;
+    jobfile_job *j = jobfile_job_of(jf, r->id);
     if (!j || j->final)
         return NULL;
     j->final = true;

@@ -125,6 +125,9 @@ jobfile_entry *jobfile_refuse(jobfile *jf, size_t k, const llmq_error *why);
  * k's) and indexes them for jobfile_take. */
 int jobfile_set_ids(jobfile *jf, const uint64_t *ids, llmq_err *err);
 
+/* The submitted job of that id (after jobfile_set_ids), or NULL. */
+jobfile_job *jobfile_job_of(const jobfile *jf, uint64_t job_id);
+
 /* One output line per submitted job when not waiting:
  * {"id", "index", "job_id", "existing"}. */
 void jobfile_write_acks(FILE *out, const jobfile *jf, const bool *existing);

@@ -178,17 +178,6 @@ static void show(progress *p, bool final)
 
 /* ---- submit and wait ---------------------------------------------------------------------- */
 
-typedef struct by_id {
-    uint64_t job_id;
-    size_t index;
-} by_id;
-
-static int cmp_id(const void *a, const void *b)
-{
-    uint64_t x = ((const by_id *)a)->job_id, y = ((const by_id *)b)->job_id;
-    return x < y ? -1 : x > y;
-}
-
 /* ---- submit, as the queue has room ------------------------------------------------------- */
 
 /* A broker's --max-queued bounds its queue: a batch larger than the room
@@ -424,23 +413,17 @@ static int stored_before(llmq_client *c, const jobfile *jf, const bool *existing
 {
     enum { IDS_PER_REQUEST = 100000 }; /* docs/PROTOCOL.md: status selects at most this many */
     const size_t total = jf->n_submitted;
-    by_id *known = malloc((total ? total : 1) * sizeof *known);
     uint64_t *ids = malloc((total ? total : 1) * sizeof *ids);
-    if (!known || !ids) {
-        free(known);
-        free(ids);
+    if (!ids) {
         err->code = LLMQ_E_INTERNAL;
         snprintf(err->message, sizeof err->message, "out of memory");
         return -1;
     }
     size_t n = 0;
     int rc = 0;
-    for (size_t i = 0; i < total; i++)
-        if (existing[i])
-            known[n++] = (by_id){jf->jobs[jf->submitted[i]].job_id, i};
-    qsort(known, n, sizeof *known, cmp_id);
-    for (size_t i = 0; i < n; i++)
-        ids[i] = known[i].job_id;
+    for (size_t k = 0; k < total; k++)
+        if (existing[k])
+            ids[n++] = jf->jobs[jf->submitted[k]].job_id;
     for (size_t at = 0; at < n && rc == 0; at += IDS_PER_REQUEST) {
         llmq_select sel = {.ids = ids + at,
                            .n_ids = n - at < IDS_PER_REQUEST ? n - at : IDS_PER_REQUEST};
@@ -448,16 +431,13 @@ static int stored_before(llmq_client *c, const jobfile *jf, const bool *existing
         rc = llmq_get_status(c, &sel, &st, err);
         for (size_t k = 0; rc == 0 && k < st->n_jobs; k++) {
             llmq_state s = st->jobs[k].state;
-            by_id key = {.job_id = st->jobs[k].id};
-            const by_id *hit = bsearch(&key, known, n, sizeof *known, cmp_id);
-            if (hit &&
-                (s == LLMQ_STATE_DONE || s == LLMQ_STATE_FAILED || s == LLMQ_STATE_CANCELLED))
-                stored[hit->index] = true;
+            const jobfile_job *j = jobfile_job_of(jf, st->jobs[k].id);
+            if (j && (s == LLMQ_STATE_DONE || s == LLMQ_STATE_FAILED || s == LLMQ_STATE_CANCELLED))
+                stored[j->order] = true;
         }
         if (rc == 0)
             llmq_status_free(st);
     }
-    free(known);
     free(ids);
     return rc;
 }

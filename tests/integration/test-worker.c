@@ -383,6 +383,24 @@ static void test_long_step(env *e)
 
 /* ---- output formats ----------------------------------------------------------------------- */
 
+/* The Python client's `submit ARGS --wait`, its result parsed (NULL when it
+ * failed); its output and errors in NAME.json and NAME.err. */
+static json_value *python_result(env *e, const char *args, const char *name)
+{
+    int rc = fleet_sh("/usr/bin/python3 %s/proto/python/llmq_client.py --broker %s submit %s"
+                      " --wait > %s/%s.json 2> %s/%s.err",
+                      e->src, e->h.clients, args, e->h.dir, name, e->h.dir, name);
+    char path[400], *text = NULL;
+    size_t len;
+    llmq_err err;
+    json_value *v = NULL;
+    snprintf(path, sizeof path, "%s/%s.json", e->h.dir, name);
+    if (rc == 0 && file_read_all(path, &text, &len, &err) == 0)
+        json_parse(text, len, &v, &err);
+    free(text);
+    return v;
+}
+
 static char *schema_text(const env *e, const char *name)
 {
     char path[512], *text;
@@ -464,24 +482,17 @@ static void test_formats(env *e)
     CHECK(st[5] == LLMQ_STATE_FAILED &&
               failed_at_once(e, ids[5], "json_schema: %minimum% is not supported"),
           "a schema llmq cannot honour fails at once, naming the field and the keyword");
-    int rc_py = fleet_sh("/usr/bin/python3 %s/proto/python/llmq_client.py --broker %s submit"
-                         " --prompt 'Once upon a time' --max-tokens 460 --temperature 1 --seed 3"
-                         " --json-schema %s/schemas/02-colors.json --wait > %s/py-fmt.json"
-                         " 2> %s/py-fmt.err",
-                         e->src, e->h.clients, e->data, e->h.dir, e->h.dir);
-    char path[300], *out = NULL;
-    size_t len;
-    llmq_err lerr;
-    json_value *v = NULL;
-    snprintf(path, sizeof path, "%s/py-fmt.json", e->h.dir);
-    if (rc_py == 0 && file_read_all(path, &out, &len, &lerr) == 0)
-        json_parse(out, len, &v, &lerr);
+    char args[600];
+    snprintf(args, sizeof args,
+             "--prompt 'Once upon a time' --max-tokens 460 --temperature 1 --seed 3"
+             " --json-schema %s/schemas/02-colors.json",
+             e->data);
+    json_value *v = python_result(e, args, "py-fmt");
     const json_value *t = v ? json_get(v, "text") : NULL;
     CHECK(t && t->type == JSON_STRING && parses_as(t->str.s, is_colors),
           "the Python client's --json-schema FILE gets a document of that schema: %s",
           t && t->type == JSON_STRING ? t->str.s : "?");
     json_free(v);
-    free(out);
     for (int i = 0; i < N; i++)
         free(texts[i]);
     free(point);
@@ -498,25 +509,15 @@ static void test_python(env *e)
     fleet_start(&e->h, &w, "w-py", flags);
     char *prompt[1] = {"Once upon a time"}, *ref[1] = {NULL};
     int rr = fleet_reference(&e->h, prompt, 1, 16, ref);
-    int rc = fleet_sh("/usr/bin/python3 %s/proto/python/llmq_client.py --broker %s submit"
-                      " --prompt 'Once upon a time' --max-tokens 16 --wait > %s/py.json"
-                      " 2> %s/py.err", e->src, e->h.clients, e->h.dir, e->h.dir);
-    char path[300], *text = NULL;
-    size_t len;
-    llmq_err err;
-    json_value *v = NULL;
-    snprintf(path, sizeof path, "%s/py.json", e->h.dir);
-    if (rc == 0 && file_read_all(path, &text, &len, &err) == 0)
-        json_parse(text, len, &v, &err);
+    json_value *v = python_result(e, "--prompt 'Once upon a time' --max-tokens 16", "py");
     const json_value *t = v ? json_get(v, "text") : NULL, *s = v ? json_get(v, "state") : NULL,
                      *who = v ? json_get(v, "worker") : NULL;
-    CHECK(rc == 0 && s && s->type == JSON_STRING && strcmp(s->str.s, "done") == 0 && who &&
+    CHECK(s && s->type == JSON_STRING && strcmp(s->str.s, "done") == 0 && who &&
               who->type == JSON_STRING && strcmp(who->str.s, "w-py") == 0,
           "the Python client submits and receives a result from a real worker");
     CHECK(rr == 0 && t && t->type == JSON_STRING && strcmp(t->str.s, ref[0]) == 0,
           "its text is llmq-run's: '%s'", t && t->type == JSON_STRING ? t->str.s : "?");
     json_free(v);
-    free(text);
     free(ref[0]);
     fleet_stop(&w, 10000);
 }
