@@ -127,6 +127,8 @@ static int open_session(broker *b, const net_peer *from, const wire_hello *h,
                         bool bind, llmq_err *err)
 {
     store_worker row = worker_row(h, from);
+    row.aliases = h->aliases;
+    row.n_aliases = h->n_aliases;
     int64_t id;
     pool_worker *w;
     if ((bind &&

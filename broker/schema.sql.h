@@ -175,6 +175,13 @@ static const char *const store_migrations[] = {
     "  public_key TEXT NOT NULL,"
     "  bound_at   INTEGER NOT NULL"
     ") WITHOUT ROWID;",
+
+    /* 4: structured outputs: the JSON schema a job's output follows (its
+     * text, as submitted), or any JSON object; the other model names a
+     * worker answers to (a JSON array of strings). */
+    "ALTER TABLE jobs ADD COLUMN json_schema TEXT;"
+    "ALTER TABLE jobs ADD COLUMN json_object INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE workers ADD COLUMN aliases TEXT;",
 };
 
 #endif

@@ -4,9 +4,11 @@
  * llmq-run does (BOS when the model asks for it, special tokens written in
  * the text recognised), so the same prompt gives the same tokens, hence the
  * same output, through the queue and on the command line; token ids are
- * used as given.  A finished sequence becomes a `job_result`: its text
- * repaired into wire-clean UTF-8 (worker/text.h), its timings measured by
- * the engine for this job alone, its logprobs (when asked for) with each
+ * used as given; an output format (json_schema, json_object) becomes the
+ * request's constraint, a grammar held in the worker's format table.  A
+ * finished sequence becomes a `job_result`: its text repaired into
+ * wire-clean UTF-8 (worker/text.h), its timings measured by the engine for
+ * this job alone, its logprobs (when asked for) with each
  * token's bytes as the vocabulary has them.
  *
  * Both own their buffers until the matching _free. */
@@ -19,17 +21,20 @@
 #include "proto/wire.h"
 #include "engine/engine.h"
 #include "model/tokenizer.h"
+#include "worker/formats.h"
 
 typedef struct jobconv_request {
-    engine_request req; /* id = the job id; prompt points into ids */
+    engine_request req; /* id = the job id; prompt points into ids; constraint: held in
+                           the format table, released by the caller when the job leaves */
     int32_t *ids;
 } jobconv_request;
 
 /* Fails, naming the job and the field, when the prompt cannot be tokenized
- * (the tokenizer's error) or memory runs out (LLMQ_ERR_NO_ROOM).  What the
+ * (the tokenizer's error), the schema cannot be honoured (LLMQ_ERR_INVALID)
+ * or memory runs out (LLMQ_ERR_NO_ROOM); nothing is then held.  What the
  * engine checks itself (length against the context, id range) is left to
  * engine_add. */
-int jobconv_request_make(jobconv_request *r, const wire_job *j, const tok_vocab *v,
+int jobconv_request_make(jobconv_request *r, const wire_job *j, const tok_vocab *v, formats *fmt,
                          llmq_err *err);
 void jobconv_request_free(jobconv_request *r);
 

@@ -482,6 +482,38 @@ static void test_param_columns(void)
     store_close(st);
 }
 
+/* The schema, a column of its own, is only valid in the callback. */
+static int keep_schema(void *ctx, const store_job *j, llmq_err *err)
+{
+    (void)err;
+    snprintf(ctx, 64, "%s", j->params.json_schema ? j->params.json_schema : "(none)");
+    return 0;
+}
+
+/* A job's JSON schema is stored as its text and read back with it. */
+static void test_schema_column(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {0};
+    static const char SCHEMA[] = "{\"type\": \"object\"}";
+    store_begin(st, &err);
+    submit(st, &(store_job){.prompt = "p", .params = {.json_schema = SCHEMA}}, 1);
+    submit(st, &(store_job){.prompt = "q"}, 1);
+    store_commit(st, &err);
+    int64_t w = add_worker(st, "w", 0, 4);
+    char a[64] = "", b[64] = "";
+    int n = 0, m = 0;
+    store_begin(st, &err);
+    store_claim(st, w, NULL, 1, 2, keep_schema, a, &n, &err);
+    store_claim(st, w, NULL, 1, 2, keep_schema, b, &m, &err);
+    store_commit(st, &err);
+    CHECK(n == 1 && m == 1 && strcmp(a, SCHEMA) == 0 && strcmp(b, "(none)") == 0 &&
+              sql_int("SELECT count(*) FROM jobs WHERE json_schema IS NULL") == 1,
+          "a job's json_schema reads back as submitted; a job without one has NULL");
+    store_close(st);
+}
+
 static void test_first_result_wins(void)
 {
     fresh_db();
@@ -658,6 +690,31 @@ static void test_model_routing_and_meta(void)
           "a worker of another model skips the job routed to 'big'");
     n = claim_model(st, add_worker(st, "big", 1, 5), "big", 5, 6, &c);
     CHECK(n == 1 && c.ids[0] == jb, "the worker serving 'big' gets it");
+    store_begin(st, &err);
+    big.client_key = "for an alias";
+    big.model = "gpt-4o-mini";
+    int64_t ja = submit(st, &big, 7);
+    store_commit(st, &err);
+    static const char *const aliases[] = {"gpt-4o", "gpt-4o-mini"};
+    store_worker aw = {.name = "aliased",
+                       .host = "h",
+                       .pid = 1,
+                       .gpu_index = -1,
+                       .model = "small",
+                       .aliases = aliases,
+                       .n_aliases = 2,
+                       .engine = "cpu",
+                       .slots = 4};
+    int64_t wa = 0;
+    store_worker_add(st, &aw, 8, &wa, &err);
+    bool seen = false, unseen = true;
+    store_model_seen(st, "gpt-4o-mini", 8, &seen, &err);
+    store_model_seen(st, "gpt-5", 8, &unseen, &err);
+    CHECK(seen && !unseen, "a worker's alias counts as a model served; another name does not");
+    n = claim_model(st, add_worker(st, "plain", 0, 9), "small", 5, 9, &c);
+    CHECK(n == 0, "a worker of the same model without the alias skips the job");
+    n = claim_model(st, wa, "small", 5, 9, &c);
+    CHECK(n == 1 && c.ids[0] == ja, "the worker with the alias gets the job routed by it");
     store_close(st);
     char meta[64];
     sql_text("SELECT s.meta FROM jobs j JOIN submits s ON s.id = j.submit_id"
@@ -831,8 +888,9 @@ static void test_logprobs(void)
     store_close(st);
 }
 
-/* A database of schema version 1 (before logprobs and identities) is
- * migrated in place: its jobs read back without logprobs and owner. */
+/* A database of schema version 1 (before logprobs, identities and output
+ * formats) is migrated in place: its jobs read back without logprobs and
+ * owner, as free text. */
 static void test_migration_from_v1(void)
 {
     fresh_db();
@@ -844,6 +902,9 @@ static void test_migration_from_v1(void)
                           "ALTER TABLE jobs DROP COLUMN logprobs;"
                           "ALTER TABLE jobs DROP COLUMN top_logprobs;"
                           "ALTER TABLE results DROP COLUMN logprobs;"
+                          "ALTER TABLE jobs DROP COLUMN json_schema;"
+                          "ALTER TABLE jobs DROP COLUMN json_object;"
+                          "ALTER TABLE workers DROP COLUMN aliases;"
                           "ALTER TABLE jobs DROP COLUMN owner;"
                           "ALTER TABLE workers DROP COLUMN public_key;"
                           "DROP TABLE worker_keys;"
@@ -855,7 +916,7 @@ static void test_migration_from_v1(void)
     sqlite3_close(db);
     st = open_db(&opts3, 2000);
     int64_t w = st ? add_worker(st, "w", 0, 3) : 0;
-    job_params p = {.logprobs = true, .top_logprobs = 3};
+    job_params p = {.logprobs = true, .top_logprobs = 3, .json_object = true, .json_schema = "x"};
     llmq_err err = {0};
     int n = 0;
     if (st) {
@@ -864,8 +925,10 @@ static void test_migration_from_v1(void)
         store_commit(st, &err);
     }
     CHECK(rc == SQLITE_OK && st && sql_int("PRAGMA user_version") == STORE_SCHEMA_VERSION &&
-              n == 1 && !p.logprobs && p.top_logprobs == 0 && p.max_tokens == 8,
-          "a version 1 database migrates to %d; its job has logprobs off", STORE_SCHEMA_VERSION);
+              n == 1 && !p.logprobs && p.top_logprobs == 0 && p.max_tokens == 8 && !p.json_object &&
+              !p.json_schema,
+          "a version 1 database migrates to %d; its job has logprobs off and no output format",
+          STORE_SCHEMA_VERSION);
     store_close(st);
 }
 
@@ -966,6 +1029,7 @@ int main(void)
     test_job_facts();
     test_priority_order_and_json();
     test_param_columns();
+    test_schema_column();
     test_first_result_wins();
     test_attempts_exhaustion();
     test_cancel_and_hand_back();

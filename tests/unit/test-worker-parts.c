@@ -7,7 +7,10 @@
  * starts from the jobs still held; a job's text prompt becomes the tokens
  * llmq-run would use (BOS first), its token ids stay as given, its
  * sampling fields reach the engine; a finished sequence becomes a result
- * with the engine's finish reason and per-job timings. */
+ * with the engine's finish reason and per-job timings; a job's output
+ * format becomes its request's grammar, one grammar per distinct schema
+ * shared by the jobs that hold it, and a schema llmq cannot honour fails
+ * the job as bad input, naming json_schema and the keyword. */
 #include <string.h>
 
 #include "tests/unit/check.h"
@@ -96,7 +99,7 @@ static void test_withhold(void)
     jobs_free(&t);
 }
 
-static void test_jobconv(const tok_vocab *v)
+static void test_jobconv(const tok_vocab *v, formats *fmt)
 {
     wire_job j = {
         .id = 42, .attempt = 1, .prompt = "Once upon a time", .params = job_params_default()};
@@ -108,20 +111,21 @@ static void test_jobconv(const tok_vocab *v)
     int32_t *ids;
     size_t n;
     tok_encode(v, j.prompt, strlen(j.prompt), true, true, &ids, &n, &err);
-    int rc = jobconv_request_make(&r, &j, v, &err);
+    int rc = jobconv_request_make(&r, &j, v, fmt, &err);
     CHECK(rc == 0 && r.req.id == 42 && (size_t)r.req.n_prompt == n && r.req.prompt[0] == tok_bos(v) &&
               memcmp(r.req.prompt, ids, n * sizeof *ids) == 0,
           "a text prompt gets llmq-run's tokens, BOS first (%zu tokens)", n);
     CHECK(rc == 0 && r.req.sampling.temperature == 0.5f && r.req.sampling.seed == 9 &&
               r.req.sampling.repeat_last_n == -1 && r.req.max_tokens == 256,
           "sampling fields and the max_tokens default reach the engine");
+    CHECK(rc == 0 && !r.req.constraint, "a job without an output format is free text");
     jobconv_request_free(&r);
     free(ids);
     static const uint32_t toks[] = {1, 403, 407};
     j.prompt = NULL;
     j.tokens = toks;
     j.n_tokens = 3;
-    rc = jobconv_request_make(&r, &j, v, &err);
+    rc = jobconv_request_make(&r, &j, v, fmt, &err);
     CHECK(rc == 0 && r.req.n_prompt == 3 && r.req.prompt[0] == 1 && r.req.prompt[2] == 407,
           "token ids are used as given, no BOS added");
     jobconv_request_free(&r);
@@ -161,6 +165,58 @@ static void test_jobconv(const tok_vocab *v)
     jobconv_result_free(&res);
 }
 
+static const char PERSON[] = "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":"
+                             "\"string\"}},\"required\":[\"name\"]}";
+
+static void test_formats(const tok_vocab *v, formats *fmt)
+{
+    wire_job j = {.id = 7, .attempt = 1, .prompt = "a", .params = job_params_default()};
+    jobconv_request a, b, c, d;
+    llmq_err err;
+    char copy[sizeof PERSON];
+    memcpy(copy, PERSON, sizeof PERSON);
+    j.params.json_schema = PERSON;
+    int rc = jobconv_request_make(&a, &j, v, fmt, &err);
+    j.params.json_schema = copy; /* the same text elsewhere in memory */
+    rc |= jobconv_request_make(&b, &j, v, fmt, &err);
+    j.params.json_schema = NULL;
+    j.params.json_object = true;
+    rc |= jobconv_request_make(&c, &j, v, fmt, &err);
+    CHECK(rc == 0 && a.req.constraint && a.req.constraint == b.req.constraint && c.req.constraint &&
+              c.req.constraint != a.req.constraint && formats_get_stats(fmt).compiled == 2,
+          "two jobs with one schema share one grammar (compiled once); json_object has its own");
+    j.params.json_object = false;
+    j.params.json_schema = "{\"type\":\"integer\",\"minimum\":3}";
+    rc = jobconv_request_make(&d, &j, v, fmt, &err);
+    CHECK(rc != 0 && err.code == LLMQ_ERR_INVALID && strstr(err.msg, "job 7: json_schema: ") &&
+              strstr(err.msg, "'minimum' is not supported") && !d.req.constraint,
+          "a schema llmq cannot honour is bad input naming the field and keyword (%s)", err.msg);
+    const grammar *ga = a.req.constraint, *gc = c.req.constraint;
+    formats_release(fmt, ga);
+    formats_release(fmt, b.req.constraint);
+    formats_release(fmt, gc);
+    jobconv_request_free(&a);
+    jobconv_request_free(&b);
+    jobconv_request_free(&c);
+    j.params.json_schema = PERSON;
+    rc = jobconv_request_make(&a, &j, v, fmt, &err);
+    CHECK(rc == 0 && a.req.constraint == ga && formats_get_stats(fmt).compiled == 2,
+          "a grammar no job holds is kept for the next job of its schema");
+    formats_release(fmt, a.req.constraint);
+    jobconv_request_free(&a);
+    char many[64];
+    for (int i = 0; i < FORMATS_IDLE_MAX + 8; i++) {
+        snprintf(many, sizeof many, "{\"type\":\"string\",\"maxLength\":%d}", i + 1);
+        j.params.json_schema = many;
+        if (jobconv_request_make(&a, &j, v, fmt, &err) == 0)
+            formats_release(fmt, a.req.constraint);
+        jobconv_request_free(&a);
+    }
+    CHECK(formats_get_stats(fmt).grammars == FORMATS_IDLE_MAX,
+          "at most %d grammars no job holds are kept (%d)", FORMATS_IDLE_MAX,
+          formats_get_stats(fmt).grammars);
+}
+
 int main(void)
 {
     test_text();
@@ -179,7 +235,14 @@ int main(void)
         gguf_close(f);
         return 1;
     }
-    test_jobconv(v);
+    formats *fmt = NULL;
+    if (formats_new(&fmt, &err) != 0) {
+        printf("FAIL - %s\n", err.msg);
+        return 1;
+    }
+    test_jobconv(v, fmt);
+    test_formats(v, fmt);
+    formats_free(fmt);
     tok_free(v);
     gguf_close(f);
     return check_done();
