@@ -173,8 +173,6 @@ typedef struct backend_ops {
                     int32_t dim, be_act *out);
     /* out (rows x w.rows) = in . w^T, or += when accumulate (the residual add). */
     void (*matmul)(backend *be, const be_weight *w, be_act *in, float *out_dev, bool accumulate);
-    /* x[r][i] += bias[i] (rows x n): the q, k, v biases of qwen2. */
-    void (*add_bias)(backend *be, float *x_dev, const float *bias_dev, int32_t rows, int32_t n);
     /* Rotate q (rows x n_head*head_dim) and k (rows x n_head_kv*head_dim) in
      * place, each head as `rope` says (see be_rope). */
     void (*rope)(backend *be, float *q_dev, float *k_dev, const int32_t *pos_dev, int32_t rows,
@@ -200,10 +198,13 @@ typedef struct backend_ops {
     void (*top_k)(backend *be, const float *x_dev, int32_t rows, int32_t n, int32_t k,
                   int32_t *ids_dev, float *vals_dev);
     /* out[i] = in . w[i]^T for the n projections that read one activation
-     * (q, k, v; gate, up), each exactly as matmul computes it; a backend may
-     * run several in one launch. */
+     * (q, k, v; gate, up), each exactly as matmul computes it, then
+     * out[i][r][j] += bias[i][j] where bias_dev (NULL: none) has an entry for
+     * weight i (qwen2's q, k, v biases): one float add after the product, so
+     * that a backend may add it in the matmul's epilogue.  A backend may run
+     * several projections in one launch. */
     void (*matmul_many)(backend *be, int n, const be_weight *const *w, be_act *in,
-                        float *const *out_dev);
+                        float *const *out_dev, const float *const *bias_dev);
 
     /* ---- recorded steps (NULL where a backend has none) ---- */
     /* Brackets the kernels of a decode step: 1 when the step recorded under

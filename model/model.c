@@ -750,12 +750,8 @@ static void forward_layer(model *m, model_state *st, be_kv *kv, int32_t il, cons
     o->rmsnorm(be, st->x, l->attn_norm, c->norm_eps, rows, c->dim, &st->act_dim);
     const be_weight *qkv[] = {l->wq, l->wk, l->wv};
     float *const qkv_out[] = {st->q, st->k, st->v};
-    o->matmul_many(be, 3, qkv, &st->act_dim, qkv_out);
-    const float *qkv_bias[] = {l->bq, l->bk, l->bv};
-    const int32_t qkv_cols[] = {c->dim, c->n_head_kv * c->head_dim, c->n_head_kv * c->head_dim};
-    for (int i = 0; i < 3; i++)
-        if (qkv_bias[i])
-            o->add_bias(be, qkv_out[i], qkv_bias[i], rows, qkv_cols[i]);
+    const float *const qkv_bias[] = {l->bq, l->bk, l->bv};
+    o->matmul_many(be, 3, qkv, &st->act_dim, qkv_out, qkv_bias);
     o->rope(be, st->q, st->k, st->pos, rows, shape, &m->rope);
     o->kv_write(be, kv, il, st->k, st->v, st->slot, rows);
     o->attention(be, kv, il, st->q, ab, shape, &st->act_dim);
@@ -764,7 +760,7 @@ static void forward_layer(model *m, model_state *st, be_kv *kv, int32_t il, cons
     o->rmsnorm(be, st->x, l->ffn_norm, c->norm_eps, rows, c->dim, &st->act_dim);
     const be_weight *gate_up[] = {l->wg, l->wu};
     float *const gate_up_out[] = {st->g, st->u};
-    o->matmul_many(be, 2, gate_up, &st->act_dim, gate_up_out);
+    o->matmul_many(be, 2, gate_up, &st->act_dim, gate_up_out, NULL);
     o->swiglu(be, st->g, st->u, rows, c->ffn_dim, &st->act_ffn);
     o->matmul(be, l->wd, &st->act_ffn, st->x, true);
 }

@@ -586,9 +586,8 @@ static void cpu_rope(backend *be, float *q, float *k, const int32_t *pos, int32_
 
 /* ---- bias ---- */
 
-static void cpu_add_bias(backend *be, float *x, const float *bias, int32_t rows, int32_t n)
+static void add_bias(float *x, const float *bias, int32_t rows, int32_t n)
 {
-    (void)be;
     for (int32_t r = 0; r < rows; r++)
         for (int32_t i = 0; i < n; i++)
             x[(size_t)r * n + i] += bias[i];
@@ -810,10 +809,13 @@ static void cpu_destroy(backend *be)
 /* ---- matmul_many: one at a time (each already spreads over the pool) ---- */
 
 static void cpu_matmul_many(backend *be, int n, const be_weight *const *w, be_act *in,
-                            float *const *out)
+                            float *const *out, const float *const *bias)
 {
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         cpu_matmul(be, w[i], in, out[i], false);
+        if (bias && bias[i])
+            add_bias(out[i], bias[i], in->rows, (int32_t)w[i]->rows);
+    }
 }
 
 /* ---- argmax: the greedy token of each row ---- */
@@ -880,7 +882,6 @@ static const backend_ops cpu_ops = {
     .gather_rows = cpu_gather_rows,
     .rmsnorm = cpu_rmsnorm,
     .matmul = cpu_matmul,
-    .add_bias = cpu_add_bias,
     .rope = cpu_rope,
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,

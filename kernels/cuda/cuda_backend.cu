@@ -499,7 +499,7 @@ static void cu_matmul(backend *be, const be_weight *w, be_act *in, float *out, b
     if (!matmul_prepare(cb, w, in))
         return;
     if (mmv_takes(w, in))
-        launch_mmv_group(cb, 1, &w, in, &out, accumulate);
+        launch_mmv_group(cb, 1, &w, in, &out, NULL, accumulate);
     else
         launch_gemm(cb, w, in, out, accumulate);
 }
@@ -507,20 +507,22 @@ static void cu_matmul(backend *be, const be_weight *w, be_act *in, float *out, b
 /* Runs of consecutive weights of one type and width that mmv takes go out
  * as one launch each; the rest one by one. */
 static void cu_matmul_many(backend *be, int n, const be_weight *const *w, be_act *in,
-                           float *const *out)
+                           float *const *out, const float *const *bias)
 {
     cuda_backend *cb = cb_of(be);
     for (int i = 0, j; i < n; i = j) {
         j = i + 1;
         if (!mmv_takes(w[i], in)) {
             cu_matmul(be, w[i], in, out[i], false);
+            if (bias && bias[i] && !cb->failed && in->rows > 0)
+                launch_add_bias(cb, out[i], bias[i], in->rows, (int32_t)w[i]->rows);
             continue;
         }
         while (j < n && j - i < MMV_GROUP_MAX && w[j]->type == w[i]->type &&
                w[j]->cols == w[i]->cols)
             j++;
         if (matmul_prepare(cb, w[i], in))
-            launch_mmv_group(cb, j - i, w + i, in, out + i, false);
+            launch_mmv_group(cb, j - i, w + i, in, out + i, bias ? bias + i : NULL, false);
     }
 }
 
@@ -532,13 +534,6 @@ static void cu_rope(backend *be, float *q, float *k, const int32_t *pos, int32_t
     const float theta_scale = powf(rope->freq_base, -2.0f / (float)rope->n_dims);
     if (!cb->failed && rows > 0)
         launch_rope(cb, q, k, pos, rows, shape, rope, theta_scale);
-}
-
-static void cu_add_bias(backend *be, float *x, const float *bias, int32_t rows, int32_t n)
-{
-    cuda_backend *cb = cb_of(be);
-    if (!cb->failed && rows > 0)
-        launch_add_bias(cb, x, bias, rows, n);
 }
 
 static void cu_kv_write(backend *be, be_kv *kv, int32_t layer, const float *k, const float *v,
@@ -621,7 +616,6 @@ static const backend_ops cuda_ops = {
     .gather_rows = cu_gather_rows,
     .rmsnorm = cu_rmsnorm,
     .matmul = cu_matmul,
-    .add_bias = cu_add_bias,
     .rope = cu_rope,
     .kv_write = cu_kv_write,
     .attention = cu_attention,

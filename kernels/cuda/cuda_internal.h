@@ -178,14 +178,17 @@ void launch_kv_write(cuda_backend *cb, be_kv *kv, int32_t layer, const float *k,
 struct mmv_group {
     be_weight w[MMV_GROUP_MAX];
     float *out[MMV_GROUP_MAX];
-    unsigned first_tile[MMV_GROUP_MAX]; /* first 8-row tile of each weight */
+    const float *bias[MMV_GROUP_MAX];   /* added in the epilogue; NULL: none */
+    unsigned first_tile[MMV_GROUP_MAX]; /* first tile (of mmv_layout rows) of each weight */
     int n;
 };
 cudaError_t mmv_configure(void);
 /* Whether mmv takes weights like w for activations like in. */
 bool mmv_takes(const be_weight *w, const be_act *in);
+/* bias: NULL, or n entries (NULL where a weight has none), with accumulate
+ * false: out = product + bias, one float add (backend.h, matmul_many). */
 void launch_mmv_group(cuda_backend *cb, int n, const be_weight *const *w, const be_act *in,
-                      float *const *out, bool accumulate);
+                      float *const *out, const float *const *bias, bool accumulate);
 /* gemm.cu: out (rows x w->rows) from the f16 copy of in. */
 void launch_gemm(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
                  bool accumulate);

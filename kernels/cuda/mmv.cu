@@ -365,6 +365,7 @@ __global__ void __launch_bounds__(MMV_WARPS * 32)
                   (grp.n > 2 && blockIdx.x >= grp.first_tile[2]);
     const be_weight &w = i == 0 ? grp.w[0] : i == 1 ? grp.w[1] : grp.w[2];
     float *out = i == 0 ? grp.out[0] : i == 1 ? grp.out[1] : grp.out[2];
+    const float *bias = i == 0 ? grp.bias[0] : i == 1 ? grp.bias[1] : grp.bias[2];
     const unsigned first = i == 0 ? 0u : i == 1 ? grp.first_tile[1] : grp.first_tile[2];
     const int64_t row0 = (int64_t)(blockIdx.x - first) * L::rows;
     const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x % 32;
@@ -397,6 +398,8 @@ __global__ void __launch_bounds__(MMV_WARPS * 32)
         float y = 0.0f;
         for (int ch = 0; ch < chunks; ch++)
             y += part[((size_t)ch * L::rows + r) * L::cols + col];
+        if (bias)
+            y = __fadd_rn(y, bias[n]); /* the CPU's add after the product */
         float *dst = out + (int64_t)col * w.rows + n;
         *dst = accumulate ? *dst + y : y;
     }
@@ -457,7 +460,7 @@ static void launch_rows(cuda_backend *cb, const mmv_group &g, unsigned tiles, co
 }
 
 void launch_mmv_group(cuda_backend *cb, int n, const be_weight *const *w, const be_act *in,
-                      float *const *out, bool accumulate)
+                      float *const *out, const float *const *bias, bool accumulate)
 {
     const int rows = in->rows;
     const int tile_rows = rows > 8 ? mmv_layout<false>::rows : mmv_layout<true>::rows;
@@ -468,6 +471,7 @@ void launch_mmv_group(cuda_backend *cb, int n, const be_weight *const *w, const 
         g.first_tile[i] = tiles;
         g.w[i] = *w[i];
         g.out[i] = out[i];
+        g.bias[i] = bias ? bias[i] : NULL;
         tiles += (unsigned)((w[i]->rows + tile_rows - 1) / tile_rows);
     }
     const bool known = with_weight_type(w[0]->type, [&](auto t) {
