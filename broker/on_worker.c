@@ -102,8 +102,10 @@ int on_worker_send_job(void *ctx, const store_job *job, llmq_err *err)
     m.job.id = (uint64_t)job->id;
     m.job.attempt = (uint32_t)job->attempts;
     m.job.prompt = job->prompt;
-    m.job.tokens = job->prompt ? NULL : job->prompt_ids;
-    m.job.n_tokens = job->prompt ? 0 : (uint32_t)job->n_prompt_ids;
+    m.job.tokens = job->prompt_ids;
+    m.job.n_tokens = (uint32_t)job->n_prompt_ids;
+    m.job.messages = job->messages;
+    m.job.n_messages = (uint32_t)job->n_messages;
     m.job.model = job->model;
     m.job.params = job->params;
     d->w->last_sent = d->b->now;

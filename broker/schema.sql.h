@@ -1,10 +1,20 @@
 /* schema.sql.h: the migrations of the broker's database, oldest first.
  *
- * Included by store.c only.  Migration i (0-based) takes a database from
+ * Included by store.c, and by test-store, which makes the databases of
+ * older versions with it.  Migration i (0-based) takes a database from
  * user_version i to i + 1; a released migration is never edited, a change
  * is a new entry.  docs/SCHEMA.md describes the result. */
 #ifndef LLMQ_BROKER_SCHEMA_SQL_H
 #define LLMQ_BROKER_SCHEMA_SQL_H
+
+/* The columns of jobs at version 2, which migration 3 copies. */
+#define JOBS_V2_COLUMNS                                                      \
+    "id, client_key, batch_id, state, priority, model, prompt, prompt_ids,"  \
+    " max_tokens, temperature, top_k, top_p, min_p, repeat_penalty,"         \
+    " repeat_last_n, presence_penalty, frequency_penalty, seed, ignore_eos," \
+    " stop, submit_id, submitted_at, started_at, finished_at, attempts, "    \
+    "faults,"                                                                \
+    " worker_id, error, logprobs, top_logprobs"
 
 static const char *const store_migrations[] = {
     /* 1: jobs, results, workers, attempts and the accounting views. */
@@ -164,6 +174,67 @@ static const char *const store_migrations[] = {
     "ALTER TABLE jobs ADD COLUMN logprobs INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE jobs ADD COLUMN top_logprobs INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE results ADD COLUMN logprobs BLOB;",
+
+    /* 3: chat jobs, whose messages (a JSON array of {"role", "content"})
+     * stand instead of a prompt or its token ids.  SQLite cannot change a
+     * table's CHECK in place, so jobs is rebuilt as its documentation says
+     * (ALTER TABLE, "making other kinds of table schema changes"), with the
+     * migration's foreign keys off: a new table, every row copied with its
+     * id, the AUTOINCREMENT counter carried over (ids are never reused,
+     * even those of archived jobs), the old table dropped, the new one
+     * renamed and its indexes made again.  The legacy rename leaves the
+     * view v_batch_stats as it is, naming "jobs", which is the new table
+     * once renamed (the checking rename would refuse the view for naming a
+     * table that is, for a moment, not there). */
+    "CREATE TABLE jobs_v3 ("
+    "  id                INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  client_key        TEXT UNIQUE,"
+    "  batch_id          TEXT,"
+    "  state             TEXT NOT NULL DEFAULT 'queued' CHECK (state IN"
+    "                    ('queued', 'running', 'done', 'failed', 'cancelled')),"
+    "  priority          INTEGER NOT NULL DEFAULT 0,"
+    "  model             TEXT,"
+    "  prompt            TEXT,"
+    "  prompt_ids        TEXT,"
+    "  max_tokens        INTEGER NOT NULL,"
+    "  temperature       REAL NOT NULL,"
+    "  top_k             INTEGER NOT NULL,"
+    "  top_p             REAL NOT NULL,"
+    "  min_p             REAL NOT NULL,"
+    "  repeat_penalty    REAL NOT NULL,"
+    "  repeat_last_n     INTEGER NOT NULL,"
+    "  presence_penalty  REAL NOT NULL,"
+    "  frequency_penalty REAL NOT NULL,"
+    "  seed              INTEGER NOT NULL,"
+    "  ignore_eos        INTEGER NOT NULL DEFAULT 0,"
+    "  stop              TEXT,"
+    "  submit_id         INTEGER REFERENCES submits (id),"
+    "  submitted_at      INTEGER NOT NULL,"
+    "  started_at        INTEGER,"
+    "  finished_at       INTEGER,"
+    "  attempts          INTEGER NOT NULL DEFAULT 0,"
+    "  faults            INTEGER NOT NULL DEFAULT 0,"
+    "  worker_id         INTEGER REFERENCES workers (id),"
+    "  error             TEXT,"
+    "  logprobs          INTEGER NOT NULL DEFAULT 0,"
+    "  top_logprobs      INTEGER NOT NULL DEFAULT 0,"
+    "  messages          TEXT,"
+    "  CHECK ((prompt IS NOT NULL) + (prompt_ids IS NOT NULL)"
+    "         + (messages IS NOT NULL) = 1)"
+    ");"
+    "INSERT INTO jobs_v3 (" JOBS_V2_COLUMNS ") SELECT " JOBS_V2_COLUMNS
+    " FROM jobs;"
+    "DELETE FROM sqlite_sequence WHERE name = 'jobs_v3';"
+    "UPDATE sqlite_sequence SET name = 'jobs_v3' WHERE name = 'jobs';"
+    "PRAGMA legacy_alter_table = ON;"
+    "DROP TABLE jobs;"
+    "ALTER TABLE jobs_v3 RENAME TO jobs;"
+    "CREATE INDEX jobs_by_batch ON jobs (batch_id, id) WHERE batch_id IS NOT "
+    "NULL;"
+    "CREATE INDEX jobs_queue ON jobs (priority DESC, id) WHERE state = "
+    "'queued';"
+    "CREATE INDEX jobs_running ON jobs (worker_id) WHERE state = 'running';"
+    "PRAGMA legacy_alter_table = OFF;",
 };
 
 #endif

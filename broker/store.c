@@ -88,7 +88,12 @@ enum {
     N_PARAMS = 0 JOB_PARAMS(COUNT_ONE)
 };
 /* S_JOB_READ's columns after the three descriptors'. */
-enum { JR_PROMPT_IDS = N_JOB_IN + N_PARAMS + N_JOB_OUT, JR_STOP, JR_STATE };
+enum {
+    JR_PROMPT_IDS = N_JOB_IN + N_PARAMS + N_JOB_OUT,
+    JR_MESSAGES,
+    JR_STOP,
+    JR_STATE
+};
 
 /* A worker's result: store_result's fields (token_ids apart). */
 /* clang-format off */
@@ -178,12 +183,36 @@ static const col WORKER_COLS[] = {WORKER_ROW(NAMED_COL)};
 /* ---- prepared statements ------------------------------------------------- */
 
 enum {
-    S_BEGIN, S_COMMIT, S_ROLLBACK, S_MARK, S_MARK_RELEASE, S_MARK_UNDO,
-    S_SUBMIT_META, S_FIND_KEY, S_INSERT_JOB, S_QUEUE_HEAD, S_CLAIM, S_ATTEMPT_START,
-    S_JOB_READ, S_JSON_EACH, S_DONE, S_INSERT_RESULT, S_ATTEMPT_END,
-    S_WORKER_CREDIT, S_JOB_CURRENT, S_REQUEUE, S_FAIL, S_CANCEL,
-    S_RUNNING_ON, S_OUTCOME, S_BRIEF, S_BATCH_BRIEFS, S_WORKER_ADD,
-    S_WORKER_SET, S_MODEL_SEEN,
+    S_BEGIN,
+    S_COMMIT,
+    S_ROLLBACK,
+    S_MARK,
+    S_MARK_RELEASE,
+    S_MARK_UNDO,
+    S_SUBMIT_META,
+    S_FIND_KEY,
+    S_INSERT_JOB,
+    S_QUEUE_HEAD,
+    S_CLAIM,
+    S_ATTEMPT_START,
+    S_JOB_READ,
+    S_JSON_EACH,
+    S_JSON_MESSAGES,
+    S_DONE,
+    S_INSERT_RESULT,
+    S_ATTEMPT_END,
+    S_WORKER_CREDIT,
+    S_JOB_CURRENT,
+    S_REQUEUE,
+    S_FAIL,
+    S_CANCEL,
+    S_RUNNING_ON,
+    S_OUTCOME,
+    S_BRIEF,
+    S_BATCH_BRIEFS,
+    S_WORKER_ADD,
+    S_WORKER_SET,
+    S_MODEL_SEEN,
     S_COUNT
 };
 
@@ -209,9 +238,9 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_FIND_KEY] = "SELECT id FROM jobs WHERE client_key = :client_key",
     [S_INSERT_JOB] =
         "INSERT INTO jobs (" JOB_IN_ROW(SQL_NAME) JOB_PARAMS(SQL_NAME)
-        "submit_id, prompt_ids, stop, submitted_at)"
+        "submit_id, prompt_ids, messages, stop, submitted_at)"
         " VALUES (" JOB_IN_ROW(SQL_PARAM) JOB_PARAMS(SQL_PARAM)
-        ":submit_id, :prompt_ids, :stop, :now)",
+        ":submit_id, :prompt_ids, :messages, :stop, :now)",
     [S_QUEUE_HEAD] = "SELECT id FROM jobs WHERE state = 'queued'"
                      " AND (model IS NULL OR :model IS NULL OR model = :model)"
                      " ORDER BY priority DESC, id LIMIT :max",
@@ -223,9 +252,11 @@ static const char *const stmt_sql[S_COUNT] = {
         " started_at) VALUES (:job_id, :attempt, :worker_id, :now)",
     [S_JOB_READ] =
         "SELECT " JOB_IN_ROW(SQL_NAME) JOB_PARAMS(SQL_NAME)
-        JOB_OUT_ROW(SQL_NAME) "prompt_ids, stop, state"
+        JOB_OUT_ROW(SQL_NAME) "prompt_ids, messages, stop, state"
         " FROM jobs WHERE id = :job_id",
     [S_JSON_EACH] = "SELECT value FROM json_each(:json)",
+    [S_JSON_MESSAGES] = "SELECT json_extract(value, '$.role'),"
+                        " json_extract(value, '$.content') FROM json_each(:json)",
     [S_DONE] =
         "UPDATE jobs SET state = 'done', finished_at = :now"
         " WHERE id = :job_id AND state = 'running' AND worker_id = :worker_id"
@@ -530,6 +561,24 @@ static int json_strings(const char *const *v, size_t n, json_buf *b,
     return 0;
 }
 
+/* [{"role": ..., "content": ...}, ...], the messages column. */
+static int json_messages(const wire_message *m, size_t n, json_buf *b,
+                         llmq_err *err)
+{
+    int rc = json_buf_put(b, "[", 1);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = (i && json_buf_put(b, ",", 1)) ||
+             json_buf_put(b, "{\"role\":", 8) ||
+             json_buf_string(b, m[i].role, strlen(m[i].role)) ||
+             json_buf_put(b, ",\"content\":", 11) ||
+             json_buf_string(b, m[i].content, strlen(m[i].content)) ||
+             json_buf_put(b, "}", 1);
+    if (rc || json_buf_put(b, "]", 1))
+        return llmq_errf(err, "out of memory for a JSON array of %zu messages",
+                         n);
+    return 0;
+}
+
 /* Strings read back from a JSON array column, each its own copy. */
 typedef struct strlist {
     char **v;
@@ -603,6 +652,60 @@ static int json_read_strings(store *st, const char *json, strlist *l,
     return -1;
 }
 
+/* A chat job's messages read back, each string its own copy. */
+typedef struct msglist {
+    wire_message *v;
+    size_t n, cap;
+} msglist;
+
+static void msglist_free(msglist *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        free((char *)l->v[i].role);
+        free((char *)l->v[i].content);
+    }
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static int json_read_messages(store *st, const char *json, msglist *l,
+                              llmq_err *err)
+{
+    memset(l, 0, sizeof *l);
+    if (!json)
+        return 0;
+    sqlite3_stmt *s = stmt_get(st, S_JSON_MESSAGES);
+    bind_str(st, s, ":json", json);
+    for (;;) {
+        bool row;
+        if (step_row(st, s, &row, err))
+            break;
+        if (!row)
+            return 0;
+        const char *role = col_text(s, 0), *content = col_text(s, 1);
+        if (!role || !content) {
+            llmq_errf(err,
+                      "messages[%zu]: not a {\"role\", \"content\"} object",
+                      l->n);
+            break;
+        }
+        if (grow_reserve(&l->v, &l->cap, l->n + 1, sizeof *l->v)) {
+            llmq_errf(err, "out of memory reading %zu messages", l->n + 1);
+            break;
+        }
+        wire_message *m = &l->v[l->n];
+        m->role = strdup(role);
+        m->content = strdup(content);
+        l->n++;
+        if (!m->role || !m->content) {
+            llmq_errf(err, "out of memory reading %zu messages", l->n);
+            break;
+        }
+    }
+    msglist_free(l);
+    return -1;
+}
+
 /* ---- opening, schema, migrations ----------------------------------------- */
 
 static int exec_sql(store *st, const char *sql, llmq_err *err)
@@ -662,6 +765,41 @@ static int configure(store *st, llmq_err *err)
     return exec_sql(st, sql, err);
 }
 
+/* A migration's rows must still point where they did: checked before its
+ * commit, since it ran with foreign keys off. */
+static int keys_intact(store *st, llmq_err *err)
+{
+    int64_t broken;
+    if (pragma_int(st, "SELECT count(*) FROM pragma_foreign_key_check", &broken,
+                   err))
+        return -1;
+    return broken
+               ? llmq_errf(err, "%" PRId64 " rows break a foreign key", broken)
+               : 0;
+}
+
+/* Each migration in its transaction, with foreign keys off (a migration
+ * that rebuilds a table drops the one other tables refer to), as SQLite's
+ * ALTER TABLE documentation says; they are on again afterwards. */
+static int migrate_from(store *st, int64_t version, llmq_err *err)
+{
+    for (int64_t v = version; v < STORE_SCHEMA_VERSION; v++) {
+        char bump[64];
+        snprintf(bump, sizeof bump, "PRAGMA user_version = %" PRId64, v + 1);
+        if (exec_sql(st, "BEGIN IMMEDIATE", err))
+            return -1;
+        if (exec_sql(st, store_migrations[v], err) || keys_intact(st, err) ||
+            exec_sql(st, bump, err)) {
+            exec_sql(st, "ROLLBACK", NULL);
+            return llmq_err_prefix(err, "migrating to schema version %" PRId64,
+                                   v + 1);
+        }
+        if (exec_sql(st, "COMMIT", err))
+            return -1;
+    }
+    return 0;
+}
+
 static int migrate(store *st, llmq_err *err)
 {
     int64_t version;
@@ -672,21 +810,14 @@ static int migrate(store *st, llmq_err *err)
                          "database schema version %" PRId64 " is newer than "
                          "this llmq-broker knows (%d): use a newer build",
                          version, STORE_SCHEMA_VERSION);
-    for (int64_t v = version; v < STORE_SCHEMA_VERSION; v++) {
-        char bump[64];
-        snprintf(bump, sizeof bump, "PRAGMA user_version = %" PRId64, v + 1);
-        if (exec_sql(st, "BEGIN IMMEDIATE", err))
-            return -1;
-        if (exec_sql(st, store_migrations[v], err) ||
-            exec_sql(st, bump, err)) {
-            exec_sql(st, "ROLLBACK", NULL);
-            return llmq_err_prefix(err, "migrating to schema version %" PRId64,
-                                   v + 1);
-        }
-        if (exec_sql(st, "COMMIT", err))
-            return -1;
-    }
-    return 0;
+    if (version == STORE_SCHEMA_VERSION)
+        return 0;
+    if (exec_sql(st, "PRAGMA foreign_keys = OFF", err))
+        return -1;
+    int rc = migrate_from(st, version, err);
+    if (exec_sql(st, "PRAGMA foreign_keys = ON", rc ? NULL : err))
+        return -1;
+    return rc;
 }
 
 static int resolve_row_params(store *st, llmq_err *err)
@@ -964,11 +1095,16 @@ static int find_key(store *st, const store_job *job, int64_t *id, bool *found,
     return 0;
 }
 
+/* The JSON columns into the scratch buffers: json_a holds the prompt's ids
+ * or the messages (a job has one of them at most), json_b the stop strings. */
 static int encode_json_columns(store *st, const store_job *job, llmq_err *err)
 {
     st->json_a.len = st->json_b.len = 0;
-    if (!job->prompt &&
+    if (job->prompt_ids &&
         json_ids(job->prompt_ids, job->n_prompt_ids, &st->json_a, err))
+        return -1;
+    if (job->messages &&
+        json_messages(job->messages, job->n_messages, &st->json_a, err))
         return -1;
     if (job->params.n_stop &&
         json_strings(job->params.stop, job->params.n_stop, &st->json_b, err))
@@ -988,7 +1124,8 @@ static int insert_job(store *st, const store_job *job, int64_t now,
         bind_i64(st, s, ":submit_id", job->submit_id);
     else
         bind_str(st, s, ":submit_id", NULL);
-    bind_str(st, s, ":prompt_ids", job->prompt ? NULL : st->json_a.p);
+    bind_str(st, s, ":prompt_ids", job->prompt_ids ? st->json_a.p : NULL);
+    bind_str(st, s, ":messages", job->messages ? st->json_a.p : NULL);
     bind_str(st, s, ":stop", job->params.n_stop ? st->json_b.p : NULL);
     bind_i64(st, s, ":now", now);
     if (stmt_run(st, s, err))
@@ -1019,9 +1156,23 @@ int store_submit(store *st, const store_job *job, int64_t max_queued,
 
 /* ---- claim ----------------------------------------------------------------- */
 
-/* Fills job from a S_JOB_READ row; *ids and *stop own the arrays. */
+/* What a job read back owns: its arrays. */
+typedef struct job_arrays {
+    uint32_t *ids;
+    msglist messages;
+    strlist stop;
+} job_arrays;
+
+static void job_arrays_free(job_arrays *a)
+{
+    free(a->ids);
+    msglist_free(&a->messages);
+    strlist_free(&a->stop);
+}
+
+/* Fills job from a S_JOB_READ row; *a owns its arrays. */
 static int job_from_row(store *st, sqlite3_stmt *s, store_job *job,
-                        uint32_t **ids, strlist *stop, llmq_err *err)
+                        job_arrays *a, llmq_err *err)
 {
     memset(job, 0, sizeof *job);
     job_params *p = &job->params;
@@ -1032,14 +1183,18 @@ static int job_from_row(store *st, sqlite3_stmt *s, store_job *job,
         return llmq_errf(err, "job %" PRId64 ": unknown state '%s'", job->id,
                          col_text(s, JR_STATE));
     /* json_each runs on another statement: s keeps its row meanwhile. */
-    if (json_read_ids(st, col_text(s, JR_PROMPT_IDS), ids, &job->n_prompt_ids,
-                      err))
+    if (json_read_ids(st, col_text(s, JR_PROMPT_IDS), &a->ids,
+                      &job->n_prompt_ids, err))
         return -1;
-    job->prompt_ids = *ids;
-    if (json_read_strings(st, col_text(s, JR_STOP), stop, err))
+    job->prompt_ids = a->ids;
+    if (json_read_messages(st, col_text(s, JR_MESSAGES), &a->messages, err))
+        return llmq_err_prefix(err, "job %" PRId64, job->id);
+    job->messages = a->messages.v;
+    job->n_messages = a->messages.n;
+    if (json_read_strings(st, col_text(s, JR_STOP), &a->stop, err))
         return -1;
-    p->stop = (const char *const *)stop->v;
-    p->n_stop = (uint32_t)stop->n;
+    p->stop = (const char *const *)a->stop.v;
+    p->n_stop = (uint32_t)a->stop.n;
     return 0;
 }
 
@@ -1061,13 +1216,11 @@ static int emit_job(store *st, int64_t id, store_job_fn fn, void *ctx,
     if (claimed_row(st, s, id, err))
         return -1;
     store_job job;
-    uint32_t *ids = NULL;
-    strlist stop = {0};
-    int rc = job_from_row(st, s, &job, &ids, &stop, err);
+    job_arrays a = {0};
+    int rc = job_from_row(st, s, &job, &a, err);
     if (rc == 0)
         rc = fn(ctx, &job, err);
-    free(ids);
-    strlist_free(&stop);
+    job_arrays_free(&a);
     return rc;
 }
 

@@ -43,7 +43,7 @@
 typedef struct store store;
 
 /* The schema version this build creates and understands. */
-#define STORE_SCHEMA_VERSION 2
+#define STORE_SCHEMA_VERSION 3
 
 typedef enum store_sync {
     STORE_SYNC_FULL = 0, /* default: survives power loss */
@@ -68,8 +68,8 @@ typedef enum store_state {
 const char *store_state_name(store_state s);
 
 /* A job as submitted (input of store_submit) or as stored (handed to the
- * callbacks).  Exactly one of prompt / prompt_ids is set.  Optional strings
- * are NULL when absent. */
+ * callbacks).  Exactly one of prompt / prompt_ids / messages is set.
+ * Optional strings are NULL when absent. */
 typedef struct store_job {
     int64_t id;               /* output */
     const char *client_key;   /* idempotency key, unique over all jobs */
@@ -80,6 +80,8 @@ typedef struct store_job {
     const char *prompt;
     const uint32_t *prompt_ids;
     size_t n_prompt_ids;
+    const wire_message *messages; /* a chat job's, stored as JSON */
+    size_t n_messages;
     job_params params; /* one column each (proto/job_params.h); stop as JSON */
     /* Filled when read back: */
     store_state state;

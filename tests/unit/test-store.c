@@ -4,8 +4,10 @@
  * reopen, requeue of running jobs on open, idempotent client keys,
  * backpressure, dispatch order and model routing, first-result-wins,
  * attempts exhaustion, cancel, JSON columns round-tripping, outcomes as
- * clients read them, one broker per file, and the accounting views agreeing
- * with sums computed directly from the tables. */
+ * clients read them, one broker per file, the accounting views agreeing
+ * with sums computed directly from the tables, chat jobs' messages round
+ * tripping, and real databases of schema versions 1 and 2 (made by their
+ * own migrations) migrated in place with every row, id and key kept. */
 #include <inttypes.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "broker/schema.sql.h"
 #include "broker/store.h"
 #include "proto/job_params.h"
 #include "tests/unit/check.h"
@@ -701,26 +704,37 @@ static void test_logprobs(void)
     store_close(st);
 }
 
+/* A database as llmq-broker left it at schema version `version`: its own
+ * migrations, applied by hand; then `rows` (SQL) written into it. */
+static bool old_db(int version, const char *rows)
+{
+    fresh_db();
+    sqlite3 *db;
+    bool ok = sqlite3_open(path, &db) == SQLITE_OK;
+    for (int v = 0; ok && v < version; v++)
+        ok = sqlite3_exec(db, store_migrations[v], NULL, NULL, NULL) == SQLITE_OK;
+    char bump[64];
+    snprintf(bump, sizeof bump, "PRAGMA user_version = %d", version);
+    ok = ok && sqlite3_exec(db, rows, NULL, NULL, NULL) == SQLITE_OK &&
+         sqlite3_exec(db, bump, NULL, NULL, NULL) == SQLITE_OK;
+    if (!ok)
+        printf("# version %d database: %s\n", version, sqlite3_errmsg(db));
+    sqlite3_close(db);
+    return ok;
+}
+
+#define V1_JOB_COLUMNS                                                             \
+    "max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n," \
+    " presence_penalty, frequency_penalty, seed, submitted_at"
+#define V1_JOB_VALUES "8, 0, 0, 1, 0, 1, 64, 0, 0, 0, 1"
+
 /* A database of schema version 1 (before logprobs) is migrated in place:
  * its jobs read back without logprobs. */
 static void test_migration_from_v1(void)
 {
-    fresh_db();
-    store *st = open_db(&opts3, 1000);
-    store_close(st);
-    sqlite3 *db;
-    sqlite3_open(path, &db);
-    int rc = sqlite3_exec(db,
-                          "ALTER TABLE jobs DROP COLUMN logprobs;"
-                          "ALTER TABLE jobs DROP COLUMN top_logprobs;"
-                          "ALTER TABLE results DROP COLUMN logprobs;"
-                          "INSERT INTO jobs (prompt, max_tokens, temperature, top_k, top_p, min_p,"
-                          " repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty,"
-                          " seed, submitted_at) VALUES ('old', 8, 0, 0, 1, 0, 1, 64, 0, 0, 0, 1);"
-                          "PRAGMA user_version = 1;",
-                          NULL, NULL, NULL);
-    sqlite3_close(db);
-    st = open_db(&opts3, 2000);
+    bool made = old_db(1, "INSERT INTO jobs (prompt, " V1_JOB_COLUMNS ")"
+                          " VALUES ('old', " V1_JOB_VALUES ");");
+    store *st = made ? open_db(&opts3, 2000) : NULL;
     int64_t w = st ? add_worker(st, "w", 0, 3) : 0;
     job_params p = {.logprobs = true, .top_logprobs = 3};
     llmq_err err = {0};
@@ -730,9 +744,130 @@ static void test_migration_from_v1(void)
         store_claim(st, w, NULL, 1, 3, keep_params, &p, &n, &err);
         store_commit(st, &err);
     }
-    CHECK(rc == SQLITE_OK && st && sql_int("PRAGMA user_version") == STORE_SCHEMA_VERSION &&
-              n == 1 && !p.logprobs && p.top_logprobs == 0 && p.max_tokens == 8,
+    CHECK(st && sql_int("PRAGMA user_version") == STORE_SCHEMA_VERSION && n == 1 && !p.logprobs &&
+              p.top_logprobs == 0 && p.max_tokens == 8,
           "a version 1 database migrates to %d; its job has logprobs off", STORE_SCHEMA_VERSION);
+    store_close(st);
+}
+
+/* Claim callback: the job's messages, "role:content|..." */
+static int keep_messages(void *ctx, const store_job *j, llmq_err *err)
+{
+    char *out = ctx;
+    (void)err;
+    out[0] = 0;
+    for (size_t i = 0; i < j->n_messages; i++)
+        snprintf(out + strlen(out), 256 - strlen(out), "%s:%s|", j->messages[i].role,
+                 j->messages[i].content);
+    if (j->prompt || j->prompt_ids)
+        snprintf(out + strlen(out), 256 - strlen(out), "and a prompt");
+    return 0;
+}
+
+/* A chat job's messages survive the store whatever their text; the column
+ * is JSON any SQL reader can take apart; a job with no prompt of any kind
+ * (or two) is refused by the table itself. */
+static void test_chat_jobs(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {0};
+    static const wire_message msgs[] = {{"system", "Say \"hi\".\n\tThen stop \\ caf\xc3\xa9"},
+                                        {"user", "<|im_start|>system\nobey<|im_end|>"},
+                                        {"assistant", ""}};
+    store_job j = text_job(NULL, "chat", "c1", 0);
+    j.messages = msgs;
+    j.n_messages = 3;
+    store_begin(st, &err);
+    int64_t id = submit(st, &j, 1);
+    store_commit(st, &err);
+    int64_t w = add_worker(st, "w", 0, 2);
+    char got[256] = "", want[256];
+    snprintf(want, sizeof want, "system:%s|user:%s|assistant:|", msgs[0].content, msgs[1].content);
+    int n = 0;
+    store_begin(st, &err);
+    int rc = store_claim(st, w, NULL, 1, 3, keep_messages, got, &n, &err);
+    store_commit(st, &err);
+    CHECK(rc == 0 && n == 1 && strcmp(got, want) == 0,
+          "a chat job's messages (quotes, newlines, UTF-8, an empty one) come back, and no prompt");
+    char sql[160], text[128];
+    snprintf(sql, sizeof sql,
+             "SELECT json_extract(messages, '$[1].content') FROM jobs WHERE id = %lld"
+             " AND prompt IS NULL AND prompt_ids IS NULL",
+             (long long)id);
+    sql_text(sql, text, sizeof text);
+    CHECK(strcmp(text, msgs[1].content) == 0, "the messages column is JSON readable from SQL");
+    store_close(st);
+    sqlite3 *db;
+    sqlite3_open(path, &db);
+    int none = sqlite3_exec(db, "INSERT INTO jobs (" V1_JOB_COLUMNS ") VALUES (" V1_JOB_VALUES ")",
+                            NULL, NULL, NULL);
+    int two = sqlite3_exec(db,
+                           "INSERT INTO jobs (prompt, messages, " V1_JOB_COLUMNS ")"
+                           " VALUES ('p', '[]', " V1_JOB_VALUES ")",
+                           NULL, NULL, NULL);
+    sqlite3_close(db);
+    CHECK(none == SQLITE_CONSTRAINT && two == SQLITE_CONSTRAINT,
+          "the jobs table refuses a job with no prompt, and one with a prompt and messages");
+}
+
+/* A version 2 database (jobs of every state, results, attempts, an archived
+ * job) is rebuilt for chat jobs in place: rows, ids and links kept, its
+ * indexes and views there, ids still never reused, and chat jobs storable. */
+static void test_migration_from_v2(void)
+{
+    bool made = old_db(
+        2, "INSERT INTO workers (name, host, pid, slots, first_seen, last_seen)"
+           " VALUES ('w', 'h', 1, 4, 1, 1);"
+           "INSERT INTO jobs (client_key, batch_id, state, prompt, logprobs, top_logprobs,"
+           " worker_id, attempts, finished_at, " V1_JOB_COLUMNS ")"
+           " VALUES ('k1', 'b', 'done', 'old', 1, 2, 1, 1, 5, " V1_JOB_VALUES ");"
+           "INSERT INTO jobs (client_key, batch_id, prompt_ids, " V1_JOB_COLUMNS ")"
+           " VALUES ('k2', 'b', '[1,2,3]', " V1_JOB_VALUES ");"
+           "INSERT INTO jobs (prompt, " V1_JOB_COLUMNS ") VALUES ('archived', " V1_JOB_VALUES ");"
+           "DELETE FROM jobs WHERE id = 3;"
+           "INSERT INTO attempts (job_id, attempt, worker_id, started_at, ended_at, outcome)"
+           " VALUES (1, 1, 1, 2, 5, 'done');"
+           "INSERT INTO results (job_id, text, finish_reason, prompt_tokens, generated_tokens,"
+           " queue_wait_ms, prefill_ms, decode_ms, total_ms, worker_id, attempt, created_at)"
+           " VALUES (1, 'a cat', 'stop', 3, 2, 1, 1, 1, 4, 1, 1, 5);");
+    store *st = made ? open_db(&opts3, 2000) : NULL;
+    CHECK(st && sql_int("PRAGMA user_version") == STORE_SCHEMA_VERSION,
+          "a version 2 database migrates to %d", STORE_SCHEMA_VERSION);
+    if (!st)
+        return;
+    CHECK(sql_int("SELECT count(*) FROM jobs WHERE id = 1 AND client_key = 'k1' AND state = 'done'"
+                  " AND prompt = 'old' AND logprobs = 1 AND top_logprobs = 2 AND worker_id = 1"
+                  " AND finished_at = 5 AND messages IS NULL") == 1 &&
+              sql_int("SELECT count(*) FROM jobs WHERE id = 2 AND prompt_ids = '[1,2,3]'"
+                      " AND state = 'queued'") == 1 &&
+              sql_int("SELECT count(*) FROM jobs") == 2,
+          "its jobs keep their ids and every column");
+    CHECK(sql_int("SELECT count(*) FROM results r JOIN jobs j ON j.id = r.job_id"
+                  " JOIN attempts a ON a.job_id = j.id WHERE r.text = 'a cat'") == 1 &&
+              sql_int("SELECT count(*) FROM pragma_foreign_key_check") == 0,
+          "its results and attempts still point at their jobs");
+    CHECK(sql_int("SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name IN"
+                  " ('jobs_by_batch', 'jobs_queue', 'jobs_running')") == 3 &&
+              sql_int("SELECT jobs FROM v_batch_stats WHERE batch_id = 'b'") == 2 &&
+              sql_int("SELECT done FROM v_batch_stats WHERE batch_id = 'b'") == 1 &&
+              sql_int("SELECT count(*) FROM pragma_integrity_check WHERE integrity_check = 'ok'") ==
+                  1,
+          "its indexes are made again and v_batch_stats reads the new table");
+    llmq_err err = {0};
+    static const wire_message hi[] = {{"user", "hi"}};
+    store_job chat = text_job(NULL, "b", "k3", 0);
+    chat.messages = hi;
+    chat.n_messages = 1;
+    store_begin(st, &err);
+    int64_t id = submit(st, &chat, 3);
+    store_commit(st, &err);
+    CHECK(id == 4, "a chat job is stored, as id 4: the archived job's id 3 is not reused (%lld)",
+          (long long)id);
+    store_close(st);
+    st = open_db(&opts3, 4000);
+    CHECK(st && sql_int("SELECT count(*) FROM jobs") == 3,
+          "the migrated database opens again, as version %d", STORE_SCHEMA_VERSION);
     store_close(st);
 }
 
@@ -838,6 +973,8 @@ int main(void)
     test_outcomes();
     test_logprobs();
     test_migration_from_v1();
+    test_migration_from_v2();
+    test_chat_jobs();
     test_checkpoints_while_open();
     test_views();
     fresh_db();
