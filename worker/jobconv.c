@@ -20,9 +20,43 @@ static void engine_params(engine_request *req, const job_params *p)
     req->n_stop = (int32_t)p->n_stop;
 }
 
-static int prompt_ids(jobconv_request *r, const wire_job *j, const tok_vocab *v, size_t *n,
+/* A failure to render is the job's (its messages, or a template that
+ * cannot serve them), not the worker's: unless it is said to be a lack of
+ * room, it fails the job for good. */
+static int chat_failed(llmq_err *err, unsigned long long id)
+{
+    if (err->code != LLMQ_ERR_NO_ROOM)
+        err->code = LLMQ_ERR_INVALID;
+    return llmq_err_prefix(err, "job %llu: messages", id);
+}
+
+static int chat_ids(jobconv_request *r, const wire_job *j, const jobconv_model *m, size_t *n,
+                    llmq_err *err)
+{
+    const unsigned long long id = (unsigned long long)j->id;
+    if (!m->chat)
+        return llmq_errc(err, LLMQ_ERR_INVALID, "job %llu: messages: %s", id, m->no_chat);
+    chat_message *msgs = malloc((j->n_messages ? j->n_messages : 1) * sizeof *msgs);
+    if (!msgs)
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: messages: out of memory", id);
+    for (uint32_t i = 0; i < j->n_messages; i++)
+        msgs[i] = (chat_message){j->messages[i].role, strlen(j->messages[i].role),
+                                 j->messages[i].content, strlen(j->messages[i].content)};
+    chat_prompt p;
+    int rc = chat_render_for(m->chat, m->vocab, msgs, j->n_messages, &p, err);
+    free(msgs);
+    if (rc == 0)
+        rc = chat_tokenize(&p, m->vocab, &r->ids, n, err);
+    chat_prompt_free(&p);
+    return rc < 0 ? chat_failed(err, id) : 0;
+}
+
+static int prompt_ids(jobconv_request *r, const wire_job *j, const jobconv_model *m, size_t *n,
                       llmq_err *err)
 {
+    const tok_vocab *v = m->vocab;
+    if (j->messages)
+        return chat_ids(r, j, m, n, err);
     if (j->prompt) {
         if (tok_encode(v, j->prompt, strlen(j->prompt), tok_add_bos(v), true, &r->ids, n,
                        err) != 0)
@@ -41,13 +75,15 @@ static int prompt_ids(jobconv_request *r, const wire_job *j, const tok_vocab *v,
     return 0;
 }
 
-int jobconv_request_make(jobconv_request *r, const wire_job *j, const tok_vocab *v,
+int jobconv_request_make(jobconv_request *r, const wire_job *j, const jobconv_model *m,
                          llmq_err *err)
 {
     memset(r, 0, sizeof *r);
     size_t n = 0;
-    if (prompt_ids(r, j, v, &n, err) != 0)
+    if (prompt_ids(r, j, m, &n, err) != 0) {
+        jobconv_request_free(r);
         return -1;
+    }
     r->req = (engine_request){.id = j->id, .prompt = r->ids, .n_prompt = (int32_t)n};
     engine_params(&r->req, &j->params);
     return 0;

@@ -25,7 +25,7 @@ struct session {
     session_config cfg;
     link_conn *link;
     engine *eng;
-    const tok_vocab *vocab;
+    jobconv_model model;
     jobs jobs;
     phase phase;
     int64_t hello_at;       /* PHASE_HELLO_DUE: not before */
@@ -49,7 +49,7 @@ static void say(const session *s, const char *fmt, ...)
 }
 
 int session_create(session **out, const session_config *cfg, link_conn *link, engine *e,
-                   const tok_vocab *v, llmq_err *err)
+                   const jobconv_model *m, llmq_err *err)
 {
     *out = NULL;
     session *s = calloc(1, sizeof *s);
@@ -62,7 +62,7 @@ int session_create(session **out, const session_config *cfg, link_conn *link, en
     s->cfg = *cfg;
     s->link = link;
     s->eng = e;
-    s->vocab = v;
+    s->model = *m;
     s->phase = PHASE_HELLO_DUE;
     s->dead_after_ms = WIRE_DEAD_AFTER_MS;
     *out = s;
@@ -171,7 +171,7 @@ static int on_job(session *s, const wire_job *j, llmq_err *err)
     jobs_arrived(&s->jobs);
     jobconv_request r;
     llmq_err bad;
-    if (cannot_take(s, j, &bad) != 0 || jobconv_request_make(&r, j, s->vocab, &bad) != 0)
+    if (cannot_take(s, j, &bad) != 0 || jobconv_request_make(&r, j, &s->model, &bad) != 0)
         return fail_job(s, j->id, j->attempt, &bad, err);
     int rc = engine_add(s->eng, &r.req, &bad);
     jobconv_request_free(&r);
@@ -286,7 +286,7 @@ static int send_result(session *s, const jobs_entry *e, const engine_event *ev, 
 {
     jobconv_result r;
     llmq_err bad;
-    if (jobconv_result_make(&r, e->attempt, ev, s->vocab, &bad) != 0)
+    if (jobconv_result_make(&r, e->attempt, ev, s->model.vocab, &bad) != 0)
         return fail_job(s, e->id, e->attempt, &bad, err);
     int rc = link_send(s->link, &r.msg, &bad);
     jobconv_result_free(&r);
