@@ -137,6 +137,84 @@ static int parse_tokens(jobfile_entry *e, const json_value *v, llmq_err *err)
     return 0;
 }
 
+/* A message's content: a string, or OpenAI's list of text parts, joined by
+ * newlines into *owned (as vLLM joins them). */
+static int message_content(const json_value *c, size_t i, const char **out, char **owned,
+                           llmq_err *err)
+{
+    char name[48];
+    snprintf(name, sizeof name, "messages[%zu].content", i);
+    if (c->type == JSON_STRING)
+        return str_of(c, name, out, err);
+    if (c->type != JSON_ARRAY || c->arr.n == 0)
+        return llmq_errf(err, "%s: must be a string or a non-empty list of text parts", name);
+    size_t len = 0;
+    FILE *f = open_memstream(owned, &len);
+    if (!f)
+        return llmq_errf(err, "out of memory");
+    int rc = 0;
+    for (size_t k = 0; k < c->arr.n && rc == 0; k++) {
+        const json_value *type = json_get(&c->arr.items[k], "type");
+        const json_value *text = json_get(&c->arr.items[k], "text");
+        if (!type || type->type != JSON_STRING || strcmp(type->str.s, "text") != 0 || !text ||
+            text->type != JSON_STRING || c->arr.items[k].obj.n != 2)
+            rc = llmq_errf(err,
+                           "%s[%zu]: only {\"type\": \"text\", \"text\": ...} parts are "
+                           "supported",
+                           name, k);
+        else if ((k && fputc('\n', f) == EOF) ||
+                 fwrite(text->str.s, 1, text->str.len, f) != text->str.len)
+            rc = llmq_errf(err, "out of memory");
+    }
+    fclose(f);
+    if (rc == 0 && strlen(*owned) != len)
+        rc = llmq_errf(err, "%s: contains a NUL character", name);
+    *out = *owned;
+    return rc;
+}
+
+/* One message: exactly a role (any string: the model's template decides
+ * what it knows) and a content. */
+static int parse_message(jobfile_entry *e, const json_value *m, size_t i, llmq_err *err)
+{
+    const json_value *role = json_get(m, "role");
+    const json_value *content = json_get(m, "content");
+    if (m->type != JSON_OBJECT || !role || !content)
+        return llmq_errf(err, "messages[%zu]: must be an object with \"role\" and \"content\"", i);
+    for (size_t k = 0; k < m->obj.n; k++)
+        if (strcmp(m->obj.members[k].key, "role") != 0 &&
+            strcmp(m->obj.members[k].key, "content") != 0)
+            return llmq_errf(err,
+                             "messages[%zu].%s: not supported (a message is a role and a "
+                             "content)",
+                             i, m->obj.members[k].key);
+    char name[48];
+    snprintf(name, sizeof name, "messages[%zu].role", i);
+    if (str_of(role, name, &e->messages[i].role, err) < 0)
+        return -1;
+    return message_content(content, i, &e->messages[i].content, &e->contents[i], err);
+}
+
+/* A chat job's messages, passed on as they are: the worker renders them
+ * with its model's chat template. */
+static int parse_messages(jobfile_entry *e, const json_value *msgs, llmq_err *err)
+{
+    if (msgs->type != JSON_ARRAY || msgs->arr.n == 0)
+        return llmq_errf(err, "messages: must be a non-empty array");
+    e->messages = calloc(msgs->arr.n, sizeof *e->messages);
+    e->contents = calloc(msgs->arr.n, sizeof *e->contents);
+    if (!e->messages || !e->contents)
+        return llmq_errf(err, "out of memory");
+    e->n_contents = msgs->arr.n;
+    for (size_t i = 0; i < msgs->arr.n; i++)
+        if (parse_message(e, &msgs->arr.items[i], i, err) < 0)
+            return -1;
+    e->job.messages = e->messages;
+    e->job.n_messages = msgs->arr.n;
+    e->chat = true;
+    return 0;
+}
+
 /* A job field shared by both shapes: 1 if it was one, 0 if not, -1 on error. */
 static int job_field(jobfile_entry *e, const char *key, const json_value *v, llmq_err *err)
 {
@@ -149,6 +227,8 @@ static int job_field(jobfile_entry *e, const char *key, const json_value *v, llm
         return parse_tokens(e, v, err) < 0 ? -1 : 1;
     if (strcmp(key, "prompt") == 0)
         return str_of(v, "prompt", &e->job.prompt, err) < 0 ? -1 : 1;
+    if (strcmp(key, "messages") == 0)
+        return parse_messages(e, v, err) < 0 ? -1 : 1;
     return 0;
 }
 
@@ -186,75 +266,6 @@ static int parse_native(jobfile_entry *e, const json_value *doc, llmq_err *err)
 
 /* ---- OpenAI lines ----------------------------------------------------------------------- */
 
-static int render_content(FILE *f, const json_value *c, size_t i, llmq_err *err)
-{
-    if (c->type == JSON_STRING) {
-        fwrite(c->str.s, 1, c->str.len, f);
-        return 0;
-    }
-    if (c->type != JSON_ARRAY)
-        return llmq_errf(err, "messages[%zu].content: must be a string or a list of parts", i);
-    for (size_t k = 0; k < c->arr.n; k++) {
-        const json_value *type = json_get(&c->arr.items[k], "type");
-        const json_value *text = json_get(&c->arr.items[k], "text");
-        if (!type || type->type != JSON_STRING || strcmp(type->str.s, "text") != 0 || !text ||
-            text->type != JSON_STRING)
-            return llmq_errf(err, "messages[%zu].content[%zu]: only {\"type\": \"text\", "
-                             "\"text\": ...} parts are supported", i, k);
-        fwrite(text->str.s, 1, text->str.len, f);
-    }
-    return 0;
-}
-
-static const char *role_label(const char *role)
-{
-    static const char *const ROLES[][2] = {
-        {"system", "System"}, {"developer", "System"}, {"user", "User"},
-        {"assistant", "Assistant"}};
-    for (size_t i = 0; i < sizeof ROLES / sizeof ROLES[0]; i++)
-        if (strcmp(role, ROLES[i][0]) == 0)
-            return ROLES[i][1];
-    return NULL;
-}
-
-static int render_message(FILE *f, const json_value *m, size_t i, llmq_err *err)
-{
-    const json_value *role = json_get(m, "role");
-    const json_value *content = json_get(m, "content");
-    if (m->type != JSON_OBJECT || !role || role->type != JSON_STRING || !content)
-        return llmq_errf(err, "messages[%zu]: must be an object with \"role\" and \"content\"",
-                         i);
-    const char *label = role_label(role->str.s);
-    if (!label)
-        return llmq_errf(err, "messages[%zu].role: \"%s\" is not system, developer, user "
-                         "or assistant", i, role->str.s);
-    fprintf(f, "%s: ", label);
-    if (render_content(f, content, i, err) < 0)
-        return -1;
-    fputc('\n', f);
-    return 0;
-}
-
-static int render_messages(jobfile_entry *e, const json_value *msgs, llmq_err *err)
-{
-    if (msgs->type != JSON_ARRAY || msgs->arr.n == 0)
-        return llmq_errf(err, "messages: must be a non-empty array");
-    size_t len = 0;
-    FILE *f = open_memstream(&e->transcript, &len);
-    if (!f)
-        return llmq_errf(err, "out of memory");
-    int rc = 0;
-    for (size_t i = 0; i < msgs->arr.n && rc == 0; i++)
-        rc = render_message(f, &msgs->arr.items[i], i, err);
-    fputs("Assistant:", f);
-    fclose(f);
-    if (rc == 0 && strlen(e->transcript) != len)
-        rc = llmq_errf(err, "messages: contains a NUL character");
-    e->job.prompt = e->transcript;
-    e->chat = true;
-    return rc;
-}
-
 static int body_prompt(jobfile_entry *e, const json_value *v, llmq_err *err)
 {
     if (v->type == JSON_ARRAY && v->arr.n == 1)   /* OpenAI allows a list of prompts; n = 1 only */
@@ -267,8 +278,6 @@ static int body_special(jobfile_entry *e, const char *key, const json_value *v, 
 {
     if (strcmp(key, "prompt") == 0)
         return body_prompt(e, v, err) < 0 ? -1 : 1;
-    if (strcmp(key, "messages") == 0)
-        return render_messages(e, v, err) < 0 ? -1 : 1;
     if (strcmp(key, "model") == 0)
         return str_of(v, "model", &e->model, err) < 0 ? -1 : 1;
     if (strcmp(key, "max_completion_tokens") == 0)
@@ -336,7 +345,7 @@ static int parse_body(jobfile_entry *e, const json_value *body, llmq_err *err)
         if (rc < 0)
             return in_body(err);
     }
-    if (!e->job.prompt && !e->job.tokens)
+    if (!e->job.prompt && !e->job.tokens && !e->job.messages)
         return llmq_errf(err, "body: \"prompt\" or \"messages\" is required");
     if (body_logprobs(e, json_get(body, "logprobs"), err) < 0)
         return in_body(err);
@@ -428,7 +437,10 @@ static int parse_line(jobfile_entry *e, const char *text, size_t len, const char
 static void entry_free(jobfile_entry *e)
 {
     json_free(e->doc);
-    free(e->transcript);
+    for (size_t i = 0; i < e->n_contents; i++)
+        free(e->contents[i]);
+    free(e->contents);
+    free(e->messages);
     free(e->key);
     free(e->stop);
     free(e->tokens);

@@ -5,9 +5,9 @@
  *
  *  native  {"id": "q1", "prompt": "Once upon a time", "max_tokens": 32,
  *           "temperature": 0.8, "seed": 1, ...} with every job field of
- *           docs/PROTOCOL.md §4 under its wire name ("tokens" instead of
- *           "prompt"; "stop" may be one string); "id" (string or integer) is
- *           optional.
+ *           docs/PROTOCOL.md §4 under its wire name ("tokens" or "messages"
+ *           instead of "prompt"; "stop" may be one string); "id" (string or
+ *           integer) is optional.
  *  OpenAI  {"custom_id": "q1", "method": "POST", "url": "/v1/completions",
  *           "body": {"model": "...", "prompt": "...", "max_tokens": 32, ...}}
  *           with "messages" instead of "prompt" for /v1/chat/completions;
@@ -15,10 +15,12 @@
  *           1 and "stream" false; "user" is ignored; body.model is echoed in
  *           the output, not used for routing; "logprobs" is true/false in a
  *           chat body (with "top_logprobs" 0..20), and in a completions body
- *           the legacy API's number of alternatives, 0..5.  Messages are rendered as a
- *           plain transcript, one "Role: content" line per message ("System",
- *           "User", "Assistant"; content strings or lists of text parts),
- *           followed by "Assistant:", which the model continues.
+ *           the legacy API's number of alternatives, 0..5.
+ *
+ * Messages (both shapes: "messages" instead of "prompt") are passed on as
+ * they are, to be rendered by the worker's chat template: each exactly a
+ * "role" (any string) and a "content", a string or OpenAI's list of text
+ * parts (joined by newlines).
  *
  * Unknown fields are errors (a typo must not silently change a job).  Every
  * job is checked exactly as the broker will check it (llmq_job_check), so a
@@ -51,7 +53,9 @@ typedef struct jobfile_entry {
     uint64_t job_id;             /* set once submitted */
     /* owned */
     json_value *doc;
-    char *transcript;
+    llmq_message *messages;
+    char **contents; /* joined text parts, per message (NULL: a string of doc) */
+    size_t n_contents;
     char *key;
     const char **stop;
     uint32_t *tokens;

@@ -43,8 +43,10 @@ static const char EPILOG[] =
     "Job lines: {\"id\": ..., \"prompt\": \"...\", \"max_tokens\": N, \"temperature\": T,\n"
     "\"top_k\", \"top_p\", \"min_p\", \"repeat_penalty\", \"repeat_last_n\",\n"
     "\"presence_penalty\", \"frequency_penalty\", \"seed\", \"stop\", \"ignore_eos\",\n"
-    "\"priority\", \"model\"} (\"tokens\": [ids] instead of \"prompt\"), or OpenAI batch\n"
-    "lines {\"custom_id\", \"method\", \"url\", \"body\": {\"prompt\" or \"messages\", ...}}.\n"
+    "\"priority\", \"model\"} (\"tokens\": [ids], or a chat job's \"messages\": [{\"role\",\n"
+    "\"content\"}], instead of \"prompt\"), or OpenAI batch lines {\"custom_id\", \"method\",\n"
+    "\"url\", \"body\": {\"prompt\" or \"messages\", ...}}.  Messages go to the workers as\n"
+    "they are: each renders them with its model's chat template.\n"
     "Exit status: 0 all done, 1 some job failed or unfinished, 2 bad input,\n"
     "3 broker unreachable or submit refused.\n";
 

@@ -73,11 +73,34 @@ static void test_openai(void)
               e->job.temperature == 1.0f && strcmp(e->job.key, "B:r1") == 0,
           "a completion line: prompt, max_completion_tokens, model echoed not routed");
     e = &jf.entries[1];
-    CHECK(e->chat && strcmp(e->job.prompt, "System: Be brief.\nUser: Hi there\nAssistant: Hello.\n"
-                                           "User: Go on\nAssistant:") == 0,
-          "chat messages render as the documented transcript");
+    const llmq_message *m = e->job.messages;
+    CHECK(e->chat && !e->job.prompt && e->job.n_messages == 4 && strcmp(m[0].role, "system") == 0 &&
+              strcmp(m[0].content, "Be brief.") == 0 && strcmp(m[1].role, "user") == 0 &&
+              strcmp(m[1].content, "Hi\n there") == 0 && strcmp(m[2].role, "assistant") == 0 &&
+              strcmp(m[3].content, "Go on") == 0,
+          "chat messages pass through unflattened, text parts joined by newlines");
     CHECK(e->job.model == NULL, "OpenAI model names do not route jobs");
     jobfile_free(&jf);
+}
+
+/* Messages in a native line, and roles the template decides about. */
+static void test_native_messages(void)
+{
+    jobfile jf;
+    llmq_err err;
+    int rc = read_text("{\"id\": 1, \"messages\": [{\"role\": \"user\", \"content\": "
+                       "\"<|im_start|>hi\"}, {\"role\": \"tool\", \"content\": \"\"}], "
+                       "\"max_tokens\": 4}\n",
+                       &jf, &err);
+    const llmq_job *j = rc == 0 ? &jf.entries[0].job : NULL;
+    CHECK(j && !jf.entries[0].openai && j->n_messages == 2 &&
+              strcmp(j->messages[0].content, "<|im_start|>hi") == 0 &&
+              strcmp(j->messages[1].role, "tool") == 0 && strcmp(j->messages[1].content, "") == 0 &&
+              j->max_tokens == 4,
+          "a native line carries messages as they are, any role%s%s", rc ? ": " : "",
+          rc ? err.msg : "");
+    if (rc == 0)
+        jobfile_free(&jf);
 }
 
 /* Reads text, which must give n jobs (what says which). */
@@ -133,7 +156,7 @@ static const bad_line BAD[] = {
     {"{\"id\":1,\"prompt\":\"a\",\"stop\":[\"x\",3]}\n", "stop[1]: must be a string"},
     {"{\"id\":1,\"tokens\":[1,-2]}\n", "tokens[1]: -2 is out of range"},
     {"{\"id\":1,\"prompt\":\"a\",\"tokens\":[1]}\n", "mutually exclusive"},
-    {"{\"id\":1}\n", "one of \"prompt\" or \"tokens\" is required"},
+    {"{\"id\":1}\n", "one of \"prompt\", \"tokens\" or \"messages\" is required"},
     {"{\"id\":1.5,\"prompt\":\"a\"}\n", "id: must be a string or an integer"},
     {"{\"id\":1,\"prompt\":\"a\\u0000b\"}\n", "prompt: contains a NUL character"},
     {"{\"id\":1,\"prompt\":\"a\",\"temprature\":1}\n", "temprature: unknown field"},
@@ -163,8 +186,17 @@ static const bad_line BAD[] = {
      "url: must be \"/v1/completions\""},
     {"{\"custom_id\":\"r\",\"method\":\"GET\",\"body\":{\"prompt\":\"a\"}}\n",
      "method: must be \"POST\""},
-    {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}}\n",
-     "body.messages[0].role: \"tool\" is not"},
+    {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"user\",\"content\":\"x\","
+     "\"name\":\"bob\"}]}}\n",
+     "body.messages[0].name: not supported (a message is a role and a content)"},
+    {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"assistant\",\"content\":null}]}}\n",
+     "body.messages[0].content: must be a string or a non-empty list of text parts"},
+    {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"\",\"content\":\"x\"}]}}\n",
+     "body.messages[0].role: 0 bytes, at least 1 required"},
+    {"{\"custom_id\":\"r\",\"body\":{\"messages\":[]}}\n",
+     "body.messages: must be a non-empty array"},
+    {"{\"id\":1,\"prompt\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}\n",
+     "\"prompt\" and \"messages\" are mutually exclusive"},
     {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
      "\"image_url\"}]}]}}\n",
      "body.messages[0].content[0]: only"},
@@ -331,6 +363,7 @@ int main(void)
 {
     test_native();
     test_openai();
+    test_native_messages();
     test_logprobs_in();
     test_bad_lines();
     test_output();
