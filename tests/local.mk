@@ -213,6 +213,9 @@ TESTS += tests/unit/test-chat
 tests_unit_test_chat_SOURCES = tests/unit/test-chat.c tests/unit/check.h \
 	model/gguf_writer.c model/gguf_writer.h
 tests_unit_test_chat_LDADD = $(LLMQ_MODEL_LIBS)
+# llmq-run --messages, --render-only, --chat-template (tools/llmq-run.c)
+TESTS += tests/unit/test-cli-chat.sh
+EXTRA_DIST += tests/unit/test-cli-chat.sh
 
 FUZZ_TARGETS += tests/fuzz/fuzz-jinja
 EXTRA_DIST += tests/fuzz/fuzz-jinja.c tests/fuzz/corpus-jinja tests/fuzz/jinja.dict
