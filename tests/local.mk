@@ -216,6 +216,10 @@ tests_unit_test_chat_LDADD = $(LLMQ_MODEL_LIBS)
 # llmq-run --messages, --render-only, --chat-template (tools/llmq-run.c)
 TESTS += tests/unit/test-cli-chat.sh
 EXTRA_DIST += tests/unit/test-cli-chat.sh
+# A chat batch in OpenAI's format through llmq-submit, a broker and a worker on
+# the synthetic qwen2 model (tools, broker/, worker/)
+TESTS += tests/integration/test-chat-e2e.sh
+EXTRA_DIST += tests/integration/test-chat-e2e.sh
 
 FUZZ_TARGETS += tests/fuzz/fuzz-jinja
 EXTRA_DIST += tests/fuzz/fuzz-jinja.c tests/fuzz/corpus-jinja tests/fuzz/jinja.dict
