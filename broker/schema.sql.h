@@ -7,14 +7,57 @@
 #ifndef LLMQ_BROKER_SCHEMA_SQL_H
 #define LLMQ_BROKER_SCHEMA_SQL_H
 
+/* SQL laid out by hand, to the end of the migrations. */
+/* clang-format off */
+/* The columns of jobs as migration 1 makes them, with which the table that
+ * migration 3 makes starts. */
+#define JOBS_V1_COLUMNS                                                          \
+    "  id                INTEGER PRIMARY KEY AUTOINCREMENT,"                     \
+    "  client_key        TEXT UNIQUE,"                                           \
+    "  batch_id          TEXT,"                                                  \
+    "  state             TEXT NOT NULL DEFAULT 'queued' CHECK (state IN"         \
+    "                    ('queued', 'running', 'done', 'failed', 'cancelled'))," \
+    "  priority          INTEGER NOT NULL DEFAULT 0,"                            \
+    "  model             TEXT,"                                                  \
+    "  prompt            TEXT,"                                                  \
+    "  prompt_ids        TEXT,"                                                  \
+    "  max_tokens        INTEGER NOT NULL,"                                      \
+    "  temperature       REAL NOT NULL,"                                         \
+    "  top_k             INTEGER NOT NULL,"                                      \
+    "  top_p             REAL NOT NULL,"                                         \
+    "  min_p             REAL NOT NULL,"                                         \
+    "  repeat_penalty    REAL NOT NULL,"                                         \
+    "  repeat_last_n     INTEGER NOT NULL,"                                      \
+    "  presence_penalty  REAL NOT NULL,"                                         \
+    "  frequency_penalty REAL NOT NULL,"                                         \
+    "  seed              INTEGER NOT NULL,"                                      \
+    "  ignore_eos        INTEGER NOT NULL DEFAULT 0,"                            \
+    "  stop              TEXT,"                                                  \
+    "  submit_id         INTEGER REFERENCES submits (id),"                       \
+    "  submitted_at      INTEGER NOT NULL,"                                      \
+    "  started_at        INTEGER,"                                               \
+    "  finished_at       INTEGER,"                                               \
+    "  attempts          INTEGER NOT NULL DEFAULT 0,"                            \
+    "  faults            INTEGER NOT NULL DEFAULT 0,"                            \
+    "  worker_id         INTEGER REFERENCES workers (id),"                       \
+    "  error             TEXT,"
+
+/* The indexes of jobs: made with the table (1), and again when migration 3
+ * rebuilds it. */
+#define JOBS_INDEXES                                                           \
+    "CREATE INDEX jobs_by_batch ON jobs (batch_id, id) WHERE batch_id IS NOT " \
+    "NULL;"                                                                    \
+    "CREATE INDEX jobs_queue ON jobs (priority DESC, id) WHERE state = "       \
+    "'queued';"                                                                \
+    "CREATE INDEX jobs_running ON jobs (worker_id) WHERE state = 'running';"
+
 /* The columns of jobs at version 2, which migration 3 copies. */
-#define JOBS_V2_COLUMNS                                                      \
-    "id, client_key, batch_id, state, priority, model, prompt, prompt_ids,"  \
-    " max_tokens, temperature, top_k, top_p, min_p, repeat_penalty,"         \
-    " repeat_last_n, presence_penalty, frequency_penalty, seed, ignore_eos," \
-    " stop, submit_id, submitted_at, started_at, finished_at, attempts, "    \
-    "faults,"                                                                \
-    " worker_id, error, logprobs, top_logprobs"
+#define JOBS_V2_COLUMNS                                                         \
+    "id, client_key, batch_id, state, priority, model, prompt, prompt_ids,"     \
+    " max_tokens, temperature, top_k, top_p, min_p, repeat_penalty,"            \
+    " repeat_last_n, presence_penalty, frequency_penalty, seed, ignore_eos,"    \
+    " stop, submit_id, submitted_at, started_at, finished_at, attempts,"        \
+    " faults, worker_id, error, logprobs, top_logprobs"
 
 static const char *const store_migrations[] = {
     /* 1: jobs, results, workers, attempts and the accounting views. */
@@ -43,42 +86,10 @@ static const char *const store_migrations[] = {
     "  received_at INTEGER NOT NULL"
     ");"
     "CREATE TABLE jobs ("
-    "  id                INTEGER PRIMARY KEY AUTOINCREMENT,"
-    "  client_key        TEXT UNIQUE,"
-    "  batch_id          TEXT,"
-    "  state             TEXT NOT NULL DEFAULT 'queued' CHECK (state IN"
-    "                    ('queued', 'running', 'done', 'failed', 'cancelled')),"
-    "  priority          INTEGER NOT NULL DEFAULT 0,"
-    "  model             TEXT,"
-    "  prompt            TEXT,"
-    "  prompt_ids        TEXT,"
-    "  max_tokens        INTEGER NOT NULL,"
-    "  temperature       REAL NOT NULL,"
-    "  top_k             INTEGER NOT NULL,"
-    "  top_p             REAL NOT NULL,"
-    "  min_p             REAL NOT NULL,"
-    "  repeat_penalty    REAL NOT NULL,"
-    "  repeat_last_n     INTEGER NOT NULL,"
-    "  presence_penalty  REAL NOT NULL,"
-    "  frequency_penalty REAL NOT NULL,"
-    "  seed              INTEGER NOT NULL,"
-    "  ignore_eos        INTEGER NOT NULL DEFAULT 0,"
-    "  stop              TEXT,"
-    "  submit_id         INTEGER REFERENCES submits (id),"
-    "  submitted_at      INTEGER NOT NULL,"
-    "  started_at        INTEGER,"
-    "  finished_at       INTEGER,"
-    "  attempts          INTEGER NOT NULL DEFAULT 0,"
-    "  faults            INTEGER NOT NULL DEFAULT 0,"
-    "  worker_id         INTEGER REFERENCES workers (id),"
-    "  error             TEXT,"
+    JOBS_V1_COLUMNS
     "  CHECK ((prompt IS NULL) <> (prompt_ids IS NULL))"
     ");"
-    "CREATE INDEX jobs_by_batch ON jobs (batch_id, id) WHERE batch_id IS NOT "
-    "NULL;"
-    "CREATE INDEX jobs_queue ON jobs (priority DESC, id) WHERE state = "
-    "'queued';"
-    "CREATE INDEX jobs_running ON jobs (worker_id) WHERE state = 'running';"
+    JOBS_INDEXES
     "CREATE TABLE results ("
     "  job_id           INTEGER PRIMARY KEY REFERENCES jobs (id),"
     "  text             TEXT NOT NULL,"
@@ -187,35 +198,7 @@ static const char *const store_migrations[] = {
      * once renamed (the checking rename would refuse the view for naming a
      * table that is, for a moment, not there). */
     "CREATE TABLE jobs_v3 ("
-    "  id                INTEGER PRIMARY KEY AUTOINCREMENT,"
-    "  client_key        TEXT UNIQUE,"
-    "  batch_id          TEXT,"
-    "  state             TEXT NOT NULL DEFAULT 'queued' CHECK (state IN"
-    "                    ('queued', 'running', 'done', 'failed', 'cancelled')),"
-    "  priority          INTEGER NOT NULL DEFAULT 0,"
-    "  model             TEXT,"
-    "  prompt            TEXT,"
-    "  prompt_ids        TEXT,"
-    "  max_tokens        INTEGER NOT NULL,"
-    "  temperature       REAL NOT NULL,"
-    "  top_k             INTEGER NOT NULL,"
-    "  top_p             REAL NOT NULL,"
-    "  min_p             REAL NOT NULL,"
-    "  repeat_penalty    REAL NOT NULL,"
-    "  repeat_last_n     INTEGER NOT NULL,"
-    "  presence_penalty  REAL NOT NULL,"
-    "  frequency_penalty REAL NOT NULL,"
-    "  seed              INTEGER NOT NULL,"
-    "  ignore_eos        INTEGER NOT NULL DEFAULT 0,"
-    "  stop              TEXT,"
-    "  submit_id         INTEGER REFERENCES submits (id),"
-    "  submitted_at      INTEGER NOT NULL,"
-    "  started_at        INTEGER,"
-    "  finished_at       INTEGER,"
-    "  attempts          INTEGER NOT NULL DEFAULT 0,"
-    "  faults            INTEGER NOT NULL DEFAULT 0,"
-    "  worker_id         INTEGER REFERENCES workers (id),"
-    "  error             TEXT,"
+    JOBS_V1_COLUMNS
     "  logprobs          INTEGER NOT NULL DEFAULT 0,"
     "  top_logprobs      INTEGER NOT NULL DEFAULT 0,"
     "  messages          TEXT,"
@@ -229,12 +212,9 @@ static const char *const store_migrations[] = {
     "PRAGMA legacy_alter_table = ON;"
     "DROP TABLE jobs;"
     "ALTER TABLE jobs_v3 RENAME TO jobs;"
-    "CREATE INDEX jobs_by_batch ON jobs (batch_id, id) WHERE batch_id IS NOT "
-    "NULL;"
-    "CREATE INDEX jobs_queue ON jobs (priority DESC, id) WHERE state = "
-    "'queued';"
-    "CREATE INDEX jobs_running ON jobs (worker_id) WHERE state = 'running';"
+    JOBS_INDEXES
     "PRAGMA legacy_alter_table = OFF;",
 };
+/* clang-format on */
 
 #endif

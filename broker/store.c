@@ -593,63 +593,76 @@ static void strlist_free(strlist *l)
     memset(l, 0, sizeof *l);
 }
 
-static sqlite3_stmt *json_each_stmt(store *st, const char *json)
-{
-    sqlite3_stmt *s = stmt_get(st, S_JSON_EACH);
-    bind_str(st, s, ":json", json);
-    return s;
-}
+/* Hands each row of statement `which` over a JSON column's text to take:
+ * 0 at the end of the rows, -1 when a step or take fails. */
+typedef int (*row_fn)(void *ctx, sqlite3_stmt *s, llmq_err *err);
 
-static int json_read_ids(store *st, const char *json, uint32_t **out,
-                         size_t *n, llmq_err *err)
+static int each_row(store *st, int which, const char *json, row_fn take,
+                    void *ctx, llmq_err *err)
 {
-    *out = NULL;
-    *n = 0;
-    if (!json)
-        return 0;
-    sqlite3_stmt *s = json_each_stmt(st, json);
-    size_t cap = 0;
+    sqlite3_stmt *s = stmt_get(st, which);
+    bind_str(st, s, ":json", json);
     for (;;) {
         bool row;
         if (step_row(st, s, &row, err))
-            goto fail;
+            return -1;
         if (!row)
             return 0;
-        if (grow_reserve(out, &cap, *n + 1, sizeof **out)) {
-            llmq_errf(err, "out of memory reading %zu token ids", *n + 1);
-            goto fail;
-        }
-        (*out)[(*n)++] = (uint32_t)sqlite3_column_int64(s, 0);
+        if (take(ctx, s, err))
+            return -1;
     }
-fail:
-    free(*out);
+}
+
+typedef struct idlist {
+    uint32_t *v;
+    size_t n, cap;
+} idlist;
+
+static int take_id(void *ctx, sqlite3_stmt *s, llmq_err *err)
+{
+    idlist *l = ctx;
+    if (grow_reserve(&l->v, &l->cap, l->n + 1, sizeof *l->v))
+        return llmq_errf(err, "out of memory reading %zu token ids", l->n + 1);
+    l->v[l->n++] = (uint32_t)sqlite3_column_int64(s, 0);
+    return 0;
+}
+
+static int json_read_ids(store *st, const char *json, uint32_t **out, size_t *n,
+                         llmq_err *err)
+{
+    idlist l = {0};
     *out = NULL;
-    return -1;
+    *n = 0;
+    if (json && each_row(st, S_JSON_EACH, json, take_id, &l, err)) {
+        free(l.v);
+        return -1;
+    }
+    *out = l.v;
+    *n = l.n;
+    return 0;
+}
+
+static int take_string(void *ctx, sqlite3_stmt *s, llmq_err *err)
+{
+    strlist *l = ctx;
+    const char *t = col_text(s, 0);
+    if (grow_reserve(&l->v, &l->cap, l->n + 1, sizeof *l->v) ||
+        !(l->v[l->n] = strdup(t ? t : "")))
+        return llmq_errf(err, "out of memory reading %zu stop strings",
+                         l->n + 1);
+    l->n++;
+    return 0;
 }
 
 static int json_read_strings(store *st, const char *json, strlist *l,
                              llmq_err *err)
 {
     memset(l, 0, sizeof *l);
-    if (!json)
-        return 0;
-    sqlite3_stmt *s = json_each_stmt(st, json);
-    for (;;) {
-        bool row;
-        if (step_row(st, s, &row, err))
-            break;
-        if (!row)
-            return 0;
-        const char *t = col_text(s, 0);
-        if (grow_reserve(&l->v, &l->cap, l->n + 1, sizeof *l->v) ||
-            !(l->v[l->n] = strdup(t ? t : ""))) {
-            llmq_errf(err, "out of memory reading %zu stop strings", l->n + 1);
-            break;
-        }
-        l->n++;
+    if (json && each_row(st, S_JSON_EACH, json, take_string, l, err)) {
+        strlist_free(l);
+        return -1;
     }
-    strlist_free(l);
-    return -1;
+    return 0;
 }
 
 /* A chat job's messages read back, each string its own copy. */
@@ -668,42 +681,32 @@ static void msglist_free(msglist *l)
     memset(l, 0, sizeof *l);
 }
 
+static int take_message(void *ctx, sqlite3_stmt *s, llmq_err *err)
+{
+    msglist *l = ctx;
+    const char *role = col_text(s, 0), *content = col_text(s, 1);
+    if (!role || !content)
+        return llmq_errf(
+            err, "messages[%zu]: not a {\"role\", \"content\"} object", l->n);
+    if (grow_reserve(&l->v, &l->cap, l->n + 1, sizeof *l->v))
+        return llmq_errf(err, "out of memory reading %zu messages", l->n + 1);
+    wire_message *m = &l->v[l->n++];
+    m->role = strdup(role);
+    m->content = strdup(content);
+    if (!m->role || !m->content)
+        return llmq_errf(err, "out of memory reading %zu messages", l->n);
+    return 0;
+}
+
 static int json_read_messages(store *st, const char *json, msglist *l,
                               llmq_err *err)
 {
     memset(l, 0, sizeof *l);
-    if (!json)
-        return 0;
-    sqlite3_stmt *s = stmt_get(st, S_JSON_MESSAGES);
-    bind_str(st, s, ":json", json);
-    for (;;) {
-        bool row;
-        if (step_row(st, s, &row, err))
-            break;
-        if (!row)
-            return 0;
-        const char *role = col_text(s, 0), *content = col_text(s, 1);
-        if (!role || !content) {
-            llmq_errf(err,
-                      "messages[%zu]: not a {\"role\", \"content\"} object",
-                      l->n);
-            break;
-        }
-        if (grow_reserve(&l->v, &l->cap, l->n + 1, sizeof *l->v)) {
-            llmq_errf(err, "out of memory reading %zu messages", l->n + 1);
-            break;
-        }
-        wire_message *m = &l->v[l->n];
-        m->role = strdup(role);
-        m->content = strdup(content);
-        l->n++;
-        if (!m->role || !m->content) {
-            llmq_errf(err, "out of memory reading %zu messages", l->n);
-            break;
-        }
+    if (json && each_row(st, S_JSON_MESSAGES, json, take_message, l, err)) {
+        msglist_free(l);
+        return -1;
     }
-    msglist_free(l);
-    return -1;
+    return 0;
 }
 
 /* ---- opening, schema, migrations ----------------------------------------- */
