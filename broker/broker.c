@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "broker/broker_priv.h"
@@ -95,6 +96,74 @@ static void undelivered(void *ctx, void *sock, const net_peer *to, int errnum)
     b->undelivered++;
     if (sock == b->clients && errnum == EHOSTUNREACH)
         waiters_drop_peer(&b->waiters, to);
+}
+
+/* ---- room for new jobs ---------------------------------------------- */
+
+/* The space left is read at most this often: a statvfs and three pragmas. */
+#define ROOM_EVERY_MS 100
+#define MIB (1024.0 * 1024.0)
+
+/* Why there is no room for new jobs ("" when there is). */
+static void room_verdict(const broker *b, int64_t used, int64_t free_bytes,
+                         char *why, size_t size)
+{
+    const broker_config *c = &b->cfg;
+    why[0] = 0;
+    if (c->max_db_mb > 0 && used >= c->max_db_mb << 20)
+        snprintf(why, size,
+                 "the database holds %.1f MiB, at its --max-db-mb limit of"
+                 " %" PRId64 " MiB",
+                 (double)used / MIB, c->max_db_mb);
+    else if (c->min_free_mb > 0 && free_bytes < c->min_free_mb << 20)
+        snprintf(why, size,
+                 "the file system holding %s has %.1f MiB free, less than"
+                 " --min-free-mb %" PRId64,
+                 c->db_path, (double)free_bytes / MIB, c->min_free_mb);
+}
+
+/* Held past the end of the WAL (store_reserve), so that the results of
+ * running jobs are committed even when another program takes the last
+ * free byte: a few thousand results' pages, within the WAL's usual size. */
+#define WAL_RESERVE (32 << 20)
+
+static int hold_reserve(broker *b, llmq_err *err)
+{
+    bool held = true;
+    if (b->cfg.min_free_mb > 0 && store_reserve(b->st, WAL_RESERVE, &held, err))
+        return -1;
+    if (held == b->reserve_lost)
+        broker_log(held ? "database %s: %d MiB held past the WAL's end again"
+                        : "database %s: cannot keep %d MiB allocated past the"
+                          " WAL's end (the file system is full, or cannot"
+                          " allocate ahead): what is left of it and"
+                          " --min-free-mb are the room for running jobs",
+                   b->cfg.db_path, WAL_RESERVE >> 20);
+    b->reserve_lost = !held;
+    return 0;
+}
+
+/* Without room, submits are refused and no job starts; what runs goes on,
+ * its results stored in the room the limits keep.  Said once each way. */
+static int check_room(broker *b, llmq_err *err)
+{
+    if (b->room_at && b->now - b->room_at < ROOM_EVERY_MS)
+        return 0;
+    b->room_at = b->now;
+    int64_t used, free_bytes;
+    if (store_space(b->st, &used, &free_bytes, err) || hold_reserve(b, err))
+        return llmq_err_prefix(err, "%s", b->cfg.db_path);
+    char why[sizeof b->no_room];
+    room_verdict(b, used, free_bytes, why, sizeof why);
+    if (why[0] && !b->no_room[0])
+        broker_log("database full: %s: refusing submits (unavailable) and"
+                   " starting no job until there is room; %" PRId64
+                   " running jobs go on",
+                   why, store_running(b->st));
+    else if (!why[0] && b->no_room[0])
+        broker_log("database has room again: accepting submits");
+    memcpy(b->no_room, why, sizeof why);
+    return 0;
 }
 
 /* ---- opening --------------------------------------------------------------------- */
@@ -187,13 +256,48 @@ static int open_sockets(broker *b, llmq_err *err)
     return 0;
 }
 
+/* Files past this size get a line before their check, which takes a
+ * while (docs/OPERATIONS.md gives the figure). */
+#define CHECK_NOTICE_BYTES (64 << 20)
+
+static void log_check_start(const broker *b)
+{
+    struct stat sb;
+    if (b->cfg.skip_check || stat(b->cfg.db_path, &sb) != 0 ||
+        sb.st_size < CHECK_NOTICE_BYTES)
+        return;
+    broker_log("database %s (%.2f GB): PRAGMA quick_check before serving"
+               " (--skip-check skips it)",
+               b->cfg.db_path, (double)sb.st_size / 1e9);
+}
+
+static void log_opened(const broker *b)
+{
+    const store_open_info in = store_opened(b->st);
+    if (in.created)
+        broker_log("database %s: created%s", b->cfg.db_path,
+                   in.bytes == 0  ? " in the empty file (--init)"
+                   : in.bytes > 0 ? " in the SQLite file (--init)"
+                                  : "");
+    else if (in.check_ms >= 0)
+        broker_log("database %s (%.1f MB): quick_check ok in %.1f s",
+                   b->cfg.db_path, (double)in.bytes / 1e6, in.check_ms / 1e3);
+    else
+        broker_log("database %s: not checked (--skip-check)", b->cfg.db_path);
+}
+
 static int open_parts(broker *b, llmq_err *err)
 {
     if (load_security(b, err))
         return -1;
-    store_opts so = {.max_attempts = b->cfg.max_attempts, .sync = b->cfg.sync};
+    store_opts so = {.max_attempts = b->cfg.max_attempts,
+                     .sync = b->cfg.sync,
+                     .init = b->cfg.init,
+                     .skip_check = b->cfg.skip_check};
+    log_check_start(b);
     if (store_open(&b->st, b->cfg.db_path, &so, clock_wall_ms(), err))
         return -1;
+    log_opened(b);
     b->zctx = zmq_ctx_new();
     if (!b->zctx)
         return llmq_errf(err, "zmq_ctx_new: %s", zmq_strerror(errno));
@@ -226,6 +330,11 @@ int broker_open(broker **out, const broker_config *cfg, llmq_err *err)
         return -1;
     }
     log_security(b);
+    b->now = clock_mono_ms();
+    if (check_room(b, err)) {
+        broker_close(b);
+        return -1;
+    }
     int64_t counts[STORE_N_STATES];
     store_counts_all(b->st, counts);
     broker_log("listening: clients %s, workers %s; database %s"
@@ -410,7 +519,7 @@ static int timers(broker *b, bool workers_backlog, llmq_err *err)
  * over workers, by priority then submission order (the store's order). */
 static int dispatch(broker *b, llmq_err *err)
 {
-    if (b->draining)
+    if (b->draining || b->no_room[0])
         return 0;
     pool_round(&b->pool);
     while (store_queued(b->st) > 0) {
@@ -472,7 +581,7 @@ static int iterate(broker *b, llmq_err *err)
 {
     b->now = clock_mono_ms();
     b->wall = clock_wall_ms();
-    if (store_begin(b->st, err))
+    if (store_begin(b->st, err) || check_room(b, err))
         return -1;
     bool backlog; /* after the second read: worker messages left unread */
     if (read_socket(b, b->clients, on_client, &backlog, err) ||

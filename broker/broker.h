@@ -11,7 +11,12 @@
  * of the iteration, so nothing unpersisted is ever acknowledged, and a
  * restart resumes from what is on disk (running jobs requeued).  Bad
  * requests never reach that point: they get a typed error and change
- * nothing.
+ * nothing.  So that a filling disk does not reach it either, the broker
+ * reads the space left (at most every 100 ms): without room for new jobs
+ * (max_db_mb, min_free_mb) it refuses submits (unavailable) and starts no
+ * job, while everything else, the results of running jobs included, goes on
+ * in the room the limits keep, and with min_free_mb in space it holds past
+ * the WAL's end (store_reserve) against another program taking the rest.
  *
  * Stopping: each read of stop_fd (e.g. a signalfd for SIGTERM/SIGINT) is one
  * stop request.  The first drains: new submits are refused, workers get
@@ -42,6 +47,13 @@ typedef struct broker_config {
     uint32_t dead_after_ms;
     uint32_t grace_ms;
     store_sync sync;
+    bool init;       /* an existing file without llmq's schema may get one */
+    bool skip_check; /* no PRAGMA quick_check at start */
+    /* Room for new jobs: below max_db_mb MiB in the database's pages and
+     * above min_free_mb MiB free on its file system (0: no limit).  Without
+     * room, submits are refused (unavailable) and no job is started; what
+     * runs finishes and its results are stored in the room kept. */
+    int64_t max_db_mb, min_free_mb;
     bool verbose; /* a log line per job event too */
     /* CURVE (broker/zap.h): the broker's secret key file, NULL for none;
      * allow-list files of worker and client public keys, NULL: any key.

@@ -35,6 +35,9 @@ struct broker {
     int64_t drain_deadline;
     bool done;
     uint64_t undelivered; /* replies dropped since last logged */
+    int64_t room_at;      /* monotonic ms of the last look at the space left */
+    char no_room[200]; /* why there is no room for new jobs; "" when there is */
+    bool reserve_lost; /* the WAL reserve could not be held (said once) */
 };
 
 /* ---- replies (broker.c) ---- */

@@ -61,8 +61,17 @@ static int parse_args(int argc, char **argv, broker_config *c)
 {
     const cli_flag flags[] = {
         {"db", 0, "FILE",
-         "SQLite database, created if missing (default llmq.db)",
+         "SQLite database, created if missing (default llmq.db); an empty"
+         " file is refused unless --init",
          CLI_TEXT(&c->db_path)},
+        {"init", 0, NULL,
+         "create the schema in an existing file that has none (0 bytes, or"
+         " SQLite without tables)",
+         CLI_SWITCH(&c->init)},
+        {"skip-check", 0, NULL,
+         "start without PRAGMA quick_check of the database (it reads every"
+         " page: about 3 s per GB cached)",
+         CLI_SWITCH(&c->skip_check)},
         {"clients", 0, "ENDPOINT",
          "ZeroMQ endpoint for clients (default tcp://127.0.0.1:5555)",
          CLI_TEXT(&c->clients_endpoint)},
@@ -70,9 +79,17 @@ static int parse_args(int argc, char **argv, broker_config *c)
          "ZeroMQ endpoint for workers (default tcp://127.0.0.1:5556)",
          CLI_TEXT(&c->workers_endpoint)},
         {"max-queued", 0, "N",
-         "refuse submits while N jobs are queued (default 1000000; 0: no "
-         "limit)",
+         "refuse a submit whose new jobs would take the queued ones (not"
+         " running, not known keys) past N (default 1000000; 0: no limit)",
          CLI_INT64(&c->max_queued, 0, INT64_MAX)},
+        {"max-db-mb", 0, "MIB",
+         "refuse submits and start no job while the database holds MIB or"
+         " more (default 0: no limit)",
+         CLI_INT64(&c->max_db_mb, 0, INT64_MAX >> 20)},
+        {"min-free-mb", 0, "MIB",
+         "the same while its file system has less than MIB free, kept for the"
+         " results of running jobs (default 256; 0: no limit)",
+         CLI_INT64(&c->min_free_mb, 0, INT64_MAX >> 20)},
         {"max-attempts", 0, "N",
          "a job fails after N attempts ended by a worker's loss or failure"
          " (default 3)",
@@ -146,6 +163,7 @@ int main(int argc, char **argv)
         .dead_after_ms = WIRE_DEAD_AFTER_MS,
         .grace_ms = 10000,
         .sync = STORE_SYNC_FULL,
+        .min_free_mb = 256,
         .model_window_ms = 600000,
     };
     const int status = parse_args(argc, argv, &cfg);

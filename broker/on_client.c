@@ -33,9 +33,16 @@ static store_job job_from_wire(const wire_job *j, const char *batch,
     };
 }
 
-/* Stores the jobs in order; *full (and nothing more stored) at the limit. */
+/* A job's key that names a job of another batch: jobs[at], job id. */
+typedef struct key_clash {
+    int64_t at, id;
+} key_clash;
+
+/* Stores the jobs in order; *full at the limit, *clash at a key of another
+ * batch (and nothing more stored). */
 static int submit_jobs(broker *b, const wire_submit *s, uint64_t *ids,
-                       bool *existing, bool *full, llmq_err *err)
+                       bool *existing, bool *full, key_clash *clash,
+                       llmq_err *err)
 {
     int64_t submit_id = 0;
     if (s->meta &&
@@ -49,6 +56,10 @@ static int submit_jobs(broker *b, const wire_submit *s, uint64_t *ids,
             return -1;
         if (o == STORE_FULL) {
             *full = true;
+            return 0;
+        }
+        if (o == STORE_OTHER_BATCH) {
+            *clash = (key_clash){i, id};
             return 0;
         }
         ids[i] = (uint64_t)id;
@@ -103,6 +114,50 @@ static int refuse_model(broker *b, const net_peer *from, const wire_msg *m,
                          m->submit.n_jobs);
 }
 
+/* What would succeed: the room left now, and the limit, which no one
+ * submit of new jobs can exceed. */
+static int refuse_full(broker *b, const net_peer *from, const wire_msg *m)
+{
+    const int64_t queued = store_queued(b->st), limit = b->cfg.max_queued;
+    return broker_refuse(
+        b, b->clients, from, m->req, WIRE_E_QUEUE_FULL, NULL,
+        "queue is full (%" PRId64 " jobs queued, limit %" PRId64
+        "): none of the %u jobs was stored; %" PRId64
+        " new jobs fit now and no submit of more than %" PRId64
+        " ever does: send the rest in parts as the queue drains",
+        queued, limit, m->submit.n_jobs, queued < limit ? limit - queued : 0,
+        limit);
+}
+
+static int copy_batch(void *ctx, const store_outcome *o, llmq_err *err)
+{
+    (void)err;
+    char *out = ctx;
+    if (o->batch_id)
+        snprintf(out, WIRE_MAX_NAME_BYTES + 16, "batch '%s'", o->batch_id);
+    return 0;
+}
+
+/* A key names one job of one batch: a resubmission under another batch
+ * would leave the job out of the batch the client waits on. */
+static int refuse_clash(broker *b, const net_peer *from, const wire_msg *m,
+                        const key_clash *k, llmq_err *err)
+{
+    const wire_submit *s = &m->submit;
+    char theirs[WIRE_MAX_NAME_BYTES + 16] = "no batch", ours[sizeof theirs];
+    bool found;
+    if (store_outcome_get(b->st, k->id, copy_batch, theirs, &found, err))
+        return -1;
+    snprintf(ours, sizeof ours, s->batch ? "batch '%s'" : "no batch", s->batch);
+    char field[48];
+    snprintf(field, sizeof field, "jobs[%" PRId64 "].key", k->at);
+    return broker_refuse(b, b->clients, from, m->req, WIRE_E_BAD_VALUE, field,
+                         "'%s' already names job %" PRId64 " of %s, and this"
+                         " submit is for %s: a key names one job of one batch;"
+                         " none of the %u jobs was stored",
+                         s->jobs[k->at].key, k->id, theirs, ours, s->n_jobs);
+}
+
 /* All or nothing: a savepoint undoes the jobs stored before the limit hit. */
 static int on_submit(broker *b, const net_peer *from, const wire_msg *m,
                      llmq_err *err)
@@ -111,6 +166,12 @@ static int on_submit(broker *b, const net_peer *from, const wire_msg *m,
     if (b->draining)
         return broker_refuse(b, b->clients, from, m->req, WIRE_E_SHUTTING_DOWN,
                              NULL, "the broker is stopping: nothing stored");
+    if (b->no_room[0])
+        return broker_refuse(b, b->clients, from, m->req, WIRE_E_UNAVAILABLE,
+                             NULL,
+                             "database full: %s: none of the %u jobs was"
+                             " stored; retry later",
+                             b->no_room, s->n_jobs);
     int64_t bad;
     if (unserved_model(b, s, &bad, err))
         return -1;
@@ -119,19 +180,19 @@ static int on_submit(broker *b, const net_peer *from, const wire_msg *m,
     uint64_t *ids = malloc(s->n_jobs * sizeof *ids);
     bool *existing = malloc(s->n_jobs * sizeof *existing);
     bool full = false;
+    key_clash clash = {.at = -1};
     int rc = ids && existing ? store_mark(b->st, err)
                              : llmq_errf(err, "out of memory for a submit");
     if (rc == 0)
-        rc = submit_jobs(b, s, ids, existing, &full, err);
-    if (rc == 0 && full)
+        rc = submit_jobs(b, s, ids, existing, &full, &clash, err);
+    if (rc == 0 && (full || clash.at >= 0))
         store_mark_undo(b->st);
     else if (rc == 0)
         rc = store_mark_release(b->st, err);
-    if (rc == 0 && full)
-        rc = broker_refuse(b, b->clients, from, m->req, WIRE_E_QUEUE_FULL, NULL,
-                           "queue is full (%" PRId64 " jobs queued, limit %" PRId64
-                           "): none of the %u jobs was stored; retry later",
-                           store_queued(b->st), b->cfg.max_queued, s->n_jobs);
+    if (rc == 0 && clash.at >= 0)
+        rc = refuse_clash(b, from, m, &clash, err);
+    else if (rc == 0 && full)
+        rc = refuse_full(b, from, m);
     else if (rc == 0)
         rc = reply_submit_ok(b, from, m->req, ids, existing, s->n_jobs, err);
     free(ids);

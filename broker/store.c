@@ -1,5 +1,6 @@
 #include "broker/store.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <sqlite3.h>
@@ -7,12 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "broker/checkpointer.h"
 #include "broker/lpblob.h"
 #include "broker/schema.sql.h"
 #include "common/check.h"
+#include "common/clock.h"
 #include "common/grow.h"
 #include "common/json.h"
 
@@ -235,7 +239,8 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_MARK_UNDO] = "ROLLBACK TO msg",
     [S_SUBMIT_META] = "INSERT INTO submits (batch_id, meta, received_at)"
                       " VALUES (:batch_id, :meta, :now)",
-    [S_FIND_KEY] = "SELECT id FROM jobs WHERE client_key = :client_key",
+    [S_FIND_KEY] = "SELECT id, batch_id IS :batch_id FROM jobs"
+                   " WHERE client_key = :client_key",
     [S_INSERT_JOB] =
         "INSERT INTO jobs (" JOB_IN_ROW(SQL_NAME) JOB_PARAMS(SQL_NAME)
         "submit_id, prompt_ids, messages, stop, submitted_at)"
@@ -354,7 +359,10 @@ struct store {
     sqlite3 *db;
     ckpt *ckpt;
     int lock_fd;
+    int wal_fd, shm_fd; /* store_reserve's, opened when first needed */
+    char *path;
     store_opts opts;
+    store_open_info info;
     bool in_tx;
     /* Jobs per state, kept exact by every transition; the copies are
      * restored on rollback. */
@@ -905,9 +913,10 @@ static int lock_file(store *st, const char *path, llmq_err *err)
 {
     st->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (st->lock_fd < 0)
-        return llmq_errf(err, "%s: %m", path);
+        return llmq_errc(err, LLMQ_ERR_IO, "%m");
     if (flock(st->lock_fd, LOCK_EX | LOCK_NB) != 0)
-        return llmq_errf(err, "%s: in use by another llmq-broker (%m)", path);
+        return llmq_errc(err, LLMQ_ERR_UNAVAILABLE,
+                         "in use by another llmq-broker (%m)");
     return 0;
 }
 
@@ -920,10 +929,116 @@ static int wal_grew(void *ctx, sqlite3 *db, const char *name, int pages)
     return SQLITE_OK;
 }
 
+/* ---- what the file holds, read before anything is written to it ---- */
+
+/* *size: the file's bytes, -1 when there is none. */
+static int file_size(const char *path, int64_t *size, llmq_err *err)
+{
+    struct stat sb;
+    *size = -1;
+    if (stat(path, &sb) == 0)
+        *size = (int64_t)sb.st_size;
+    else if (errno != ENOENT)
+        return llmq_errc(err, LLMQ_ERR_IO, "%m");
+    return 0;
+}
+
+/* SQLite writes a file's header with its first transaction, so a database
+ * never shrinks to 0 bytes by itself: such a file was truncated (or made by
+ * hand), and opening it as a new, empty queue would hide that. */
+static int refuse_empty(const store *st, llmq_err *err)
+{
+    if (st->info.bytes != 0 || st->opts.init)
+        return 0;
+    return llmq_errc(err, LLMQ_ERR_INVALID,
+                     "the file is empty (0 bytes): not a database; if it was"
+                     " truncated, restore it from a backup (docs/OPERATIONS.md,"
+                     " Backups); --init starts an empty queue in it");
+}
+
+/* user_version 0 is a file without llmq's schema: an empty SQLite file is
+ * given one only when it is new or init says so, and a file holding tables
+ * of another program never is. */
+static int check_schema(store *st, llmq_err *err)
+{
+    int64_t version, tables;
+    if (pragma_int(st, "PRAGMA user_version", &version, err) ||
+        pragma_int(st, "SELECT count(*) FROM sqlite_master", &tables, err))
+        return -1;
+    if (version > 0)
+        return 0;
+    if (tables > 0)
+        return llmq_errc(err, LLMQ_ERR_INVALID,
+                         "a SQLite database of another program (%" PRId64
+                         " tables, indexes or views, and no llmq schema"
+                         " version): the broker does not write into it; give"
+                         " it a file of its own",
+                         tables);
+    if (st->info.bytes > 0 && !st->opts.init)
+        return llmq_errc(err, LLMQ_ERR_INVALID,
+                         "a SQLite file without llmq's schema (no tables):"
+                         " --init creates the schema in it");
+    st->info.created = true;
+    return 0;
+}
+
+/* One line of quick_check's findings, on one line ("ok" is none): its
+ * lines may hold line breaks, and the first names the schema. */
+static void add_finding(char *buf, size_t size, size_t *used, const char *line)
+{
+    static const char SCHEMA[] = "*** in database main ***";
+    if (!line || strcmp(line, "ok") == 0)
+        return;
+    if (strncmp(line, SCHEMA, sizeof SCHEMA - 1) == 0)
+        line += sizeof SCHEMA - 1;
+    line += strspn(line, " \n");
+    if (*used && *used < size - 2) {
+        memcpy(buf + *used, "; ", 2);
+        *used += 2;
+    }
+    for (; *line && *used < size - 1; line++)
+        buf[(*used)++] = *line == '\n' ? ' ' : *line;
+    buf[*used] = 0;
+}
+
+/* The structure of every b-tree, page by page (not whether indexes agree
+ * with their tables: integrity_check's far longer job), so that a damaged
+ * page stops the broker before it acknowledges anything, rather than at
+ * the first write that reaches the page. */
+static int quick_check(store *st, llmq_err *err)
+{
+    st->info.check_ms = -1;
+    if (st->opts.skip_check || st->info.created)
+        return 0;
+    const double t0 = clock_mono_ms_f();
+    const char *sql = "PRAGMA quick_check(5)";
+    sqlite3_stmt *s;
+    if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK)
+        return db_fail(st, err, sql);
+    char found[LLMQ_ERR_MAX / 2] = "";
+    size_t used = 0;
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+        add_finding(found, sizeof found, &used, col_text(s, 0));
+    if (rc != SQLITE_DONE)
+        add_finding(found, sizeof found, &used, sqlite3_errmsg(st->db));
+    sqlite3_finalize(s);
+    st->info.check_ms = clock_mono_ms_f() - t0;
+    if (!found[0])
+        return 0;
+    return llmq_errc(
+        err, LLMQ_ERR_INVALID,
+        "damaged: PRAGMA quick_check found: %s; restore it from a"
+        " backup (docs/OPERATIONS.md, Backups) or salvage it with"
+        " sqlite3's .recover; --skip-check starts without the check",
+        found);
+}
+
 static int open_steps(store *st, const char *path, int64_t now, llmq_err *err)
 {
-    if (lock_file(st, path, err))
-        return -1;
+    if (file_size(path, &st->info.bytes, err) || refuse_empty(st, err) ||
+        lock_file(st, path, err))
+        return llmq_err_prefix(err, "%s", path);
     /* Memory statistics cost a global mutex on every SQLite allocation; the
      * call is refused (harmlessly) once SQLite is initialized.  The
      * connection is the loop thread's alone: no mutex on it either. */
@@ -934,9 +1049,9 @@ static int open_steps(store *st, const char *path, int64_t now, llmq_err *err)
                         NULL) != SQLITE_OK)
         return llmq_errf(err, "%s: %s", path,
                          st->db ? sqlite3_errmsg(st->db) : "out of memory");
-    if (configure(st, err) || migrate(st, err) || prepare_all(st, err) ||
-        recover(st, now, err) || count_table(st, st->count, err) ||
-        ckpt_start(&st->ckpt, path, err))
+    if (check_schema(st, err) || quick_check(st, err) || configure(st, err) ||
+        migrate(st, err) || prepare_all(st, err) || recover(st, now, err) ||
+        count_table(st, st->count, err) || ckpt_start(&st->ckpt, path, err))
         return llmq_err_prefix(err, "%s", path);
     /* Replaces SQLite's automatic checkpoint, which would run in commits. */
     sqlite3_wal_hook(st->db, wal_grew, st);
@@ -954,6 +1069,11 @@ static void release(store *st)
     sqlite3_close(st->db);
     if (st->lock_fd >= 0)
         close(st->lock_fd);
+    if (st->wal_fd >= 0)
+        close(st->wal_fd);
+    if (st->shm_fd >= 0)
+        close(st->shm_fd);
+    free(st->path);
     free(st->json_a.p);
     free(st->json_b.p);
     free(st);
@@ -969,13 +1089,86 @@ int store_open(store **out, const char *path, const store_opts *opts,
     store *st = calloc(1, sizeof *st);
     if (!st)
         return llmq_errf(err, "out of memory opening %s", path);
-    st->lock_fd = -1;
+    st->lock_fd = st->wal_fd = st->shm_fd = -1;
     st->opts = *opts;
+    st->path = strdup(path);
+    if (!st->path) {
+        free(st);
+        return llmq_errf(err, "out of memory opening %s", path);
+    }
     if (open_steps(st, path, now_ms, err)) {
         release(st);
         return -1;
     }
     *out = st;
+    return 0;
+}
+
+store_open_info store_opened(const store *st)
+{
+    return st->info;
+}
+
+int store_space(store *st, int64_t *db_bytes, int64_t *fs_free, llmq_err *err)
+{
+    int64_t pages, unused, page_bytes;
+    if (pragma_int(st, "PRAGMA page_count", &pages, err) ||
+        pragma_int(st, "PRAGMA freelist_count", &unused, err) ||
+        pragma_int(st, "PRAGMA page_size", &page_bytes, err))
+        return -1;
+    *db_bytes = (pages - unused) * page_bytes;
+    struct statvfs vfs;
+    if (fstatvfs(st->lock_fd, &vfs) != 0)
+        return llmq_errc(err, LLMQ_ERR_IO, "statvfs: %m");
+    *fs_free = (int64_t)vfs.f_bavail * (int64_t)vfs.f_frsize;
+    return 0;
+}
+
+/* SQLite's wal-index: 32 KiB per 4096 frames, and a header block. */
+#define SHM_BLOCK 32768
+#define SHM_FRAMES 4096
+
+/* fd of path + suffix, opened once; -1 while it does not exist (the WAL is
+ * made by the first write).  SQLite locks the database file and the -shm
+ * file through its own descriptors, which this one does not touch. */
+static int aux_fd(const store *st, int *fd, const char *suffix)
+{
+    if (*fd < 0) {
+        char name[4096];
+        snprintf(name, sizeof name, "%s%s", st->path, suffix);
+        *fd = open(name, O_RDWR | O_CLOEXEC);
+    }
+    return *fd;
+}
+
+/* Allocates [size, size + bytes) of fd without changing its size. */
+static int hold(int fd, int64_t bytes, bool *held, llmq_err *err)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) != 0)
+        return llmq_errc(err, LLMQ_ERR_IO, "fstat: %m");
+    if (fallocate(fd, FALLOC_FL_KEEP_SIZE, sb.st_size, bytes) == 0)
+        return 0;
+    if (errno != ENOSPC && errno != EOPNOTSUPP && errno != ENOSYS)
+        return llmq_errc(err, LLMQ_ERR_IO, "fallocate: %m");
+    *held = false;
+    return 0;
+}
+
+int store_reserve(store *st, int64_t bytes, bool *held, llmq_err *err)
+{
+    int64_t page;
+    *held = true;
+    if (pragma_int(st, "PRAGMA page_size", &page, err))
+        return -1;
+    const int64_t frames = bytes / (page + 24) + 1;
+    const int64_t shm = (frames / SHM_FRAMES + 2) * SHM_BLOCK;
+    if (aux_fd(st, &st->wal_fd, "-wal") >= 0 &&
+        hold(st->wal_fd, bytes, held, err))
+        return llmq_err_prefix(err, "%s-wal", st->path);
+    if (aux_fd(st, &st->shm_fd, "-shm") >= 0 &&
+        hold(st->shm_fd, shm, held, err))
+        return llmq_err_prefix(err, "%s-shm", st->path);
     return 0;
 }
 
@@ -1087,14 +1280,17 @@ int store_submit_meta(store *st, const char *batch_id, const char *meta,
 }
 
 static int find_key(store *st, const store_job *job, int64_t *id, bool *found,
-                    llmq_err *err)
+                    bool *same_batch, llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_FIND_KEY);
     bind_str(st, s, ":client_key", job->client_key);
+    bind_str(st, s, ":batch_id", job->batch_id);
     if (step_row(st, s, found, err))
         return -1;
-    if (*found)
+    if (*found) {
         *id = sqlite3_column_int64(s, 0);
+        *same_batch = sqlite3_column_int(s, 1) != 0;
+    }
     return 0;
 }
 
@@ -1142,11 +1338,11 @@ int store_submit(store *st, const store_job *job, int64_t max_queued,
                  int64_t now_ms, int64_t *job_id, store_submit_outcome *out,
                  llmq_err *err)
 {
-    bool found = false;
-    if (job->client_key && find_key(st, job, job_id, &found, err))
+    bool found = false, same_batch = false;
+    if (job->client_key && find_key(st, job, job_id, &found, &same_batch, err))
         return -1;
     if (found) {
-        *out = STORE_DUPLICATE;
+        *out = same_batch ? STORE_DUPLICATE : STORE_OTHER_BATCH;
         return 0;
     }
     if (max_queued > 0 && st->count[STORE_QUEUED] >= max_queued) {

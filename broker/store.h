@@ -53,6 +53,11 @@ typedef enum store_sync {
 typedef struct store_opts {
     int max_attempts; /* faulted attempts before a job fails; >= 1 */
     store_sync sync;
+    /* An existing file without llmq's schema (empty, or a SQLite file
+     * with no tables) is given one only when init is set: a database
+     * truncated to 0 bytes must not come back as an empty queue. */
+    bool init;
+    bool skip_check; /* no PRAGMA quick_check at open */
 } store_opts;
 
 typedef enum store_state {
@@ -93,12 +98,38 @@ typedef struct store_job {
  * into the store. */
 typedef int (*store_job_fn)(void *ctx, const store_job *job, llmq_err *err);
 
-/* Opens (creating if needed) the database at path, migrates it to
+/* Opens the database at path, creating it if the file is missing, checks
+ * it (PRAGMA quick_check, unless opts->skip_check), migrates it to
  * STORE_SCHEMA_VERSION, and puts jobs left running by a previous broker back
- * in the queue (their attempts end as 'interrupted').  Fails with a message
- * naming both versions if the file is newer than this build. */
+ * in the queue (their attempts end as 'interrupted').  Refused, naming the
+ * file and what to do: a 0-byte file or a SQLite file without tables
+ * (unless opts->init), a database of another program (tables but no llmq
+ * schema version), one the check finds damaged (its first findings), one of
+ * a newer schema (both versions). */
 int store_open(store **out, const char *path, const store_opts *opts,
                int64_t now_ms, llmq_err *err);
+
+/* What store_open found. */
+typedef struct store_open_info {
+    bool created;    /* the schema was created: a new file, or opts.init */
+    int64_t bytes;   /* the file's size before it was opened */
+    double check_ms; /* the quick_check's time; < 0 when skipped */
+} store_open_info;
+store_open_info store_opened(const store *st);
+
+/* Space, for the broker's admission of new jobs: the bytes the database's
+ * pages in use hold (free pages excluded), and the bytes free to this
+ * process on the file system holding the file. */
+int store_space(store *st, int64_t *db_bytes, int64_t *fs_free, llmq_err *err);
+
+/* Holds `bytes` of disk allocated past the end of the WAL (and the
+ * shared-memory index it needs), so that commits while the file system is
+ * full to the last byte (another program took it) still find room: SQLite
+ * writes every transaction there first.  The space is allocated, not
+ * written: the files' sizes, and so what SQLite reads, do not change.
+ * *held: false when the file system had not that much free, or cannot
+ * allocate ahead (the reserve is then only the free space observed). */
+int store_reserve(store *st, int64_t bytes, bool *held, llmq_err *err);
 /* Rolls back an open transaction, finalizes, closes.  NULL is fine.  With
  * assertions on (common/check.h) it first counts the jobs table's states
  * and asserts that they are the counts kept in memory. */
@@ -122,8 +153,10 @@ int64_t store_running(const store *st);
 
 typedef enum store_submit_outcome {
     STORE_NEW,
-    STORE_DUPLICATE, /* client key known: *job_id is the existing job */
-    STORE_FULL,      /* a new job would exceed max_queued: nothing written */
+    STORE_DUPLICATE,   /* client key known, same batch: *job_id is that job */
+    STORE_FULL,        /* a new job would exceed max_queued: nothing written */
+    STORE_OTHER_BATCH, /* client key known in another batch (or none): *job_id
+                          is that job, nothing written */
 } store_submit_outcome;
 
 /* Records a submit message's batch metadata once for all its jobs; the
@@ -132,7 +165,8 @@ int store_submit_meta(store *st, const char *batch_id, const char *meta,
                       int64_t now_ms, int64_t *submit_id, llmq_err *err);
 
 /* Inserts a queued job unless a job with its client_key exists already.
- * max_queued <= 0 means no limit. */
+ * max_queued <= 0 means no limit.  A key names one job of one batch: the
+ * same key under another batch_id (NULL included) is STORE_OTHER_BATCH. */
 int store_submit(store *st, const store_job *job, int64_t max_queued,
                  int64_t now_ms, int64_t *job_id, store_submit_outcome *out,
                  llmq_err *err);

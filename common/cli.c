@@ -8,13 +8,25 @@
 #include <string.h>
 #include <sys/signalfd.h>
 
+#include "common/commit.h"
+#include "config.h"
+
 /* --help's lines stay within this many columns; the help texts start at
  * most this far in (a longer flag puts its text on the next line). */
 #define HELP_WIDTH 80
 #define HELP_COLUMN_MAX 30
 
-/* Every program's -h/--help, found after the table's own flags. */
+/* Every program's -h/--help and --version, found after the table's own
+ * flags. */
 static const cli_flag HELP = {"help", 'h', NULL, "show this help", CLI_SWITCH(NULL)};
+static const cli_flag VERSION_FLAG = {"version", 0, NULL, "show the version and its commit",
+                                      CLI_SWITCH(NULL)};
+
+/* cli's own flags, which take no value and stop the parse when given. */
+static bool is_own(const cli_flag *f)
+{
+    return f == &HELP || f == &VERSION_FLAG;
+}
 
 /* ---- values ------------------------------------------------------------------------ */
 
@@ -158,7 +170,9 @@ static const cli_flag *by_name(const cli_spec *s, const char *name, size_t len)
         if (is_flag(&s->flags[i]) && strlen(s->flags[i].name) == len &&
             memcmp(s->flags[i].name, name, len) == 0)
             return &s->flags[i];
-    return len == 4 && memcmp(name, "help", 4) == 0 ? &HELP : NULL;
+    if (len == 4 && memcmp(name, "help", 4) == 0)
+        return &HELP;
+    return len == 7 && memcmp(name, "version", 7) == 0 ? &VERSION_FLAG : NULL;
 }
 
 static const cli_flag *by_letter(const cli_spec *s, char letter)
@@ -170,14 +184,15 @@ static const cli_flag *by_letter(const cli_spec *s, char letter)
 }
 
 /* f given, typed as what, with value (NULL when none was attached to it:
- * the next argument is taken if f needs one).  1 for --help. */
+ * the next argument is taken if f needs one).  1 for --help, 2 for
+ * --version. */
 static int given(parser *p, const cli_flag *f, const char *what, const char *value)
 {
-    if (f == &HELP && !value)
-        return 1;
+    if (is_own(f) && !value)
+        return f == &HELP ? 1 : 2;
     if (f->kind == CLI_KIND_SWITCH && !value) {
         *f->to.on = true;
-    } else if (f->kind == CLI_KIND_SWITCH || f == &HELP) {
+    } else if (f->kind == CLI_KIND_SWITCH || is_own(f)) {
         return llmq_errf(p->err, "option '%s' takes no value", what);
     } else {
         if (!value && p->next == p->argc)
@@ -210,7 +225,7 @@ static int short_flags(parser *p, const char *arg)
         const cli_flag *f = by_letter(p->s, *c);
         if (!f)
             return llmq_errf(p->err, "unknown option '%s'", what);
-        const bool takes_value = f->kind != CLI_KIND_SWITCH && f != &HELP;
+        const bool takes_value = f->kind != CLI_KIND_SWITCH && !is_own(f);
         const int rc = given(p, f, what, takes_value && c[1] ? c + 1 : NULL);
         if (rc != 0 || takes_value)
             return rc;
@@ -323,7 +338,7 @@ static void help_row(FILE *out, const cli_flag *f, size_t col)
 static size_t help_column(const cli_spec *s)
 {
     char left[128];
-    size_t widest = flag_column(&HELP, left, sizeof left);
+    size_t widest = flag_column(&VERSION_FLAG, left, sizeof left);
     for (size_t i = 0; i < s->n_flags; i++) {
         const size_t n = is_flag(&s->flags[i]) ? flag_column(&s->flags[i], left, sizeof left) : 0;
         widest = n > widest && n + 2 <= HELP_COLUMN_MAX ? n : widest;
@@ -350,8 +365,17 @@ void cli_help(const cli_spec *s, FILE *out)
     if (!headed)
         fputc('\n', out);
     help_row(out, &HELP, col);
+    help_row(out, &VERSION_FLAG, col);
     if (s->epilog)
         fprintf(out, "\n%s", s->epilog);
+}
+
+void cli_version(const cli_spec *s, FILE *out)
+{
+    fprintf(out, "%s (%s) %s", s->program, PACKAGE_NAME, PACKAGE_VERSION);
+    if (LLMQ_COMMIT[0])
+        fprintf(out, ", commit %s", LLMQ_COMMIT);
+    fputc('\n', out);
 }
 
 /* ---- for main ---------------------------------------------------------------------- */
@@ -363,7 +387,10 @@ int cli_read(const cli_spec *s, int argc, char **argv)
     if (rc == 0)
         return CLI_RUN;
     if (rc > 0) {
-        cli_help(s, stdout);
+        if (rc == 1)
+            cli_help(s, stdout);
+        else
+            cli_version(s, stdout);
         return 0;
     }
     fprintf(stderr, "%s: %s\nTry '%s --help'.\n", s->program, err.msg, s->program);

@@ -4,8 +4,8 @@
  * its value, its help line, the kind and range of the value and where it
  * goes -- in a cli_spec; cli_parse reads argv by that table and cli_help
  * prints --help from it, so no flag is parsed without a help line nor has
- * a help line without being parsed.  -h/--help is cli's own, in every
- * program.
+ * a help line without being parsed.  -h/--help and --version are cli's
+ * own, in every program.
  *
  * Parsing is strict: a long flag is spelled in full (--name VALUE or
  * --name=VALUE; no abbreviations), short ones may be bundled (-qv, -t4), a
@@ -145,17 +145,23 @@ typedef struct cli_spec {
 
 /* Reads argv[1..argc) into the table's destinations, then checks that the
  * required flags and operand were given and runs the spec's check.  0: run;
- * 1: --help was asked (what follows it is not read); -1: bad usage, err
- * says what. */
+ * 1: --help was asked, 2: --version (what follows either is not read); -1:
+ * bad usage, err says what. */
 int cli_parse(const cli_spec *s, int argc, char **argv, llmq_err *err);
 
 /* Writes --help: the usage text, one row per flag (under its heading),
  * -h/--help, then the epilog. */
 void cli_help(const cli_spec *s, FILE *out);
 
+/* Writes --version: "PROGRAM (llmq) VERSION, commit COMMIT", the version
+ * configure was given (PACKAGE_VERSION) and the git commit the build was
+ * made from (with "-dirty" when the tree had changes; left out where the
+ * source is not a git checkout and the tarball recorded none). */
+void cli_version(const cli_spec *s, FILE *out);
+
 /* cli_parse as a main wants it: CLI_RUN to go on; otherwise the status to
- * exit with at once, 0 after --help (on stdout) or CLI_EXIT_USAGE after the
- * error and "Try 'PROGRAM --help'." (on stderr). */
+ * exit with at once, 0 after --help or --version (on stdout) or
+ * CLI_EXIT_USAGE after the error and "Try 'PROGRAM --help'." (on stderr). */
 int cli_read(const cli_spec *s, int argc, char **argv);
 
 /* Parses text as a whole number in lo..hi, as a table's CLI_KIND_INT64 does

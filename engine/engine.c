@@ -22,7 +22,8 @@ typedef struct seq {
     int32_t n_computed; /* tokens whose keys and values are in the cache */
     int32_t *blocks;
     int32_t n_blocks;
-    uint64_t admitted; /* admission order: the largest is the youngest */
+    kvpool_chain chain; /* how much of blocks[] is in the prefix cache */
+    uint64_t admitted;  /* admission order: the largest is the youngest */
     sampler_params sp;
     int32_t max_tokens;
     bool ignore_eos;
@@ -132,7 +133,8 @@ engine_config engine_default_config(void)
                            .max_seqs = 16,
                            .max_batch_tokens = 512,
                            .n_ctx = 0,
-                           .kv_type = BE_KV_F16};
+                           .kv_type = BE_KV_F16,
+                           .prefix_cache = true};
 }
 
 const char *engine_finish_name(engine_finish f)
@@ -162,8 +164,9 @@ static int32_t n_waiting(const engine *e)
 
 /* What holds between calls besides that order: only running sequences
  * hold KV blocks, each enough for the tokens it has computed and no more
- * than a context; with the pool's free blocks they make up the whole pool
- * (a block held twice, or lost, breaks the sum). */
+ * than a context; their tables are all the pool's references (a block
+ * dropped twice, or lost, breaks the sum), and the pool's own counts add up
+ * (kvpool_assert_consistent). */
 static void assert_invariants(const engine *e)
 {
     const int32_t waiting = n_waiting(e), ctx_blocks = kvpool_blocks_for(e->pool, e->cfg.n_ctx);
@@ -190,9 +193,9 @@ static void assert_invariants(const engine *e)
                     "job %llu holds %d blocks for %d computed tokens (a context is %d blocks)", id,
                     s->n_blocks, s->n_computed, ctx_blocks);
     }
-    LLMQ_ASSERT(held + kvpool_n_free(e->pool) == kvpool_n_blocks(e->pool),
-                "sequences hold %lld blocks and %d are free, of %d", (long long)held,
-                kvpool_n_free(e->pool), kvpool_n_blocks(e->pool));
+    LLMQ_ASSERT(held == kvpool_n_refs(e->pool), "sequences hold %lld blocks, the pool counts %lld",
+                (long long)held, (long long)kvpool_n_refs(e->pool));
+    kvpool_assert_consistent(e->pool);
 }
 
 static void seq_free(seq *s)
@@ -338,6 +341,7 @@ static seq *seq_new(const engine *e, const engine_request *r)
         return NULL;
     s->id = r->id;
     s->state = SEQ_WAITING;
+    kvpool_chain_reset(&s->chain);
     s->cap = (size_t)r->n_prompt + 64;
     s->tokens = malloc(s->cap * sizeof *s->tokens);
     s->blocks = malloc((size_t)kvpool_blocks_for(e->pool, e->cfg.n_ctx) * sizeof *s->blocks);
@@ -457,6 +461,7 @@ static void preempt_youngest(engine *e)
     int32_t i = e->n_live - 1;
     seq *s = e->live[i];
     kvpool_release(e->pool, s->blocks, &s->n_blocks);
+    kvpool_chain_reset(&s->chain);
     s->n_computed = 0;
     s->state = SEQ_WAITING;
     s->timing.n_preempted++;
@@ -467,17 +472,39 @@ static void preempt_youngest(engine *e)
     e->n_live++;
 }
 
+/* The prompt blocks of s that the prefix cache holds go into its table as
+ * computed.  Only prompt blocks are shared (a generated position's rows are
+ * computed another way: backend.h), and never the last token, whose logits
+ * the sequence needs. */
+static void take_cached_prefix(engine *e, seq *s)
+{
+    if (!e->cfg.prefix_cache)
+        return;
+    const int32_t usable = s->n_prompt < s->n_tokens - 1 ? s->n_prompt : s->n_tokens - 1;
+    const int32_t n = kvpool_match(e->pool, s->tokens, usable, s->blocks, &s->n_blocks, &s->chain);
+    s->n_computed = n * kvpool_block_size(e->pool);
+}
+
 /* Admits waiting sequences in queue order while sequence slots and blocks
- * for their whole known tokens last; a sequence that does not fit blocks the
- * ones behind it, so none starves. */
+ * for their whole known tokens last (the cached prefix needs none of its
+ * own); a sequence that does not fit blocks the ones behind it, so none
+ * starves. */
 static void admit(engine *e)
 {
     int32_t waiting = n_waiting(e);
     int32_t running = e->n_live - waiting;
     while (waiting > 0 && running < e->cfg.max_seqs) {
         seq *s = e->live[0];
-        if (!kvpool_reserve(e->pool, s->blocks, &s->n_blocks, s->n_tokens))
+        take_cached_prefix(e, s);
+        if (!kvpool_reserve(e->pool, s->blocks, &s->n_blocks, s->n_tokens)) {
+            kvpool_release(e->pool, s->blocks, &s->n_blocks);
+            kvpool_chain_reset(&s->chain);
+            s->n_computed = 0;
             break;
+        }
+        s->timing.n_cached = s->n_computed;
+        e->stats.prefix_hit_tokens += (uint64_t)s->n_computed;
+        e->stats.prefix_lookup_tokens += (uint64_t)s->n_prompt;
         s->state = SEQ_RUNNING;
         s->admitted = e->next_admission++;
         memmove(&e->live[0], &e->live[1], (size_t)(e->n_live - 1) * sizeof *e->live);
@@ -873,6 +900,11 @@ static int after_forward(engine *e, int32_t n_seqs, llmq_err *err)
     for (int32_t b = 0; b < n_seqs; b++) {
         seq *s = e->b_seqs[b];
         s->n_computed += e->b_chunk[b];
+        if (e->cfg.prefix_cache) {
+            const int32_t in_prompt = s->n_computed < s->n_prompt ? s->n_computed : s->n_prompt;
+            kvpool_publish(e->pool, s->blocks, s->tokens, in_prompt / kvpool_block_size(e->pool),
+                           &s->chain);
+        }
         if (s->n_computed < s->n_tokens)
             continue; /* a prompt chunk that is not the last */
         engine_event *ev = new_event(e, s);

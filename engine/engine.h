@@ -5,7 +5,9 @@
  * batch that mixes single decode tokens of running sequences with chunks of
  * prompt prefill, within a token budget, then samples the next token of every
  * sequence that produced logits.  KV memory is a paged pool fixed at start-up
- * (kvpool): a sequence is admitted when blocks for its whole prompt are free;
+ * (kvpool): a sequence is admitted when blocks for its whole prompt are free
+ * (the blocks of a prefix it shares with a prompt seen before are taken
+ * from the prefix cache, already computed: engine_config.prefix_cache);
  * when a growing sequence finds the pool empty, the youngest sequence is
  * preempted (blocks freed, re-prefilled later from its prompt plus what it
  * had generated) instead of anything failing.
@@ -56,6 +58,10 @@ typedef struct engine_config {
      * step with prompt work carries no decode rows (llama-batched-bench's
      * order: every prompt, then every sequence decoding together). */
     bool prefill_first;
+    /* true (default): prompts that begin with the same tokens share the KV
+     * blocks of that prefix, computed once (engine/kvpool.h); a sequence's
+     * output is the same with or without it. */
+    bool prefix_cache;
 } engine_config;
 
 engine_config engine_default_config(void);
@@ -124,6 +130,7 @@ typedef struct engine_timing {
     int32_t n_prompt;
     int32_t n_generated;
     int32_t n_preempted; /* times evicted and recomputed */
+    int32_t n_cached;    /* prompt tokens the prefix cache held at its (last) admission */
 } engine_timing;
 
 typedef struct engine_event {
@@ -188,6 +195,10 @@ typedef struct engine_stats {
     uint64_t prefill_rows;
     uint64_t decode_rows;
     uint64_t preemptions;
+    /* Prompt tokens of admitted sequences, and those of them the prefix
+     * cache held (once per admission: a preempted sequence counts again). */
+    uint64_t prefix_lookup_tokens;
+    uint64_t prefix_hit_tokens;
     double issue_ms;
     double read_ms;
     double host_ms;

@@ -19,6 +19,7 @@
 #include "proto/wire.h"
 
 _Static_assert((int)LLMQ_E_INTERNAL == (int)WIRE_E_INTERNAL &&
+                   (int)LLMQ_E_UNAVAILABLE == (int)WIRE_E_UNAVAILABLE &&
                    (int)LLMQ_E_QUEUE_FULL == (int)WIRE_E_QUEUE_FULL &&
                    (int)LLMQ_E_MALFORMED == (int)WIRE_E_MALFORMED,
                "llmq_code mirrors wire_code");

@@ -24,17 +24,19 @@ extern "C" {
 
 /* Error codes: the broker's (docs/PROTOCOL.md §3, same order), then the
  * library's own. */
+/* clang-format off */
 typedef enum llmq_code {
     LLMQ_OK = 0,
     LLMQ_E_MALFORMED, LLMQ_E_VERSION, LLMQ_E_UNKNOWN_TYPE, LLMQ_E_MISSING_FIELD,
     LLMQ_E_UNKNOWN_FIELD, LLMQ_E_BAD_TYPE, LLMQ_E_BAD_VALUE, LLMQ_E_TOO_LARGE,
     LLMQ_E_UNKNOWN_JOB, LLMQ_E_UNKNOWN_BATCH, LLMQ_E_QUEUE_FULL, LLMQ_E_UNKNOWN_WORKER,
-    LLMQ_E_SHUTTING_DOWN, LLMQ_E_INTERNAL,
+    LLMQ_E_SHUTTING_DOWN, LLMQ_E_INTERNAL, LLMQ_E_UNAVAILABLE,
     LLMQ_E_TIMEOUT = 100,   /* no reply from the broker in time */
     LLMQ_E_TRANSPORT,       /* ZeroMQ failed (bad endpoint, ...) */
     LLMQ_E_PROTOCOL,        /* the broker sent something this library cannot read */
     LLMQ_E_USAGE            /* a bad argument to this library */
 } llmq_code;
+/* clang-format on */
 
 typedef struct llmq_error {
     llmq_code code;
@@ -132,7 +134,9 @@ int llmq_job_check(const llmq_job *job, llmq_error *err);
  * ids[i] is job i's id and, when existing is not NULL, existing[i] says the
  * key already named a job.  The jobs are durable in the broker when this
  * returns.  Large batches travel as several submit messages (each atomic);
- * if one fails, the earlier ones stay submitted: resubmit with keys. */
+ * if one fails, the earlier ones stay submitted, with their ids[i] (and
+ * existing[i]) set and the rest of ids left as they were: resubmit the
+ * rest, or all of them with keys. */
 int llmq_submit(llmq_client *c, const char *batch, const char *meta, const llmq_job *jobs,
                 size_t n, uint64_t *ids, bool *existing, llmq_error *err);
 

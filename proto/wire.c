@@ -2,6 +2,7 @@
  * the two cannot drift apart and every field gets the same checks. */
 #include "proto/wire.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <msgpack.h>
 #include <stdarg.h>
@@ -29,6 +30,7 @@ static const char *const TYPE_NAMES[WIRE_T_COUNT] = {
     [WIRE_T_SHUTDOWN] = "shutdown", [WIRE_T_HEARTBEAT] = "heartbeat",
 };
 
+/* clang-format off */
 static const char *const CODE_NAMES[WIRE_E_COUNT] = {
     [WIRE_OK] = "ok", [WIRE_E_MALFORMED] = "malformed", [WIRE_E_VERSION] = "version",
     [WIRE_E_UNKNOWN_TYPE] = "unknown_type", [WIRE_E_MISSING_FIELD] = "missing_field",
@@ -37,7 +39,9 @@ static const char *const CODE_NAMES[WIRE_E_COUNT] = {
     [WIRE_E_UNKNOWN_JOB] = "unknown_job", [WIRE_E_UNKNOWN_BATCH] = "unknown_batch",
     [WIRE_E_QUEUE_FULL] = "queue_full", [WIRE_E_UNKNOWN_WORKER] = "unknown_worker",
     [WIRE_E_SHUTTING_DOWN] = "shutting_down", [WIRE_E_INTERNAL] = "internal",
+    [WIRE_E_UNAVAILABLE] = "unavailable",
 };
+/* clang-format on */
 
 static const char *const STATE_NAMES[WIRE_STATE_COUNT] = {
     [WIRE_STATE_QUEUED] = "queued", [WIRE_STATE_RUNNING] = "running",
@@ -99,9 +103,10 @@ typedef enum kind {
 } kind;
 
 enum {
-    F_REQ = 1,       /* must be present */
-    F_LO_OPEN = 2,   /* lower bound excluded */
-    F_SHARED_N = 4,  /* array whose count another array also sets */
+    F_REQ = 1,      /* must be present */
+    F_LO_OPEN = 2,  /* lower bound excluded */
+    F_SHARED_N = 4, /* array whose count another array also sets */
+    F_DONE = 8,     /* a result's field that only a done job has: not sent otherwise */
 };
 
 struct schema;
@@ -211,6 +216,7 @@ static const fdef JOB_STATE_FIELDS[] = {
 };
 
 #define TIMING(nm, fl) NUM(#nm, K_F64, fl, wire_result, timings.nm, 0, BIG)
+#define DONE_TIMING(nm) TIMING(nm, F_DONE)
 
 static const fdef LOGPROB_FIELDS[] = {
     NUM("token", K_U32, F_REQ, wire_logprob, token, 0, WIRE_MAX_TOKEN_ID),
@@ -252,14 +258,14 @@ static const fdef RESULT_FIELDS[] = {
         WIRE_MAX_TOKEN_ID),
     LOGPROBS_FIELD,
     NUM("finish", K_FINISH, 0, wire_result, finish, 0, 0),
-    NUM("prompt_tokens", K_U32, 0, wire_result, prompt_tokens, 0, UINT32_MAX),
-    NUM("gen_tokens", K_U32, 0, wire_result, gen_tokens, 0, WIRE_MAX_GEN_TOKENS),
-    TIMING(queue_wait_ms, 0),
-    TIMING(prefill_ms, 0),
-    TIMING(prefill_tok_s, 0),
-    TIMING(decode_ms, 0),
-    TIMING(decode_tok_s, 0),
-    TIMING(total_ms, 0),
+    NUM("prompt_tokens", K_U32, F_DONE, wire_result, prompt_tokens, 0, UINT32_MAX),
+    NUM("gen_tokens", K_U32, F_DONE, wire_result, gen_tokens, 0, WIRE_MAX_GEN_TOKENS),
+    DONE_TIMING(queue_wait_ms),
+    DONE_TIMING(prefill_ms),
+    DONE_TIMING(prefill_tok_s),
+    DONE_TIMING(decode_ms),
+    DONE_TIMING(decode_tok_s),
+    DONE_TIMING(total_ms),
     STR("worker", 0, wire_result, worker, 1, WIRE_MAX_NAME_BYTES),
     STR("error", 0, wire_result, error, 1, WIRE_MAX_MESSAGE_BYTES),
 };
@@ -601,11 +607,29 @@ static int bad_type(rd *r, const msgpack_object *o, const char *want)
     return rd_fail(r, WIRE_E_BAD_TYPE, "expected %s, got %s", want, obj_type_name(o));
 }
 
-static int range_fail(rd *r, double v, double lo, double hi)
+/* The shortest text that reads back as v, without an exponent where %g
+ * would not need one: a refusal shows the number as it was sent (100.0001,
+ * not 100), and a bound as it is written (100, not 1e+02). */
+static const char *exact(double v, char buf[32])
 {
+    const bool plain = fabs(v) < 1e15 && (v == 0 || fabs(v) >= 1e-4);
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(buf, 32, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v && !(plain && strchr(buf, 'e')))
+            break;
+    }
+    return buf;
+}
+
+/* text: the value, printed from its own integer type (a double would show
+ * 2^64-1 as 18446744073709551616). */
+static int range_fail(rd *r, const char *text, double lo, double hi)
+{
+    char l[32], h[32];
     if (hi >= BIG)
-        return rd_fail(r, WIRE_E_BAD_VALUE, "%.0f is out of range (at least %.0f)", v, lo);
-    return rd_fail(r, WIRE_E_BAD_VALUE, "%.0f is out of range [%.0f, %.0f]", v, lo, hi);
+        return rd_fail(r, WIRE_E_BAD_VALUE, "%s is out of range (at least %s)", text, exact(lo, l));
+    return rd_fail(r, WIRE_E_BAD_VALUE, "%s is out of range [%s, %s]", text, exact(lo, l),
+                   exact(hi, h));
 }
 
 /* Integer in [lo, hi]; the bounds are exact for every range in the tables
@@ -613,18 +637,21 @@ static int range_fail(rd *r, double v, double lo, double hi)
 static int read_int(rd *r, const msgpack_object *o, double lo, double hi,
                     int64_t *si, uint64_t *ui)
 {
+    char text[32];
     if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
         uint64_t v = o->via.u64;
+        snprintf(text, sizeof text, "%" PRIu64, v);
         if ((double)v < lo || (hi < BIG && (double)v > hi))
-            return range_fail(r, (double)v, lo, hi);
+            return range_fail(r, text, lo, hi);
         *ui = v;
         *si = v > INT64_MAX ? INT64_MAX : (int64_t)v;
         return 0;
     }
     if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
         int64_t v = o->via.i64;
+        snprintf(text, sizeof text, "%" PRId64, v);
         if ((double)v < lo || (double)v > hi)
-            return range_fail(r, (double)v, lo, hi);
+            return range_fail(r, text, lo, hi);
         *si = v;
         *ui = 0;
         return 0;
@@ -647,12 +674,14 @@ static int read_float(rd *r, const msgpack_object *o, const fdef *f, double *out
         return rd_fail(r, WIRE_E_BAD_VALUE, "NaN is not allowed");
     if (isinf(v))
         return rd_fail(r, WIRE_E_BAD_VALUE, "infinity is not allowed");
+    const double given = v;
     if (f->k == K_F32)
         v = (double)(float)v;   /* judge the value the engine will see */
     bool low = (f->flags & F_LO_OPEN) ? v <= f->lo : v < f->lo;
+    char t[32], l[32], h[32];
     if (low || v > f->hi)
-        return rd_fail(r, WIRE_E_BAD_VALUE, "%g is out of range %c%g, %g]", v,
-                       (f->flags & F_LO_OPEN) ? '(' : '[', f->lo, f->hi);
+        return rd_fail(r, WIRE_E_BAD_VALUE, "%s is out of range %c%s, %s]", exact(given, t),
+                       (f->flags & F_LO_OPEN) ? '(' : '[', exact(f->lo, l), exact(f->hi, h));
     *out = v;
     return 0;
 }
@@ -1331,6 +1360,16 @@ static bool present(const fdef *f, const char *p)
     }
 }
 
+/* present, and for a result's F_DONE fields a done state: a cancelled or
+ * failed job has no token counts or timings to report, not zeros.  obj: the
+ * struct the field is in. */
+static bool sent(const fdef *f, const char *obj, const char *p)
+{
+    if ((f->flags & F_DONE) && ((const wire_result *)(const void *)obj)->state != WIRE_STATE_DONE)
+        return false;
+    return present(f, p);
+}
+
 static int write_obj(wr *w, const schema *sc, const char *obj);
 
 static int write_elem(wr *w, const fdef *f, const char *arr, uint32_t i)
@@ -1421,7 +1460,7 @@ static uint32_t count_present(const schema *sc, const char *obj)
     for (int p = 0; p < 2; p++)
         for (size_t i = 0; i < sc->parts[p].n; i++) {
             const fdef *f = &sc->parts[p].f[i];
-            n += present(f, obj + sc->parts[p].base + f->off);
+            n += sent(f, obj, obj + sc->parts[p].base + f->off);
         }
     return n;
 }
@@ -1432,7 +1471,7 @@ static int write_fields(wr *w, const schema *sc, const char *obj)
         for (size_t i = 0; i < sc->parts[p].n; i++) {
             const fdef *f = &sc->parts[p].f[i];
             const char *base = obj + sc->parts[p].base;
-            if (!present(f, base + f->off)) {
+            if (!sent(f, obj, base + f->off)) {
                 if (f->flags & F_REQ)
                     return wire_fail(w->err, WIRE_E_MISSING_FIELD, f->name,
                                      "required field is not set");

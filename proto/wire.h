@@ -87,6 +87,7 @@ enum {
     WIRE_DIR_ANY = 15
 };
 
+/* clang-format off */
 typedef enum wire_code {
     WIRE_OK = 0,
     WIRE_E_MALFORMED,       /* not msgpack, trailing bytes, not a map, too deep */
@@ -103,8 +104,10 @@ typedef enum wire_code {
     WIRE_E_UNKNOWN_WORKER,  /* a worker message before hello: send hello again */
     WIRE_E_SHUTTING_DOWN,   /* the broker is stopping and accepts no new work */
     WIRE_E_INTERNAL,        /* the broker failed (database error, ...) */
+    WIRE_E_UNAVAILABLE,     /* the broker cannot take new work now (database full): retry later */
     WIRE_E_COUNT
 } wire_code;
+/* clang-format on */
 
 typedef enum wire_state {
     WIRE_STATE_NONE = 0,

@@ -271,7 +271,12 @@ tests_unit_test_worker_parts_CFLAGS = $(AM_CFLAGS) $(MSGPACK_CFLAGS)
 tests_unit_test_worker_parts_LDADD = $(LLMQ_WORKER_LIBS)
 # ---- end worker ----
 
-# ---- engine scheduling rules (engine/engine.c) ----
+# ---- engine scheduling rules and the KV pool (engine/engine.c, engine/kvpool.c) ----
+check_PROGRAMS += tests/unit/test-kvpool
+TESTS += tests/unit/test-kvpool
+tests_unit_test_kvpool_SOURCES = tests/unit/test-kvpool.c tests/unit/check.h
+tests_unit_test_kvpool_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
+
 check_PROGRAMS += tests/unit/test-engine
 TESTS += tests/unit/test-engine
 tests_unit_test_engine_SOURCES = tests/unit/test-engine.c tests/unit/check.h \
@@ -295,6 +300,12 @@ tests_unit_test_stats_LDADD = tools/libllmq_stats.a $(LLMQ_BROKER_LIBS) -lm
 TESTS += tests/integration/test-stats-run.sh tests/integration/test-examples.sh
 EXTRA_DIST += tests/unit/check.sh tests/integration/env.sh tests/integration/test-stats-run.sh \
 	tests/integration/test-examples.sh
+# llmq-submit and a batch larger than the broker's --max-queued
+TESTS += tests/integration/test-submit-queue.sh
+EXTRA_DIST += tests/integration/test-submit-queue.sh
+# The README's demo (tools/demo.sh) on a small batch, and what it leaves
+TESTS += tests/integration/test-demo.sh
+EXTRA_DIST += tests/integration/test-demo.sh
 # test-examples installs the Node.js example's packages here, once.
 clean-local: clean-node-example
 clean-node-example:
@@ -341,6 +352,10 @@ EXTRA_DIST += tests/gpu/run.sh tests/gpu/gpus.sh
 # ---- scale-out: CURVE, remote workers in a network namespace, model routing ----
 TESTS += tests/integration/test-scale.sh
 EXTRA_DIST += tests/integration/test-scale.sh
+# A real file system filling up: a tmpfs in a namespace of its own (skipped
+# where unprivileged user namespaces are not allowed).
+TESTS += tests/integration/test-disk-full.sh
+EXTRA_DIST += tests/integration/test-disk-full.sh
 # ---- end scale-out ----
 
 # ---- llmq-worker --gpus: the supervisor (worker/supervisor.c) and its flags ----

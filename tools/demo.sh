@@ -1,19 +1,28 @@
 #!/usr/bin/env bash
 # The demo (tools/dev.sh demo): a broker and two CPU workers on the embedded
-# stories260K model, a batch of story prompts submitted with llmq-submit, the
-# results, then per-job and per-worker throughput read back from SQLite with
-# plain SQL on the views of docs/SCHEMA.md and with llmq-stats (which also
-# writes BUILD_DIR/demo-throughput.svg), and a clean shutdown.
+# stories260K model, a batch of story prompts (2,000 by default, 15 s or so
+# on two cores) submitted with llmq-submit, a few of the results, then
+# per-job and per-worker throughput read back from SQLite with plain SQL on
+# the views of docs/SCHEMA.md and with llmq-stats (which also draws the
+# plot), and a clean shutdown.
 #
-#   tools/demo.sh BUILD_DIR
+#   tools/demo.sh BUILD_DIR [JOBS [DIR]]
 #
-# Everything lives in a temp dir (database, logs, ipc:// endpoints), so the
-# demo needs no free port and leaves nothing behind; on failure the logs are
-# shown.  Exit status: 0 when every job was done and every process stopped
-# cleanly (exit 0 after SIGTERM).
+# What the run leaves, in DIR (default BUILD_DIR/demo; the next run replaces
+# it, and refuses a DIR that holds something else): the jobs (jobs.jsonl),
+# their results (results.jsonl, one JSON line per job), the broker's
+# database (llmq.db: sqlite3 or llmq-stats read it), the plot
+# (demo-throughput.svg) and the logs.  The ipc:// endpoints live in a temp
+# dir, so the demo needs no free port; on failure the logs are shown.  Exit
+# status: 0 when every job was done and every process stopped cleanly (exit
+# 0 after SIGTERM).
 set -euo pipefail
 
-build=${1:?usage: tools/demo.sh BUILD_DIR}
+build=${1:?usage: tools/demo.sh BUILD_DIR [JOBS [DIR]]}
+n_jobs=${2:-2000}
+case $n_jobs in
+    '' | *[!0-9]* | 0) echo "demo: JOBS must be a whole number of 1 or more, not '$n_jobs'" >&2; exit 2 ;;
+esac
 build=$(cd "$build" && pwd)
 top=$(cd "$(dirname "$0")/.." && pwd)
 model=$top/tests/data/models/stories260K.gguf
@@ -22,10 +31,19 @@ for exe in broker/llmq-broker worker/llmq-worker tools/llmq-submit tools/llmq-st
 done
 command -v sqlite3 >/dev/null || { echo "demo: the sqlite3 command is needed" >&2; exit 1; }
 
-dir=$(mktemp -d "${TMPDIR:-/tmp}/llmq-demo.XXXXXX")
-db=$dir/llmq.db
-clients=ipc://$dir/clients
-workers=ipc://$dir/workers
+out=${3:-$build/demo}
+if [ -n "$(ls -A "$out" 2>/dev/null)" ] && [ ! -e "$out/.llmq-demo" ]; then
+    echo "demo: $out holds files that are not a demo's: not replacing them" >&2
+    exit 1
+fi
+rm -rf "$out"
+mkdir -p "$out"
+touch "$out/.llmq-demo"
+out=$(cd "$out" && pwd)
+sockets=$(mktemp -d "${TMPDIR:-/tmp}/llmq-demo.XXXXXX")
+db=$out/llmq.db
+clients=ipc://$sockets/clients
+workers=ipc://$sockets/workers
 pids=()
 ok=0
 
@@ -33,12 +51,12 @@ cleanup() {
     for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
     if [ "$ok" -ne 1 ]; then
-        for log in "$dir"/*.log; do
+        for log in "$out"/*.log; do
             [ -f "$log" ] && { echo "---- $log"; tail -n 20 "$log"; }
         done
         echo "demo: FAILED (logs above)" >&2
     fi
-    rm -rf "$dir"
+    rm -rf "$sockets"
 }
 trap cleanup EXIT
 
@@ -59,12 +77,12 @@ stop() {
 
 say "starting llmq-broker and two llmq-worker processes (CPU engine, $(basename "$model"), 1 thread each)"
 "$build/broker/llmq-broker" --db "$db" --clients "$clients" --workers "$workers" \
-    2> "$dir/broker.log" &
+    2> "$out/broker.log" &
 pids+=($!)
 broker=$!
 for w in 1 2; do
     "$build/worker/llmq-worker" --broker "$workers" -m "$model" --cpu -t 1 --slots 8 \
-        --id "demo-worker-$w" 2> "$dir/worker-$w.log" &
+        --id "demo-worker-$w" 2> "$out/worker-$w.log" &
     pids+=($!)
     eval "worker$w=$!"
 done
@@ -78,32 +96,37 @@ prompts=(
     "Ben saw a shiny star" "It was a rainy day and" "The princess had a magic"
     "Anna and her mom baked" "A little bird could not find"
 )
-jobs=$dir/jobs.jsonl
-for i in "${!prompts[@]}"; do
-    # Half greedy, half sampled: a job's output depends only on its own seed.
-    if [ $((i % 2)) -eq 0 ]; then temp=0; else temp=0.8; fi
-    printf '{"id": "story-%02d", "prompt": "%s", "max_tokens": 48, "temperature": %s, "seed": %d}\n' \
-        "$((i + 1))" "${prompts[$i]}" "$temp" "$((i + 1))"
+jobs=$out/jobs.jsonl
+lengths=(64 128 192 256 384)
+for ((i = 0; i < n_jobs; i++)); do
+    # One greedy job in four, the others sampled, each with its own seed: a
+    # job's output depends only on the job.  Lengths vary, so jobs finish at
+    # different times and the workers' batches keep changing.
+    if [ $((i % 4)) -eq 0 ]; then temp=0; else temp=0.8; fi
+    printf '{"id": "story-%04d", "prompt": "%s", "max_tokens": %d, "temperature": %s, "seed": %d}\n' \
+        "$((i + 1))" "${prompts[$((i % ${#prompts[@]}))]}" "${lengths[$((i % ${#lengths[@]}))]}" \
+        "$temp" "$((i + 1))"
 done > "$jobs"
 
-say "submitting ${#prompts[@]} jobs with llmq-submit and waiting for the results"
-"$build/tools/llmq-submit" --broker "$clients" -i "$jobs" -o "$dir/results.jsonl" --batch demo \
-    --timeout 60
+say "submitting $n_jobs jobs ($jobs) with llmq-submit and waiting for the results"
+"$build/tools/llmq-submit" --broker "$clients" -i "$jobs" -o "$out/results.jsonl" --batch demo \
+    --timeout 600
 
-say "results (prompt + continuation), from the database"
-sqlite3 "$db" "SELECT printf('%-9s %-15s %s%s', substr(j.client_key, 6), w.name,
-                            j.prompt, replace(r.text, char(10), ' '))
+say "the first results (prompt + continuation), from the database"
+sqlite3 "$db" "SELECT printf('%-10s %-15s %s%s', substr(j.client_key, 6), w.name,
+                            j.prompt, substr(replace(r.text, char(10), ' '), 1, 160))
                FROM jobs j JOIN results r ON r.job_id = j.id JOIN workers w ON w.id = r.worker_id
-               WHERE j.batch_id = 'demo' ORDER BY j.id"
+               WHERE j.batch_id = 'demo' ORDER BY j.id LIMIT 5"
+echo "... all $n_jobs results, one JSON line per job: $out/results.jsonl"
 
-say "per job: tokens and tok/s (table results)"
+say "per job: tokens and tok/s (table results; the first 10 jobs)"
 sql "SELECT substr(j.client_key, 6) AS job, w.name AS worker, r.prompt_tokens AS prompt,
             r.generated_tokens AS generated, r.finish_reason AS finish,
             r.queue_wait_ms AS queue_ms, round(r.prefill_ms, 2) AS prefill_ms,
             round(r.prefill_tok_s) AS prefill_tok_s, round(r.decode_ms, 2) AS decode_ms,
             round(r.decode_tok_s) AS decode_tok_s, r.total_ms
      FROM jobs j JOIN results r ON r.job_id = j.id JOIN workers w ON w.id = r.worker_id
-     WHERE j.batch_id = 'demo' ORDER BY j.id"
+     WHERE j.batch_id = 'demo' ORDER BY j.id LIMIT 10"
 
 # The view's busy_ms is the span from a worker's first dispatch to its last
 # result (idle gaps included); llmq-stats below reports busy time as the
@@ -120,16 +143,21 @@ sql "SELECT batch_id, jobs, done, failed, generated_tokens, wall_ms, round(gen_t
      FROM v_batch_stats WHERE batch_id = 'demo'"
 
 say "the accounting (llmq-stats, reading the database while the broker runs)"
-plot=$build/demo-throughput.svg
-"$build/tools/llmq-stats" --db "$db" --batch demo --table batches --table workers \
-    --plot "$plot"
-echo "plot of tok/s over time per worker and of the jobs' decode tok/s: $plot"
+# From the demo's folder, so that the plot names the database as llmq.db.
+(cd "$out" && "$build/tools/llmq-stats" --db llmq.db --batch demo --table batches --table workers \
+    --plot demo-throughput.svg)
+echo "plot of tok/s over time per worker and of the jobs' decode tok/s: $out/demo-throughput.svg"
 
 say "shutting down (SIGTERM: the workers say bye, the broker closes the database)"
 stop "$worker1" "llmq-worker demo-worker-1"
 stop "$worker2" "llmq-worker demo-worker-2"
 stop "$broker" "llmq-broker"
 done_jobs=$(sqlite3 "$db" "SELECT count(*) FROM jobs WHERE batch_id = 'demo' AND state = 'done'")
-[ "$done_jobs" -eq "${#prompts[@]}" ] || { echo "demo: only $done_jobs jobs done" >&2; exit 1; }
+[ "$done_jobs" -eq "$n_jobs" ] || { echo "demo: only $done_jobs of $n_jobs jobs done" >&2; exit 1; }
 ok=1
-say "demo done: ${#prompts[@]} jobs on 2 workers"
+say "demo done: $n_jobs jobs on 2 workers; what it left, in $out:"
+echo "  results.jsonl        one JSON line per job: text, tokens, timings, worker"
+echo "  llmq.db              the broker's database: sqlite3 $db 'SELECT * FROM v_batch_stats'"
+echo "                       or $build/tools/llmq-stats --db $db"
+echo "  demo-throughput.svg  tok/s per worker over time and the jobs' decode speeds"
+echo "  jobs.jsonl, *.log    the jobs submitted, the broker's and the workers' logs"

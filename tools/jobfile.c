@@ -8,6 +8,7 @@
 
 #include "common/grow.h"
 #include "proto/job_params.h"
+#include "proto/wire.h"
 
 /* ---- job fields ------------------------------------------------------------------ */
 
@@ -407,6 +408,12 @@ static int make_key(jobfile_entry *e, const char *batch, llmq_err *err)
         return llmq_errf(err, "out of memory");
     }
     e->job.key = e->key;
+    /* The user wrote no key: say what made it too long. */
+    if ((size_t)n > WIRE_MAX_NAME_BYTES)
+        return llmq_errf(err,
+                         "id: the job's key BATCH:ID would be %d bytes, at most %u: a"
+                         " shorter --batch (%zu bytes) or id (%zu)",
+                         n, WIRE_MAX_NAME_BYTES, strlen(batch), (size_t)n - strlen(batch) - 1);
     return 0;
 }
 

@@ -51,11 +51,11 @@ typedef struct run_opts {
     run_mode mode;
     const char *model;       /* -m */
     const char *ids;         /* --detokenize's argument */
-    const char *messages;    /* --messages FILE: a chat job's messages */
+    const char *messages;      /* --messages FILE: a chat job's messages */
     const char *chat_template; /* --chat-template NAME|FILE, NULL: the model's */
     bool tokenize, bench;      /* --tokenize, --bench */
     bool render_only;          /* --render-only */
-    bool no_parse_special, no_bos, kv_f32;
+    bool no_parse_special, no_bos, kv_f32, no_prefix_cache;
     bool force_cpu;          /* --cpu */
     int32_t gpu;             /* --gpu N; -1: the first GPU if there is one */
     int32_t ctx;             /* -c; 0: the model's (perplexity: PPL_CTX) */
@@ -185,6 +185,7 @@ static int check_opts(void *opts, llmq_err *err)
         g->engine.n_ctx = o->ctx;
     if (o->kv_f32)
         g->engine.kv_type = BE_KV_F32;
+    g->engine.prefix_cache = !o->no_prefix_cache;
     return sampler_check_params(&g->sampling, err);
 }
 
@@ -282,6 +283,10 @@ static int parse_args(int argc, char **argv, run_opts *o)
          " memory left after the weights)",
          CLI_INT32(&g->engine.n_blocks, 1, INT32_MAX)},
         {"kv-f32", 0, NULL, "keep the KV cache in f32 (default f16)", CLI_SWITCH(&o->kv_f32)},
+        {"no-prefix-cache", 0, NULL,
+         "compute every prompt in full, even the blocks it shares with an earlier one (the"
+         " output is the same; --bench never shares)",
+         CLI_SWITCH(&o->no_prefix_cache)},
         {"reps", 0, "N", "benchmark repetitions, the median is reported (default 3)",
          CLI_INT32(&g->bench_reps, 1, 32)},
         {"json", 0, "FILE", "write the benchmark's JSON to FILE instead of stdout",

@@ -108,8 +108,8 @@ static int parse_args(int argc, char **argv, options *o)
         {"now", 0, "TIME", "take TIME as now (default: the clock), for reproducible reports",
          CLI_TEXT(&o->now)},
         {"bucket", 0, "LENGTH",
-         "time bucket of the time tables and the plot: auto (default, at most 60 buckets),"
-         " minute, hour, day, or a length such as 10s, 5m, 1h",
+         "time bucket of the time tables and the plot: auto (default, at most 60 buckets of"
+         " 1 s or more), minute, hour, day, or a length of 1 s or more such as 10s, 5m, 1h",
          CLI_TEXT(&o->bucket)},
         {"plot", 'p', "FILE.svg",
          "also write an SVG: tok/s over time per worker and a histogram of the jobs' decode"
@@ -143,6 +143,11 @@ static int parse_bucket(const char *s, int64_t *out_ms, llmq_err *err)
         }
     if (when_duration(s, out_ms, err))
         return llmq_err_prefix(err, "--bucket (auto, minute, hour, day or a length)");
+    if (*out_ms < REPORT_MIN_SPAN_MS)
+        return llmq_errf(err,
+                         "--bucket: %s is shorter than a second: a bucket's tok/s would be a "
+                         "rate over too short a span (use 1s or longer)",
+                         s);
     return 0;
 }
 
@@ -179,7 +184,11 @@ static int shape_from_data(run *r, int64_t bucket_ms, llmq_err *err)
     bool any;
     if (report_finish_span(r->db, &r->filter, &first, &last, &any, err))
         return -1;
-    r->shape.bucket_ms = bucket_ms ? bucket_ms : scale_time_step(any ? last - first : 0, 60);
+    if (!bucket_ms) {
+        bucket_ms = scale_time_step(any ? last - first : 0, 60);
+        bucket_ms = bucket_ms < REPORT_MIN_SPAN_MS ? REPORT_MIN_SPAN_MS : bucket_ms;
+    }
+    r->shape.bucket_ms = bucket_ms;
     double lo = 0, hi = 0;
     if (report_rate_span(r->db, &r->filter, &lo, &hi, &any, err))
         return -1;
@@ -284,8 +293,8 @@ static int write_plot(const run *r, const options *o, llmq_err *err)
         return llmq_errf(err, "%s: %m", o->plot);
     char subtitle[512];
     describe(r, o, subtitle, sizeof subtitle);
-    int rc = plot_write(f, &r->tables[REPORT_WORKER_TIME], &r->tables[REPORT_HISTOGRAM],
-                        subtitle, err);
+    int rc = plot_write(f, &r->tables[REPORT_WORKER_TIME], r->shape.bucket_ms,
+                        &r->tables[REPORT_HISTOGRAM], subtitle, err);
     if (fclose(f) != 0 && rc == 0)
         rc = llmq_errf(err, "%s: %m", o->plot);
     return rc;

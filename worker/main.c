@@ -55,7 +55,7 @@ typedef struct options {
     const char *broker, *model, *id, *model_name, *broker_key, *curve_secret;
     const char *chat_template; /* --chat-template, NULL: the model's */
     const char *gpus; /* --gpus, NULL: not given */
-    bool cpu, verbose;
+    bool cpu, verbose, no_prefix_cache;
     int32_t gpu; /* -1: not given */
     int32_t slots, threads, ctx, batch, kv_blocks, heartbeat_ms, grace_ms;
     int32_t min_step_ms;      /* LLMQ_TEST_MIN_STEP_MS: tests only, see serve() */
@@ -95,7 +95,7 @@ static int parse_args(int argc, char **argv, options *o)
                    .gpu = -1,
                    .slots = 0,
                    .threads = cores > 0 ? (int32_t)cores : 1,
-                   .batch = 512,
+                   .batch = 0,
                    .heartbeat_ms = WIRE_HEARTBEAT_MS,
                    .grace_ms = 10000};
     const cli_flag flags[] = {
@@ -110,18 +110,23 @@ static int parse_args(int argc, char **argv, options *o)
          "supervise one worker process per GPU (CUDA builds), each run with --gpu N, and"
          " --id ID-gpuN when --id ID is given; a crashed one is restarted after 1, 2, 4 ... 60 s",
          CLI_TEXT(&o->gpus)},
-        {"slots", 's', "N", "jobs run at once, 1..4096 (default 64 on a GPU, 16 on the CPU)",
+        {"slots", 's', "N", "jobs run at once, 1..4096 (default 256 on a GPU, 16 on the CPU)",
          CLI_INT32(&o->slots, 1, WIRE_MAX_SLOTS)},
         {"threads", 't', "N", "CPU engine threads (default: all cores)",
          CLI_INT32(&o->threads, 1, 1024)},
         {"ctx", 'c', "N", "context per job in tokens (default: the model's)",
          CLI_INT32(&o->ctx, 4, 1 << 24)},
-        {"batch", 0, "N", "tokens per forward pass (default 512)",
+        {"batch", 0, "N",
+         "tokens per forward pass, at least --slots (default 512, or --slots if more)",
          CLI_INT32(&o->batch, 1, 1 << 16)},
         {"kv-blocks", 0, "N",
          "KV cache blocks of 16 tokens (default: a full context per slot, at most 90% of the"
          " memory left after the weights)",
          CLI_INT32(&o->kv_blocks, 1, INT32_MAX)},
+        {"no-prefix-cache", 0, NULL,
+         "compute every prompt in full, even the KV blocks it shares with an earlier job's"
+         " (results are the same either way)",
+         CLI_SWITCH(&o->no_prefix_cache)},
         {"id", 0, "NAME", "worker id, unique per broker (default HOST:gpuN, HOST:cpu-PID)",
          CLI_TEXT_BYTES(&o->id, 1, WIRE_MAX_NAME_BYTES)},
         {"model-name", 0, "NAME",
@@ -209,20 +214,32 @@ static int open_backend(const options *o, parts *p, llmq_err *err)
 }
 
 /* --slots, else what the engine is good at: a GPU's decode throughput keeps
- * rising to 64 sequences and beyond (docs/OPERATIONS.md), a CPU's does not. */
+ * rising to 256 sequences (docs/OPERATIONS.md: one H200 worker made 6,591
+ * tok/s end to end at 64 slots, 8,013 at 256), a CPU's does not.  The KV
+ * cache, not the slots, then bounds what runs: jobs are admitted while its
+ * blocks last. */
+#define GPU_DEFAULT_SLOTS 256
+#define CPU_DEFAULT_SLOTS 16
 static int32_t slots_of(const options *o, const parts *p)
 {
-    return o->slots > 0 ? o->slots : p->gpu_index >= 0 ? 64 : 16;
+    return o->slots > 0 ? o->slots : p->gpu_index >= 0 ? GPU_DEFAULT_SLOTS : CPU_DEFAULT_SLOTS;
 }
 
 static int open_engine(const options *o, parts *p, llmq_err *err)
 {
     engine_config cfg = engine_default_config();
     const int32_t slots = o->test_engine_seqs > 0 ? o->test_engine_seqs : slots_of(o, p);
+    /* Every running job's next token is a row of the pass. */
+    if (o->batch > 0 && o->batch < slots)
+        return llmq_errf(err,
+                         "--batch %d is less than the %d slots: a forward pass needs a row"
+                         " for each running job (raise --batch or lower --slots)",
+                         o->batch, slots);
     cfg.max_seqs = slots;
-    cfg.max_batch_tokens = o->batch > slots ? o->batch : slots;
+    cfg.max_batch_tokens = o->batch > 0 ? o->batch : slots > 512 ? slots : 512;
     cfg.n_ctx = o->ctx;
     cfg.n_blocks = o->kv_blocks;
+    cfg.prefix_cache = !o->no_prefix_cache;
     return engine_create(&p->eng, p->m, p->vocab, &cfg, err);
 }
 
@@ -297,20 +314,38 @@ static void parts_free(parts *p)
     backend_destroy(p->be);
 }
 
+/* The start line says what the worker chose and why: the slots (given or
+ * the default), and whether the KV cache holds a full context per slot or
+ * bounds how many run (then jobs are admitted while blocks last). */
 static void say_ready(const options *o, const parts *p)
 {
     const model_config *c = model_get_config(p->m);
+    const engine_config *ec = engine_get_config(p->eng);
     char where[64];
     if (p->gpu_index >= 0)
         snprintf(where, sizeof where, "GPU %d", p->gpu_index);
     else
         snprintf(where, sizeof where, "the CPU, %d threads", o->threads);
+    const uint32_t slots = session_slots(p->sess);
+    const int64_t kv_tokens = (int64_t)ec->n_blocks * ec->block_size;
+    char kv[256];
+    if (kv_tokens >= (int64_t)slots * ec->n_ctx)
+        snprintf(kv, sizeof kv, "a full context per slot");
+    else
+        snprintf(kv, sizeof kv,
+                 "%s; %lld per slot on average: jobs are admitted while its blocks last, and "
+                 "the youngest is preempted and recomputed when they run out",
+                 o->kv_blocks ? "--kv-blocks" : "all the memory allows",
+                 (long long)(kv_tokens / (slots ? slots : 1)));
     log_line("llmq-worker", p->id.worker,
-             "%s (%s, %d layers, %.1f MB %s, %s) on %s, %u slots of %d tokens,"
-             " a KV cache of %d tokens, chat template %s; broker %s",
+             "%s (%s, %d layers, %.1f MB %s, %s) on %s, %u slots of %d tokens%s,"
+             " a KV cache of %lld tokens (%s)%s, chat template %s; broker %s",
              o->model, c->name, c->n_layers, c->weight_bytes / 1e6, quant_type_name(c->weight_type),
-             p->id.model_hash, where, session_slots(p->sess), engine_get_config(p->eng)->n_ctx,
-             engine_get_config(p->eng)->n_blocks * engine_get_config(p->eng)->block_size,
+             p->id.model_hash, where, slots, ec->n_ctx,
+             o->slots > 0        ? ""
+             : p->gpu_index >= 0 ? " (the GPU default)"
+                                 : " (the CPU default)",
+             (long long)kv_tokens, kv, ec->prefix_cache ? ", prefix cache on" : "",
              p->chat ? chat_template_name(p->chat) : "none", o->broker);
 }
 
@@ -354,7 +389,8 @@ static void child_command(const options *o, const char *exe, int gpu, child_cmd 
     if (o->slots > 0)
         add_num(c, "--slots", o->slots);
     add_num(c, "--threads", o->threads);
-    add_num(c, "--batch", o->batch);
+    if (o->batch > 0)
+        add_num(c, "--batch", o->batch);
     add_num(c, "--heartbeat-ms", o->heartbeat_ms);
     add_num(c, "--grace-ms", o->grace_ms);
     if (o->ctx > 0)
@@ -375,6 +411,8 @@ static void child_command(const options *o, const char *exe, int gpu, child_cmd 
     }
     if (o->verbose)
         add_arg(c, "--verbose", NULL);
+    if (o->no_prefix_cache)
+        add_arg(c, "--no-prefix-cache", NULL);
 }
 
 static int make_children(const options *o, const super_gpus *g, super_child *kids,

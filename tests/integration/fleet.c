@@ -107,14 +107,7 @@ void fleet_kill9(fleet_worker *w)
 
 int fleet_log_has(const fleet_worker *w, const char *text)
 {
-    char *buf;
-    size_t len;
-    llmq_err err;
-    if (file_read_all(w->log, &buf, &len, &err) != 0)
-        return 0;
-    int found = strstr(buf, text) != NULL;
-    free(buf);
-    return found;
+    return h_file_has(w->log, text);
 }
 
 /* ---- prompts and references -------------------------------------------------------------- */

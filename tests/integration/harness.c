@@ -12,6 +12,7 @@
 #include <zmq.h>
 
 #include "common/clock.h"
+#include "common/file.h"
 
 void h_sleep_ms(int ms)
 {
@@ -188,3 +189,15 @@ void h_job(wire_job *j, const char *key, const char *prompt)
 }
 
 int64_t h_sql(const harness *h, const char *sql) { return sql_first_int(h->db, sql); }
+
+bool h_file_has(const char *path, const char *text)
+{
+    char *buf;
+    size_t len;
+    llmq_err err;
+    if (file_read_all(path, &buf, &len, &err) != 0)
+        return false;
+    bool found = strstr(buf, text) != NULL;
+    free(buf);
+    return found;
+}

@@ -58,6 +58,9 @@ void h_job(wire_job *j, const char *key, const char *prompt);
  * INT64_MIN when there is none. */
 int64_t h_sql(const harness *h, const char *sql);
 
+/* True when the file at path (the broker's log: h->log) holds text. */
+bool h_file_has(const char *path, const char *text);
+
 /* Waits up to wait_ms for child pid to exit (then kills it with SIGKILL);
  * its wait status, or -1 when it had to be killed. */
 int h_reap(pid_t pid, int wait_ms);

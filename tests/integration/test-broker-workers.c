@@ -17,7 +17,11 @@
  * name put jobs back; jobs left running by a killed broker run again after
  * the restart; SIGTERM drains (submits refused, running job may finish,
  * unfinished job back in the queue after the grace period); heartbeats go
- * out to idle workers; jobs for a model only go to workers serving it. */
+ * out to idle workers; jobs for a model only go to workers serving it; a
+ * database without room (past --max-db-mb, or its file system below
+ * --min-free-mb) refuses submits as unavailable and starts no job, while
+ * status is served and the running job's result is stored and pushed,
+ * and the broker does not exit. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,6 +177,16 @@ static int submit(void *c, const char *batch, int n, const int *prio,
                 m.type == WIRE_T_ERROR ? m.error.message : "?");
     wire_msg_free(&m);
     return rc;
+}
+
+static void send_select_status(void *c, uint64_t id)
+{
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_STATUS);
+    m.req = 42;
+    m.select.ids = &id;
+    m.select.n_ids = 1;
+    h_send(c, &m);
 }
 
 static void send_wait(void *c, uint64_t req, const uint64_t *ids, uint32_t n,
@@ -576,6 +590,115 @@ static void test_heartbeats_and_models(void)
     teardown(&h, c, ws, 2);
 }
 
+/* ---- a database without room ----------------------------------------------------------------- */
+
+/* Submits one job with a fresh key: the reply's code (WIRE_OK for
+ * submit_ok), its message in msg. */
+static wire_code submit_code(void *c, const char *prompt, char *msg, size_t size)
+{
+    static int n;
+    char key[32];
+    snprintf(key, sizeof key, "full-%d", n++);
+    wire_job j;
+    h_job(&j, key, prompt);
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_SUBMIT);
+    m.req = 40;
+    m.submit = (wire_submit){.jobs = &j, .n_jobs = 1};
+    h_send(c, &m);
+    if (h_recv(c, T_REPLY, &m) != 0)
+        return WIRE_E_COUNT;
+    wire_code code = m.type == WIRE_T_ERROR ? m.error.code : WIRE_OK;
+    snprintf(msg, size, "%s", m.type == WIRE_T_ERROR ? m.error.message : "");
+    wire_msg_free(&m);
+    return code;
+}
+
+/* The broker reads its room at most every 100 ms: submits until one is
+ * refused (10 s at most). */
+static wire_code submit_until_refused(void *c, char *msg, size_t size)
+{
+    int64_t end = clock_mono_ms() + 10000;
+    wire_code code = WIRE_OK;
+    while (code == WIRE_OK && clock_mono_ms() < end)
+        code = submit_code(c, "small", msg, size);
+    return code;
+}
+
+/* Jobs sent to w up to the broker's reply to a bad message sent after
+ * everything before (replies go out in order, jobs of the same loop
+ * iteration after it), and in a moment after. */
+static int jobs_until_reply(void *w)
+{
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_CREDIT);
+    m.credit = 0; /* out of range: answered with an error */
+    h_send(w, &m);
+    int jobs = 0;
+    int64_t end = clock_mono_ms() + T_REPLY;
+    bool replied = false;
+    while (clock_mono_ms() < end && h_recv(w, replied ? 300 : 100, &m) == 0) {
+        jobs += m.type == WIRE_T_JOB;
+        replied |= m.type == WIRE_T_ERROR;
+        wire_msg_free(&m);
+    }
+    return jobs;
+}
+
+static void test_database_full(void)
+{
+    static const char *const cap[] = {"--max-db-mb", "1", NULL};
+    running r;
+    start_running(&r, "tbw-full", cap, "w-full", 2);
+    size_t big_len = WIRE_MAX_PROMPT_BYTES;
+    char *big = malloc(big_len + 1), msg[512];
+    memset(big, 'a', big_len);
+    big[big_len] = 0;
+    wire_code first = submit_code(r.c, big, msg, sizeof msg);
+    free(big);
+    wire_code refused = submit_until_refused(r.c, msg, sizeof msg);
+    CHECK(r.j.id == r.ids[0] && first == WIRE_OK && refused == WIRE_E_UNAVAILABLE &&
+              strstr(msg, "database full") && strstr(msg, "--max-db-mb") &&
+              strstr(msg, "retry later"),
+          "past --max-db-mb submits are refused as unavailable: %s", msg);
+    send_select_status(r.c, r.ids[0]);
+    wire_msg m;
+    int rc = h_recv_type(r.c, T_REPLY, WIRE_T_STATUS_OK, &m);
+    CHECK(rc == 0 && m.jobs_reply.n_jobs == 1 && m.jobs_reply.jobs[0].state == WIRE_STATE_RUNNING,
+          "status is served meanwhile");
+    if (rc == 0)
+        wire_msg_free(&m);
+    send_wait(r.c, 41, &r.ids[0], 1, T_REPLY);
+    result(r.w, r.j.id, r.j.attempt, "stored though full", 4);
+    rc = h_recv_type(r.c, T_REPLY, WIRE_T_RESULT, &m);
+    CHECK(rc == 0 && m.result.state == WIRE_STATE_DONE &&
+              strcmp(m.result.text, "stored though full") == 0 &&
+              sqlf(&r.h, "SELECT count(*) FROM results WHERE job_id = %llu", r.ids[0]) == 1,
+          "the running job's result is stored and pushed");
+    if (rc == 0)
+        wire_msg_free(&m);
+    credit(r.w, 1);
+    int started = jobs_until_reply(r.w);
+    CHECK(started == 0 &&
+              sqlf(&r.h, "SELECT count(*) FROM attempts WHERE job_id = %llu", r.ids[1]) == 0,
+          "the queued job is not started while the database is full (%d sent)", started);
+    int st = h_stop(&r.h, 10000);
+    CHECK(st == 0 && h_file_has(r.h.log, "database full"),
+          "the broker kept running, said why, and stops cleanly");
+    void *ws[1] = {r.w};
+    teardown(&r.h, r.c, ws, 1);
+
+    static const char *const reserve[] = {"--min-free-mb", "1000000000", NULL};
+    harness h;
+    void *c;
+    setup(&h, "tbw-nofree", reserve, &c);
+    wire_code code = submit_code(c, "x", msg, sizeof msg);
+    CHECK(code == WIRE_E_UNAVAILABLE && strstr(msg, "--min-free-mb 1000000000") &&
+              strstr(msg, "MiB free"),
+          "a file system with less free than --min-free-mb refuses the first submit: %s", msg);
+    teardown(&h, c, NULL, 0);
+}
+
 int main(void)
 {
     test_credits_order_and_results();
@@ -587,5 +710,6 @@ int main(void)
     test_sigterm_finishes();
     test_sigterm_grace_expires();
     test_heartbeats_and_models();
+    test_database_full();
     return check_done();
 }

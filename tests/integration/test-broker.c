@@ -3,13 +3,26 @@
  * Pins: every acknowledged submit survives kill -9 of the broker (acks read
  * from the socket after the kill included) and resubmitting the same keys
  * after the restart returns the same jobs; client keys are idempotent inside
- * one submit too; backpressure refuses a submit whole, stores nothing, and
- * lifts when the queue drains; cancel of queued jobs (state, pushed result,
- * idempotent second cancel); and a table of bad inputs, each answered with
- * its typed error naming the field, while another client's jobs stay intact
- * and both clients keep being served. */
+ * one submit too, and a key of another batch is refused (naming both
+ * batches) rather than answered with a job outside this submit's batch;
+ * backpressure refuses a submit whole, stores nothing, counts a submit's
+ * new jobs against the room left, and lifts when the queue drains; cancel of queued jobs (state,
+ * pushed result, idempotent second cancel); and a table of bad inputs, each answered with its typed
+ * error naming the field, while another client's jobs stay intact and both clients keep being
+ * served.
+ *
+ * And the database file is never silently replaced: a missing file is
+ * created, but a 0-byte file (truncated) or a SQLite file without tables
+ * is refused at start unless --init, and left as it was; a database of
+ * another program is refused even with --init; a damaged index is found by
+ * the quick_check at start (exit 1, naming it) instead of by a fatal error
+ * at the first submit that reaches it, and --skip-check starts anyway. */
 #include <math.h>
 #include <msgpack.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +202,29 @@ static void test_keys_in_one_submit(void *c)
         wire_msg_free(&m);
 }
 
+static void test_key_of_another_batch(void *c)
+{
+    static const char *const batches[2] = {"other", NULL};
+    for (int i = 0; i < 2; i++) {
+        wire_job j[2];
+        h_job(&j[0], "fresh:1", "new");
+        h_job(&j[1], "dup:x", "again");
+        submit_jobs(c, 11, batches[i], j, 2);
+        wire_msg m;
+        int rc = h_recv(c, T_REPLY, &m);
+        bool refused = rc == 0 && m.type == WIRE_T_ERROR && m.error.code == WIRE_E_BAD_VALUE &&
+                       strcmp(m.error.field, "jobs[1].key") == 0 &&
+                       strstr(m.error.message, "batch 'dups'") &&
+                       strstr(m.error.message, i == 0 ? "batch 'other'" : "no batch");
+        CHECK(refused && h_sql(&H, "SELECT count(*) FROM jobs WHERE client_key = 'fresh:1'") == 0,
+              "a key of batch 'dups' resubmitted under %s is refused, nothing stored: %s",
+              i == 0 ? "batch 'other'" : "no batch",
+              rc == 0 && m.type == WIRE_T_ERROR ? m.error.message : "(not refused)");
+        if (rc == 0)
+            wire_msg_free(&m);
+    }
+}
+
 static uint64_t queued_now(void *c)
 {
     wire_msg m;
@@ -241,6 +277,9 @@ static void test_backpressure(void)
               m.req == 6 && strstr(m.error.message, "limit 5"),
           "over the limit the submit is refused as queue_full: %s",
           rc == 0 && m.type == WIRE_T_ERROR ? m.error.message : "(no error)");
+    CHECK(rc == 0 && m.type == WIRE_T_ERROR &&
+              strstr(m.error.message, "0 new jobs fit now and no submit of more than 5 ever does"),
+          "the refusal says what would succeed: how many fit now, and at most 5 in one submit");
     if (rc == 0)
         wire_msg_free(&m);
     uint64_t queued = queued_now(c);
@@ -256,6 +295,24 @@ static void test_backpressure(void)
     wire_code again = reply_code(c, NULL);
     CHECK(cc == WIRE_OK && again == WIRE_OK,
           "once a queued job is cancelled, a new submit fits again");
+    /* What counts is a submit's new jobs against the room left: with 4
+     * queued of 5, two new jobs are refused, one new and one known fit. */
+    uint64_t bp1 = 0;
+    submit_one(c, 10, "bp1");
+    reply_code(c, &bp1);
+    send_select(c, WIRE_T_CANCEL, 11, &bp1, 1, NULL);
+    wire_code freed = reply_code(c, NULL);
+    wire_job pair[2];
+    h_job(&pair[0], "bp7", "p");
+    h_job(&pair[1], "bp8", "q");
+    submit_jobs(c, 12, NULL, pair, 2);
+    wire_code two_new = reply_code(c, NULL);
+    h_job(&pair[1], "bp2", "known");
+    submit_jobs(c, 13, NULL, pair, 2);
+    wire_code one_new = reply_code(c, NULL);
+    CHECK(freed == WIRE_OK && two_new == WIRE_E_QUEUE_FULL && one_new == WIRE_OK &&
+              queued_now(c) == 5,
+          "with 4 of 5 queued, 2 new jobs are refused; 1 new and 1 known key fit");
     h_close(c);
     h_done(&bp, check_state.failed > 0);
 }
@@ -584,14 +641,151 @@ static void test_bad_inputs(void *good)
     h_close(bad);
 }
 
+/* ---- the database file ------------------------------------------------------------------- */
+
+/* Starts the broker on db's file and waits for it to exit: its exit status,
+ * or -1 when it was still running after wait_ms (then it is stopped). */
+static int start_exits(harness *h, const char *const *flags, int wait_ms)
+{
+    truncate(h->log, 0);
+    h_start(h, flags);
+    int st = h_reap(h->broker, wait_ms);
+    h->broker = 0;
+    return st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Starts the broker and asks for stats: true when it answers. */
+static bool starts_serving(harness *h, const char *const *flags)
+{
+    truncate(h->log, 0);
+    h_start(h, flags);
+    void *c = h_peer(h, h->clients);
+    bool served = queued_now(c) != UINT64_MAX;
+    h_close(c);
+    return served && h_stop(h, 10000) == 0;
+}
+
+static long size_of(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+static void sql_exec(const char *path, const char *sql)
+{
+    sqlite3 *db;
+    if (sqlite3_open(path, &db) != SQLITE_OK ||
+        sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
+        fprintf(stderr, "%s: %s: %s\n", path, sql, sqlite3_errmsg(db));
+    sqlite3_close(db);
+}
+
+static void fresh_file(const harness *h)
+{
+    char aux[300];
+    unlink(h->db);
+    snprintf(aux, sizeof aux, "%s-wal", h->db);
+    unlink(aux);
+    snprintf(aux, sizeof aux, "%s-shm", h->db);
+    unlink(aux);
+}
+
+static void test_empty_files(harness *h)
+{
+    static const char *const init[] = {"--init", NULL};
+    fresh_file(h);
+    FILE *f = fopen(h->db, "w");
+    if (f)
+        fclose(f);
+    int st = start_exits(h, NULL, 10000);
+    CHECK(st == 1 && h_file_has(h->log, "empty (0 bytes)") && h_file_has(h->log, "--init") &&
+              size_of(h->db) == 0,
+          "a 0-byte database is refused at start (status %d), naming --init; the file stays"
+          " 0 bytes",
+          st);
+    CHECK(starts_serving(h, init) && h_file_has(h->log, "created in the empty file (--init)") &&
+              h_sql(h, "SELECT count(*) FROM jobs") == 0,
+          "--init starts an empty queue in it");
+
+    fresh_file(h);
+    sql_exec(h->db, "VACUUM");
+    st = start_exits(h, NULL, 10000);
+    CHECK(st == 1 && h_file_has(h->log, "without llmq's schema") && size_of(h->db) > 0,
+          "a SQLite file without tables is refused at start (status %d)", st);
+    CHECK(starts_serving(h, init), "and --init gives it the schema");
+
+    fresh_file(h);
+    sql_exec(h->db, "CREATE TABLE mine (x); INSERT INTO mine VALUES (42);");
+    st = start_exits(h, init, 10000);
+    CHECK(st == 1 && h_file_has(h->log, "another program") &&
+              h_sql(h, "SELECT x FROM mine") == 42 &&
+              h_sql(h, "SELECT count(*) FROM sqlite_master") == 1,
+          "another program's database is refused even with --init (status %d), untouched", st);
+    fresh_file(h);
+    CHECK(starts_serving(h, NULL) && h_file_has(h->log, "database ") &&
+              h_sql(h, "SELECT count(*) FROM jobs") == 0,
+          "a missing file is created");
+}
+
+/* Overwrites the header of index `name`'s root page, as a torn write or
+ * a bad sector would. */
+static void damage_index(const harness *h, const char *name)
+{
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT rootpage FROM sqlite_master WHERE name = '%s'", name);
+    int64_t root = h_sql(h, sql), page = h_sql(h, "PRAGMA page_size");
+    FILE *f = fopen(h->db, "r+b");
+    static const char junk[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    if (!f || root < 2 || fseek(f, (long)((root - 1) * page), SEEK_SET) != 0 ||
+        fwrite(junk, sizeof junk, 1, f) != 1)
+        fprintf(stderr, "could not damage %s (root page %lld)\n", name, (long long)root);
+    if (f)
+        fclose(f);
+}
+
+static void test_damaged_index(harness *h)
+{
+    static const char *const skip[] = {"--skip-check", NULL};
+    fresh_file(h);
+    h_start(h, NULL);
+    void *c = h_peer(h, h->clients);
+    static const char *const keys[3] = {"dmg:a", "dmg:b", "dmg:c"};
+    wire_msg m;
+    int rc = submit3(c, 30, "dmg", keys, &m);
+    if (rc == 0)
+        wire_msg_free(&m);
+    h_close(c);
+    CHECK(rc == 0 && h_stop(h, 10000) == 0, "three jobs of a batch stored, broker stopped");
+    damage_index(h, "jobs_by_batch");
+    int st = start_exits(h, NULL, 30000);
+    CHECK(st == 1 && h_file_has(h->log, "quick_check") && h_file_has(h->log, "damaged") &&
+              h_file_has(h->log, "--skip-check"),
+          "a damaged index is found at start (status %d): the broker names it and serves"
+          " nothing",
+          st);
+    CHECK(starts_serving(h, skip) && h_file_has(h->log, "not checked (--skip-check)"),
+          "--skip-check starts without the check");
+}
+
+static void test_database_file(void)
+{
+    harness df;
+    h_init(&df, "test-broker-db", 240);
+    test_empty_files(&df);
+    test_damaged_index(&df);
+    h_done(&df, check_state.failed > 0);
+}
+
 int main(void)
 {
     h_init(&H, "test-broker", 240);
+    test_database_file();
     test_durability();
     test_backpressure();
     h_start(&H, NULL);
     void *c = h_peer(&H, H.clients);
     test_keys_in_one_submit(c);
+    test_key_of_another_batch(c);
     test_cancel_queued(c);
     test_bad_inputs(c);
     h_close(c);

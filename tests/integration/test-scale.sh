@@ -8,7 +8,8 @@
 # namespace of its own reaching the broker over a veth pair, share a batch
 # whose greedy results are identical to those of one worker alone; a worker
 # and a client whose keys are not on the allow-lists are refused and logged,
-# and the broker goes on serving the others; jobs naming a model only run on
+# and the broker goes on serving the others, and a local endpoint runs CURVE
+# too (a client without keys gets no answer); jobs naming a model only run on
 # workers serving it; a job for a model no worker serves is refused with a
 # clear error (queued with --queue-unknown-models).
 #
@@ -101,6 +102,12 @@ check $? "a worker with a key not on the allow-list is refused and logged"
 py_client mallory 1500 'c.stats()' > mallory.out 2>&1
 [ $? -ne 0 ] && grep -q timeout mallory.out && it_eventually refused_logged clients mallory
 check $? "a client with an unknown key gets no answer (timeout), and is logged"
+
+"$PY" -c "import sys; sys.path.insert(0, '$LLMQ_SRCDIR/proto/python')
+import llmq_client
+llmq_client.Client('$clients', timeout_ms=1500).stats()" > plain.out 2>&1
+[ $? -ne 0 ] && grep -q timeout plain.out
+check $? "with --curve-secret a local endpoint ($clients) is CURVE too: no answer without keys"
 
 # The batch: greedy, so each text depends on its prompt only.
 i=0

@@ -10,7 +10,11 @@
 # has a header and a row per batch; the SVG is well-formed XML with one line
 # per worker and bars holding every done job; backups taken while the broker
 # runs (.backup, VACUUM INTO) report the same; after a clean shutdown the
-# workers' online time stops at their goodbye.
+# workers' online time stops at their goodbye.  Figures that hold: a
+# batch's or a worker's tok/s is given exactly when its span (wall time,
+# busy time) is a second or more, and a tiny batch of 3 jobs has none; a
+# re-run of a finished batch (the same keys) changes no figure of
+# llmq-stats, and llmq-submit says it computed nothing instead of a rate.
 
 . "$LLMQ_SRCDIR/tests/integration/env.sh"
 STATS=$LLMQ_BUILDDIR/tools/llmq-stats
@@ -85,8 +89,10 @@ for b in ("run1", "run2"):
           and row["prompt_tokens"] == q(f"SELECT sum(r.prompt_tokens) {res}", b)
           and row["gen_tokens"] == gen,
           f"batch {b}: jobs, done, prompt and generated tokens equal SQL sums ({gen} tokens)")
-    check(near(row["wall_s"], wall) and near(row["tok_s"], gen / wall),
-          f"batch {b}: wall time {wall:.2f} s and tok/s as computed from the jobs")
+    check(near(row["wall_s"], wall) and
+          (near(row["tok_s"], gen / wall) if wall >= 1 else row["tok_s"] is None),
+          f"batch {b}: wall time {wall:.2f} s and tok/s as computed from the jobs"
+          f" (withheld under 1 s: {row['tok_s']})")
     waits = sorted(r[0] for r in db.execute(f"SELECT r.queue_wait_ms {res}", (b,)))
     n = len(waits)
     check(row["wait_p50_ms"] == waits[(50 * n + 99) // 100 - 1]
@@ -104,9 +110,10 @@ for w in s["workers"]:
           and w["jobs"] > 0,
           f"worker {w['worker']}: {w['jobs']} jobs and {w['gen_tokens']} tokens as in SQL")
     check(0 < w["busy_s"] <= w["online_s"] and 0 < w["util_pct"] <= 100
-          and near(w["tok_s"], w["gen_tokens"] / w["busy_s"]),
+          and (near(w["tok_s"], w["gen_tokens"] / w["busy_s"]) if w["busy_s"] >= 1
+               else w["tok_s"] is None),
           f"worker {w['worker']}: busy {w['busy_s']:.2f} s of {w['online_s']:.2f} s online, "
-          f"tok/s over busy time")
+          f"tok/s over busy time (withheld under 1 s: {w['tok_s']})")
 
 total = q("SELECT sum(generated_tokens) FROM results")
 done = q("SELECT count(*) FROM jobs WHERE state = 'done'")
@@ -151,6 +158,48 @@ done = db.execute("SELECT count(*) FROM results WHERE decode_tok_s IS NOT NULL")
 sys.exit(0 if series == ["w1", "w2"] and jobs == done else 1)
 EOF
 check $? "the SVG is well-formed XML with a line per worker and bars holding every done job"
+
+# A tiny batch: its tok/s, and the workers' over its jobs alone, span too
+# little time to be rates (unless this machine took a second for 3 jobs of
+# 4 tokens: then they are given, and must be right).
+jobs tiny "$dir/tiny.jsonl" 3
+sed -i 's/"max_tokens": [0-9]*/"max_tokens": 4/' "$dir/tiny.jsonl"
+timeout 60 "$SUBMIT" --broker "$clients" -i "$dir/tiny.jsonl" -o /dev/null --batch tiny \
+    2>"$dir/tiny.log"
+check $? "batch tiny (3 jobs of 4 tokens) completes"
+"$STATS" --db "$db" --batch tiny -t batches -t workers --format json >"$dir/tiny.json" \
+    2>>"$dir/stats.log" &&
+    "$STATS" --db "$db" --batch tiny -t batches -t workers >"$dir/tiny.txt" 2>>"$dir/stats.log"
+check $? "llmq-stats reports batch tiny"
+"$PY" - "$dir/tiny.json" "$dir/tiny.txt" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+text = open(sys.argv[2]).read()
+spans = [(r["wall_s"], r["tok_s"]) for r in s["batches"]] + \
+        [(w["busy_s"], w["tok_s"]) for w in s["workers"]]
+ok = all((t is None) == (span < 1) for span, t in spans)
+short = [span for span, t in spans if t is None]
+ok = ok and (not short or ("short" in text and "too short a span" in text))
+print(f"spans and rates: {spans}")
+sys.exit(0 if ok and spans else 1)
+EOF
+check $? "batch tiny: each tok/s is given exactly when its span is 1 s or more, else 'short'"
+
+# A re-run of the finished batch run1: the same file and batch, so the
+# same keys; nothing is computed and no figure moves.
+now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+figures() { "$STATS" --db "$db" --now "$now" --format json -t batches -t workers -t time; }
+figures >"$dir/before-rerun.json" 2>>"$dir/stats.log"
+timeout 60 "$SUBMIT" --broker "$clients" -i "$dir/run1.jsonl" -o "$dir/rerun.out" --batch run1 \
+    2>"$dir/rerun.log"
+check $? "re-running batch run1 returns its results"
+figures >"$dir/after-rerun.json" 2>>"$dir/stats.log"
+cmp -s "$dir/before-rerun.json" "$dir/after-rerun.json" &&
+    [ "$(wc -l <"$dir/rerun.out")" -eq 30 ]
+check $? "the re-run changes no figure of llmq-stats and writes the 30 results again"
+grep -q "30/30 jobs done (30 stored earlier), 0 failed, nothing computed" "$dir/rerun.log" &&
+    ! grep -q "tok/s" "$dir/rerun.log"
+check $? "llmq-submit claims no throughput for the re-run: $(tail -n 1 "$dir/rerun.log")"
 
 # docs/OPERATIONS.md's backups, taken while the broker runs, read as the live file does.
 if command -v sqlite3 >/dev/null; then

@@ -1,10 +1,10 @@
 /* test-worker: llmq-worker's own behaviours, as a real process against a
  * real broker (CPU engine, stories260K, one thread).
  *
- * Pins: the command line (--help, bad flags exit 2, a bad model exits 1
- * naming the problem); a job the model cannot take (a token id outside the
- * vocabulary, a prompt longer than the context) fails for good with a
- * reason naming the job and field while the other jobs of the batch
+ * Pins: the command line (--help, bad flags exit 2, a bad model or --batch
+ * below --slots exits 1 naming the problem); a job the model cannot take
+ * (a token id outside the vocabulary, a prompt longer than the context)
+ * fails for good with a reason naming the job and field while the other jobs of the batch
  * complete; a job the engine has no room for goes back to the queue and
  * runs on another worker; cancel of a running job frees its slot at once;
  * heartbeats keep going through an engine step longer than the broker's
@@ -66,6 +66,11 @@ static void test_cli(const env *e)
                   1 &&
               fleet_sh("grep -q 'cannot load the model: .*story.txt.*not a GGUF' %s/bad", d) == 0,
           "a file that is not a model: exit 1, saying so");
+    CHECK(fleet_sh("%s/worker/llmq-worker --cpu -m %s/models/stories260K.gguf --slots 8 --batch 4"
+                   " 2> %s/batch",
+                   b, e->data, d) == 1 &&
+              fleet_sh("grep -q -- '--batch 4 is less than the 8 slots' %s/batch", d) == 0,
+          "--batch below --slots: exit 1, naming both (it was raised to the slots unsaid)");
 }
 
 /* ---- jobs the model cannot take --------------------------------------------------------- */

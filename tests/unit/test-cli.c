@@ -10,8 +10,10 @@
  * name; "--" ends the flags; operands, lists and text lengths are bounded;
  * a required flag or operand is named when missing; a call's error carries
  * its flag; the spec's check runs after the flags, its error bad usage;
- * --help wins only where it stands; and --help is generated from the
- * table: every row, its heading, -h/--help, wrapped within 80 columns. */
+ * --help and --version win only where they stand, take no value and have
+ * no letter; --help is generated from the table: every row, its heading,
+ * -h/--help and --version, wrapped within 80 columns; --version names the
+ * program, llmq's version from configure and the commit of the build. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +21,8 @@
 #include <string.h>
 
 #include "common/cli.h"
+#include "common/commit.h"
+#include "config.h"
 #include "tests/unit/check.h"
 
 typedef struct opts {
@@ -236,6 +240,36 @@ static void test_help_asked(void)
     refused("--help=1", "option '--help' takes no value");
 }
 
+static void test_version_asked(void)
+{
+    opts o;
+    llmq_err err;
+    CHECK(parse_line(&o, "--version", NEED_PATH | NEED_OPERAND, &err) == 2,
+          "--version asks for the version, even with a required flag or operand missing");
+    CHECK(parse_line(&o, "-v --version --bogus", 0, &err) == 2 &&
+              parse_line(&o, "--version --help", 0, &err) == 2 &&
+              parse_line(&o, "--help --version", 0, &err) == 1,
+          "what follows --version is not read; the first of --help and --version wins");
+    CHECK(parse_line(&o, "--bogus --version", 0, &err) == -1, "an error before --version stands");
+    refused("--version=1", "option '--version' takes no value");
+    refused("--vers", "unknown option '--vers'");
+    refused("-V", "unknown option '-V'");
+
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    const cli_spec spec = {.program = "prog", .usage = "usage: prog\n"};
+    cli_version(&spec, f);
+    fclose(f);
+    char want[160];
+    if (LLMQ_COMMIT[0])
+        snprintf(want, sizeof want, "prog (llmq) %s, commit %s\n", PACKAGE_VERSION, LLMQ_COMMIT);
+    else
+        snprintf(want, sizeof want, "prog (llmq) %s\n", PACKAGE_VERSION);
+    CHECK(strcmp(text, want) == 0, "--version prints one line: %s", text);
+    free(text);
+}
+
 /* The help text of the row that shows flag, its continuation lines (those
  * indented to col) joined by spaces, into out. */
 static void row_text(const char *help, const char *flag, size_t col, char *out, size_t size)
@@ -275,8 +309,10 @@ static void test_help_generated(void)
     CHECK(strncmp(text, "usage: prog [OPTION]...\n\n", 25) == 0, "usage comes first");
     CHECK(strstr(text, "\n  -v, --verbose ") && strstr(text, "\n      --name NAME ") &&
               strstr(text, "\n  -s, --slots N ") && strstr(text, "\n      --mode one|two ") &&
-              strstr(text, "\n  -h, --help ") && strstr(text, "show this help\n"),
-          "every row shows its letter, long name and value name, -h/--help included");
+              strstr(text, "\n  -h, --help ") && strstr(text, "show this help\n") &&
+              strstr(text, "\n      --version "),
+          "every row shows its letter, long name and value name, -h/--help and --version "
+          "included");
     CHECK(strstr(text, "\nnumbers:\n  -i, --item TEXT ") != NULL,
           "a heading stands on its own line over its rows");
     CHECK(longest <= 80, "no line is wider than 80 columns (%zu)", longest);
@@ -299,6 +335,7 @@ int main(void)
     test_refusals();
     test_operands_and_required();
     test_help_asked();
+    test_version_asked();
     test_help_generated();
     return check_done();
 }

@@ -14,6 +14,11 @@
  *    the memory the backend has left;
  *  - prefill_first runs every prompt before any decode row, then all the
  *    sequences decode together, and generates what the default order does;
+ *  - the prefix cache: prompts behind a shared instruction take its whole
+ *    blocks from the cache once it is computed, compute that many fewer
+ *    prompt rows, and generate the same tokens from bit-identical logits
+ *    as without the cache (greedy and sampled); preemption with the cache
+ *    on (the default) still gives every sequence its output alone;
  *  - greedy sequences take the backend's argmax (no logits copied) and get
  *    the tokens the host sampler picks from the logits, also when batched
  *    with sampled sequences; the argmax follows the sampler's rule on ties,
@@ -634,6 +639,124 @@ static void check_greedy_on_backend(const fixture *fx)
           "candidates) generate the same tokens as when every row's logits come back", same, N_SEQ);
 }
 
+/* ---- the prefix cache ---- */
+
+/* Every logit row a sequence's sampler saw, bit for bit, folded per id. */
+typedef struct logit_digest {
+    uint64_t h[N_SEQ];
+} logit_digest;
+
+static void digest_logits(void *ctx, uint64_t id, int32_t step, const float *logits,
+                          int32_t n_vocab)
+{
+    logit_digest *d = ctx;
+    uint64_t h = d->h[id] ^ (uint64_t)step;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        uint32_t bits;
+        memcpy(&bits, &logits[i], sizeof bits);
+        h = (h ^ bits) * 0x100000001b3ull;
+    }
+    d->h[id] = h;
+}
+
+static const char SHARED[] =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+    "sunshine with her friends. One day, her mom gave her a big red ball and said: ";
+
+/* The 8 prompts behind one shared instruction, two running at a time, so
+ * that the later six find the prefix the first two computed. */
+static void run_shared(const fixture *fx, bool cache, float temp, outcome *out,
+                       logit_digest *digest, engine_stats *st, int32_t *n_cached, int32_t *common)
+{
+    engine_config cfg = engine_default_config();
+    cfg.max_seqs = 2;
+    cfg.n_ctx = 256;
+    cfg.max_batch_tokens = 32;
+    cfg.prefix_cache = cache;
+    engine *e;
+    llmq_err err;
+    if (engine_create(&e, fx->m, fx->vocab, &cfg, &err) != 0) {
+        CHECK(false, "engine_create: %s", err.msg);
+        return;
+    }
+    engine_set_logits_observer(e, digest_logits, digest);
+    int32_t *first = NULL, n_first = 0;
+    *common = INT32_MAX;
+    int next = 0; /* the engine takes 4 live sequences: the rest join as they finish */
+    while (next < N_SEQ || engine_has_work(e)) {
+        for (; next < N_SEQ && engine_free_slots(e) > 0; next++) {
+            char text[512];
+            snprintf(text, sizeof text, "%s%s", SHARED, prompts[next]);
+            engine_request req;
+            int32_t *ids;
+            if (request(fx, (uint64_t)next, text, 12, temp, NULL, &req, &ids) != 0 ||
+                engine_add(e, &req, &err) != 0)
+                CHECK(false, "add %d", next);
+            /* The prompts' common token prefix (the last token never counts). */
+            int32_t k = 0;
+            while (first && k < n_first && k < req.n_prompt - 1 && ids[k] == first[k])
+                k++;
+            if (first) {
+                *common = k < *common ? k : *common;
+                free(ids);
+            } else {
+                first = ids;
+                n_first = req.n_prompt;
+            }
+        }
+        const engine_event *ev;
+        int32_t n;
+        if (engine_step(e, &ev, &n, &err) != 0) {
+            CHECK(false, "engine_step: %s", err.msg);
+            break;
+        }
+        for (int32_t i = 0; i < n; i++) {
+            record(out, &ev[i]);
+            if (ev[i].finish != ENGINE_RUNNING)
+                n_cached[ev[i].id] = ev[i].timing.n_cached;
+        }
+    }
+    free(first);
+    *st = engine_get_stats(e);
+    engine_free(e);
+}
+
+static void check_prefix_cache(const fixture *fx, float temp)
+{
+    static outcome off[N_SEQ], on[N_SEQ];
+    memset(off, 0, sizeof off);
+    memset(on, 0, sizeof on);
+    logit_digest d_off = {{0}}, d_on = {{0}};
+    engine_stats st_off, st_on;
+    int32_t cached_off[N_SEQ] = {0}, cached_on[N_SEQ] = {0}, common;
+    run_shared(fx, false, temp, off, &d_off, &st_off, cached_off, &common);
+    run_shared(fx, true, temp, on, &d_on, &st_on, cached_on, &common);
+    int same = 0, same_logits = 0;
+    for (int i = 0; i < N_SEQ; i++) {
+        same += on[i].done && off[i].done && on[i].n_tokens == off[i].n_tokens &&
+                memcmp(on[i].tokens, off[i].tokens, (size_t)on[i].n_tokens * sizeof(int32_t)) == 0;
+        same_logits += d_on.h[i] == d_off.h[i];
+    }
+    CHECK(same == N_SEQ && same_logits == N_SEQ,
+          "temp %.1f: with the prefix cache, %d of 8 sequences generate the same tokens and %d "
+          "see bit-identical logits at every step",
+          temp, same, same_logits);
+    const int32_t shared = common / 16 * 16;
+    int later = 0;
+    for (int i = 2; i < N_SEQ; i++)
+        later += cached_on[i] == shared;
+    CHECK(shared >= 32 && later == 6 && cached_on[0] == 0 && cached_on[1] == 0 &&
+              st_on.prefix_hit_tokens == 6 * (uint64_t)shared,
+          "temp %.1f: the 6 sequences admitted after the first two take %d tokens (whole "
+          "blocks) of their %d-token common prefix from the cache (%d did; %llu tokens in all)",
+          temp, shared, common, later, (unsigned long long)st_on.prefix_hit_tokens);
+    CHECK(st_off.prefill_rows - st_on.prefill_rows == st_on.prefix_hit_tokens &&
+              st_off.prefix_hit_tokens == 0,
+          "temp %.1f: each cached token is a prompt row not computed (%llu rows without the "
+          "cache, %llu with)",
+          temp, (unsigned long long)st_off.prefill_rows, (unsigned long long)st_on.prefill_rows);
+}
+
 int main(void)
 {
     fixture fx;
@@ -647,6 +770,8 @@ int main(void)
     check_no_room(&fx);
     check_logprobs(&fx);
     check_prefill_first(&fx);
+    check_prefix_cache(&fx, 0.0f);
+    check_prefix_cache(&fx, 0.9f);
     check_default_pool(&fx);
     check_argmax_rule(fx.be);
     check_top_k_rule(fx.be);

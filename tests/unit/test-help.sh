@@ -2,11 +2,14 @@
 # test-help: every program's --help and man page name every flag it accepts.
 #
 # Pins: for each installed program, each flag of its cli table (common/cli.h,
-# read from its source: long names, and short letters where it has them) and
-# -h/--help, which cli gives every program, appears in its --help text and in
-# its man page; --help exits 0; no program parses its command line any other
-# way (no getopt left); the man pages and llmq(7) render without groff
-# warnings.  A flag added to a program without documentation fails here.
+# read from its source: long names, and short letters where it has them),
+# -h/--help and --version, which cli gives every program, appears in its
+# --help text and in its man page; --help exits 0; --version exits 0 and
+# prints one line, "PROGRAM (llmq) VERSION, commit COMMIT", with configure's
+# version and the commit of the source tree (tools/commit-stamp.sh); no
+# program parses its command line any other way (no getopt left); the man
+# pages and llmq(7) render without groff warnings.  A flag added to a
+# program without documentation fails here.
 
 if [ -z "$LLMQ_BUILDDIR" ] || [ -z "$LLMQ_SRCDIR" ]; then
     echo "LLMQ_BUILDDIR and LLMQ_SRCDIR must be set: run through 'make check'" >&2
@@ -21,9 +24,11 @@ trap 'rm -rf "$TMP"' EXIT
 q="'"
 TABLE_ROW="{\"[a-z0-9-]*\", *\($q[a-zA-Z]$q\|0\), *\(\"\|NULL\)"
 
-# Long option names of the cli table in a source file, and cli's own --help.
+# Long option names of the cli table in a source file, and cli's own --help
+# and --version.
 long_options() {
-    { grep -o "$TABLE_ROW" "$1" | sed 's/{"\([a-z0-9-]*\)".*/\1/'; echo help; } | sort -u
+    { grep -o "$TABLE_ROW" "$1" | sed 's/{"\([a-z0-9-]*\)".*/\1/'; echo help; echo version; } |
+        sort -u
 }
 
 # Short letters of the table's rows, and cli's own -h.
@@ -62,6 +67,20 @@ documents tools/llmq-submit tools/llmq-submit.c llmq-submit.1
 documents tools/llmq-stats tools/llmq-stats.c llmq-stats.1
 documents tools/llmq-run tools/llmq-run.c llmq-run.1
 documents tools/llmq-mkmodel tools/llmq-mkmodel.c llmq-mkmodel.1
+documents tools/llmq-keygen tools/llmq-keygen.c llmq-keygen.1
+
+# The version configure was given, and the commit as the build records it.
+version=$(sed -n 's/^#define PACKAGE_VERSION "\(.*\)"$/\1/p' "$LLMQ_BUILDDIR/config.h")
+commit=$(sh "$LLMQ_SRCDIR/tools/commit-stamp.sh" "$LLMQ_SRCDIR")
+for prog in broker/llmq-broker worker/llmq-worker tools/llmq-run tools/llmq-submit \
+    tools/llmq-stats tools/llmq-keygen tools/llmq-mkmodel; do
+    name=$(basename "$prog")
+    out=$("$LLMQ_BUILDDIR/$prog" --version 2>&1)
+    rc=$?
+    want="$name (llmq) $version${commit:+, commit $commit}"
+    [ "$rc" -eq 0 ] && [ -n "$version" ] && [ "$out" = "$want" ]
+    check $? "$name --version prints '$want' (got '$out', status $rc)"
+done
 
 programs=$(ls "$LLMQ_SRCDIR"/broker/*.c "$LLMQ_SRCDIR"/worker/*.c "$LLMQ_SRCDIR"/tools/*.c \
     "$LLMQ_SRCDIR"/bench/*.c)

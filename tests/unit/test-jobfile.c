@@ -203,6 +203,33 @@ static const bad_line BAD[] = {
     {"{\"custom_id\":7,\"body\":{\"prompt\":\"a\"}}\n", "custom_id: must be a string"},
 };
 
+/* Keys are BATCH:ID, at most 256 bytes like every name on the wire: one
+ * that would be longer is refused naming what makes it so. */
+static void test_key_length(void)
+{
+    char batch[251], line[64];
+    memset(batch, 'b', sizeof batch - 1);
+    batch[sizeof batch - 1] = 0;
+    for (int len = 5; len <= 6; len++) {
+        snprintf(line, sizeof line, "{\"id\": \"%.*s\", \"prompt\": \"a\"}\n", len, "123456");
+        FILE *f = fmemopen(line, strlen(line), "r");
+        jobfile jf;
+        llmq_err err = {0};
+        int rc = jobfile_read(f, "jobs.jsonl", batch, &jf, &err);
+        fclose(f);
+        if (len == 5)
+            CHECK(rc == 0 && strlen(jf.entries[0].job.key) == 256,
+                  "a 250-byte batch and a 5-byte id make a 256-byte key");
+        else
+            CHECK(rc < 0 && strstr(err.msg, "jobs.jsonl:1: id: the job's key BATCH:ID would be"
+                                            " 257 bytes, at most 256: a shorter --batch (250"
+                                            " bytes) or id (6)"),
+                  "one byte more is refused naming --batch and the id: %s", err.msg);
+        if (rc == 0)
+            jobfile_free(&jf);
+    }
+}
+
 static void test_bad_lines(void)
 {
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
@@ -365,6 +392,7 @@ int main(void)
     test_openai();
     test_native_messages();
     test_logprobs_in();
+    test_key_length();
     test_bad_lines();
     test_output();
     return check_done();

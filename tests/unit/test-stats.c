@@ -12,7 +12,16 @@
  * and text agree with the library, its errors name a missing file, a file
  * that is not SQLite, an SQLite file that is not llmq's and a newer schema;
  * the plot is well-formed XML (python3's minidom) with one line per worker
- * and one bar per bin. */
+ * and one bar per bin.
+ *
+ * And figures that hold, on a second database: a batch's and a worker's
+ * tok/s over a span under a second is withheld (NULL in JSON, "short" in
+ * text with a note saying why) while over seconds it is given; buckets are
+ * never shorter than a second (auto picks 1 s for a 13 s run, --bucket
+ * 500ms is refused); the histogram's bins follow the bulk of the decode
+ * speeds (Tukey's fences) and count one outlier in an "above" row of its
+ * own, which the plot draws beside an axis that ends where the bins do
+ * (at 200, past the bulk's largest, 195). */
 #include <inttypes.h>
 #include <math.h>
 #include <sqlite3.h>
@@ -42,7 +51,7 @@ static char dir[256], db_path[300];
 typedef struct scenario {
     store *st;
     int64_t a, b;   /* worker sessions: a WORKER_A (model stories), b "h:cpu" (model other) */
-    int64_t id[14]; /* job ids by scenario number 1..13 */
+    int64_t id[32]; /* job ids by scenario number (1..13 in the first scenario) */
     int failures;
 } scenario;
 
@@ -118,6 +127,18 @@ static int64_t add_worker(scenario *s, const char *name, int gpu, const char *mo
     return id;
 }
 
+/* A new database at path, written through the broker's store from now_ms. */
+static int open_scenario(scenario *s, const char *path, int64_t now_ms)
+{
+    llmq_err err = {0};
+    store_opts o = {.max_attempts = 3, .sync = STORE_SYNC_NORMAL};
+    if (store_open(&s->st, path, &o, now_ms, &err)) {
+        printf("store_open: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
 /* Batch b1 (jobs 1-8) at T0, b2 (9-12) at +10 s, job 13 without a batch at
  * +20 s.  Worker a runs 1-4, then 6 (after b lost it), 7 and 8 (fails for
  * good); b runs 5, loses 6, runs 10 and is still running 11 at NOW.  Job 9
@@ -126,11 +147,8 @@ static int build_scenario(void)
 {
     scenario s = {0};
     llmq_err err = {0};
-    store_opts o = {.max_attempts = 3, .sync = STORE_SYNC_NORMAL};
-    if (store_open(&s.st, db_path, &o, T0, &err)) {
-        printf("store_open: %s\n", err.msg);
+    if (open_scenario(&s, db_path, T0))
         return -1;
-    }
     s.a = add_worker(&s, WORKER_A, 0, "stories", 4);
     s.b = add_worker(&s, "h:cpu", -1, "other", 2);
     add_jobs(&s, "b1", 1, 8, T0);
@@ -796,6 +814,185 @@ static void test_when(void)
     CHECK(strcmp(iso, "2023-11-14T22:14:00.005Z") == 0, "times print as ISO 8601 UTC (%s)", iso);
 }
 
+/* ---- figures that hold ------------------------------------------------------------- */
+
+/* An hour after the first scenario, on a database of its own. */
+#define T1 (T0 + 3600000)
+#define QUICK_GT 8 /* tokens per job of batch quick */
+#define STEADY_JOBS 21
+static char figures_path[300];
+
+/* Batch quick: 3 jobs of QUICK_GT tokens submitted at T1, run by h:quick
+ * from T1 + 1 ms, done at T1 + 5, 6 and 7 ms.  Batch steady: STEADY_JOBS
+ * jobs of 100 tokens submitted at T1 + 10 s and run by h:steady, done at
+ * T1 + 11 s to T1 + 13 s; twenty decode at 100, 105 ... 195 tok/s, the last
+ * at 10000 tok/s. */
+static int build_figures(void)
+{
+    scenario s = {0};
+    if (open_scenario(&s, figures_path, T1))
+        return -1;
+    int64_t quick = add_worker(&s, "h:quick", -1, "stories", 4);
+    int64_t steady = add_worker(&s, "h:steady", -1, "stories", 32);
+    add_jobs(&s, "quick", 1, 3, T1);
+    claim(&s, quick, 3, T1 + 1);
+    for (int n = 1; n <= 3; n++)
+        result(&s, n, quick, T1 + 4 + n, 5, QUICK_GT, 0.1, 0.2);
+    add_jobs(&s, "steady", 4, 3 + STEADY_JOBS, T1 + 10000);
+    claim(&s, steady, STEADY_JOBS, T1 + 10000);
+    for (int k = 0; k < STEADY_JOBS; k++) {
+        double rate = k < STEADY_JOBS - 1 ? 100 + 5 * k : 10000;
+        result(&s, 4 + k, steady, T1 + 11000 + 100 * k, 10, 100, 10, 100 * 1000.0 / rate);
+    }
+    store_close(s.st);
+    return s.failures ? -1 : 0;
+}
+
+static void test_short_spans(report_db *db)
+{
+    report_filter f = {.since_ms = INT64_MIN, .until_ms = INT64_MAX, .now_ms = T1 + 60000};
+    table t;
+    if (run(db, REPORT_BATCHES, &f, &MINUTES, &t) == 0) {
+        size_t q = row_of(&t, "batch", "quick"), st = row_of(&t, "batch", "steady");
+        CHECK(q != SIZE_MAX && near(num(&t, q, "wall_s"), 0.007) && isnan(num(&t, q, "tok_s")) &&
+                  near(num(&t, q, "gen_tokens"), 3 * QUICK_GT),
+              "a batch of 7 ms has its wall time and tokens, and no tok/s");
+        CHECK(st != SIZE_MAX && near(num(&t, st, "wall_s"), 3) &&
+                  near(num(&t, st, "tok_s"), 100.0 * STEADY_JOBS / 3),
+              "a batch of 3 s has its tok/s (%.1f)", num(&t, st, "tok_s"));
+        CHECK(strstr(t.note, "less than 1 s") != NULL, "the table says why: %s", t.note);
+    }
+    table_free(&t);
+    if (run(db, REPORT_WORKERS, &f, &MINUTES, &t) == 0) {
+        size_t q = row_of(&t, "worker", "h:quick"), st = row_of(&t, "worker", "h:steady");
+        CHECK(q != SIZE_MAX && near(num(&t, q, "busy_s"), 0.006) && isnan(num(&t, q, "tok_s")),
+              "a worker busy for 6 ms has no tok/s");
+        CHECK(st != SIZE_MAX && near(num(&t, st, "busy_s"), 3) &&
+                  near(num(&t, st, "tok_s"), 100.0 * STEADY_JOBS / 3),
+              "a worker busy for 3 s has its tok/s");
+    }
+    table_free(&t);
+    report_shape half = MINUTES;
+    half.bucket_ms = 500;
+    llmq_err err = {0};
+    CHECK(report_run(db, REPORT_TIME, &f, &half, &t, &err) == -1 &&
+              strstr(err.msg, "at least 1000 ms"),
+          "buckets under a second are refused: %s", err.msg);
+    table_free(&t);
+}
+
+static void test_outliers(report_db *db)
+{
+    static const char *const steady[] = {"steady"};
+    report_filter f = {.since_ms = INT64_MIN,
+                       .until_ms = INT64_MAX,
+                       .now_ms = T1 + 60000,
+                       .batches = steady,
+                       .n_batches = 1};
+    double lo = 0, hi = 0;
+    bool any = false;
+    llmq_err err = {0};
+    CHECK(report_rate_span(db, &f, &lo, &hi, &any, &err) == 0 && any && near(lo, 100) &&
+              near(hi, 195),
+          "the bins cover the speeds within 1.5 IQR of the quartiles 125 and 175: %.1f to %.1f,"
+          " not the outlier at 10000",
+          lo, hi);
+    report_shape sh = {.bucket_ms = 60000, .bin_lo = 100, .bin_width = 10, .n_bins = 16};
+    table t;
+    if (run(db, REPORT_HISTOGRAM, &f, &sh, &t) == 0) {
+        double in_bins = 0;
+        bool plain = t.n_rows == 17;
+        for (size_t r = 0; plain && r + 1 < t.n_rows; r++) {
+            in_bins += num(&t, r, "jobs");
+            plain = str(&t, r, "tail")[0] == 0 &&
+                    near(num(&t, r, "decode_tok_s_to"), 110 + 10 * (double)r);
+        }
+        size_t last = t.n_rows - 1;
+        CHECK(plain && near(in_bins, STEADY_JOBS - 1) &&
+                  strcmp(str(&t, last, "tail"), "above") == 0 && near(num(&t, last, "jobs"), 1) &&
+                  near(num(&t, last, "decode_tok_s_from"), 260) &&
+                  near(num(&t, last, "decode_tok_s_to"), 10000),
+              "16 bins of 10 tok/s hold 20 jobs; the outlier is counted in an 'above' row from "
+              "260 to its 10000 (%zu rows)",
+              t.n_rows);
+    }
+    table_free(&t);
+}
+
+static void test_figures_cli(void)
+{
+    static char out[1 << 16];
+    char now[WHEN_ISO_MAX];
+    when_format(T1 + 60000, now, sizeof now);
+    int rc = capture(out, sizeof out, "%s --db %s --now %s -t batches -t workers", exe,
+                     figures_path, now);
+    const char *quick = strstr(out, "\nquick "), *eol = quick ? strchr(quick + 1, '\n') : NULL;
+    char row[512] = "";
+    if (quick && eol)
+        snprintf(row, sizeof row, "%.*s", (int)(eol - quick - 1), quick + 1);
+    CHECK(rc == 0 && strstr(row, " short ") &&
+              strstr(out, "\nshort: the batch took less than 1 s") &&
+              strstr(out, "\nshort: the worker was busy for less than 1 s"),
+          "text marks the withheld rates 'short' and says why under each table: %s", row);
+    rc = capture(out, sizeof out, "%s --db %s --now %s --format json -t batches", exe, figures_path,
+                 now);
+    json_value *root = NULL;
+    llmq_err err = {0};
+    const json_value *q = NULL;
+    if (rc == 0 && json_parse(out, strlen(out), &root, &err) == 0)
+        q = find_row(json_get(root, "batches"), "batch", "quick");
+    const json_value *tok = q ? json_get(q, "tok_s") : NULL;
+    CHECK(tok && tok->type == JSON_NULL, "JSON gives the short batch's tok_s as null");
+    CHECK(root && json_num(root, "bucket_ms") == 1000,
+          "auto buckets for a 13 s run are 1 s, not 500 ms (%.0f)", json_num(root, "bucket_ms"));
+    json_free(root);
+    rc = err_capture(out, sizeof out, "%s --db %s --bucket 500ms 2>&1", exe, figures_path);
+    CHECK(rc == 2 && strstr(out, "--bucket: 500ms is shorter than a second"),
+          "--bucket 500ms is a usage error: %s", out);
+}
+
+/* The histogram's axis ends where its bins do; the outlier stands beside. */
+static void test_figures_plot(void)
+{
+    char svg[400], out[4096], now[WHEN_ISO_MAX];
+    when_format(T1 + 60000, now, sizeof now);
+    snprintf(svg, sizeof svg, "%s/figures.svg", dir);
+    int rc = capture(out, sizeof out, "%s --db %s --now %s --batch steady --quiet --plot %s", exe,
+                     figures_path, now, svg);
+    /* Prints the largest number among the histogram's labels, then the
+     * titles of its bars that say "above". */
+    rc = rc ? rc
+            : capture(out, sizeof out,
+                      "/usr/bin/python3 -c '"
+                      "import sys, xml.dom.minidom as m\n"
+                      "d = m.parse(sys.argv[1])\n"
+                      "g = [e for e in d.getElementsByTagName(\"g\")"
+                      " if e.getAttribute(\"id\") == \"histogram\"][0]\n"
+                      "nums = []\n"
+                      "for t in g.getElementsByTagName(\"text\"):\n"
+                      "    try: nums.append(float(t.firstChild.data))\n"
+                      "    except ValueError: pass\n"
+                      "print(max(nums))\n"
+                      "for b in g.getElementsByTagName(\"title\"):\n"
+                      "    if \"above\" in b.firstChild.data: print(b.firstChild.data)"
+                      "' %s 2>&1",
+                      svg);
+    double top = 0;
+    sscanf(out, "%lf", &top);
+    CHECK(rc == 0 && top <= 200 && strstr(out, "200 to 10000 tok/s: 1 jobs"),
+          "the plot's decode axis ends at the bins (%.0f), the outlier's bar beside it: %s", top,
+          out);
+}
+
+static report_db *open_reports(const char *path)
+{
+    report_db *db = NULL;
+    llmq_err err = {0};
+    CHECK(report_db_open(&db, path, &err) == 0, "report_db_open reads %s%s%s", path, db ? "" : ": ",
+          db ? "" : err.msg);
+    return db;
+}
+
 int main(void)
 {
     const char *build = getenv("LLMQ_BUILDDIR");
@@ -811,10 +1008,7 @@ int main(void)
     }
     snprintf(db_path, sizeof db_path, "%s/llmq.db", dir);
     CHECK(build_scenario() == 0, "the scenario is written through the broker's store");
-    report_db *db = NULL;
-    llmq_err err = {0};
-    CHECK(report_db_open(&db, db_path, &err) == 0, "report_db_open reads it%s%s",
-          db ? "" : ": ", db ? "" : err.msg);
+    report_db *db = open_reports(db_path);
     if (db) {
         test_batches(db);
         test_workers(db);
@@ -831,6 +1025,16 @@ int main(void)
     test_cli_errors();
     test_cli_beside_writer(now);
     test_plot(now);
+    snprintf(figures_path, sizeof figures_path, "%s/figures.db", dir);
+    CHECK(build_figures() == 0, "the second scenario is written through the broker's store");
+    db = open_reports(figures_path);
+    if (db) {
+        test_short_spans(db);
+        test_outliers(db);
+        report_db_close(db);
+    }
+    test_figures_cli();
+    test_figures_plot();
     int rc = check_done();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -1,7 +1,8 @@
 /* test-store: the broker's SQLite store on real files in a temp directory.
  *
  * Pins: schema creation and the refusal of newer schemas, durability across
- * reopen, requeue of running jobs on open, idempotent client keys,
+ * reopen, requeue of running jobs on open, idempotent client keys (one
+ * job of one batch each),
  * backpressure, dispatch order and model routing, first-result-wins,
  * attempts exhaustion, cancel, JSON columns round-tripping, outcomes as
  * clients read them, one broker per file, the accounting views agreeing
@@ -273,6 +274,14 @@ static void test_client_keys_and_backpressure(void)
     store_submit(st, &j, 2, 1003, &id4, &o4, &err);
     CHECK(o4 == STORE_DUPLICATE && id4 == id1,
           "a known key is answered even when the queue is full");
+    const char *other[2] = {"b2", NULL};
+    for (int i = 0; i < 2; i++) {
+        j = text_job("hello", other[i], "k1", 0);
+        store_submit(st, &j, 0, 1004, &id4, &o4, &err);
+        CHECK(o4 == STORE_OTHER_BATCH && id4 == id1 && store_queued(st) == 2,
+              "a known key under %s is told apart, nothing written",
+              other[i] ? "another batch" : "no batch");
+    }
     store_commit(st, &err);
     store_close(st);
     CHECK(sql_int("SELECT count(*) FROM jobs") == 2, "two rows on disk");

@@ -1,6 +1,8 @@
 /* test-wire: every message type survives encode -> decode -> encode byte for
  * byte, defaults are the documented ones, and every kind of bad body is
- * refused with its typed error naming the field. */
+ * refused with its typed error naming the field and, for a number out of
+ * range, the number as sent; a failed or cancelled result carries no token
+ * counts or timings. */
 #include <math.h>
 #include <msgpack.h>
 #include <stdlib.h>
@@ -531,8 +533,8 @@ static void begin_submit(msgpack_sbuffer *sb, msgpack_packer *pk, bool with_req,
 /* A submit with one job whose last key is `key` and value is packed by fn. */
 typedef void (*pack_fn)(msgpack_packer *pk, const void *arg);
 
-static void check_job_value(const char *key, pack_fn fn, const void *arg, wire_code code,
-                            const char *what)
+/* Decodes that submit: its error in *e, and 0 when it decoded. */
+static int decode_job_value(const char *key, pack_fn fn, const void *arg, wire_error *e)
 {
     msgpack_sbuffer sb;
     msgpack_packer pk;
@@ -546,16 +548,23 @@ static void check_job_value(const char *key, pack_fn fn, const void *arg, wire_c
     msgpack_pack_str_with_body(&pk, key, strlen(key));
     fn(&pk, arg);
     wire_msg m;
-    wire_error e;
-    char field[64];
-    snprintf(field, sizeof field, "jobs[0].%s", key);
-    int rc = wire_decode(sb.data, sb.size, WIRE_DIR_CLIENT_TO_BROKER, &m, &e);
-    CHECK(rc < 0 && e.code == code && strcmp(e.field, field) == 0 && e.req == 31,
-          "%s -> %s at %s, req kept (got %s: %s)", what, wire_code_name(code), field,
-          wire_code_name(e.code), e.err.msg);
+    int rc = wire_decode(sb.data, sb.size, WIRE_DIR_CLIENT_TO_BROKER, &m, e);
     if (rc == 0)
         wire_msg_free(&m);
     msgpack_sbuffer_destroy(&sb);
+    return rc;
+}
+
+static void check_job_value(const char *key, pack_fn fn, const void *arg, wire_code code,
+                            const char *what)
+{
+    wire_error e;
+    char field[64];
+    snprintf(field, sizeof field, "jobs[0].%s", key);
+    int rc = decode_job_value(key, fn, arg, &e);
+    CHECK(rc < 0 && e.code == code && strcmp(e.field, field) == 0 && e.req == 31,
+          "%s -> %s at %s, req kept (got %s: %s)", what, wire_code_name(code), field,
+          wire_code_name(e.code), e.err.msg);
 }
 
 static void pack_double(msgpack_packer *pk, const void *arg) { msgpack_pack_double(pk, *(const double *)arg); }
@@ -640,6 +649,89 @@ static void test_bad_raw(void)
     if (rc == 0)
         wire_msg_free(&m);
     msgpack_sbuffer_destroy(&sb);
+}
+
+static void pack_u64(msgpack_packer *pk, const void *arg)
+{
+    msgpack_pack_uint64(pk, *(const uint64_t *)arg);
+}
+static void pack_i64(msgpack_packer *pk, const void *arg)
+{
+    msgpack_pack_int64(pk, *(const int64_t *)arg);
+}
+
+static void check_refusal_text(const char *key, pack_fn fn, const void *arg, const char *want)
+{
+    wire_error e;
+    int rc = decode_job_value(key, fn, arg, &e);
+    CHECK(rc < 0 && strcmp(e.err.msg, want) == 0, "refused as \"%s\" (got \"%s\")", want,
+          rc < 0 ? e.err.msg : "accepted");
+}
+
+/* A refusal shows the number as it was sent, and its bounds as written. */
+static void test_exact_numbers(void)
+{
+    double t = 100.0001, p = 1.5, lo = -2.001;
+    uint64_t max = UINT64_MAX;
+    int64_t neg = INT64_MIN;
+    check_refusal_text("temperature", pack_double, &t,
+                       "jobs[0].temperature: 100.0001 is out of range [0, 100]");
+    check_refusal_text("top_p", pack_double, &p, "jobs[0].top_p: 1.5 is out of range (0, 1]");
+    check_refusal_text("presence_penalty", pack_double, &lo,
+                       "jobs[0].presence_penalty: -2.001 is out of range [-2, 2]");
+    check_refusal_text("top_k", pack_u64, &max,
+                       "jobs[0].top_k: 18446744073709551615 is out of range [0, 1048576]");
+    check_refusal_text("max_tokens", pack_i64, &neg,
+                       "jobs[0].max_tokens: -9223372036854775808 is out of range [1, 1048576]");
+}
+
+/* An error for a request whose req cannot be read carries req 0, and
+ * every error carries a req: PROTOCOL.md's reason to number requests from
+ * 1. */
+static void test_req_zero(void)
+{
+    wire_msg m, back;
+    wire_error e;
+    int rc = decode_json("{\"v\": 1, \"type\": \"stats\", \"req\": -5}", WIRE_DIR_ANY, &m, &e);
+    wire_error_reply(&m, &e);
+    char *body = NULL;
+    size_t len = 0;
+    int enc = wire_encode(&m, &body, &len, NULL);
+    CHECK(rc < 0 && e.req == 0 && enc == 0 && memmem(body, len, "\xa3req\x00", 5),
+          "the error for a negative req carries req 0 (%s)", e.err.msg);
+    free(body);
+    check_round_trip(&m, WIRE_DIR_BROKER_TO_CLIENT, &back);
+    CHECK(back.req == 0 && back.error.code == WIRE_E_BAD_VALUE, "and decodes so");
+    wire_msg_free(&back);
+}
+
+/* The result of a job that did not finish has no counts or timings to
+ * report: they are left out, not sent as zeros. */
+static void test_unfinished_results(void)
+{
+    wire_msg m, back;
+    wire_msg_init(&m, WIRE_T_RESULT);
+    m.result = (wire_result){.id = 3,
+                             .state = WIRE_STATE_CANCELLED,
+                             .error = "cancelled",
+                             .prompt_tokens = 5,
+                             .timings = {.total_ms = 9}};
+    char *body = NULL;
+    size_t len = 0;
+    int rc = wire_encode(&m, &body, &len, NULL);
+    static const char *const done_only[] = {"prompt_tokens", "gen_tokens",    "queue_wait_ms",
+                                            "prefill_ms",    "prefill_tok_s", "decode_ms",
+                                            "decode_tok_s",  "total_ms"};
+    int found = 0;
+    for (size_t i = 0; rc == 0 && i < sizeof done_only / sizeof *done_only; i++)
+        found += memmem(body, len, done_only[i], strlen(done_only[i])) != NULL;
+    CHECK(rc == 0 && found == 0, "a cancelled result has no counts or timings (%d found)", found);
+    free(body);
+    check_round_trip(&m, WIRE_DIR_BROKER_TO_CLIENT, &back);
+    CHECK(back.result.state == WIRE_STATE_CANCELLED && back.result.prompt_tokens == 0 &&
+              strcmp(back.result.error, "cancelled") == 0,
+          "it decodes with its state and error");
+    wire_msg_free(&back);
 }
 
 static void test_too_many_jobs(void)
@@ -875,6 +967,9 @@ int main(void)
     test_worker_messages();
     test_bad_table();
     test_bad_raw();
+    test_exact_numbers();
+    test_unfinished_results();
+    test_req_zero();
     test_too_many_jobs();
     test_message_limits();
     test_encode_refusals();

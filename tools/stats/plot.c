@@ -182,7 +182,7 @@ static void legend_entry(FILE *f, double x, double y, const char *color, const c
     svg_text(f, x + 28, y, "start", 11, 0, label);
 }
 
-static void throughput_chart(FILE *f, const table *t, const cols3 *c)
+static void throughput_chart(FILE *f, const table *t, int64_t bucket_ms, const cols3 *c)
 {
     frame fr = {.left = 80, .top = 30, .right = PAGE_W - 210, .bottom = 300};
     svg_group_begin(f, "throughput", 0, 70);
@@ -197,9 +197,9 @@ static void throughput_chart(FILE *f, const table *t, const cols3 *c)
     if (t->n_rows == 0) {
         xmin = 0;
         xmax = 1;
-    } else if (xmax <= xmin) { /* one bucket: give it some room */
-        xmin -= 30000;
-        xmax += 30000;
+    } else if (xmax <= xmin) { /* one bucket: a bucket's room on either side */
+        xmin -= (double)bucket_ms;
+        xmax += (double)bucket_ms;
     }
     fr.x0 = xmin;
     fr.x1 = xmax;
@@ -228,43 +228,111 @@ static void throughput_chart(FILE *f, const table *t, const cols3 *c)
 
 /* ---- decode speed histogram -------------------------------------------------------- */
 
-static void histogram_chart(FILE *f, const table *t, const cols3 *c)
+#define TAIL_SLOT 76 /* pixels at either end for a tail's bar, its gaps and its label */
+#define TAIL_BAR 40
+#define TAIL_GAP 14
+#define TAIL_COLOR "#9c755f"
+
+/* The histogram's rows: the regular bins [first, end), and the tails (the
+ * jobs beyond the fences, report.h) when they are there. */
+typedef struct bins {
+    size_t first, end;
+    bool below, above;
+} bins;
+
+static bool is_tail(const table *t, size_t r, int col, const char *which)
+{
+    const table_cell *cell = table_at(t, r, (size_t)col);
+    return !cell->null && strcmp(cell->s, which) == 0;
+}
+
+static bins find_bins(const table *t, int tail_col)
+{
+    bins b = {.first = 0, .end = t->n_rows};
+    b.below = t->n_rows > 0 && is_tail(t, 0, tail_col, "below");
+    b.above = t->n_rows > 1 && is_tail(t, t->n_rows - 1, tail_col, "above");
+    b.first += b.below;
+    b.end -= b.above;
+    return b;
+}
+
+static void bar(FILE *f, const frame *fr, double x, double w, double n, const char *color,
+                double lo, double hi, const char *what)
+{
+    char title[128];
+    snprintf(title, sizeof title, "%.6g to %.6g tok/s: %.0f jobs%s", lo, hi, n, what);
+    double y = py(fr, n);
+    svg_rect(f, x, y, w, fr->bottom - y, color, title);
+}
+
+/* A tail's bar in its slot at the chart's end beside the bins (whole: the
+ * chart, inner: the part the bins span), labelled with where it starts
+ * ("< 500" or ">= 2300"), past a break in the axis. */
+static void tail_bar(FILE *f, const frame *whole, const frame *inner, const table *t,
+                     const cols3 *c, size_t r, bool below)
+{
+    double lo = cell_num(t, r, c->a), hi = cell_num(t, r, c->b), n = cell_num(t, r, c->c);
+    double x = below ? whole->left + TAIL_GAP : whole->right - TAIL_GAP - TAIL_BAR;
+    bar(f, whole, x, TAIL_BAR, n, TAIL_COLOR, lo, hi,
+        below ? " (below the bins: slower than the bulk)"
+              : " (above the bins: faster than the bulk)");
+    double brk = below ? inner->left - TAIL_GAP : inner->right + TAIL_GAP;
+    svg_line(f, x, whole->bottom, x + TAIL_BAR, whole->bottom, AXIS_COLOR, 1);
+    svg_line(f, brk - 3, whole->bottom + 5, brk + 3, whole->bottom - 5, AXIS_COLOR, 1);
+    char label[48], text[64];
+    number_label(label, sizeof label, below ? hi : lo);
+    snprintf(text, sizeof text, "%s %s", below ? "<" : "\u2265", label);
+    svg_text(f, x + TAIL_BAR / 2.0, whole->bottom + 17, "middle", 11, 0, text);
+}
+
+static void histogram_chart(FILE *f, const table *t, const cols3 *c, int tail_col)
 {
     frame fr = {.left = 80, .top = 30, .right = PAGE_W - 40, .bottom = 250};
     svg_group_begin(f, "histogram", 0, 450);
     svg_text(f, fr.left, 16, "start", 14, 0, "Jobs by decode speed (tok/s of each job)");
+    const bins b = find_bins(t, tail_col);
     double ymax = 0;
     for (size_t r = 0; r < t->n_rows; r++)
         ymax = fmax(ymax, cell_num(t, r, c->c));
-    bool empty = t->n_rows == 0 || ymax == 0;
-    fr.x0 = empty ? 0 : cell_num(t, 0, c->a);
-    fr.x1 = empty ? 1 : cell_num(t, t->n_rows - 1, c->b);
+    bool empty = b.first >= b.end || ymax == 0;
     y_axis(f, &fr, ymax, "jobs");
+    /* The bins span the chart but for the tails' slots at its ends. */
+    frame in = fr;
+    in.left += b.below && !empty ? TAIL_SLOT : 0;
+    in.right -= b.above && !empty ? TAIL_SLOT : 0;
+    in.x0 = empty ? 0 : cell_num(t, b.first, c->a);
+    in.x1 = empty ? 1 : cell_num(t, b.end - 1, c->b);
     if (empty)
         empty_note(f, &fr, "no done jobs with a decode time");
-    for (size_t r = 0; r < t->n_rows && !empty; r++) {
-        double lo = cell_num(t, r, c->a), hi = cell_num(t, r, c->b), n = cell_num(t, r, c->c);
-        char title[96];
-        snprintf(title, sizeof title, "%.6g to %.6g tok/s: %.0f jobs", lo, hi, n);
-        double x = px(&fr, lo), y = py(&fr, n);
-        svg_rect(f, x + 0.5, y, fmax(px(&fr, hi) - x - 1, 0.5), fr.bottom - y, PALETTE[0], title);
+    for (size_t r = b.first; r < b.end && !empty; r++) {
+        double lo = cell_num(t, r, c->a), hi = cell_num(t, r, c->b);
+        double x = px(&in, lo);
+        bar(f, &in, x + 0.5, fmax(px(&in, hi) - x - 1, 0.5), cell_num(t, r, c->c), PALETTE[0], lo,
+            hi, "");
     }
-    x_axis_numbers(f, &fr, "decode tok/s");
+    if (b.below && !empty)
+        tail_bar(f, &fr, &in, t, c, 0, true);
+    if (b.above && !empty)
+        tail_bar(f, &fr, &in, t, c, t->n_rows - 1, false);
+    x_axis_numbers(f, &in, "decode tok/s");
     svg_group_end(f);
 }
 
-int plot_write(FILE *f, const table *worker_time, const table *histogram, const char *subtitle,
-               llmq_err *err)
+int plot_write(FILE *f, const table *worker_time, int64_t bucket_ms, const table *histogram,
+               const char *subtitle, llmq_err *err)
 {
     cols3 wt, h;
     if (find_cols(worker_time, "epoch_ms", "worker", "tok_s", &wt, err) ||
         find_cols(histogram, "decode_tok_s_from", "decode_tok_s_to", "jobs", &h, err))
         return -1;
+    const int tail = table_col_index(histogram, "tail");
+    if (tail < 0)
+        return llmq_errf(err, "plot: table %s lacks tail", histogram->name);
     svg_begin(f, PAGE_W, PAGE_H, "llmq throughput");
     svg_text(f, PAGE_W / 2.0, 30, "middle", 18, 0, "llmq throughput");
     svg_text(f, PAGE_W / 2.0, 50, "middle", 12, 0, subtitle);
-    throughput_chart(f, worker_time, &wt);
-    histogram_chart(f, histogram, &h);
+    throughput_chart(f, worker_time, bucket_ms, &wt);
+    histogram_chart(f, histogram, &h, tail);
     svg_end(f);
     return 0;
 }

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "broker/store.h"
+#include "common/check.h"
 #include "common/json.h"
 
 struct report_db {
@@ -176,18 +177,26 @@ static const table_col COLS_WORKER_TIME[] = {
 #define RATES ", v AS (SELECT r.decode_tok_s AS x FROM sel j JOIN results r ON r.job_id = j.id" \
               " WHERE r.decode_tok_s IS NOT NULL)"
 
+/* Bins 0 .. nbins-1 from :lo, each :width wide; the jobs below :lo or at
+ * or past the last bin's end go into the tails, rows that span those jobs'
+ * own speeds (report.h). */
 static const char SQL_HISTOGRAM[] =
     "WITH RECURSIVE " SEL RATES
     ", bins(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM bins WHERE i + 1 < :nbins)"
-    ", agg AS (SELECT min(max(CAST((x - :lo) / :width AS INTEGER), 0), :nbins - 1) AS i,"
-    " count(*) AS n FROM v GROUP BY 1)"
-    " SELECT :lo + i * :width, :lo + (i + 1) * :width, coalesce(n, 0)"
-    " FROM bins LEFT JOIN agg USING (i) ORDER BY i";
+    ", agg AS (SELECT CASE WHEN x < :lo THEN -1 WHEN x >= :lo + :nbins * :width THEN :nbins"
+    " ELSE min(max(CAST((x - :lo) / :width AS INTEGER), 0), :nbins - 1) END AS i,"
+    " count(*) AS n, min(x) AS x0, max(x) AS x1 FROM v GROUP BY 1)"
+    ", r AS (SELECT -1 AS k, x0 AS a, :lo AS b, n, 'below' AS tail FROM agg WHERE i = -1"
+    " UNION ALL SELECT i, :lo + i * :width, :lo + (i + 1) * :width, coalesce(n, 0), NULL"
+    " FROM bins LEFT JOIN agg USING (i)"
+    " UNION ALL SELECT :nbins, :lo + :nbins * :width, x1, n, 'above' FROM agg WHERE i = :nbins)"
+    " SELECT a, b, n, tail FROM r ORDER BY k";
 
 static const table_col COLS_HISTOGRAM[] = {
     {"decode_tok_s_from", TABLE_REAL, 1, false},
     {"decode_tok_s_to", TABLE_REAL, 1, false},
     {"jobs", TABLE_INT, 0, false},
+    {"tail", TABLE_TEXT, 0, false},
 };
 
 static const char SQL_JOBS[] =
@@ -212,24 +221,55 @@ static const char SQL_FINISH_SPAN[] =
     "WITH " SEL " SELECT min(finished_at), max(finished_at) FROM sel"
     " WHERE finished_at IS NOT NULL";
 
-static const char SQL_RATE_SPAN[] = "WITH " SEL RATES " SELECT min(x), max(x) FROM v";
+/* The smallest and largest decode speeds within Tukey's fences: 1.5
+ * interquartile ranges beyond the quartiles (nearest rank).  Speeds whose
+ * middle half is one value have no spread to tell outliers by: all count. */
+static const char SQL_RATE_SPAN[] =
+    "WITH " SEL RATES
+    ", o AS (SELECT x, row_number() OVER (ORDER BY x) AS rn, count(*) OVER () AS n FROM v)"
+    ", q AS (SELECT max(CASE WHEN rn = (25 * n + 99) / 100 THEN x END) AS q1,"
+    " max(CASE WHEN rn = (75 * n + 99) / 100 THEN x END) AS q3 FROM o)"
+    ", f AS (SELECT CASE WHEN q3 > q1 THEN q1 - 1.5 * (q3 - q1) END AS lo,"
+    " CASE WHEN q3 > q1 THEN q3 + 1.5 * (q3 - q1) END AS hi FROM q)"
+    " SELECT min(x), max(x) FROM v, f WHERE f.lo IS NULL OR x BETWEEN f.lo AND f.hi";
+
+/* A rate column and the column of the span it is over, in seconds: over
+ * less than REPORT_MIN_SPAN_MS the rate is withheld (report.h). */
+typedef struct rate_guard {
+    const char *rate, *span_s, *note;
+} rate_guard;
+
+static const rate_guard GUARD_BATCHES = {
+    "tok_s", "wall_s",
+    "short: the batch took less than 1 s (wall_s), too short a span for its tok_s to be a rate"};
+static const rate_guard GUARD_WORKERS = {
+    "tok_s", "busy_s",
+    "short: the worker was busy for less than 1 s (busy_s), too short a span for its tok_s to be "
+    "a rate"};
 
 typedef struct report_def {
     const char *name, *title, *sql;
     const table_col *cols;
     size_t n_cols;
+    const rate_guard *guard; /* NULL: none */
 } report_def;
 
-#define DEF(name, title, sql, cols) {name, title, sql, cols, sizeof cols / sizeof cols[0]}
+#define DEF(name, title, sql, cols)                                \
+    {                                                              \
+        name, title, sql, cols, sizeof cols / sizeof cols[0], NULL \
+    }
+#define DEF_GUARDED(name, title, sql, cols, guard)                   \
+    {                                                                \
+        name, title, sql, cols, sizeof cols / sizeof cols[0], &guard \
+    }
 
 static const report_def REPORTS[REPORT_COUNT] = {
-    [REPORT_BATCHES] = DEF("batches", "Batches", SQL_BATCHES, COLS_BATCHES),
-    [REPORT_WORKERS] = DEF("workers", "Workers", SQL_WORKERS, COLS_WORKERS),
+    [REPORT_BATCHES] = DEF_GUARDED("batches", "Batches", SQL_BATCHES, COLS_BATCHES, GUARD_BATCHES),
+    [REPORT_WORKERS] = DEF_GUARDED("workers", "Workers", SQL_WORKERS, COLS_WORKERS, GUARD_WORKERS),
     [REPORT_TIME] = DEF("time", "Over time", SQL_TIME, COLS_TIME),
     [REPORT_WORKER_TIME] = DEF("worker-time", "Per worker over time", SQL_WORKER_TIME,
                                COLS_WORKER_TIME),
-    [REPORT_HISTOGRAM] = DEF("histogram", "Jobs by decode tok/s", SQL_HISTOGRAM,
-                             COLS_HISTOGRAM),
+    [REPORT_HISTOGRAM] = DEF("histogram", "Jobs by decode tok/s", SQL_HISTOGRAM, COLS_HISTOGRAM),
     [REPORT_JOBS] = DEF("jobs", "Jobs", SQL_JOBS, COLS_JOBS),
 };
 
@@ -493,6 +533,18 @@ static int check_buckets(report_db *r, const report_filter *f, int64_t bucket_ms
     return 0;
 }
 
+/* Withholds each row's rate whose span is under REPORT_MIN_SPAN_MS. */
+static void guard_rates(table *t, const rate_guard *g)
+{
+    const int rate = table_col_index(t, g->rate), span = table_col_index(t, g->span_s);
+    LLMQ_ASSERT(rate >= 0 && span >= 0, "table %s has no %s or %s", t->name, g->rate, g->span_s);
+    for (size_t row = 0; row < t->n_rows; row++) {
+        const table_cell *s = table_at(t, row, (size_t)span);
+        if (!s->null && s->d * 1000 < REPORT_MIN_SPAN_MS)
+            table_withhold(t, row, (size_t)rate, "short", g->note);
+    }
+}
+
 int report_run(report_db *r, report_kind k, const report_filter *f, const report_shape *shape,
                table *out, llmq_err *err)
 {
@@ -500,8 +552,9 @@ int report_run(report_db *r, report_kind k, const report_filter *f, const report
     table_init(out, d->name, d->title, d->cols, d->n_cols);
     bool bucketed = k == REPORT_TIME || k == REPORT_WORKER_TIME;
     if (bucketed) {
-        if (!shape || shape->bucket_ms <= 0)
-            return llmq_errf(err, "%s: no bucket length", d->name);
+        if (!shape || shape->bucket_ms < REPORT_MIN_SPAN_MS)
+            return llmq_errf(err, "%s: buckets of %" PRId64 " ms: at least %d ms", d->name,
+                             shape ? shape->bucket_ms : 0, REPORT_MIN_SPAN_MS);
         if (check_buckets(r, f, shape->bucket_ms, err))
             return -1;
         char len[32];
@@ -513,7 +566,11 @@ int report_run(report_db *r, report_kind k, const report_filter *f, const report
     }
     if (k == REPORT_HISTOGRAM && (!shape || shape->n_bins < 1 || !(shape->bin_width > 0)))
         return llmq_errf(err, "%s: no bins", d->name);
-    return run_sql(r, d->sql, f, shape, out, err);
+    if (run_sql(r, d->sql, f, shape, out, err))
+        return -1;
+    if (d->guard)
+        guard_rates(out, d->guard);
+    return 0;
 }
 
 /* ---- spans and shapes -------------------------------------------------------------- */

@@ -26,6 +26,19 @@
  *    tok/s = generated tokens / busy time;
  *  - time buckets are aligned to multiples of the bucket length since the
  *    epoch (UTC); a bucket's tok/s is its generated tokens over its length.
+ * A throughput over a span shorter than REPORT_MIN_SPAN_MS (a batch's wall
+ * time, a worker's busy time) is withheld: NULL in every format, "short" in
+ * text with a note under the table.  Those spans come from the broker's
+ * millisecond timestamps and hold the start and the end of the work, so a
+ * few milliseconds of them give tens of thousands of tok/s of noise.  The
+ * prefill and decode figures are the jobs' own speeds, measured by the
+ * workers per job to the microsecond, and are given as measured.  Buckets
+ * are at least REPORT_MIN_SPAN_MS long for the same reason.
+ * The histogram's bins are of a round width over the bulk of the decode
+ * speeds: those within Tukey's fences (1.5 interquartile ranges beyond the
+ * quartiles); the jobs beyond the bins, if any, are counted in a row of
+ * their own at either end (`tail` "below" or "above", spanning those jobs'
+ * speeds), so a few outliers neither stretch the bins nor go uncounted.
  * Workers are grouped by worker id (name): sessions of a restarted worker
  * add up. */
 #ifndef LLMQ_TOOLS_STATS_REPORT_H
@@ -73,6 +86,8 @@ const char *report_name(report_kind k);
 int report_parse(const char *name, report_kind *out);
 
 #define REPORT_MAX_BUCKETS 100000
+/* The shortest span a rate is given over, and the shortest bucket. */
+#define REPORT_MIN_SPAN_MS 1000
 
 /* Bucketing (REPORT_TIME, REPORT_WORKER_TIME) and bins (REPORT_HISTOGRAM). */
 typedef struct report_shape {
@@ -84,7 +99,9 @@ typedef struct report_shape {
 /* First and last finish among the selected jobs; *any false if none. */
 int report_finish_span(report_db *db, const report_filter *f, int64_t *first_ms,
                        int64_t *last_ms, bool *any, llmq_err *err);
-/* Smallest and largest decode tok/s among the selected done jobs. */
+/* The range of decode tok/s the histogram's bins cover: the smallest and
+ * the largest of the selected done jobs' speeds within Tukey's fences;
+ * *any false if there are none. */
 int report_rate_span(report_db *db, const report_filter *f, double *lo, double *hi,
                      bool *any, llmq_err *err);
 

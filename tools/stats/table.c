@@ -56,6 +56,16 @@ int table_col_index(const table *t, const char *name)
     return -1;
 }
 
+void table_withhold(table *t, size_t r, size_t c, const char *mark, const char *note)
+{
+    table_cell *cell = &t->cells[r * t->n_cols + c];
+    if (!cell->null && t->cols[c].kind == TABLE_TEXT)
+        free(cell->s);
+    *cell = (table_cell){.null = true, .mark = mark};
+    if (!t->note[0])
+        snprintf(t->note, sizeof t->note, "%s", note);
+}
+
 int table_set_text(table_cell *cell, const char *s, llmq_err *err)
 {
     if (!s)
@@ -74,7 +84,7 @@ static const char *cell_text(const table_col *col, const table_cell *cell, bool 
                              char buf[CELL_TEXT_MAX])
 {
     if (cell->null)
-        return full ? "" : "-";
+        return full ? "" : cell->mark ? cell->mark : "-";
     switch (col->kind) {
     case TABLE_INT: snprintf(buf, CELL_TEXT_MAX, "%lld", (long long)cell->i); return buf;
     case TABLE_REAL:
@@ -149,6 +159,8 @@ void table_write_text(FILE *f, const table *t)
         text_row(f, t, r, width);
     if (t->n_rows == 0)
         fputs("(no rows)\n", f);
+    if (t->note[0])
+        fprintf(f, "%s\n", t->note);
     free(width);
 }
 

@@ -29,6 +29,7 @@ typedef struct table_col {
 
 typedef struct table_cell {
     bool null;
+    const char *mark; /* a NULL cell's text output instead of "-" (static), or NULL */
     union {
         int64_t i;
         double d;
@@ -39,6 +40,7 @@ typedef struct table_cell {
 typedef struct table {
     const char *name;  /* JSON key, e.g. "batches" */
     char title[96];    /* heading in text output */
+    char note[192];    /* a line under the rows in text output, or "" */
     const table_col *cols;
     size_t n_cols;
     table_cell *cells; /* n_rows * n_cols, row-major */
@@ -61,7 +63,12 @@ int table_col_index(const table *t, const char *name);
 /* Copies s into the cell (NULL s: the cell stays NULL). */
 int table_set_text(table_cell *cell, const char *s, llmq_err *err);
 
-/* Title, header, one line per row; numbers right-aligned, NULL as "-". */
+/* Withholds cell (r, c): NULL in every format, shown as mark (static) in
+ * text output; note, when the table has none yet, goes under its rows. */
+void table_withhold(table *t, size_t r, size_t c, const char *mark, const char *note);
+
+/* Title, header, one line per row, the note; numbers right-aligned, NULL as
+ * "-" (or its mark). */
 void table_write_text(FILE *f, const table *t);
 /* Header row then one row per table row; NULL is an empty field. */
 void table_write_csv(FILE *f, const table *t);

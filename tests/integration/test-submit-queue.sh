@@ -1,0 +1,75 @@
+#!/bin/sh
+# test-submit-queue: a batch larger than the broker's --max-queued, through
+# llmq-submit, against a real llmq-broker (--max-queued 4) and llmq-worker
+# (CPU engine, stories260K, 2 slots).
+#
+# Pins: llmq-submit streams a 30-job batch into a queue of 4 as the worker
+# frees room (says so on stderr) and writes all 30 results, each job stored
+# once; lines without an "id" (no client key) are not stored twice either;
+# the broker's refusal says how many new jobs fit now and the most one
+# submit can ever hold; with no worker taking jobs, --timeout ends the
+# streaming with status 3, naming how many jobs went in, and running the
+# same command again sends only the rest.
+
+. "$LLMQ_SRCDIR/tests/integration/env.sh"
+SUBMIT=$LLMQ_BUILDDIR/tools/llmq-submit
+
+it_init submit-queue
+it_broker --max-queued 4
+it_worker w1 --slots 2
+w1=$worker_pid
+it_wait_workers 1
+check $? "a broker with --max-queued 4 and one worker are up"
+
+# n jobs ($2) into $1; ids "$3-i" unless $3 is empty (then no id, no key).
+jobs() {
+    for i in $(seq "$2"); do
+        id=${3:+"\"id\": \"$3-$i\", "}
+        printf '{%s"prompt": "Once upon a time %d", "max_tokens": 6}\n' "$id" "$i"
+    done >"$1"
+}
+count() { "$PY" -c 'import sqlite3, sys
+print(sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True).execute(sys.argv[2]).fetchone()[0])' \
+    "$db" "$1"; }
+
+jobs "$dir/big.jsonl" 30 big
+timeout 120 "$SUBMIT" --broker "$clients" -i "$dir/big.jsonl" -o "$dir/big.out" --batch big \
+    2>"$dir/big.log"
+check $? "llmq-submit runs a batch of 30 through a queue of 4 to completion"
+[ "$(wc -l <"$dir/big.out")" -eq 30 ] &&
+    [ "$(count "SELECT count(DISTINCT client_key) FROM jobs WHERE batch_id = 'big'")" -eq 30 ] &&
+    [ "$(count "SELECT count(*) FROM jobs WHERE batch_id = 'big' AND state = 'done'")" -eq 30 ]
+check $? "30 results written, 30 jobs stored once each, all done"
+grep -q "sending them in parts as room frees" "$dir/big.log"
+check $? "it says the batch goes in parts as room frees"
+grep -q "queue is full (.*limit 4): none of the 30 jobs was stored; [0-4] new jobs fit now and no submit of more than 4 ever does" "$dir/big.log"
+check $? "the broker's refusal says what fits now and the most one submit can hold"
+
+jobs "$dir/nokey.jsonl" 12 ""
+timeout 120 "$SUBMIT" --broker "$clients" -i "$dir/nokey.jsonl" -o "$dir/nokey.out" \
+    --batch nokey 2>>"$dir/big.log"
+check $? "a batch of 12 lines without ids goes through the queue of 4"
+[ "$(count "SELECT count(*) FROM jobs WHERE batch_id = 'nokey'")" -eq 12 ] &&
+    [ "$(wc -l <"$dir/nokey.out")" -eq 12 ]
+check $? "each keyless line is stored once (12 jobs, 12 results)"
+
+# No worker: the queue fills and stays full until --timeout.
+it_stop "$w1"
+check $? "the worker stops cleanly"
+jobs "$dir/stuck.jsonl" 10 stuck
+timeout 60 "$SUBMIT" --broker "$clients" -i "$dir/stuck.jsonl" -o "$dir/stuck.out" \
+    --batch stuck --timeout 1 2>"$dir/stuck.log"
+rc=$?
+[ "$rc" -eq 3 ] && grep -q "no room for the remaining 6 jobs within --timeout" "$dir/stuck.log" &&
+    grep -q "4 of the 10 jobs were submitted; the same command again sends the rest" "$dir/stuck.log" &&
+    [ "$(count "SELECT count(*) FROM jobs WHERE batch_id = 'stuck'")" -eq 4 ]
+check $? "with no worker, --timeout ends the streaming: status 3 ($rc), 4 of 10 jobs in, said so"
+it_worker w1 --slots 2
+timeout 120 "$SUBMIT" --broker "$clients" -i "$dir/stuck.jsonl" -o "$dir/stuck.out" \
+    --batch stuck 2>>"$dir/stuck.log"
+check $? "run again with a worker, the same command completes the batch"
+[ "$(count "SELECT count(*) FROM jobs WHERE batch_id = 'stuck'")" -eq 10 ] &&
+    [ "$(wc -l <"$dir/stuck.out")" -eq 10 ] &&
+    grep -q "6 jobs submitted, 4 already known from an earlier submit" "$dir/stuck.log"
+check $? "it sent only the 6 jobs left: 10 jobs stored, 10 results"
+it_done
