@@ -51,7 +51,7 @@ typedef struct run_opts {
     run_mode mode;
     const char *model;       /* -m */
     const char *ids;         /* --detokenize's argument */
-    const char *messages;      /* --messages FILE: a chat job's messages */
+    const char *messages;    /* --messages FILE: a chat job's messages */
     const char *chat_template; /* --chat-template NAME|FILE, NULL: the model's */
     bool tokenize, bench;      /* --tokenize, --bench */
     bool render_only;          /* --render-only */

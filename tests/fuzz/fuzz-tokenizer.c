@@ -119,16 +119,16 @@ static size_t cut_segments(const char *text, size_t len, bool special, bool alte
 }
 
 /* Segmented tokenization: uniform segments give tok_encode's ids. */
-static void check_segments(const tok_vocab *v, const char *text, size_t len, bool bos,
-                           bool special, const int32_t *want, size_t n_want)
+static void check_segments(const tok_vocab *v, const char *text, size_t len, bool bos, bool special,
+                           const int32_t *want, size_t n_want)
 {
     tok_segment segs[256];
     int32_t *ids;
     size_t n;
     llmq_err err;
     size_t n_segs = cut_segments(text, len, special, false, segs, 256);
-    if (tok_encode_segments(v, text, len, segs, n_segs, bos, &ids, &n, &err) < 0 ||
-        n != n_want || (n && memcmp(ids, want, n * sizeof *ids) != 0))
+    if (tok_encode_segments(v, text, len, segs, n_segs, bos, &ids, &n, &err) < 0 || n != n_want ||
+        (n && memcmp(ids, want, n * sizeof *ids) != 0))
         abort();
     free(ids);
     n_segs = cut_segments(text, len, special, true, segs, 256);
