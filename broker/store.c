@@ -821,13 +821,16 @@ static int migrate(store *st, llmq_err *err)
                          "database schema version %" PRId64 " is newer than "
                          "this llmq-broker knows (%d): use a newer build",
                          version, STORE_SCHEMA_VERSION);
+    st->info.from_version = version;
     if (version == STORE_SCHEMA_VERSION)
         return 0;
+    const double t0 = clock_mono_ms_f();
     if (exec_sql(st, "PRAGMA foreign_keys = OFF", err))
         return -1;
     int rc = migrate_from(st, version, err);
     if (exec_sql(st, "PRAGMA foreign_keys = ON", rc ? NULL : err))
         return -1;
+    st->info.migrate_ms = clock_mono_ms_f() - t0;
     return rc;
 }
 

@@ -111,9 +111,12 @@ int store_open(store **out, const char *path, const store_opts *opts,
 
 /* What store_open found. */
 typedef struct store_open_info {
-    bool created;    /* the schema was created: a new file, or opts.init */
-    int64_t bytes;   /* the file's size before it was opened */
-    double check_ms; /* the quick_check's time; < 0 when skipped */
+    bool created;         /* the schema was created: a new file, or opts.init */
+    int64_t bytes;        /* the file's size before it was opened */
+    double check_ms;      /* the quick_check's time; < 0 when skipped */
+    int64_t from_version; /* the file's schema version before its migration
+                             (STORE_SCHEMA_VERSION: none was needed) */
+    double migrate_ms;    /* the migration's time */
 } store_open_info;
 store_open_info store_opened(const store *st);
 

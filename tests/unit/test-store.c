@@ -852,8 +852,9 @@ static void test_migration_from_v2(void)
            " queue_wait_ms, prefill_ms, decode_ms, total_ms, worker_id, attempt, created_at)"
            " VALUES (1, 'a cat', 'stop', 3, 2, 1, 1, 1, 4, 1, 1, 5);");
     store *st = made ? open_db(&opts3, 2000) : NULL;
-    CHECK(st && sql_int("PRAGMA user_version") == STORE_SCHEMA_VERSION,
-          "a version 2 database migrates to %d", STORE_SCHEMA_VERSION);
+    CHECK(st && sql_int("PRAGMA user_version") == STORE_SCHEMA_VERSION &&
+              store_opened(st).from_version == 2 && store_opened(st).migrate_ms >= 0,
+          "a version 2 database migrates to %d, and says from which", STORE_SCHEMA_VERSION);
     if (!st)
         return;
     CHECK(sql_int("SELECT count(*) FROM jobs WHERE id = 1 AND client_key = 'k1' AND state = 'done'"
@@ -880,8 +881,10 @@ static void test_migration_from_v2(void)
           (long long)id);
     store_close(st);
     st = open_db(&opts3, 4000);
-    CHECK(st && sql_int("SELECT count(*) FROM jobs") == 3,
-          "the migrated database opens again, as version %d", STORE_SCHEMA_VERSION);
+    CHECK(st && sql_int("SELECT count(*) FROM jobs") == 3 &&
+              store_opened(st).from_version == STORE_SCHEMA_VERSION,
+          "the migrated database opens again, as version %d, with nothing to migrate",
+          STORE_SCHEMA_VERSION);
     store_close(st);
 }
 
