@@ -212,32 +212,61 @@ static int bind_router(void *sock, const char *endpoint, llmq_err *err)
     return 0;
 }
 
-/* Keys and allow-lists; and no endpoint other hosts can reach without
- * them, unless the operator said --insecure. */
+/* Without keys, no endpoint other hosts can reach, unless the operator
+ * said --insecure. */
+static int check_plain(const broker_config *c, llmq_err *err)
+{
+    const char *open_ep = !zap_endpoint_local(c->clients_endpoint)
+                              ? c->clients_endpoint
+                          : !zap_endpoint_local(c->workers_endpoint)
+                              ? c->workers_endpoint
+                              : NULL;
+    if (open_ep && !c->insecure)
+        return llmq_errf(err,
+                         "%s can be reached from other hosts: give"
+                         " --curve-secret (and --allow-workers,"
+                         " --allow-clients), or --insecure to run"
+                         " without authentication",
+                         open_ep);
+    return 0;
+}
+
+/* A side's allow-list, or nothing (any key) when the operator said so:
+ * admitting any key is never a default, since any key would then receive
+ * prompts (workers) or submit work (clients). */
+static int load_side(zap_list *l, const char *path, bool any, bool has_admins,
+                     const char *side, llmq_err *err)
+{
+    if (path)
+        return zap_list_load(l, path, err);
+    if (any)
+        return 0;
+    if (has_admins) { /* admins only */
+        l->set = true;
+        return 0;
+    }
+    return llmq_errf(err,
+                     "with --curve-secret, say which %s keys are admitted:"
+                     " --allow-%s FILE, or --allow-any-%s to admit any"
+                     " key",
+                     side, side, side);
+}
+
 static int load_security(broker *b, llmq_err *err)
 {
     const broker_config *c = &b->cfg;
     b->curve = c->curve_secret != NULL;
-    if (!b->curve) {
-        const char *open_ep = !zap_endpoint_local(c->clients_endpoint)
-                                  ? c->clients_endpoint
-                              : !zap_endpoint_local(c->workers_endpoint)
-                                  ? c->workers_endpoint
-                                  : NULL;
-        if (open_ep && !c->insecure)
-            return llmq_errf(err, "%s can be reached from other hosts: give"
-                                  " --curve-secret (and --allow-workers,"
-                                  " --allow-clients), or --insecure to run"
-                                  " without authentication", open_ep);
-        return 0;
-    }
+    if (!b->curve)
+        return check_plain(c, err);
     if (curve_load_secret(&b->keys, c->curve_secret, err) ||
-        (c->allow_workers &&
-         zap_list_load(&b->allow_workers, c->allow_workers, err)) ||
-        (c->allow_clients &&
-         zap_list_load(&b->allow_clients, c->allow_clients, err)))
+        (c->admin_clients &&
+         zap_list_load(&b->admin_clients, c->admin_clients, err)) ||
+        load_side(&b->allow_workers, c->allow_workers, c->any_workers, false,
+                  "workers", err) ||
+        load_side(&b->allow_clients, c->allow_clients, c->any_clients,
+                  c->admin_clients != NULL, "clients", err))
         return -1;
-    return 0;
+    return zap_list_merge(&b->allow_clients, &b->admin_clients, err);
 }
 
 static int open_sockets(broker *b, llmq_err *err)
@@ -309,18 +338,41 @@ static int open_parts(broker *b, llmq_err *err)
     return open_sockets(b, err);
 }
 
+/* "FILE (N keys)" or "any key (--allow-any-SIDE)"; n: the file's keys. */
+static void describe_side(char *out, size_t size, const zap_list *l, size_t n,
+                          const char *path, const char *side)
+{
+    if (!l->set)
+        snprintf(out, size, "any key (--allow-any-%s)", side);
+    else
+        snprintf(out, size, "%s (%zu key%s)", path ? path : "admins only", n,
+                 n == 1 ? "" : "s");
+}
+
 static void log_security(const broker *b)
 {
     if (!b->curve) {
-        broker_log("security: none (no CURVE key)%s",
+        broker_log("security: none (no CURVE key)%s; every client sees every"
+                   " job",
                    b->cfg.insecure ? "; --insecure given" : "");
         return;
     }
+    char workers[300], clients[300];
+    describe_side(workers, sizeof workers, &b->allow_workers,
+                  b->allow_workers.n, b->cfg.allow_workers, "workers");
+    /* The admins were added to the clients' list. */
+    size_t n_clients = b->allow_clients.set
+                           ? b->allow_clients.n - b->admin_clients.n
+                           : 0;
+    describe_side(clients, sizeof clients, &b->allow_clients, n_clients,
+                  b->cfg.allow_clients, "clients");
     broker_log("security: CURVE, broker public key %s; workers: %s;"
-               " clients: %s",
-               b->keys.public_key,
-               b->allow_workers.set ? b->cfg.allow_workers : "any key",
-               b->allow_clients.set ? b->cfg.allow_clients : "any key");
+               " clients: %s; admins: %zu key%s%s%s; a client sees only the"
+               " jobs its key submitted",
+               b->keys.public_key, workers, clients, b->admin_clients.n,
+               b->admin_clients.n == 1 ? "" : "s",
+               b->cfg.admin_clients ? " from " : "",
+               b->cfg.admin_clients ? b->cfg.admin_clients : "");
 }
 
 int broker_open(broker **out, const broker_config *cfg, llmq_err *err)
@@ -371,6 +423,7 @@ void broker_close(broker *b)
         zmq_ctx_term(b->zctx);
     zap_list_free(&b->allow_workers);
     zap_list_free(&b->allow_clients);
+    zap_list_free(&b->admin_clients);
     store_close(b->st);
     free(b);
 }
@@ -512,7 +565,8 @@ static void log_undelivered(broker *b)
 static int timers(broker *b, bool workers_backlog, llmq_err *err)
 {
     if (check_workers(b, workers_backlog, err) ||
-        waiters_expire(&b->waiters, b->now, on_client_waiter, b, err))
+        waiters_expire(&b->waiters, b->now, on_client_waiter, b, err) ||
+        waiters_beat(&b->waiters, b->now, on_client_waiter, b, err))
         return -1;
     log_undelivered(b);
     return check_drain(b, err);
@@ -551,8 +605,8 @@ static int64_t min64(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
-/* Sleep until the next timer: a heartbeat or death due, a wait deadline,
- * the end of the grace period; never longer than one heartbeat. */
+/* Sleep until the next timer: a heartbeat or death due, a wait deadline or
+ * heartbeat, the end of the grace period; never longer than one heartbeat. */
 static long poll_timeout(const broker *b)
 {
     int64_t next = b->now + b->cfg.heartbeat_ms;
@@ -561,7 +615,7 @@ static long poll_timeout(const broker *b)
         next = min64(next, w->last_sent + b->cfg.heartbeat_ms);
         next = min64(next, w->last_heard + b->cfg.dead_after_ms + 1);
     }
-    next = min64(next, waiters_next_deadline(&b->waiters));
+    next = min64(next, waiters_next_due(&b->waiters));
     if (b->draining)
         next = min64(next, b->drain_deadline);
     return next > b->now ? (long)(next - b->now) : 0;

@@ -56,10 +56,14 @@ typedef struct broker_config {
     int64_t max_db_mb, min_free_mb;
     bool verbose; /* a log line per job event too */
     /* CURVE (broker/zap.h): the broker's secret key file, NULL for none;
-     * allow-list files of worker and client public keys, NULL: any key.
-     * Without a key, endpoints that other hosts can reach are refused
-     * unless insecure is set. */
-    const char *curve_secret, *allow_workers, *allow_clients;
+     * allow-list files of worker and client public keys.  With CURVE each
+     * side needs its list or its any_* switch (any key admitted): the
+     * broker refuses to open otherwise.  admin_clients: keys that may see
+     * and cancel every job (admitted as clients too); any other client key
+     * sees only the jobs it submitted.  Without a key, endpoints that other
+     * hosts can reach are refused unless insecure is set. */
+    const char *curve_secret, *allow_workers, *allow_clients, *admin_clients;
+    bool any_workers, any_clients;
     bool insecure;
     /* A job naming a model that no worker served in the last
      * model_window_ms is refused, unless queue_unknown_models. */

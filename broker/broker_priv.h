@@ -22,7 +22,7 @@ struct broker {
     void *zctx, *clients, *workers;
     bool curve;
     curve_keys keys;
-    zap_list allow_workers, allow_clients;
+    zap_list allow_workers, allow_clients, admin_clients;
     zap *zap;
     store *st;
     pool pool;

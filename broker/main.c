@@ -23,8 +23,9 @@ static const char USAGE[] = "Usage: llmq-broker [OPTION]...\n"
 static const char EPILOG[] =
     "Endpoints bind to loopback by default; use tcp://0.0.0.0:PORT to accept "
     "remote\n"
-    "peers, which needs --curve-secret (or --insecure).  Refused keys are "
-    "logged.\n"
+    "peers, which needs --curve-secret (or --insecure).  With CURVE, each "
+    "side\n"
+    "needs its allow-list or --allow-any-*; refused keys are logged.\n"
     "SIGTERM/SIGINT stop gracefully; a second one stops at once.\n"
     "Exit status: 0 after a clean stop, 1 on a runtime error, 2 on bad "
     "usage.\n";
@@ -45,9 +46,17 @@ static int parse_sync(void *sync, const char *text, llmq_err *err)
 static int check_config(void *config, llmq_err *err)
 {
     const broker_config *c = config;
-    if ((c->allow_workers || c->allow_clients) && !c->curve_secret)
-        return llmq_errf(err, "--allow-workers and --allow-clients need"
+    if ((c->allow_workers || c->allow_clients || c->admin_clients ||
+         c->any_workers || c->any_clients) &&
+        !c->curve_secret)
+        return llmq_errf(err, "--allow-workers, --allow-clients,"
+                              " --admin-clients and --allow-any-* need"
                               " --curve-secret");
+    if ((c->allow_workers && c->any_workers) ||
+        (c->allow_clients && c->any_clients))
+        return llmq_errf(err, "--allow-workers FILE and --allow-any-workers"
+                              " (or --allow-clients and --allow-any-clients)"
+                              " contradict each other");
     if (c->heartbeat_ms >= c->dead_after_ms)
         return llmq_errf(err,
                          "--worker-timeout-ms (%u) must exceed"
@@ -121,10 +130,21 @@ static int parse_args(int argc, char **argv, broker_config *c)
          CLI_TEXT(&c->curve_secret)},
         {"allow-workers", 0, "FILE",
          "with CURVE: the worker public keys admitted, one Z85 key a line,"
-         " # comments (default: any key)",
+         " # comments",
          CLI_TEXT(&c->allow_workers)},
-        {"allow-clients", 0, "FILE", "the same for clients",
+        {"allow-clients", 0, "FILE",
+         "the same for clients; each sees only the jobs it submitted",
          CLI_TEXT(&c->allow_clients)},
+        {"admin-clients", 0, "FILE",
+         "client keys (admitted too) that may see and cancel every job",
+         CLI_TEXT(&c->admin_clients)},
+        {"allow-any-workers", 0, NULL,
+         "with CURVE and no --allow-workers: admit any worker key (it gets"
+         " prompts)",
+         CLI_SWITCH(&c->any_workers)},
+        {"allow-any-clients", 0, NULL,
+         "with CURVE and no --allow-clients: admit any client key",
+         CLI_SWITCH(&c->any_clients)},
         {"insecure", 0, NULL,
          "allow endpoints other hosts can reach without CURVE",
          CLI_SWITCH(&c->insecure)},

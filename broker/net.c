@@ -16,6 +16,7 @@ void net_peer_close(net_peer *p)
 void net_peer_copy(net_peer *dst, const net_peer *src)
 {
     dst->n = 0;
+    memcpy(dst->key, src->key, sizeof dst->key);
     for (int i = 0; i < src->n; i++) {
         zmq_msg_init(&dst->frames[i]);
         zmq_msg_copy(&dst->frames[i], (zmq_msg_t *)&src->frames[i]);
@@ -63,6 +64,19 @@ static int recv_frame(void *sock, zmq_msg_t *f, int flags, llmq_err *err)
     return llmq_errf(err, "zmq_msg_recv: %s", zmq_strerror(errno));
 }
 
+/* The key ZAP admitted the sender's connection with ("" without CURVE).
+ * The property is read off the body: every frame the peer sent carries its
+ * connection's metadata. */
+static void peer_key(net_peer *from, zmq_msg_t *body)
+{
+    const char *uid = zmq_msg_gets(body, "User-Id");
+    size_t n = uid ? strlen(uid) : 0;
+    if (n != CURVE_Z85_LEN)
+        n = 0; /* not a key of ours: no ZAP, or no CURVE */
+    memcpy(from->key, uid ? uid : "", n);
+    from->key[n] = '\0';
+}
+
 /* After the routing id: envelope frames until the last one, the body. */
 static net_status recv_rest(void *sock, net_peer *from, zmq_msg_t *body)
 {
@@ -78,6 +92,7 @@ static net_status recv_rest(void *sock, net_peer *from, zmq_msg_t *body)
             zmq_msg_init(body);
             zmq_msg_move(body, &f);
             zmq_msg_close(&f);
+            peer_key(from, body);
             return NET_OK;
         }
         if (from->n == 1 + NET_MAX_ENVELOPE ||
@@ -97,6 +112,7 @@ int net_recv(void *sock, net_peer *from, zmq_msg_t *body, net_status *st,
              llmq_err *err)
 {
     from->n = 0;
+    from->key[0] = '\0';
     *st = NET_NONE;
     int rc = recv_frame(sock, &from->frames[0], ZMQ_DONTWAIT, err);
     if (rc != 0)

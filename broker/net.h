@@ -2,7 +2,11 @@
  *
  * A message arrives as [routing id, envelope..., body] (docs/PROTOCOL.md §1):
  * net_recv splits it into a net_peer (the routing id and the envelope
- * frames, which every reply to that request repeats) and the body.
+ * frames, which every reply to that request repeats) and the body.  Under
+ * CURVE the peer also carries the public key its connection was admitted
+ * with: the ZAP handler (broker/zap.h) makes it the connection's User-Id,
+ * which ZeroMQ attaches to every message, so no message can claim another
+ * connection's key.
  *
  * Replies are not sent when produced: they go to a net_outbox, which the
  * broker flushes after the iteration's transaction committed, so nothing is
@@ -16,6 +20,7 @@
 #include <zmq.h>
 
 #include "common/err.h"
+#include "proto/curve.h"
 #include "proto/wire.h"
 
 #define NET_MAX_ENVELOPE 4     /* frames between routing id and body */
@@ -24,6 +29,7 @@
 typedef struct net_peer {
     zmq_msg_t frames[1 + NET_MAX_ENVELOPE]; /* routing id, envelope */
     int n;
+    char key[CURVE_Z85_LEN + 1]; /* Z85 public key; "" without CURVE */
 } net_peer;
 
 typedef enum net_status {
@@ -40,7 +46,7 @@ int net_recv(void *sock, net_peer *from, zmq_msg_t *body, net_status *st,
              llmq_err *err);
 
 void net_peer_close(net_peer *p);
-/* dst becomes a copy of src (frames share their data). */
+/* dst becomes a copy of src (frames share their data, the key is copied). */
 void net_peer_copy(net_peer *dst, const net_peer *src);
 /* Same routing id: the same connection. */
 bool net_peer_same(const net_peer *a, const net_peer *b);

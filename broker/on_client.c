@@ -1,6 +1,7 @@
 /* on_client: the client requests of docs/PROTOCOL.md §5 (submit, status,
  * cancel, wait, stats) and the results pushed to waiting clients. */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,13 +14,31 @@
 /* Job ids all waits together may hold, so that waits cannot exhaust memory. */
 #define MAX_WAITED_IDS 10000000u
 
-/* ---- submit -------------------------------------------------------------------- */
+/* ---- who sees what ------------------------------------------------------- */
 
-static store_job job_from_wire(const wire_job *j, const char *batch,
-                               int64_t submit_id)
+/* Under CURVE a job belongs to the client key that submitted it, and any
+ * other key cannot tell it from a job that does not exist; admin keys see
+ * every job.  Without CURVE there are no identities (one machine's users,
+ * docs/PROTOCOL.md §1): every client sees every job. */
+static bool sees_all(const broker *b, const net_peer *p)
+{
+    return !b->curve ||
+           (b->admin_clients.set && zap_list_admits(&b->admin_clients, p->key));
+}
+
+static bool owns(const net_peer *p, const char *owner)
+{
+    return owner && p->key[0] && strcmp(owner, p->key) == 0;
+}
+
+/* ---- submit ------------------------------------------------------------- */
+
+static store_job job_from_wire(const wire_job *j, const char *owner,
+                               const char *batch, int64_t submit_id)
 {
     return (store_job){
         .client_key = j->key,
+        .owner = owner,
         .batch_id = batch,
         .model = j->model,
         .submit_id = submit_id,
@@ -38,34 +57,89 @@ typedef struct key_clash {
     int64_t at, id;
 } key_clash;
 
-/* Stores the jobs in order; *full at the limit, *clash at a key of another
- * batch (and nothing more stored). */
-static int submit_jobs(broker *b, const wire_submit *s, uint64_t *ids,
-                       bool *existing, bool *full, key_clash *clash,
+/* Why a submit stored nothing: the queue is full, a key names another
+ * client's job, or one of this client's of another batch. */
+typedef struct submit_stop {
+    bool full;
+    int64_t taken;   /* the job whose key is another client's, or -1 */
+    key_clash clash; /* at: the job whose key is of another batch, or -1 */
+} submit_stop;
+
+static bool stopped(const submit_stop *stop)
+{
+    return stop->full || stop->taken >= 0 || stop->clash.at >= 0;
+}
+
+/* Another owner's job is as good as one's own to who sees every job. */
+static store_submit_outcome as_seen(const broker *b, const net_peer *from,
+                                    store_submit_outcome o)
+{
+    if (!sees_all(b, from))
+        return o;
+    return o == STORE_OTHER_OWNER         ? STORE_DUPLICATE
+           : o == STORE_OTHER_OWNER_BATCH ? STORE_OTHER_BATCH
+                                          : o;
+}
+
+/* Stores the jobs in order; at the first one that cannot be, stops (and
+ * says why in *stop). */
+static int submit_jobs(broker *b, const net_peer *from, const wire_submit *s,
+                       uint64_t *ids, bool *existing, submit_stop *stop,
                        llmq_err *err)
 {
     int64_t submit_id = 0;
+    const char *owner = b->curve ? from->key : NULL;
     if (s->meta &&
         store_submit_meta(b->st, s->batch, s->meta, b->wall, &submit_id, err))
         return -1;
     for (uint32_t i = 0; i < s->n_jobs; i++) {
-        store_job j = job_from_wire(&s->jobs[i], s->batch, submit_id);
+        store_job j = job_from_wire(&s->jobs[i], owner, s->batch, submit_id);
         int64_t id = 0;
         store_submit_outcome o;
         if (store_submit(b->st, &j, b->cfg.max_queued, b->wall, &id, &o, err))
             return -1;
-        if (o == STORE_FULL) {
-            *full = true;
+        o = as_seen(b, from, o);
+        stop->full = o == STORE_FULL;
+        if (o == STORE_OTHER_OWNER || o == STORE_OTHER_OWNER_BATCH)
+            stop->taken = i;
+        if (o == STORE_OTHER_BATCH)
+            stop->clash = (key_clash){i, id};
+        if (stopped(stop))
             return 0;
-        }
-        if (o == STORE_OTHER_BATCH) {
-            *clash = (key_clash){i, id};
-            return 0;
-        }
         ids[i] = (uint64_t)id;
         existing[i] = o == STORE_DUPLICATE;
     }
     return 0;
+}
+
+/* A submit refused for field `name` of its job i: bad_value, naming it. */
+static int refuse_job_field(broker *b, const net_peer *from, const wire_msg *m,
+                            int64_t i, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+static int refuse_job_field(broker *b, const net_peer *from, const wire_msg *m,
+                            int64_t i, const char *name, const char *fmt, ...)
+{
+    char field[48], why[LLMQ_ERR_MAX];
+    snprintf(field, sizeof field, "jobs[%" PRId64 "].%s", i, name);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    return broker_refuse(b, b->clients, from, m->req, WIRE_E_BAD_VALUE, field,
+                         "%s: none of the %u jobs was stored", why,
+                         m->submit.n_jobs);
+}
+
+/* Keys are global (docs/PROTOCOL.md §4): another client's key is refused
+ * rather than answered with a job this client may not see. */
+static int refuse_taken_key(broker *b, const net_peer *from, const wire_msg *m,
+                            int64_t i)
+{
+    return refuse_job_field(b, from, m, i, "key",
+                            "key '%s' names another client's job; use other"
+                            " keys (llmq-submit: another --batch)",
+                            m->submit.jobs[i].key);
 }
 
 static int reply_submit_ok(broker *b, const net_peer *from, uint64_t req,
@@ -105,13 +179,10 @@ static int unserved_model(broker *b, const wire_submit *s, int64_t *bad,
 static int refuse_model(broker *b, const net_peer *from, const wire_msg *m,
                         int64_t i)
 {
-    char field[48];
-    snprintf(field, sizeof field, "jobs[%" PRId64 "].model", i);
-    return broker_refuse(b, b->clients, from, m->req, WIRE_E_BAD_VALUE, field,
-                         "no worker serves model '%s' nor served it in the last"
-                         " %" PRId64 " ms: none of the %u jobs was stored",
-                         m->submit.jobs[i].model, b->cfg.model_window_ms,
-                         m->submit.n_jobs);
+    return refuse_job_field(b, from, m, i, "model",
+                            "no worker serves model '%s' nor served it in the"
+                            " last %" PRId64 " ms",
+                            m->submit.jobs[i].model, b->cfg.model_window_ms);
 }
 
 /* What would succeed: the room left now, and the limit, which no one
@@ -179,19 +250,20 @@ static int on_submit(broker *b, const net_peer *from, const wire_msg *m,
         return refuse_model(b, from, m, bad);
     uint64_t *ids = malloc(s->n_jobs * sizeof *ids);
     bool *existing = malloc(s->n_jobs * sizeof *existing);
-    bool full = false;
-    key_clash clash = {.at = -1};
+    submit_stop stop = {.taken = -1, .clash = {.at = -1}};
     int rc = ids && existing ? store_mark(b->st, err)
                              : llmq_errf(err, "out of memory for a submit");
     if (rc == 0)
-        rc = submit_jobs(b, s, ids, existing, &full, &clash, err);
-    if (rc == 0 && (full || clash.at >= 0))
+        rc = submit_jobs(b, from, s, ids, existing, &stop, err);
+    if (rc == 0 && stopped(&stop))
         store_mark_undo(b->st);
     else if (rc == 0)
         rc = store_mark_release(b->st, err);
-    if (rc == 0 && clash.at >= 0)
-        rc = refuse_clash(b, from, m, &clash, err);
-    else if (rc == 0 && full)
+    if (rc == 0 && stop.taken >= 0)
+        rc = refuse_taken_key(b, from, m, stop.taken);
+    else if (rc == 0 && stop.clash.at >= 0)
+        rc = refuse_clash(b, from, m, &stop.clash, err);
+    else if (rc == 0 && stop.full)
         rc = refuse_full(b, from, m);
     else if (rc == 0)
         rc = reply_submit_ok(b, from, m->req, ids, existing, s->n_jobs, err);
@@ -215,15 +287,24 @@ static int idlist_push(idlist *l, int64_t id, llmq_err *err)
     return 0;
 }
 
-static int collect_id(void *ctx, const store_brief *br, llmq_err *err)
+/* The jobs of a selection that its sender may see. */
+typedef struct visible {
+    const net_peer *from;
+    bool all; /* sees_all, asked once per selection */
+    idlist *ids;
+    bool seen; /* the last brief was visible */
+} visible;
+
+static visible visible_to(const broker *b, const net_peer *from, idlist *ids)
 {
-    return idlist_push(ctx, br->id, err);
+    return (visible){.from = from, .all = sees_all(b, from), .ids = ids};
 }
 
-static int ignore_brief(void *ctx, const store_brief *br, llmq_err *err)
+static int collect_visible(void *ctx, const store_brief *br, llmq_err *err)
 {
-    (void)ctx, (void)br, (void)err;
-    return 0;
+    visible *v = ctx;
+    v->seen = v->all || owns(v->from, br->owner);
+    return v->seen ? idlist_push(v->ids, br->id, err) : 0;
 }
 
 static int cmp_id(const void *a, const void *b)
@@ -242,31 +323,33 @@ static void sort_unique(idlist *l)
     l->n = k;
 }
 
+/* A job the sender may not see is answered as one that does not exist. */
 static int resolve_ids(broker *b, const net_peer *from, uint64_t req,
                        const wire_select *sel, idlist *out, bool *refused,
                        llmq_err *err)
 {
+    visible v = visible_to(b, from, out);
     for (uint32_t i = 0; i < sel->n_ids; i++) {
         bool found;
-        if (store_brief_get(b->st, (int64_t)sel->ids[i], ignore_brief, NULL,
+        v.seen = false;
+        if (store_brief_get(b->st, (int64_t)sel->ids[i], collect_visible, &v,
                             &found, err))
             return -1;
-        if (!found) {
+        if (!found || !v.seen) {
             char field[32];
             snprintf(field, sizeof field, "ids[%u]", i);
             *refused = true;
             return broker_refuse(b, b->clients, from, req, WIRE_E_UNKNOWN_JOB,
                                  field, "no job %" PRIu64, sel->ids[i]);
         }
-        if (idlist_push(out, (int64_t)sel->ids[i], err))
-            return -1;
     }
     sort_unique(out);
     return 0;
 }
 
-/* The sorted distinct ids a selection names; unknown ids or an empty batch
- * are refused (*refused, the error sent). */
+/* The sorted distinct ids a selection names, among the jobs its sender may
+ * see; unknown ids or a batch with none of them are refused (*refused, the
+ * error sent). */
 static int resolve(broker *b, const net_peer *from, uint64_t req,
                    const wire_select *sel, idlist *out, bool *refused,
                    llmq_err *err)
@@ -275,9 +358,10 @@ static int resolve(broker *b, const net_peer *from, uint64_t req,
     if (!sel->batch)
         return resolve_ids(b, from, req, sel, out, refused, err);
     int64_t n;
-    if (store_batch_briefs(b->st, sel->batch, collect_id, out, &n, err))
+    visible v = visible_to(b, from, out);
+    if (store_batch_briefs(b->st, sel->batch, collect_visible, &v, &n, err))
         return -1;
-    if (n == 0) {
+    if (out->n == 0) {
         *refused = true;
         return broker_refuse(b, b->clients, from, req, WIRE_E_UNKNOWN_BATCH,
                              "batch", "no job in batch '%s'", sel->batch);
@@ -583,12 +667,24 @@ static int send_wait_end(broker *b, const waiter *w, bool timed_out,
     return rc;
 }
 
+static int send_wait_alive(broker *b, const waiter *w, llmq_err *err)
+{
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_WAIT_ALIVE);
+    m.req = w->req;
+    return broker_reply(b, b->clients, &w->peer, &m, err);
+}
+
 int on_client_waiter(void *ctx, const waiter *w, waiter_event ev,
                      int64_t job_id, bool timed_out, llmq_err *err)
 {
     broker *b = ctx;
-    if (ev == WAITER_RESULT)
+    switch (ev) {
+    case WAITER_RESULT:
         return w->stream ? push_result(b, &w->peer, w->req, job_id, err) : 0;
+    case WAITER_ALIVE: return send_wait_alive(b, w, err);
+    case WAITER_END: break;
+    }
     return send_wait_end(b, w, timed_out, err);
 }
 
@@ -638,9 +734,14 @@ static int start_wait(broker *b, const net_peer *from, const wire_msg *m,
         return -1;
     }
     if (pending && m->wait.timeout_ms) {
-        int64_t deadline = b->now + m->wait.timeout_ms;
-        int rc = waiters_add(&b->waiters, from, m->req, m->wait.stream,
-                             deadline, ids->v, final, ids->n, pending, err);
+        waiter_spec spec = {.peer = from,
+                            .req = m->req,
+                            .stream = m->wait.stream,
+                            .now = b->now,
+                            .deadline = b->now + m->wait.timeout_ms,
+                            .beat_ms = m->wait.heartbeat_ms};
+        int rc = waiters_add(&b->waiters, &spec, ids->v, final, ids->n, pending,
+                             err);
         ids->v = NULL; /* the waiter owns it now */
         return rc;
     }

@@ -1,6 +1,7 @@
 /* on_worker: the worker side of docs/PROTOCOL.md §7: sessions (hello, bye,
  * presumed death), credits, jobs out, results and failures in. */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -34,12 +35,18 @@ int on_worker_end(broker *b, pool_worker *w, session_end how,
     return 0;
 }
 
-static store_worker worker_row(const wire_hello *h)
+static store_worker worker_row(const wire_hello *h, const net_peer *from)
 {
-    return (store_worker){.name = h->worker, .host = h->host, .pid = h->pid,
-                          .gpu_name = h->gpu_name, .gpu_index = h->gpu_index,
-                          .gpu_uuid = h->gpu_uuid, .model = h->model,
-                          .engine = h->engine, .slots = (int32_t)h->slots};
+    return (store_worker){.name = h->worker,
+                          .host = h->host,
+                          .pid = h->pid,
+                          .gpu_name = h->gpu_name,
+                          .gpu_index = h->gpu_index,
+                          .gpu_uuid = h->gpu_uuid,
+                          .model = h->model,
+                          .engine = h->engine,
+                          .slots = (int32_t)h->slots,
+                          .public_key = from->key[0] ? from->key : NULL};
 }
 
 static int welcome(broker *b, pool_worker *w, llmq_err *err)
@@ -52,9 +59,97 @@ static int welcome(broker *b, pool_worker *w, llmq_err *err)
     return broker_reply(b, b->workers, &w->peer, &m, err);
 }
 
-/* A hello on a connection that already had a session, or under a name in
- * use, ends the old session first: that worker restarted, and what it was
- * running is lost with it. */
+/* A refused hello changes nothing: no session, no job touched.  Logged,
+ * since the operator has a worker to fix. */
+static int refuse_hello(broker *b, const net_peer *from, const wire_hello *h,
+                        wire_code code, const char *why)
+{
+    broker_log("refused the hello of host %s pid %u: worker id '%s' %s",
+               h->host, h->pid, h->worker, why);
+    return broker_refuse(b, b->workers, from, 0, code, "worker", "'%s' %s",
+                         h->worker, why);
+}
+
+/* Under CURVE a worker id is bound to the key it first connected with, so
+ * that another admitted key cannot take its name (and its place in the
+ * accounting).  A binding to a key the allow-list no longer admits is
+ * stale: the operator rotated that host's key.  *bind: the hello's key is
+ * to be bound once it is admitted. */
+static int check_key(broker *b, const net_peer *from, const wire_hello *h,
+                     bool *refused, bool *bind, llmq_err *err)
+{
+    char bound[CURVE_Z85_LEN + 1], why[256];
+    bool found;
+    *refused = *bind = false;
+    if (!b->curve)
+        return 0;
+    if (store_worker_key(b->st, h->worker, bound, &found, err))
+        return -1;
+    *bind = !found || strcmp(bound, from->key) != 0;
+    if (!found || !*bind)
+        return 0;
+    if (!zap_list_admits(&b->allow_workers, bound)) {
+        broker_log("worker id '%s' was bound to key %s, which is no longer"
+                   " admitted: it is bound to %s now",
+                   h->worker, bound, from->key);
+        return 0;
+    }
+    *refused = true;
+    snprintf(why, sizeof why,
+             "is bound to another CURVE key (%s); this connection's key is"
+             " %s",
+             bound, from->key);
+    return refuse_hello(b, from, h, WIRE_E_FORBIDDEN, why);
+}
+
+/* The same process: a worker that reconnected, or a restart that got the
+ * same pid (a container's).  Any other is a second worker under one id. */
+static bool same_process(const pool_worker *w, const wire_hello *h)
+{
+    return w->pid == h->pid && strcmp(w->host, h->host) == 0;
+}
+
+static int refuse_in_use(broker *b, const net_peer *from, const wire_hello *h,
+                         const pool_worker *live)
+{
+    char why[1024];
+    snprintf(why, sizeof why,
+             "is in use by live session %" PRId64 " (host %s, pid %u, connected"
+             " %" PRId64 " ms ago, last heard %" PRId64 " ms ago): another"
+             " worker runs under this id, or this worker's previous process"
+             " is not presumed dead yet (after %u ms of silence); retry later",
+             live->id, live->host, live->pid, b->now - live->since,
+             b->now - live->last_heard, b->cfg.dead_after_ms);
+    return refuse_hello(b, from, h, WIRE_E_WORKER_IN_USE, why);
+}
+
+static int open_session(broker *b, const net_peer *from, const wire_hello *h,
+                        bool bind, llmq_err *err)
+{
+    store_worker row = worker_row(h, from);
+    int64_t id;
+    pool_worker *w;
+    if ((bind &&
+         store_worker_key_bind(b->st, h->worker, from->key, b->wall, err)) ||
+        store_worker_add(b->st, &row, b->wall, &id, err) ||
+        pool_add(&b->pool, h, from, id, b->now, &w, err))
+        return -1;
+    broker_log("worker %s (session %" PRId64 ") connected: host %s pid %u, %s"
+               " engine, gpu %d%s%s, model %s, %u slots%s%s",
+               h->worker, id, h->host, h->pid, h->engine, h->gpu_index,
+               h->gpu_name ? " " : "", h->gpu_name ? h->gpu_name : "", h->model,
+               h->slots, from->key[0] ? ", key " : "", from->key);
+    return welcome(b, w, err);
+}
+
+/* A hello on a connection that already had a session ends that session
+ * first: the worker restarted it, and what it was running is lost with
+ * it.  A hello under a name in use is the same worker's new session when
+ * it comes from the same process, and is refused otherwise: a second
+ * process under one --id (an operator's mistake) must not end the live
+ * session and cost its jobs an attempt.  The refused worker retries; a
+ * restarted worker whose crashed predecessor is not yet presumed dead gets
+ * in once it is. */
 static int on_hello(broker *b, const net_peer *from, const wire_hello *h,
                     llmq_err *err)
 {
@@ -64,22 +159,18 @@ static int on_hello(broker *b, const net_peer *from, const wire_hello *h,
     pool_worker *old = pool_by_peer(&b->pool, from);
     if (old && on_worker_end(b, old, SESSION_LOST, "said hello again", err))
         return -1;
+    bool refused, bind;
+    int rc = check_key(b, from, h, &refused, &bind, err);
+    if (rc || refused)
+        return rc;
     old = pool_by_name(&b->pool, h->worker);
-    if (old && on_worker_end(b, old, SESSION_LOST,
-                             "replaced by a new hello under its name", err))
+    if (old && !same_process(old, h))
+        return refuse_in_use(b, from, h, old);
+    if (old &&
+        on_worker_end(b, old, SESSION_LOST,
+                      "replaced by a new session of the same process", err))
         return -1;
-    store_worker row = worker_row(h);
-    int64_t id;
-    pool_worker *w;
-    if (store_worker_add(b->st, &row, b->wall, &id, err) ||
-        pool_add(&b->pool, h, from, id, b->now, &w, err))
-        return -1;
-    broker_log("worker %s (session %" PRId64 ") connected: host %s pid %u, %s"
-               " engine, gpu %d%s%s, model %s, %u slots",
-               h->worker, id, h->host, h->pid, h->engine, h->gpu_index,
-               h->gpu_name ? " " : "", h->gpu_name ? h->gpu_name : "", h->model,
-               h->slots);
-    return welcome(b, w, err);
+    return open_session(b, from, h, bind, err);
 }
 
 static void on_credit(broker *b, pool_worker *w, uint32_t n)
@@ -134,9 +225,136 @@ static void log_stale(broker *b, const pool_worker *w, const char *what,
                                        : "not running there any more");
 }
 
+/* A tokenizer makes at most one token per byte of a fragment of text,
+ * plus the space SentencePiece may put before each fragment, and a
+ * fragment is at least a one-byte special token away from the next; one
+ * more for BOS.  Loose, but no real count of a text prompt exceeds it,
+ * and a forged count that would skew prefill tok/s does. */
+static int64_t text_prompt_max_tokens(int64_t bytes)
+{
+    return 2 * bytes + 2;
+}
+
+/* Where a result contradicts its job, and how. */
+typedef struct verdict {
+    char field[64];
+    char why[512];
+} verdict;
+
+static bool refuse_at(verdict *v, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static bool refuse_at(verdict *v, const char *field, const char *fmt, ...)
+{
+    snprintf(v->field, sizeof v->field, "%s", field);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->why, sizeof v->why, fmt, ap);
+    va_end(ap);
+    return true;
+}
+
+static bool counts_contradict(const store_job_facts *f, const pool_worker *w,
+                              const wire_result *r, verdict *v)
+{
+    const uint64_t prompt = r->prompt_tokens, gen = r->gen_tokens;
+    const int64_t most = text_prompt_max_tokens(f->prompt_len);
+    if (gen != r->n_tokens)
+        return refuse_at(v, "gen_tokens", "%" PRIu64 " where tokens has %u ids",
+                         gen, r->n_tokens);
+    if (gen > (uint64_t)f->max_tokens)
+        return refuse_at(v, "gen_tokens",
+                         "%" PRIu64
+                         " generated, the job allows %d (max_tokens)",
+                         gen, f->max_tokens);
+    if (w->n_ctx && prompt + gen > w->n_ctx)
+        return refuse_at(v, "gen_tokens",
+                         "%" PRIu64 " prompt + %" PRIu64 " generated tokens,"
+                         " the worker's context holds %u",
+                         prompt, gen, w->n_ctx);
+    if (f->token_prompt && prompt != (uint64_t)f->prompt_len)
+        return refuse_at(v, "prompt_tokens",
+                         "%" PRIu64 " where the job's prompt has %" PRId64
+                         " tokens",
+                         prompt, f->prompt_len);
+    /* A chat job's prompt is what its worker's template makes of the
+     * messages, which the broker does not know: the context bounds it. */
+    if (f->chat_prompt && prompt < 1)
+        return refuse_at(v, "prompt_tokens",
+                         "0 for a chat job's rendered prompt");
+    if (!f->token_prompt && !f->chat_prompt &&
+        (prompt < 1 || (int64_t)prompt > most))
+        return refuse_at(v, "prompt_tokens",
+                         "%" PRIu64 " for a prompt of %" PRId64 " bytes (1.."
+                         "%" PRId64 " possible)",
+                         prompt, f->prompt_len, most);
+    return false;
+}
+
+static bool logprobs_contradict(const store_job_facts *f, const wire_result *r,
+                                verdict *v)
+{
+    const uint32_t n = r->logprobs ? r->n_logprobs : 0;
+    if (r->n_tokens > 0 && f->logprobs != (n > 0))
+        return refuse_at(v, "logprobs", "%s",
+                         n ? "given, the job asked for none"
+                           : "missing, the job asked for them");
+    for (uint32_t i = 0; i < n; i++) {
+        if (r->logprobs[i].n_top <= (uint32_t)f->top_logprobs)
+            continue;
+        char field[48];
+        snprintf(field, sizeof field, "logprobs[%u].top_logprobs", i);
+        return refuse_at(v, field, "%u alternatives, the job asked for %d",
+                         r->logprobs[i].n_top, f->top_logprobs);
+    }
+    return false;
+}
+
+/* A worker's result is checked, not believed: it becomes the job's result
+ * and the throughput accounting. */
+static bool contradicts(const store_job_facts *f, const pool_worker *w,
+                        const wire_result *r, verdict *v)
+{
+    return counts_contradict(f, w, r, v) || logprobs_contradict(f, r, v);
+}
+
+/* The result is not recorded: the attempt ends with a fault, so that the
+ * job runs again (or fails once out of attempts, every reason kept), and
+ * the session gets no more jobs, so that it runs elsewhere. */
+static int refuse_result(broker *b, pool_worker *w, const wire_result *r,
+                         const verdict *v, llmq_err *err)
+{
+    char reason[WIRE_MAX_MESSAGE_BYTES];
+    snprintf(reason, sizeof reason, "result refused: %s: %s", v->field, v->why);
+    store_change ch;
+    bool failed;
+    if (store_fault(b->st, (int64_t)r->id, w->id, (int32_t)r->attempt, reason,
+                    false, b->wall, &ch, &failed, err))
+        return -1;
+    job_left(w);
+    w->distrusted = true;
+    broker_log("worker %s (session %" PRId64 "): job %" PRIu64 " attempt %u:"
+               " %s; the job %s; this session gets no more jobs",
+               w->name, w->id, r->id, r->attempt, reason,
+               failed ? "failed (out of attempts)" : "goes back to the queue");
+    if (broker_refuse(b, b->workers, &w->peer, 0, WIRE_E_BAD_RESULT, v->field,
+                      "job %" PRIu64 " attempt %u: %s: refused, the job runs"
+                      " elsewhere; this session gets no more jobs",
+                      r->id, r->attempt, v->why))
+        return -1;
+    return failed ? broker_job_final(b, (int64_t)r->id, err) : 0;
+}
+
 static int on_result(broker *b, pool_worker *w, const wire_result *r,
                      llmq_err *err)
 {
+    store_job_facts facts;
+    verdict v;
+    if (store_job_facts_get(b->st, (int64_t)r->id, w->id, (int32_t)r->attempt,
+                            &facts, err))
+        return -1;
+    if (facts.current && contradicts(&facts, w, r, &v))
+        return refuse_result(b, w, r, &v, err);
     store_result sr = {.text = r->text,
                        .token_ids = r->tokens,
                        .n_token_ids = r->n_tokens,

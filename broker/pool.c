@@ -47,9 +47,11 @@ static pool_worker *worker_new(const wire_hello *h, const net_peer *peer,
         return NULL;
     }
     w->id = id;
+    w->pid = h->pid;
     w->gpu_index = h->gpu_index;
     w->slots = h->slots;
-    w->last_heard = w->last_sent = now;
+    w->n_ctx = h->n_ctx;
+    w->since = w->last_heard = w->last_sent = now;
     return w;
 }
 
@@ -146,8 +148,8 @@ pool_worker *pool_pick(const pool *p)
     pool_worker *best = NULL;
     for (size_t i = 0; i < p->n; i++) {
         pool_worker *w = p->v[i];
-        if (w->credits && !w->draining && w->skip_round != p->round &&
-            better(w, best))
+        if (w->credits && !w->draining && !w->distrusted &&
+            w->skip_round != p->round && better(w, best))
             best = w;
     }
     return best;

@@ -1,17 +1,18 @@
 /* pool: the connected worker sessions, their credits, load and liveness.
  *
  * In memory only.  A session lives from a worker's hello to its bye, its
- * replacement by a new hello with the same name, or its presumed death; its
- * durable trace is its row in the store's workers table (same id).  The
- * pool owns its sessions and their strings.
+ * replacement by a new hello of the same process (on_worker.c), or its
+ * presumed death; its durable trace is its row in the store's workers table
+ * (same id).  The pool owns its sessions and their strings.
  *
  * Credits: a worker grants credits; every job sent uses one, so the broker
  * never sends more than asked.  A correct worker keeps credits + busy <=
  * slots; a grant beyond that is capped (pool_credit says by how much), so a
  * confused worker cannot be flooded.
  *
- * Dispatch picks, among sessions with credits that are not draining and not
- * skipped in this round, the one with the most credits, then the one that
+ * Dispatch picks, among sessions with credits that are not draining, not
+ * distrusted (a result of theirs contradicted its job) and not skipped in
+ * this round, the one with the most credits, then the one that
  * waited longest for a job: jobs spread over workers instead of filling the
  * first. */
 #ifndef LLMQ_BROKER_POOL_H
@@ -28,14 +29,18 @@ typedef struct pool_worker {
     int64_t id; /* workers.id */
     net_peer peer;
     char *name, *host, *model, *gpu_name, *engine;
+    uint32_t pid;
     int32_t gpu_index;
     uint32_t slots;
+    uint32_t n_ctx;    /* the context it announced, 0: unknown */
+    int64_t since;     /* monotonic ms of its hello */
     uint32_t credits;  /* jobs asked for and not yet sent */
     uint32_t busy;     /* jobs running on it */
     uint64_t jobs_done, tokens_done;
     int64_t last_heard; /* monotonic ms of its last message */
     int64_t last_sent;  /* monotonic ms of our last message to it */
     bool draining;      /* sent shutdown: gets no more jobs */
+    bool distrusted;    /* a result contradicted its job: gets no more jobs */
     uint64_t last_job;  /* dispatch sequence of its last job */
     uint64_t skip_round;
 } pool_worker;

@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/grow.h"
 #include "common/json.h"
+#include "proto/curve.h"
 
 #define N_MIGRATIONS (sizeof store_migrations / sizeof store_migrations[0])
 _Static_assert(N_MIGRATIONS == STORE_SCHEMA_VERSION,
@@ -65,6 +66,7 @@ typedef struct col {
 /* clang-format off */
 #define JOB_IN_ROW(X)   \
     X(client_key, TEXT) \
+    X(owner, TEXT)      \
     X(batch_id, TEXT)   \
     X(model, TEXT)      \
     X(priority, I32)    \
@@ -140,7 +142,8 @@ enum { OC_STATE = N_OUTCOME + N_RESULT, OC_TOKEN_IDS, OC_LOGPROBS };
 #define BRIEF_ROW(X)               \
     X("j.id", id, I64)             \
     X("j.attempts", attempts, I32) \
-    X("w.name", worker, TEXT)
+    X("w.name", worker, TEXT)      \
+    X("j.owner", owner, TEXT)
 /* clang-format on */
 #define COLS_OF store_brief
 static const col BRIEF_COLS[] = {BRIEF_ROW(EXPR_COL)};
@@ -176,49 +179,45 @@ enum { N_NOW = 0 NOW_ROW(COUNT_ONE), JC_STATE = N_NOW };
     X(gpu_uuid, TEXT) \
     X(model, TEXT)    \
     X(engine, TEXT)   \
-    X(slots, I32)
+    X(slots, I32)     \
+    X(public_key, TEXT)
 /* clang-format on */
 #define COLS_OF store_worker
 static const col WORKER_COLS[] = {WORKER_ROW(NAMED_COL)};
+#undef COLS_OF
+
+/* A text prompt's length is in bytes (length() of TEXT counts
+ * characters). */
+/* clang-format off */
+#define FACTS_ROW(X)                                             \
+    X("max_tokens", max_tokens, I32)                             \
+    X("logprobs", logprobs, BOOL)                                \
+    X("top_logprobs", top_logprobs, I32)                         \
+    X("prompt_ids IS NOT NULL", token_prompt, BOOL)              \
+    X("messages IS NOT NULL", chat_prompt, BOOL)                 \
+    X("coalesce(json_array_length(prompt_ids),"                  \
+      " length(CAST(prompt AS BLOB)))", prompt_len, I64)
+/* clang-format on */
+#define COLS_OF store_job_facts
+static const col FACTS_COLS[] = {FACTS_ROW(EXPR_COL)};
 #undef COLS_OF
 
 #define N_COLS(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ---- prepared statements ------------------------------------------------- */
 
+/* clang-format off */
 enum {
-    S_BEGIN,
-    S_COMMIT,
-    S_ROLLBACK,
-    S_MARK,
-    S_MARK_RELEASE,
-    S_MARK_UNDO,
-    S_SUBMIT_META,
-    S_FIND_KEY,
-    S_INSERT_JOB,
-    S_QUEUE_HEAD,
-    S_CLAIM,
-    S_ATTEMPT_START,
-    S_JOB_READ,
-    S_JSON_EACH,
-    S_JSON_MESSAGES,
-    S_DONE,
-    S_INSERT_RESULT,
-    S_ATTEMPT_END,
-    S_WORKER_CREDIT,
-    S_JOB_CURRENT,
-    S_REQUEUE,
-    S_FAIL,
-    S_CANCEL,
-    S_RUNNING_ON,
-    S_OUTCOME,
-    S_BRIEF,
-    S_BATCH_BRIEFS,
-    S_WORKER_ADD,
-    S_WORKER_SET,
-    S_MODEL_SEEN,
+    S_BEGIN, S_COMMIT, S_ROLLBACK, S_MARK, S_MARK_RELEASE, S_MARK_UNDO,
+    S_SUBMIT_META, S_FIND_KEY, S_INSERT_JOB, S_QUEUE_HEAD, S_CLAIM, S_ATTEMPT_START,
+    S_JOB_READ, S_JSON_EACH, S_JSON_MESSAGES, S_DONE, S_INSERT_RESULT, S_ATTEMPT_END,
+    S_WORKER_CREDIT, S_JOB_CURRENT, S_REQUEUE, S_FAIL, S_CANCEL,
+    S_RUNNING_ON, S_OUTCOME, S_BRIEF, S_BATCH_BRIEFS, S_WORKER_ADD,
+    S_WORKER_SET, S_MODEL_SEEN, S_WORKER_KEY, S_WORKER_KEY_BIND,
+    S_JOB_FACTS,
     S_COUNT
 };
+/* clang-format on */
 
 #define OUTCOME_FROM                                      \
     " FROM jobs j LEFT JOIN results r ON r.job_id = j.id" \
@@ -239,7 +238,7 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_MARK_UNDO] = "ROLLBACK TO msg",
     [S_SUBMIT_META] = "INSERT INTO submits (batch_id, meta, received_at)"
                       " VALUES (:batch_id, :meta, :now)",
-    [S_FIND_KEY] = "SELECT id, batch_id IS :batch_id FROM jobs"
+    [S_FIND_KEY] = "SELECT id, batch_id IS :batch_id, owner IS :owner FROM jobs"
                    " WHERE client_key = :client_key",
     [S_INSERT_JOB] =
         "INSERT INTO jobs (" JOB_IN_ROW(SQL_NAME) JOB_PARAMS(SQL_NAME)
@@ -320,6 +319,15 @@ static const char *const stmt_sql[S_COUNT] = {
                      " WHERE id = :worker_id",
     [S_MODEL_SEEN] = "SELECT 1 FROM workers WHERE model = :model"
                      " AND last_seen >= :since LIMIT 1",
+    [S_JOB_FACTS] =
+        "SELECT " FACTS_ROW(EXPR_SQL) "1 FROM jobs WHERE id = :job_id"
+        " AND state = 'running' AND worker_id = :worker_id"
+        " AND (:attempt <= 0 OR attempts = :attempt)",
+    [S_WORKER_KEY] = "SELECT public_key FROM worker_keys WHERE name = :name",
+    [S_WORKER_KEY_BIND] =
+        "INSERT INTO worker_keys (name, public_key, bound_at)"
+        " VALUES (:name, :key, :now) ON CONFLICT (name) DO UPDATE"
+        " SET public_key = excluded.public_key, bound_at = excluded.bound_at",
 };
 /* clang-format on */
 
@@ -1282,19 +1290,33 @@ int store_submit_meta(store *st, const char *batch_id, const char *meta,
     return 0;
 }
 
-static int find_key(store *st, const store_job *job, int64_t *id, bool *found,
-                    bool *same_batch, llmq_err *err)
+/* What a known client key says about a new job with that key. */
+typedef struct key_match {
+    bool found, same_batch, same_owner;
+} key_match;
+
+static int find_key(store *st, const store_job *job, int64_t *id, key_match *k,
+                    llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_FIND_KEY);
     bind_str(st, s, ":client_key", job->client_key);
     bind_str(st, s, ":batch_id", job->batch_id);
-    if (step_row(st, s, found, err))
+    bind_str(st, s, ":owner", job->owner);
+    if (step_row(st, s, &k->found, err))
         return -1;
-    if (*found) {
+    if (k->found) {
         *id = sqlite3_column_int64(s, 0);
-        *same_batch = sqlite3_column_int(s, 1) != 0;
+        k->same_batch = sqlite3_column_int(s, 1) != 0;
+        k->same_owner = sqlite3_column_int(s, 2) != 0;
     }
     return 0;
+}
+
+static store_submit_outcome known_key(const key_match *k)
+{
+    if (!k->same_owner)
+        return k->same_batch ? STORE_OTHER_OWNER : STORE_OTHER_OWNER_BATCH;
+    return k->same_batch ? STORE_DUPLICATE : STORE_OTHER_BATCH;
 }
 
 /* The JSON columns into the scratch buffers: json_a holds the prompt's ids
@@ -1341,11 +1363,11 @@ int store_submit(store *st, const store_job *job, int64_t max_queued,
                  int64_t now_ms, int64_t *job_id, store_submit_outcome *out,
                  llmq_err *err)
 {
-    bool found = false, same_batch = false;
-    if (job->client_key && find_key(st, job, job_id, &found, &same_batch, err))
+    key_match k = {0};
+    if (job->client_key && find_key(st, job, job_id, &k, err))
         return -1;
-    if (found) {
-        *out = same_batch ? STORE_DUPLICATE : STORE_OTHER_BATCH;
+    if (k.found) {
+        *out = known_key(&k);
         return 0;
     }
     if (max_queued > 0 && st->count[STORE_QUEUED] >= max_queued) {
@@ -1809,6 +1831,22 @@ int store_result_put(store *st, int64_t job_id, int64_t worker_id,
     return 0;
 }
 
+int store_job_facts_get(store *st, int64_t job_id, int64_t worker_id,
+                        int32_t attempt, store_job_facts *out, llmq_err *err)
+{
+    sqlite3_stmt *s = stmt_get(st, S_JOB_FACTS);
+    bind_i64(st, s, ":job_id", job_id);
+    bind_i64(st, s, ":worker_id", worker_id);
+    bind_i64(st, s, ":attempt", attempt);
+    memset(out, 0, sizeof *out);
+    if (step_row(st, s, &out->current, err))
+        return -1;
+    if (out->current)
+        read_row(s, 0, FACTS_COLS, N_COLS(FACTS_COLS), out);
+    sqlite3_reset(s);
+    return 0;
+}
+
 /* ---- reading outcomes ---------------------------------------------------------- */
 
 static int emit_outcome(store *st, sqlite3_stmt *s, store_outcome_fn fn,
@@ -1931,4 +1969,27 @@ int store_model_seen(store *st, const char *model, int64_t since_ms,
     int rc = step_row(st, s, seen, err);
     sqlite3_reset(s);
     return rc;
+}
+
+int store_worker_key(store *st, const char *name, char *key, bool *found,
+                     llmq_err *err)
+{
+    sqlite3_stmt *s = stmt_get(st, S_WORKER_KEY);
+    bind_str(st, s, ":name", name);
+    key[0] = '\0';
+    int rc = step_row(st, s, found, err);
+    if (rc == 0 && *found)
+        snprintf(key, CURVE_Z85_LEN + 1, "%s", col_text(s, 0));
+    sqlite3_reset(s);
+    return rc;
+}
+
+int store_worker_key_bind(store *st, const char *name, const char *key,
+                          int64_t now_ms, llmq_err *err)
+{
+    sqlite3_stmt *s = stmt_get(st, S_WORKER_KEY_BIND);
+    bind_str(st, s, ":name", name);
+    bind_str(st, s, ":key", key);
+    bind_i64(st, s, ":now", now_ms);
+    return stmt_run(st, s, err);
 }

@@ -43,7 +43,7 @@
 typedef struct store store;
 
 /* The schema version this build creates and understands. */
-#define STORE_SCHEMA_VERSION 3
+#define STORE_SCHEMA_VERSION 4
 
 typedef enum store_sync {
     STORE_SYNC_FULL = 0, /* default: survives power loss */
@@ -78,6 +78,8 @@ const char *store_state_name(store_state s);
 typedef struct store_job {
     int64_t id;               /* output */
     const char *client_key;   /* idempotency key, unique over all jobs */
+    const char *owner;        /* Z85 key of the client that submitted it, or
+                                 NULL (no CURVE) */
     const char *batch_id;
     const char *model;        /* only workers serving this model run it */
     int64_t submit_id;        /* store_submit_meta's id, 0 when none */
@@ -160,6 +162,10 @@ typedef enum store_submit_outcome {
     STORE_FULL,        /* a new job would exceed max_queued: nothing written */
     STORE_OTHER_BATCH, /* client key known in another batch (or none): *job_id
                           is that job, nothing written */
+    /* Known on a job of another owner (store_job.owner), of the same batch
+     * or of another: *job_id is that job, nothing written. */
+    STORE_OTHER_OWNER,
+    STORE_OTHER_OWNER_BATCH,
 } store_submit_outcome;
 
 /* Records a submit message's batch metadata once for all its jobs; the
@@ -169,7 +175,9 @@ int store_submit_meta(store *st, const char *batch_id, const char *meta,
 
 /* Inserts a queued job unless a job with its client_key exists already.
  * max_queued <= 0 means no limit.  A key names one job of one batch: the
- * same key under another batch_id (NULL included) is STORE_OTHER_BATCH. */
+ * same key under another batch_id (NULL included) is STORE_OTHER_BATCH;
+ * a key of another owner's job (NULL included) is STORE_OTHER_OWNER or
+ * STORE_OTHER_OWNER_BATCH. */
 int store_submit(store *st, const store_job *job, int64_t max_queued,
                  int64_t now_ms, int64_t *job_id, store_submit_outcome *out,
                  llmq_err *err);
@@ -208,6 +216,23 @@ typedef struct store_result {
 int store_result_put(store *st, int64_t job_id, int64_t worker_id,
                      int32_t attempt, const store_result *res, int64_t now_ms,
                      store_change *out, llmq_err *err);
+
+/* What a worker's result is checked against before it is recorded. */
+typedef struct store_job_facts {
+    bool current; /* runs on that worker session and attempt */
+    int32_t max_tokens;
+    bool logprobs;
+    int32_t top_logprobs;
+    bool token_prompt;  /* the prompt is token ids, not text */
+    bool chat_prompt;   /* a chat job: its prompt is its worker's rendering */
+    int64_t prompt_len; /* in ids, or in bytes of text (0 for a chat job) */
+} store_job_facts;
+
+/* The facts of job_id; current is false (the rest unset) unless attempt
+ * `attempt` of it (<= 0: the current one, as for store_result_put) runs on
+ * worker_id: exactly when store_result_put would record a result. */
+int store_job_facts_get(store *st, int64_t job_id, int64_t worker_id,
+                        int32_t attempt, store_job_facts *out, llmq_err *err);
 
 /* Ends the current attempt of a running job with a fault (reason recorded):
  * the job is requeued, or fails when permanent or out of attempts (its error
@@ -248,6 +273,7 @@ typedef struct store_brief {
     store_state state;
     int32_t attempts;
     const char *worker; /* name of the worker running or that ran it */
+    const char *owner;  /* store_job's owner */
 } store_brief;
 
 typedef int (*store_brief_fn)(void *ctx, const store_brief *b, llmq_err *err);
@@ -295,6 +321,7 @@ typedef struct store_worker {
     const char *model;
     const char *engine;
     int32_t slots;
+    const char *public_key; /* Z85 CURVE key it connected with, or NULL */
 } store_worker;
 
 /* One row per worker session (each hello): a worker presumed dead that
@@ -309,5 +336,13 @@ int store_model_seen(store *st, const char *model, int64_t since_ms,
 /* state: "alive", "gone" (left cleanly), "lost" (presumed dead). */
 int store_worker_set(store *st, int64_t worker_id, const char *state,
                      int64_t now_ms, llmq_err *err);
+
+/* The CURVE key worker id `name` is bound to, into key (CURVE_Z85_LEN + 1
+ * bytes); *found false when it is bound to none. */
+int store_worker_key(store *st, const char *name, char *key, bool *found,
+                     llmq_err *err);
+/* Binds name to key (Z85), replacing any earlier binding. */
+int store_worker_key_bind(store *st, const char *name, const char *key,
+                          int64_t now_ms, llmq_err *err);
 
 #endif

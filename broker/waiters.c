@@ -13,9 +13,8 @@ static void waiter_free(waiter *w)
     free(w);
 }
 
-int waiters_add(waiters *ws, const net_peer *peer, uint64_t req, bool stream,
-                int64_t deadline, int64_t *ids, bool *final, size_t n,
-                size_t pending, llmq_err *err)
+int waiters_add(waiters *ws, const waiter_spec *spec, int64_t *ids, bool *final,
+                size_t n, size_t pending, llmq_err *err)
 {
     waiter *w = NULL;
     if (grow_reserve(&ws->v, &ws->cap, ws->n + 1, sizeof *ws->v))
@@ -23,10 +22,12 @@ int waiters_add(waiters *ws, const net_peer *peer, uint64_t req, bool stream,
     w = calloc(1, sizeof *w);
     if (!w)
         goto oom;
-    net_peer_copy(&w->peer, peer);
-    w->req = req;
-    w->stream = stream;
-    w->deadline = deadline;
+    net_peer_copy(&w->peer, spec->peer);
+    w->req = spec->req;
+    w->stream = spec->stream;
+    w->deadline = spec->deadline;
+    w->beat_ms = spec->beat_ms;
+    w->next_beat = spec->now + spec->beat_ms;
     w->ids = ids;
     w->final = final;
     w->n = n;
@@ -109,6 +110,20 @@ int waiters_expire(waiters *ws, int64_t now, waiter_fn fn, void *ctx,
     return 0;
 }
 
+int waiters_beat(waiters *ws, int64_t now, waiter_fn fn, void *ctx,
+                 llmq_err *err)
+{
+    for (size_t i = 0; i < ws->n; i++) {
+        waiter *w = ws->v[i];
+        if (!w->beat_ms || w->next_beat > now)
+            continue;
+        w->next_beat = now + w->beat_ms;
+        if (fn(ctx, w, WAITER_ALIVE, 0, false, err))
+            return -1;
+    }
+    return 0;
+}
+
 int waiters_end_all(waiters *ws, waiter_fn fn, void *ctx, llmq_err *err)
 {
     while (ws->n) {
@@ -129,12 +144,16 @@ void waiters_drop_peer(waiters *ws, const net_peer *peer)
     }
 }
 
-int64_t waiters_next_deadline(const waiters *ws)
+int64_t waiters_next_due(const waiters *ws)
 {
     int64_t next = INT64_MAX;
-    for (size_t i = 0; i < ws->n; i++)
-        if (ws->v[i]->deadline < next)
-            next = ws->v[i]->deadline;
+    for (size_t i = 0; i < ws->n; i++) {
+        const waiter *w = ws->v[i];
+        if (w->deadline < next)
+            next = w->deadline;
+        if (w->beat_ms && w->next_beat < next)
+            next = w->next_beat;
+    }
     return next;
 }
 

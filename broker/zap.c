@@ -81,16 +81,31 @@ void zap_list_free(zap_list *l)
     memset(l, 0, sizeof *l);
 }
 
+int zap_list_merge(zap_list *dst, const zap_list *src, llmq_err *err)
+{
+    for (size_t i = 0; dst->set && i < src->n; i++)
+        if (list_push(dst, src->keys[i], err))
+            return -1;
+    return 0;
+}
+
 static bool list_admits(const zap_list *l, const unsigned char *key, size_t len)
 {
-    if (!l->set)
-        return true;
     if (len != 32)
         return false;
+    if (!l->set)
+        return true;
     for (size_t i = 0; i < l->n; i++)
         if (memcmp(l->keys[i], key, 32) == 0)
             return true;
     return false;
+}
+
+bool zap_list_admits(const zap_list *l, const char *z85_key)
+{
+    unsigned char raw[32];
+    return strlen(z85_key) == CURVE_Z85_LEN && zmq_z85_decode(raw, z85_key) &&
+           list_admits(l, raw, sizeof raw);
 }
 
 /* ---- the handler ---------------------------------------------------------------- */
@@ -109,19 +124,26 @@ static void frame_str(zmq_msg_t *f, char *out, size_t cap)
     out[n] = '\0';
 }
 
-static void reply(void *rep, zmq_msg_t *id, bool ok)
+/* An admitted connection's User-Id is its key (user_id, Z85). */
+static void reply(void *rep, zmq_msg_t *id, const char *user_id)
 {
     zmq_send(rep, "1.0", 3, ZMQ_SNDMORE);
     zmq_msg_send(id, rep, ZMQ_SNDMORE);
-    zmq_send(rep, ok ? "200" : "400", 3, ZMQ_SNDMORE);
-    zmq_send(rep, ok ? "OK" : "key not allowed", ok ? 2 : 15, ZMQ_SNDMORE);
-    zmq_send(rep, "", 0, ZMQ_SNDMORE);
+    zmq_send(rep, user_id ? "200" : "400", 3, ZMQ_SNDMORE);
+    zmq_send(rep, user_id ? "OK" : "key not allowed", user_id ? 2 : 15,
+             ZMQ_SNDMORE);
+    zmq_send(rep, user_id ? user_id : "", user_id ? strlen(user_id) : 0,
+             ZMQ_SNDMORE);
     zmq_send(rep, "", 0, 0);
 }
 
-static bool decide(const zap *z, zmq_msg_t *f, int nf)
+/* True when the peer is admitted; key gets its Z85 public key ("?" when it
+ * has none). */
+static bool decide(const zap *z, zmq_msg_t *f, int nf,
+                   char key[CURVE_Z85_LEN + 1])
 {
-    char domain[32], addr[64], mech[16], key[CURVE_Z85_LEN + 1] = "?";
+    char domain[32], addr[64], mech[16];
+    strcpy(key, "?");
     if (nf < ZAP_FRAMES) {
         broker_log("refused a connection: ZAP request of %d frames", nf);
         return false;
@@ -133,10 +155,10 @@ static bool decide(const zap *z, zmq_msg_t *f, int nf)
                         : strcmp(domain, ZAP_DOMAIN_CLIENTS) == 0 ? z->clients
                                                                   : NULL;
     bool curve = strcmp(mech, "CURVE") == 0 && zmq_msg_size(&f[6]) == 32;
-    if (l && curve && list_admits(l, zmq_msg_data(&f[6]), 32))
-        return true;
     if (curve)
         zmq_z85_encode(key, zmq_msg_data(&f[6]), 32);
+    if (l && curve && list_admits(l, zmq_msg_data(&f[6]), 32))
+        return true;
     broker_log("refused a %s connection from %s: %s key %s is not allowed",
                l ? domain : "(unknown side)", addr[0] ? addr : "?", mech, key);
     return false;
@@ -161,8 +183,9 @@ static void serve_request(zap *z)
         }
         zmq_msg_close(&part);
     }
+    char key[CURVE_Z85_LEN + 1];
     if (nf >= 2)
-        reply(z->rep, &f[1], decide(z, f, nf));
+        reply(z->rep, &f[1], decide(z, f, nf, key) ? key : NULL);
     for (int i = 0; i < nf; i++)
         zmq_msg_close(&f[i]);
 }

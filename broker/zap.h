@@ -4,7 +4,10 @@
  * broker's context) about every CURVE handshake; the socket's ZAP domain
  * says which side it came in on ("workers" or "clients").  A side with an
  * allow-list admits only the public keys on it; a side without one admits
- * any key (the traffic is still encrypted).  Every refusal is logged with
+ * any key (the traffic is still encrypted: the broker runs so only when told
+ * to, broker.h).  An admitted connection's User-Id is its public key in Z85,
+ * which the broker reads off every message (net.h) to know who sent it.
+ * Every refusal is logged with
  * the peer's address and key.  Handshakes that fail before ZAP is asked (a
  * peer with the wrong broker key, or without CURVE) are logged from the
  * sockets' monitor events.  A refused peer costs one handshake: nothing of
@@ -35,6 +38,11 @@ typedef struct zap_list {
  * ignored.  An empty list admits nobody.  Errors name the file and line. */
 int zap_list_load(zap_list *l, const char *path, llmq_err *err);
 void zap_list_free(zap_list *l);
+/* Adds src's keys to dst (a set list stays set; an unset one admits any key
+ * and stays so). */
+int zap_list_merge(zap_list *dst, const zap_list *src, llmq_err *err);
+/* Whether l admits the key in Z85 (an unset list admits any valid key). */
+bool zap_list_admits(const zap_list *l, const char *z85_key);
 
 typedef struct zap zap;
 

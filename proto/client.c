@@ -4,10 +4,18 @@
  * req arrives), but waits are long-lived: messages for an open wait that
  * arrive while another request is being answered are kept in a stash and
  * handed to the wait later; messages for no open request (late replies to a
- * request that timed out) are dropped. */
+ * request that timed out) are dropped.
+ *
+ * A wait holds a lease on the broker: it asks for a wait_alive every
+ * heartbeat, and a wait that hears nothing for its patience (the broker was
+ * killed, restarted, or stopped) replaces the socket -- what was queued on
+ * the old one dies with it, so waits sent again never pile up -- and sends
+ * itself again with the jobs not yet reported.  The broker answers a wait
+ * with every job already final, so each result is handed out once, by id. */
 #include "proto/llmq.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,9 +24,11 @@
 
 #include "common/clock.h"
 #include "proto/curve.h"
+#include "proto/idset.h"
 #include "proto/wire.h"
 
-_Static_assert((int)LLMQ_E_INTERNAL == (int)WIRE_E_INTERNAL &&
+_Static_assert((int)LLMQ_E_BAD_RESULT == (int)WIRE_E_BAD_RESULT &&
+                   (int)LLMQ_E_INTERNAL == (int)WIRE_E_INTERNAL &&
                    (int)LLMQ_E_UNAVAILABLE == (int)WIRE_E_UNAVAILABLE &&
                    (int)LLMQ_E_QUEUE_FULL == (int)WIRE_E_QUEUE_FULL &&
                    (int)LLMQ_E_MALFORMED == (int)WIRE_E_MALFORMED,
@@ -32,6 +42,11 @@ _Static_assert((int)LLMQ_STATE_CANCELLED == (int)WIRE_STATE_CANCELLED &&
 /* A wait asked of the broker with a timeout gets this much longer locally
  * before the broker is presumed gone. */
 #define WAIT_GRACE_MS 10000
+/* A wait whose broker stays silent is sent again after its patience, which
+ * doubles at each silent try up to this. */
+#define MAX_PATIENCE_MS 30000
+/* ZeroMQ's reconnects to a vanished broker back off from 100 ms to this. */
+#define RECONNECT_MAX_MS 1000
 
 typedef struct stash {
     wire_msg m;
@@ -43,18 +58,43 @@ struct llmq_client {
     void *sock;
     uint64_t next_req;
     int timeout_ms;
-    stash *stash;            /* FIFO of messages kept for open waits */
-    llmq_wait *waits;        /* open waits */
+    stash *stash;     /* FIFO of messages kept for open waits */
+    llmq_wait *waits; /* open waits */
+    char *endpoint;   /* with keys, what a new socket needs */
+    llmq_curve keys;
+    bool curve;
+    uint64_t gen;         /* +1 each time the socket is replaced */
+    int beat_ms, dead_ms; /* waits' leases; beat_ms 0: none */
+    bool no_leases;       /* the broker refused heartbeat_ms: an older one */
 };
+
+/* One wait request: a chunk of at most WIRE_MAX_IDS of the ids, or the batch. */
+typedef struct wait_req {
+    uint64_t req;
+    bool ended;
+    bool lease;   /* sent with heartbeat_ms */
+    bool dropped; /* the broker ended it while stopping */
+    double heard; /* monotonic ms: its last message, or when it was sent */
+} wait_req;
 
 struct llmq_wait {
     llmq_client *c;
-    uint64_t *reqs;          /* one wait request per chunk of ids */
-    bool *ended;
+    uint64_t *ids; /* the selection, kept to send it again; NULL: a batch */
+    size_t n_ids;
+    char *batch;
+    wait_req *reqs;
     size_t n_reqs, n_ended;
-    size_t done, pending;
+    uint64_t gen;   /* the socket its requests went on */
+    idset reported; /* jobs whose result was handed out */
+    size_t pending;
     bool timed_out;
-    double deadline;         /* monotonic ms; 0: none */
+    double end_ms;      /* monotonic: the wait's own timeout; 0: none */
+    double deadline;    /* end_ms + WAIT_GRACE_MS; 0: none */
+    double heard_ms;    /* monotonic: the broker's last message for it */
+    double patience_ms; /* silence tolerated before it is sent again */
+    bool lost;          /* its patience ran out: waiting for a broker */
+    bool stopping;      /* lost because the broker said it was stopping */
+    uint32_t rewaits;
     wire_msg cur;            /* backs the last result handed out, */
     llmq_token_logprobs *lp; /* with its logprobs in the public types */
     llmq_logprob *lp_top;
@@ -161,6 +201,29 @@ int llmq_connect(llmq_client **out, const char *endpoint, llmq_error *err)
     return llmq_connect_curve(out, endpoint, NULL, err);
 }
 
+/* A DEALER connected to c's broker, with c's keys. */
+static int open_socket(llmq_client *c, void **out, llmq_error *err)
+{
+    void *sock = zmq_socket(c->ctx, ZMQ_DEALER);
+    int zero = 0, ivl_max = RECONNECT_MAX_MS;
+    int64_t max = WIRE_MAX_BODY_BYTES;
+    if (!sock || zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero) < 0 ||
+        zmq_setsockopt(sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max) < 0 ||
+        zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max, sizeof max) < 0) {
+        fail(err, LLMQ_E_TRANSPORT, "socket: %s", zmq_strerror(zmq_errno()));
+    } else if (c->curve && use_curve(sock, &c->keys, err) != 0) {
+        /* err says why */
+    } else if (zmq_connect(sock, c->endpoint) < 0) {
+        fail(err, LLMQ_E_TRANSPORT, "connecting to %s: %s", c->endpoint, zmq_strerror(zmq_errno()));
+    } else {
+        *out = sock;
+        return 0;
+    }
+    if (sock)
+        zmq_close(sock);
+    return -1;
+}
+
 int llmq_connect_curve(llmq_client **out, const char *endpoint,
                        const llmq_curve *keys, llmq_error *err)
 {
@@ -172,22 +235,19 @@ int llmq_connect_curve(llmq_client **out, const char *endpoint,
         return fail(err, LLMQ_E_INTERNAL, "out of memory");
     c->next_req = 1;
     c->timeout_ms = 30000;
+    c->beat_ms = WIRE_HEARTBEAT_MS;
+    c->dead_ms = WIRE_DEAD_AFTER_MS;
+    c->curve = keys != NULL;
+    if (keys)
+        c->keys = *keys;
+    c->endpoint = strdup(endpoint);
     c->ctx = zmq_ctx_new();
-    c->sock = c->ctx ? zmq_socket(c->ctx, ZMQ_DEALER) : NULL;
-    int zero = 0;
-    int64_t max = WIRE_MAX_BODY_BYTES;
-    if (!c->sock || zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero) < 0 ||
-        zmq_setsockopt(c->sock, ZMQ_MAXMSGSIZE, &max, sizeof max) < 0) {
-        fail(err, LLMQ_E_TRANSPORT, "socket: %s", zmq_strerror(zmq_errno()));
+    if (!c->endpoint || !c->ctx) {
+        fail(err, LLMQ_E_INTERNAL, "out of memory");
         llmq_close(c);
         return -1;
     }
-    if (keys && use_curve(c->sock, keys, err) != 0) {
-        llmq_close(c);
-        return -1;
-    }
-    if (zmq_connect(c->sock, endpoint) < 0) {
-        fail(err, LLMQ_E_TRANSPORT, "connecting to %s: %s", endpoint, zmq_strerror(zmq_errno()));
+    if (open_socket(c, &c->sock, err) < 0) {
         llmq_close(c);
         return -1;
     }
@@ -195,9 +255,36 @@ int llmq_connect_curve(llmq_client **out, const char *endpoint,
     return 0;
 }
 
+/* A fresh socket: whatever was queued on the old one (requests to a broker
+ * that is gone) is dropped with it; open waits send themselves again. */
+static int reconnect(llmq_client *c, llmq_error *err)
+{
+    void *sock;
+    if (open_socket(c, &sock, err) < 0)
+        return -1;
+    zmq_close(c->sock);
+    c->sock = sock;
+    c->gen++;
+    return 0;
+}
+
 void llmq_set_timeout(llmq_client *c, int timeout_ms)
 {
     c->timeout_ms = timeout_ms;
+}
+
+int llmq_set_wait_lease(llmq_client *c, int heartbeat_ms, int dead_after_ms, llmq_error *err)
+{
+    if (heartbeat_ms != 0 && (heartbeat_ms < (int)WIRE_MIN_WAIT_HEARTBEAT_MS ||
+                              heartbeat_ms > (int)WIRE_MAX_WAIT_HEARTBEAT_MS))
+        return fail(err, LLMQ_E_USAGE, "heartbeat_ms: %d is out of range (0, or %u..%u)",
+                    heartbeat_ms, WIRE_MIN_WAIT_HEARTBEAT_MS, WIRE_MAX_WAIT_HEARTBEAT_MS);
+    if (heartbeat_ms != 0 && dead_after_ms <= heartbeat_ms)
+        return fail(err, LLMQ_E_USAGE, "dead_after_ms: %d must exceed heartbeat_ms (%d)",
+                    dead_after_ms, heartbeat_ms);
+    c->beat_ms = heartbeat_ms;
+    c->dead_ms = dead_after_ms;
+    return 0;
 }
 
 void llmq_close(llmq_client *c)
@@ -216,6 +303,7 @@ void llmq_close(llmq_client *c)
         zmq_close(c->sock);
     if (c->ctx)
         zmq_ctx_term(c->ctx);
+    free(c->endpoint);
     free(c);
 }
 
@@ -268,12 +356,17 @@ static int recv_msg(llmq_client *c, int wait_ms, wire_msg *m, llmq_error *err)
     return 1;
 }
 
-static bool wait_owns(const llmq_wait *w, uint64_t req)
+static wait_req *req_of(const llmq_wait *w, uint64_t req)
 {
     for (size_t i = 0; i < w->n_reqs; i++)
-        if (w->reqs[i] == req && !w->ended[i])
-            return true;
-    return false;
+        if (w->reqs[i].req == req && !w->reqs[i].ended)
+            return &w->reqs[i];
+    return NULL;
+}
+
+static bool wait_owns(const llmq_wait *w, uint64_t req)
+{
+    return req_of(w, req) != NULL;
 }
 
 static bool any_wait_owns(const llmq_client *c, uint64_t req)
@@ -366,9 +459,13 @@ static int rpc(llmq_client *c, wire_msg *m, wire_type expect, wire_msg *reply, l
     int rc = take(c, &t, c->timeout_ms, reply, err);
     if (rc < 0)
         return -1;
-    if (rc == 0)
+    if (rc == 0) {
+        /* The request dies with the socket: a copy still queued for a broker
+         * that is down would otherwise reach it with the caller's retry. */
+        reconnect(c, NULL);
         return fail(err, LLMQ_E_TIMEOUT, "no reply to %s from the broker within %d ms",
                     wire_type_name(m->type), c->timeout_ms);
+    }
     if (reply->type == WIRE_T_ERROR) {
         from_error_msg(err, reply);
         wire_msg_free(reply);
@@ -583,22 +680,99 @@ int llmq_submit(llmq_client *c, const char *batch, const char *meta, const llmq_
 
 /* ---- wait ------------------------------------------------------------------------------ */
 
-static int wait_send(llmq_wait *w, const llmq_select *sel, size_t first, size_t count,
-                     uint32_t timeout, size_t slot, llmq_error *err)
+/* How long a wait request may still wait at the broker (rounded up: a
+ * wait of 1 ms is not one that answers at once). */
+static uint32_t time_left(const llmq_wait *w)
 {
+    if (w->end_ms == 0)
+        return UINT32_MAX;
+    double left = w->end_ms - clock_mono_ms_f();
+    if (left >= UINT32_MAX)
+        return UINT32_MAX;
+    uint32_t ms = left <= 0 ? 0 : (uint32_t)left;
+    return ms + (ms < left);
+}
+
+/* The ids of chunk i not reported yet (a sent-again wait asks for those
+ * only), in *out (malloc'd) and *n. */
+static int chunk_ids(const llmq_wait *w, size_t i, uint64_t **out, uint32_t *n, llmq_error *err)
+{
+    size_t first = i * WIRE_MAX_IDS, count = w->n_ids - first;
+    if (count > WIRE_MAX_IDS)
+        count = WIRE_MAX_IDS;
+    *n = 0;
+    *out = malloc(count * sizeof **out);
+    if (!*out)
+        return fail(err, LLMQ_E_INTERNAL, "out of memory for a wait on %zu jobs", count);
+    for (size_t k = first; k < first + count; k++)
+        if (!idset_has(&w->reported, w->ids[k]))
+            (*out)[(*n)++] = w->ids[k];
+    return 0;
+}
+
+static void end_req(llmq_wait *w, wait_req *r)
+{
+    if (!r->ended) {
+        r->ended = true;
+        w->n_ended++;
+    }
+}
+
+/* Sends request i of w (again) under a new req. */
+static int send_req(llmq_wait *w, size_t i, llmq_error *err)
+{
+    llmq_client *c = w->c;
     wire_msg m;
     wire_msg_init(&m, WIRE_T_WAIT);
-    m.req = w->c->next_req++;
-    m.wait.timeout_ms = timeout;
+    m.wait.timeout_ms = time_left(w);
     m.wait.stream = true;
-    if (sel->ids) {
-        m.wait.sel.ids = sel->ids + first;
-        m.wait.sel.n_ids = (uint32_t)count;
+    m.wait.heartbeat_ms = c->no_leases ? 0 : (uint32_t)c->beat_ms;
+    uint64_t *ids = NULL;
+    if (w->ids) {
+        if (chunk_ids(w, i, &ids, &m.wait.sel.n_ids, err) < 0)
+            return -1;
+        if (m.wait.sel.n_ids == 0) { /* every one reported already */
+            free(ids);
+            end_req(w, &w->reqs[i]);
+            return 0;
+        }
+        m.wait.sel.ids = ids;
     } else {
-        m.wait.sel.batch = sel->batch;
+        m.wait.sel.batch = w->batch;
     }
-    w->reqs[slot] = m.req;
-    return send_msg(w->c, &m, err);
+    m.req = c->next_req++;
+    w->reqs[i] = (wait_req){
+        .req = m.req, .lease = m.wait.heartbeat_ms > 0, .heard = clock_mono_ms_f()};
+    int rc = send_msg(c, &m, err);
+    free(ids);
+    return rc;
+}
+
+static int send_all(llmq_wait *w, llmq_error *err)
+{
+    w->gen = w->c->gen;
+    for (size_t i = 0; i < w->n_reqs; i++)
+        if (!w->reqs[i].ended && send_req(w, i, err) < 0)
+            return -1;
+    return 0;
+}
+
+/* Keeps what sel names, so that the wait can be sent again. */
+static int copy_selection(llmq_wait *w, const llmq_select *sel, llmq_error *err)
+{
+    if (sel->ids) {
+        w->ids = malloc(sel->n_ids * sizeof *w->ids);
+        if (w->ids)
+            memcpy(w->ids, sel->ids, sel->n_ids * sizeof *w->ids);
+        w->n_ids = sel->n_ids;
+    } else {
+        w->batch = strdup(sel->batch);
+    }
+    w->n_reqs = sel->ids ? (sel->n_ids + WIRE_MAX_IDS - 1) / WIRE_MAX_IDS : 1;
+    w->reqs = calloc(w->n_reqs, sizeof *w->reqs);
+    if ((sel->ids && !w->ids) || (!sel->ids && !w->batch) || !w->reqs)
+        return fail(err, LLMQ_E_INTERNAL, "out of memory");
+    return 0;
 }
 
 int llmq_wait_begin(llmq_client *c, const llmq_select *sel, int timeout_ms, llmq_wait **out,
@@ -607,35 +781,25 @@ int llmq_wait_begin(llmq_client *c, const llmq_select *sel, int timeout_ms, llmq
     *out = NULL;
     if (!sel || (!sel->ids && !sel->batch) || (sel->ids && sel->n_ids == 0))
         return fail(err, LLMQ_E_USAGE, "nothing selected to wait for");
-    size_t n_reqs = sel->ids ? (sel->n_ids + WIRE_MAX_IDS - 1) / WIRE_MAX_IDS : 1;
     llmq_wait *w = calloc(1, sizeof *w);
-    if (w) {
-        w->reqs = calloc(n_reqs, sizeof *w->reqs);
-        w->ended = calloc(n_reqs, sizeof *w->ended);
-    }
-    if (!w || !w->reqs || !w->ended) {
-        if (w) {
-            free(w->reqs);
-            free(w->ended);
-        }
-        free(w);
+    if (!w)
         return fail(err, LLMQ_E_INTERNAL, "out of memory");
-    }
     w->c = c;
-    w->n_reqs = n_reqs;
-    uint32_t timeout = timeout_ms < 0 ? UINT32_MAX : (uint32_t)timeout_ms;
-    w->deadline = timeout_ms < 0 ? 0 : clock_mono_ms_f() + timeout_ms + WAIT_GRACE_MS;
     w->next = c->waits;
     c->waits = w;
-    for (size_t i = 0; i < n_reqs; i++) {
-        size_t first = i * WIRE_MAX_IDS;
-        size_t count = sel->ids ? sel->n_ids - first : 0;
-        if (count > WIRE_MAX_IDS)
-            count = WIRE_MAX_IDS;
-        if (wait_send(w, sel, first, count, timeout, i, err) < 0) {
-            llmq_wait_free(w);
-            return -1;
-        }
+    if (copy_selection(w, sel, err) < 0) {
+        llmq_wait_free(w);
+        return -1;
+    }
+    if (timeout_ms >= 0) {
+        w->end_ms = clock_mono_ms_f() + timeout_ms;
+        w->deadline = w->end_ms + WAIT_GRACE_MS;
+    }
+    w->patience_ms = c->dead_ms;
+    w->heard_ms = clock_mono_ms_f();
+    if (send_all(w, err) < 0) {
+        llmq_wait_free(w);
+        return -1;
     }
     *out = w;
     return 0;
@@ -694,63 +858,188 @@ static void to_result(const wire_result *r, llmq_result *out)
     };
 }
 
-static void mark_ended(llmq_wait *w, const wire_msg *m)
+/* ---- the lease ---- */
+
+static double min_ms(double a, double b)
 {
+    return a < b ? a : b;
+}
+
+static bool stash_holds(const llmq_client *c, const llmq_wait *w)
+{
+    for (const stash *s = c->stash; s; s = s->next)
+        if (wait_owns(w, s->m.req))
+            return true;
+    return false;
+}
+
+/* A request sent with a lease has not been heard from for the patience, or
+ * the broker dropped it. */
+static bool lease_broken(const llmq_wait *w, double now)
+{
+    for (size_t i = 0; i < w->n_reqs; i++) {
+        const wait_req *r = &w->reqs[i];
+        if (!r->ended && r->lease && (r->dropped || now - r->heard > w->patience_ms))
+            return true;
+    }
+    return false;
+}
+
+/* When the next request's patience runs out (INFINITY: none has a lease). */
+static double lease_due(const llmq_wait *w)
+{
+    double due = INFINITY;
+    for (size_t i = 0; i < w->n_reqs; i++) {
+        const wait_req *r = &w->reqs[i];
+        if (!r->ended && r->lease)
+            due = min_ms(due, r->dropped ? 0 : r->heard + w->patience_ms);
+    }
+    return due;
+}
+
+/* A socket replaced (by this wait or another of the client) means the
+ * requests on the old one are gone: once the results kept from it are
+ * handed out, w sends itself again. */
+static int renew(llmq_wait *w, llmq_error *err)
+{
+    if (w->gen == w->c->gen || stash_holds(w->c, w))
+        return 0;
+    w->rewaits++;
+    return send_all(w, err);
+}
+
+/* Nothing came within the wait's patience: its broker is presumed gone.
+ * A fresh socket, and the wait again; the patience doubles until the broker
+ * answers, so a broker that stays down is not asked too often. */
+static int check_lease(llmq_wait *w, llmq_error *err)
+{
+    if (!lease_broken(w, clock_mono_ms_f()))
+        return 0;
+    w->lost = true;
+    w->stopping = false;
     for (size_t i = 0; i < w->n_reqs; i++)
-        if (w->reqs[i] == m->req && !w->ended[i]) {
-            w->ended[i] = true;
-            w->n_ended++;
-            if (m->type != WIRE_T_WAIT_END)
-                continue;
-            w->done += m->wait_end.done;
-            w->pending += m->wait_end.pending;
-            w->timed_out |= m->wait_end.timed_out;
-        }
+        w->stopping |= !w->reqs[i].ended && w->reqs[i].dropped;
+    double most = w->c->dead_ms > MAX_PATIENCE_MS ? w->c->dead_ms : MAX_PATIENCE_MS;
+    w->patience_ms = min_ms(w->patience_ms * 2, most);
+    return reconnect(w->c, err) < 0 ? -1 : renew(w, err);
+}
+
+/* ---- the next event ---- */
+
+static int on_wait_end(llmq_wait *w, wait_req *r)
+{
+    const wire_wait_end *e = &w->cur.wait_end;
+    if (r->lease && e->pending > 0 && !e->timed_out) {
+        /* Only a stopping broker ends a wait with jobs pending before its
+         * timeout: the next broker on the database gets the wait. */
+        r->dropped = true;
+        return 0;
+    }
+    end_req(w, r);
+    w->pending += e->pending;
+    w->timed_out |= e->timed_out;
+    return 0;
+}
+
+static int on_wait_error(llmq_wait *w, wait_req *r, llmq_error *err)
+{
+    const wire_error_msg *e = &w->cur.error;
+    if (r->lease && e->code == WIRE_E_UNKNOWN_FIELD && e->field &&
+        strcmp(e->field, "heartbeat_ms") == 0) {
+        /* A broker older than leases: wait as before, without them. */
+        w->c->no_leases = true;
+        return send_req(w, (size_t)(r - w->reqs), err);
+    }
+    end_req(w, r); /* that request will send nothing more */
+    return from_error_msg(err, &w->cur);
+}
+
+/* What w->cur means: LLMQ_WAIT_RESULT (*out filled), 0 (nothing for the
+ * caller: a heartbeat, a result handed out before, a request's end) or -1. */
+static int on_wait_msg(llmq_wait *w, llmq_result *out, llmq_error *err)
+{
+    wait_req *r = req_of(w, w->cur.req); /* take returns only w's messages */
+    r->heard = w->heard_ms = clock_mono_ms_f();
+    w->lost = false;
+    w->patience_ms = w->c->dead_ms;
+    switch (w->cur.type) {
+    case WIRE_T_RESULT: {
+        int added = idset_add(&w->reported, w->cur.result.id);
+        if (added <= 0) /* delivered twice (a wait sent again): handed out once */
+            return added < 0 ? fail(err, LLMQ_E_INTERNAL, "out of memory") : 0;
+        to_result(&w->cur.result, out);
+        return to_logprobs(w, &w->cur.result, out, err) < 0 ? -1 : LLMQ_WAIT_RESULT;
+    }
+    case WIRE_T_WAIT_ALIVE: return 0;
+    case WIRE_T_WAIT_END: return on_wait_end(w, r);
+    case WIRE_T_ERROR: return on_wait_error(w, r, err);
+    default:
+        return fail(err, LLMQ_E_PROTOCOL, "unexpected %s during a wait",
+                    wire_type_name(w->cur.type));
+    }
+}
+
+/* How long the next read may block: until the step ends, the wait's
+ * deadline passes or a lease runs out. */
+static int next_read_ms(const llmq_wait *w, double step_end, double now)
+{
+    double until = min_ms(step_end, lease_due(w) + 1);
+    if (w->deadline > 0)
+        until = min_ms(until, w->deadline);
+    return until == INFINITY ? -1 : until <= now ? 0 : (int)min_ms(until - now + 1, INT32_MAX);
 }
 
 int llmq_wait_next(llmq_wait *w, int step_ms, llmq_result *out, llmq_error *err)
 {
+    double step_end = step_ms < 0 ? INFINITY : clock_mono_ms_f() + step_ms;
     for (;;) {
         release_current(w);
         if (w->n_ended == w->n_reqs)
             return LLMQ_WAIT_END;
-        int wait = step_ms;
-        if (w->deadline > 0) {
-            double left = w->deadline - clock_mono_ms_f();
-            if (left <= 0)
-                return fail(err, LLMQ_E_TIMEOUT, "the broker did not end the wait in time");
-            if (wait < 0 || left < wait)
-                wait = (int)left + 1;
-        }
+        if (renew(w, err) < 0)
+            return -1;
+        double now = clock_mono_ms_f();
+        if (w->deadline > 0 && now >= w->deadline)
+            return fail(err, LLMQ_E_TIMEOUT, "the broker did not end the wait in time%s",
+                        w->lost ? " (no word from it since it was lost)" : "");
         target t = {.w = w};
-        int rc = take(w->c, &t, wait, &w->cur, err);
-        if (rc <= 0)
-            return rc < 0 ? -1 : LLMQ_WAIT_IDLE;
-        switch (w->cur.type) {
-        case WIRE_T_RESULT:
-            to_result(&w->cur.result, out);
-            return to_logprobs(w, &w->cur.result, out, err) < 0 ? -1 : LLMQ_WAIT_RESULT;
-        case WIRE_T_WAIT_END:
-            mark_ended(w, &w->cur);
+        int rc = take(w->c, &t, next_read_ms(w, step_end, now), &w->cur, err);
+        if (rc < 0)
+            return -1;
+        if (rc > 0) {
+            int ev = on_wait_msg(w, out, err);
+            if (ev != 0)
+                return ev;
             continue;
-        case WIRE_T_ERROR:   /* that request will send nothing more */
-            mark_ended(w, &w->cur);
-            return from_error_msg(err, &w->cur);
-        default:
-            return fail(err, LLMQ_E_PROTOCOL, "unexpected %s during a wait",
-                        wire_type_name(w->cur.type));
         }
+        /* Nothing is left to read: only now may silence mean a lost broker,
+         * which is news for the caller's progress output. */
+        bool was_lost = w->lost;
+        if (check_lease(w, err) < 0)
+            return -1;
+        if ((w->lost && !was_lost) || clock_mono_ms_f() >= step_end)
+            return LLMQ_WAIT_IDLE;
     }
 }
 
 void llmq_wait_summary(const llmq_wait *w, size_t *done, size_t *pending, bool *timed_out)
 {
     if (done)
-        *done = w->done;
+        *done = w->reported.n;
     if (pending)
         *pending = w->pending;
     if (timed_out)
         *timed_out = w->timed_out;
+}
+
+void llmq_wait_get_health(const llmq_wait *w, llmq_wait_health *out)
+{
+    *out = (llmq_wait_health){
+        .broker_lost = w->lost,
+        .broker_stopping = w->lost && w->stopping,
+        .silent_ms = clock_mono_ms_f() - w->heard_ms,
+        .rewaits = w->rewaits,
+    };
 }
 
 void llmq_wait_free(llmq_wait *w)
@@ -774,8 +1063,10 @@ void llmq_wait_free(llmq_wait *w)
         }
     }
     release_current(w);
+    idset_free(&w->reported);
+    free(w->ids);
+    free(w->batch);
     free(w->reqs);
-    free(w->ended);
     free(w);
 }
 

@@ -30,7 +30,8 @@ typedef enum llmq_code {
     LLMQ_E_MALFORMED, LLMQ_E_VERSION, LLMQ_E_UNKNOWN_TYPE, LLMQ_E_MISSING_FIELD,
     LLMQ_E_UNKNOWN_FIELD, LLMQ_E_BAD_TYPE, LLMQ_E_BAD_VALUE, LLMQ_E_TOO_LARGE,
     LLMQ_E_UNKNOWN_JOB, LLMQ_E_UNKNOWN_BATCH, LLMQ_E_QUEUE_FULL, LLMQ_E_UNKNOWN_WORKER,
-    LLMQ_E_SHUTTING_DOWN, LLMQ_E_INTERNAL, LLMQ_E_UNAVAILABLE,
+    LLMQ_E_SHUTTING_DOWN, LLMQ_E_INTERNAL, LLMQ_E_UNAVAILABLE, LLMQ_E_WORKER_IN_USE,
+    LLMQ_E_FORBIDDEN, LLMQ_E_BAD_RESULT,
     LLMQ_E_TIMEOUT = 100,   /* no reply from the broker in time */
     LLMQ_E_TRANSPORT,       /* ZeroMQ failed (bad endpoint, ...) */
     LLMQ_E_PROTOCOL,        /* the broker sent something this library cannot read */
@@ -83,6 +84,14 @@ int llmq_connect_curve(llmq_client **out, const char *endpoint,
 
 /* How long a request waits for its reply (default 30000 ms; < 0: forever). */
 void llmq_set_timeout(llmq_client *c, int timeout_ms);
+
+/* The lease of this client's waits (see llmq_wait_begin): the broker is
+ * asked for a heartbeat every heartbeat_ms (default 1000; 100..3600000), and
+ * a wait that hears nothing for dead_after_ms (default 5000; more than
+ * heartbeat_ms) presumes its broker gone and sends itself again.
+ * heartbeat_ms 0: no lease, a wait lost with its broker stays silent.
+ * For waits begun after the call. */
+int llmq_set_wait_lease(llmq_client *c, int heartbeat_ms, int dead_after_ms, llmq_error *err);
 
 void llmq_close(llmq_client *c);
 
@@ -189,7 +198,16 @@ typedef struct llmq_result {
 typedef struct llmq_wait llmq_wait;
 
 /* Starts waiting for the selected jobs; results are pushed by the broker as
- * jobs complete (already-final jobs at once).  timeout_ms < 0: no limit. */
+ * jobs complete (already-final jobs at once).  timeout_ms < 0: no limit.
+ *
+ * A wait outlives its broker: when the broker is killed, restarted or
+ * stopped (on the same database), the wait notices the silence of its
+ * lease (llmq_set_wait_lease), reconnects (ZeroMQ retries the connection,
+ * backing off to once a second) and sends itself again, for the jobs not
+ * reported yet, until the broker answers or the timeout passes.  Each job's
+ * result is handed out once, even when the broker sends it twice.  A wait
+ * on a batch selects the batch's jobs when it is sent: once more each time
+ * it is sent again.  With a broker older than leases it waits as before. */
 int llmq_wait_begin(llmq_client *c, const llmq_select *sel, int timeout_ms, llmq_wait **out,
                     llmq_error *err);
 
@@ -197,12 +215,24 @@ enum { LLMQ_WAIT_IDLE = 0, LLMQ_WAIT_RESULT = 1, LLMQ_WAIT_END = 2 };
 
 /* The next event, waiting at most step_ms: LLMQ_WAIT_RESULT (*out filled,
  * valid until the next call on w), LLMQ_WAIT_IDLE (nothing arrived in
- * step_ms: time to redraw a progress bar), LLMQ_WAIT_END (every selected job
- * was reported, or the wait timed out: see llmq_wait_summary), or -1. */
+ * step_ms, or the wait just lost its broker: time to redraw a progress bar),
+ * LLMQ_WAIT_END (every selected job was reported, or the wait timed out: see
+ * llmq_wait_summary), or -1. */
 int llmq_wait_next(llmq_wait *w, int step_ms, llmq_result *out, llmq_error *err);
 
 /* After LLMQ_WAIT_END: jobs final, jobs still pending, whether it timed out. */
 void llmq_wait_summary(const llmq_wait *w, size_t *done, size_t *pending, bool *timed_out);
+
+/* How a wait stands with its broker, for progress output. */
+typedef struct llmq_wait_health {
+    bool broker_lost;     /* silent past the lease, or stopping: the wait was sent
+                             again, to whichever broker answers on the endpoint */
+    bool broker_stopping; /* lost because it said it was stopping (SIGTERM) */
+    double silent_ms;     /* since the broker last said anything about the wait */
+    uint32_t rewaits;     /* times the wait was sent again */
+} llmq_wait_health;
+
+void llmq_wait_get_health(const llmq_wait *w, llmq_wait_health *out);
 
 void llmq_wait_free(llmq_wait *w);
 

@@ -17,18 +17,21 @@ _Static_assert(sizeof(wire_state) == sizeof(int) && sizeof(wire_finish) == sizeo
 
 /* ---- names -------------------------------------------------------------- */
 
+/* clang-format off */
 static const char *const TYPE_NAMES[WIRE_T_COUNT] = {
     [WIRE_T_SUBMIT] = "submit", [WIRE_T_STATUS] = "status", [WIRE_T_WAIT] = "wait",
     [WIRE_T_CANCEL] = "cancel", [WIRE_T_STATS] = "stats",
     [WIRE_T_SUBMIT_OK] = "submit_ok", [WIRE_T_STATUS_OK] = "status_ok",
     [WIRE_T_RESULT] = "result", [WIRE_T_WAIT_END] = "wait_end",
     [WIRE_T_CANCEL_OK] = "cancel_ok", [WIRE_T_STATS_OK] = "stats_ok",
+    [WIRE_T_WAIT_ALIVE] = "wait_alive",
     [WIRE_T_ERROR] = "error",
     [WIRE_T_HELLO] = "hello", [WIRE_T_CREDIT] = "credit", [WIRE_T_JOB_RESULT] = "job_result",
     [WIRE_T_JOB_FAILURE] = "job_failure", [WIRE_T_BYE] = "bye",
     [WIRE_T_WELCOME] = "welcome", [WIRE_T_JOB] = "job", [WIRE_T_JOB_CANCEL] = "job_cancel",
     [WIRE_T_SHUTDOWN] = "shutdown", [WIRE_T_HEARTBEAT] = "heartbeat",
 };
+/* clang-format on */
 
 /* clang-format off */
 static const char *const CODE_NAMES[WIRE_E_COUNT] = {
@@ -40,6 +43,8 @@ static const char *const CODE_NAMES[WIRE_E_COUNT] = {
     [WIRE_E_QUEUE_FULL] = "queue_full", [WIRE_E_UNKNOWN_WORKER] = "unknown_worker",
     [WIRE_E_SHUTTING_DOWN] = "shutting_down", [WIRE_E_INTERNAL] = "internal",
     [WIRE_E_UNAVAILABLE] = "unavailable",
+    [WIRE_E_WORKER_IN_USE] = "worker_in_use", [WIRE_E_FORBIDDEN] = "forbidden",
+    [WIRE_E_BAD_RESULT] = "bad_result",
 };
 /* clang-format on */
 
@@ -103,10 +108,12 @@ typedef enum kind {
 } kind;
 
 enum {
-    F_REQ = 1,      /* must be present */
-    F_LO_OPEN = 2,  /* lower bound excluded */
-    F_SHARED_N = 4, /* array whose count another array also sets */
-    F_DONE = 8,     /* a result's field that only a done job has: not sent otherwise */
+    F_REQ = 1,        /* must be present */
+    F_LO_OPEN = 2,    /* lower bound excluded */
+    F_SHARED_N = 4,   /* array whose count another array also sets */
+    F_DONE = 8,       /* a result's field that only a done job has: not sent otherwise */
+    F_OMIT_ZERO = 16, /* a u32 written only when not 0: a field added later, which an
+                         older peer (that refuses unknown keys) never sees unless used */
 };
 
 struct schema;
@@ -198,6 +205,7 @@ static const fdef SELECT_FIELDS[] = {
 static const fdef WAIT_FIELDS[] = {
     NUM("timeout_ms", K_U32, 0, wire_wait, timeout_ms, 0, UINT32_MAX),
     NUM("stream", K_BOOL, 0, wire_wait, stream, 0, 0),
+    NUM("heartbeat_ms", K_U32, F_OMIT_ZERO, wire_wait, heartbeat_ms, 0, WIRE_MAX_WAIT_HEARTBEAT_MS),
 };
 
 static const fdef COUNTS_FIELDS[] = {
@@ -436,6 +444,7 @@ typedef struct msgdef {
     const schema *sc;
 } msgdef;
 
+/* clang-format off */
 static const msgdef MSGS[WIRE_T_COUNT] = {
     [WIRE_T_SUBMIT] = {C2B, &SUBMIT},       [WIRE_T_STATUS] = {C2B, &SELECT},
     [WIRE_T_WAIT] = {C2B, &WAIT},           [WIRE_T_CANCEL] = {C2B, &SELECT},
@@ -443,6 +452,7 @@ static const msgdef MSGS[WIRE_T_COUNT] = {
     [WIRE_T_SUBMIT_OK] = {B2C, &SUBMIT_OK}, [WIRE_T_STATUS_OK] = {B2C, &JOBS_REPLY},
     [WIRE_T_RESULT] = {B2C, &RESULT},       [WIRE_T_WAIT_END] = {B2C, &WAIT_END},
     [WIRE_T_CANCEL_OK] = {B2C, &JOBS_REPLY},[WIRE_T_STATS_OK] = {B2C, &STATS_OK},
+    [WIRE_T_WAIT_ALIVE] = {B2C, &EMPTY},
     [WIRE_T_ERROR] = {B2C | B2W, &ERROR},
     [WIRE_T_HELLO] = {W2B, &HELLO},         [WIRE_T_CREDIT] = {W2B, &CREDIT},
     [WIRE_T_JOB_RESULT] = {W2B, &JOB_RESULT}, [WIRE_T_JOB_FAILURE] = {W2B, &FAILURE},
@@ -451,6 +461,7 @@ static const msgdef MSGS[WIRE_T_COUNT] = {
     [WIRE_T_JOB_CANCEL] = {B2W, &JOB_CANCEL}, [WIRE_T_SHUTDOWN] = {B2W, &SHUTDOWN},
     [WIRE_T_HEARTBEAT] = {W2B | B2W, &EMPTY},
 };
+/* clang-format on */
 
 unsigned wire_type_dirs(wire_type t)
 {
@@ -1046,12 +1057,21 @@ static int check_wait(const void *obj, rd *r)
     const wire_wait *w = obj;
     if (check_select(&w->sel, r) < 0)
         return -1;
+    size_t saved;
     if (!w->stream && w->sel.n_ids > WIRE_MAX_RESULTS) {
-        size_t saved;
         path_key(r, "ids", &saved);
         return rd_fail(r, WIRE_E_TOO_LARGE, "%u ids, at most %u without streaming",
                        w->sel.n_ids, WIRE_MAX_RESULTS);
     }
+    if (w->heartbeat_ms == 0)
+        return 0;
+    path_key(r, "heartbeat_ms", &saved);
+    /* A REQ client may get one reply only: heartbeats come between results. */
+    if (!w->stream)
+        return rd_fail(r, WIRE_E_BAD_VALUE, "heartbeats need \"stream\": true");
+    if (w->heartbeat_ms < WIRE_MIN_WAIT_HEARTBEAT_MS)
+        return rd_fail(r, WIRE_E_BAD_VALUE, "%u is out of range (0, or at least %u)",
+                       w->heartbeat_ms, WIRE_MIN_WAIT_HEARTBEAT_MS);
     return 0;
 }
 
@@ -1355,6 +1375,7 @@ static bool present(const fdef *f, const char *p)
     case K_FINISH:
     case K_CODE:
         return u32_at(p) != 0;
+    case K_U32: return !(f->flags & F_OMIT_ZERO) || u32_at(p) != 0;
     default:
         return true;
     }

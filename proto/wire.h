@@ -55,18 +55,23 @@
 #define WIRE_MAX_DEPTH 8                     /* msgpack nesting accepted at all */
 #define WIRE_NO_MAX 1e300                    /* a range without an upper bound */
 
-/* Defaults for liveness (the broker announces its own in "welcome"). */
+/* Defaults for liveness (the broker announces its own in "welcome"; a
+ * client asks for its waits' heartbeats in "wait"). */
 #define WIRE_HEARTBEAT_MS 1000u
 #define WIRE_DEAD_AFTER_MS 5000u
+/* The range of wait.heartbeat_ms when it is not 0 (off). */
+#define WIRE_MIN_WAIT_HEARTBEAT_MS 100u
+#define WIRE_MAX_WAIT_HEARTBEAT_MS 3600000u
 
 /* ---- names ------------------------------------------------------------------ */
+/* clang-format off */
 typedef enum wire_type {
     WIRE_T_NONE = 0,
     /* client -> broker */
     WIRE_T_SUBMIT, WIRE_T_STATUS, WIRE_T_WAIT, WIRE_T_CANCEL, WIRE_T_STATS,
     /* broker -> client */
     WIRE_T_SUBMIT_OK, WIRE_T_STATUS_OK, WIRE_T_RESULT, WIRE_T_WAIT_END,
-    WIRE_T_CANCEL_OK, WIRE_T_STATS_OK,
+    WIRE_T_CANCEL_OK, WIRE_T_STATS_OK, WIRE_T_WAIT_ALIVE,
     /* broker -> client and broker -> worker */
     WIRE_T_ERROR,
     /* worker -> broker */
@@ -77,6 +82,7 @@ typedef enum wire_type {
     WIRE_T_HEARTBEAT,
     WIRE_T_COUNT
 } wire_type;
+/* clang-format on */
 
 /* Where a message may travel; wire_decode refuses a type outside the mask. */
 enum {
@@ -105,6 +111,9 @@ typedef enum wire_code {
     WIRE_E_SHUTTING_DOWN,   /* the broker is stopping and accepts no new work */
     WIRE_E_INTERNAL,        /* the broker failed (database error, ...) */
     WIRE_E_UNAVAILABLE,     /* the broker cannot take new work now (database full): retry later */
+    WIRE_E_WORKER_IN_USE,   /* hello: a live session of another process has this worker id */
+    WIRE_E_FORBIDDEN,       /* hello: this worker id is bound to another CURVE key */
+    WIRE_E_BAD_RESULT,      /* job_result contradicts its job: refused, the job runs elsewhere */
     WIRE_E_COUNT
 } wire_code;
 /* clang-format on */
@@ -261,6 +270,7 @@ typedef struct wire_wait {
     wire_select sel;
     uint32_t timeout_ms;       /* 0: answer with what is final now */
     bool stream;               /* default true: one "result" per job, then wait_end */
+    uint32_t heartbeat_ms;     /* 0 (default): none; else a wait_alive this often (stream only) */
 } wire_wait;
 
 typedef struct wire_submit_ok {
@@ -341,7 +351,7 @@ typedef struct wire_msg {
         wire_job_failure failure;      /* WIRE_T_JOB_FAILURE */
         uint64_t cancel_id;            /* WIRE_T_JOB_CANCEL */
         uint32_t grace_ms;             /* WIRE_T_SHUTDOWN */
-    };                                 /* STATS, HEARTBEAT, BYE: no fields */
+    };                                 /* STATS, WAIT_ALIVE, HEARTBEAT, BYE: no fields */
     void *arena;               /* decoded messages: owner of the memory above */
 } wire_msg;
 

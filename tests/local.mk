@@ -259,6 +259,11 @@ TESTS += tests/integration/test-e2e
 tests_integration_test_e2e_SOURCES = tests/integration/test-e2e.c $(LLMQ_FLEET)
 tests_integration_test_e2e_CFLAGS = $(LLMQ_HARNESS_CFLAGS)
 tests_integration_test_e2e_LDADD = proto/libllmq.la $(LLMQ_HARNESS_LIBS)
+check_PROGRAMS += tests/integration/test-identity
+TESTS += tests/integration/test-identity
+tests_integration_test_identity_SOURCES = tests/integration/test-identity.c $(LLMQ_FLEET)
+tests_integration_test_identity_CFLAGS = $(LLMQ_HARNESS_CFLAGS)
+tests_integration_test_identity_LDADD = proto/libllmq.la $(LLMQ_HARNESS_LIBS)
 check_PROGRAMS += tests/integration/test-worker
 TESTS += tests/integration/test-worker
 tests_integration_test_worker_SOURCES = tests/integration/test-worker.c $(LLMQ_FLEET)
@@ -365,3 +370,13 @@ tests_unit_test_supervisor_SOURCES = tests/unit/test-supervisor.c tests/unit/che
 tests_unit_test_supervisor_LDADD = $(LLMQ_WORKER_LIBS)
 EXTRA_DIST += tests/unit/test-worker-gpus.sh
 # ---- end llmq-worker --gpus ----
+
+# ---- recovery: clients across broker restarts, and the fault-injection loop ----
+# llmq-submit and the Python client across kill -9 and SIGTERM of the broker
+TESTS += tests/integration/test-recovery.sh
+EXTRA_DIST += tests/integration/test-recovery.sh
+# kill -9 and SIGSTOP of the broker and of workers while a batch runs: four
+# rounds of tests/faults.py, whose long run is by hand (-n 200)
+TESTS += tests/integration/test-faults.sh
+EXTRA_DIST += tests/integration/test-faults.sh tests/faults.py
+# ---- end recovery ----

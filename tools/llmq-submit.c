@@ -86,8 +86,8 @@ static int parse_options(int argc, char **argv, options *o)
         {"no-wait", 0, NULL, "submit, write {id, job_id, existing} lines, exit",
          CLI_SWITCH(&o->no_wait)},
         {"timeout", 0, "SECONDS",
-         "stop waiting (for room in the queue, then for results) after this long (default: no"
-         " limit)",
+         "stop waiting (for a broker to answer the submit, for room in the queue, then for"
+         " results) after this long (default: no limit)",
          CLI_DOUBLE(&o->timeout_s, 0, 4e6)},
     };
     const cli_spec spec = {.program = "llmq-submit",
@@ -109,6 +109,7 @@ typedef struct progress {
     double t0_ms;    /* monotonic: when this run submitted its first job */
     double last_ms;
     bool tty;
+    bool lost; /* the broker went silent: said so, not yet said it is back */
 } progress;
 
 /* The shortest time a rate is given over: a few milliseconds of work make
@@ -164,6 +165,35 @@ static void show(progress *p, bool final)
         fprintf(stderr, "llmq-submit: %zu/%zu jobs done%s, %zu failed, %s, ETA %s\n", p->done,
                 p->total, stored, p->failed, rate, eta);
     }
+    fflush(stderr);
+}
+
+/* The broker's silence and its return, each said once: the library sends
+ * the wait again by itself, and results already written are not written
+ * twice. */
+static void show_broker(progress *p, const llmq_wait *w, const char *broker)
+{
+    llmq_wait_health h;
+    llmq_wait_get_health(w, &h);
+    if (h.broker_lost == p->lost)
+        return;
+    p->lost = h.broker_lost;
+    const char *cr = p->tty ? "\r\033[K" : "";
+    if (p->lost && h.broker_stopping)
+        fprintf(stderr,
+                "%sllmq-submit: the broker at %s is stopping: waiting for the next one on its"
+                " database (%zu of %zu results in)\n",
+                cr, broker, p->done, p->total);
+    else if (p->lost)
+        fprintf(stderr,
+                "%sllmq-submit: no word from the broker at %s for %.0f s: waiting for it to"
+                " come back (%zu of %zu results in)\n",
+                cr, broker, h.silent_ms / 1e3, p->done, p->total);
+    else
+        fprintf(stderr,
+                "%sllmq-submit: the broker at %s answers again: waiting for the %zu"
+                " results left\n",
+                cr, broker, p->total - p->done);
     fflush(stderr);
 }
 
@@ -249,21 +279,42 @@ static int pause_for_room(flow *f, llmq_error *err)
     return 0;
 }
 
+/* A submit that got no answer may have been stored all the same: it is sent
+ * again (to a broker down or restarting) only when every job left has a key,
+ * so that nothing is stored twice, and only within --timeout. */
+static bool may_send_again(const flow *f, size_t end, const llmq_error *err)
+{
+    if (err->code != LLMQ_E_TIMEOUT || (f->deadline_ms && clock_mono_ms_f() >= f->deadline_ms))
+        return false;
+    for (size_t i = f->sent; i < end; i++)
+        if (!f->jobs[i].key)
+            return false;
+    return true;
+}
+
 /* Sends jobs [f->sent, f->sent + n): 0 and f->sent advanced past those
  * stored (all of them, or the parts before a refused one: libllmq sends a
  * large part as several atomic messages), or -1 with err. */
 static int send_part(flow *f, size_t n, llmq_error *err)
 {
-    size_t at = f->sent;
-    int rc = llmq_submit(f->c, f->batch, f->o->meta, f->jobs + at, n, f->ids + at, f->existing + at,
-                         err);
-    if (rc == 0) {
-        f->sent += n;
-        return 0;
+    const size_t end = f->sent + n;
+    const double t0 = clock_mono_ms_f();
+    for (;;) {
+        const size_t at = f->sent;
+        if (llmq_submit(f->c, f->batch, f->o->meta, f->jobs + at, end - at, f->ids + at,
+                        f->existing + at, err) == 0) {
+            f->sent = end;
+            return 0;
+        }
+        while (f->sent < end && f->ids[f->sent] != 0)
+            f->sent++;
+        if (!may_send_again(f, end, err))
+            return -1;
+        fprintf(stderr,
+                "llmq-submit: no answer from the broker at %s for %.0f s: submitting again"
+                " (is it running? with CURVE, is this client's key allowed?)\n",
+                f->o->broker, (clock_mono_ms_f() - t0) / 1e3);
     }
-    while (f->sent < at + n && f->ids[f->sent] != 0)
-        f->sent++;
-    return -1;
 }
 
 static void tell_full(flow *f, const llmq_error *err)
@@ -463,6 +514,7 @@ static long wait_all(llmq_client *c, const options *o, const jobfile *jf, const 
                 report_failure(e, &r);
             }
         }
+        show_broker(&p, w, o->broker);
         show(&p, false);
     }
     show(&p, true);

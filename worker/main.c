@@ -551,6 +551,8 @@ int main(int argc, char **argv)
     if (rc == 0) {
         say_ready(&o, &p);
         rc = serve(&p, o.min_step_ms, sigfd, &err);
+        if (rc == 0 && session_failed(p.sess))
+            rc = llmq_errf(&err, "stopped: the broker refused a result of this worker");
     }
     if (rc != 0) /* the id, once it is known */
         log_line("llmq-worker", p.id.worker ? p.id.worker : o.id, "%s", err.msg);

@@ -11,8 +11,13 @@
 #include "worker/jobconv.h"
 #include "worker/jobs.h"
 
-/* After a refused hello (e.g. the broker is stopping), wait this long. */
+/* After a refused hello (the broker is stopping, or another session holds
+ * this worker id), wait this long, twice as long after each refusal in a
+ * row, up to HELLO_RETRY_MAX_MS: a restarted worker whose predecessor is
+ * not yet presumed dead gets in soon after, and a duplicate logs a line
+ * every few seconds rather than many a second. */
 #define HELLO_RETRY_MS 1000
+#define HELLO_RETRY_MAX_MS 8000
 
 typedef enum phase {
     PHASE_HELLO_DUE,  /* say hello when no stale job is left in the engine */
@@ -29,10 +34,12 @@ struct session {
     jobs jobs;
     phase phase;
     int64_t hello_at;       /* PHASE_HELLO_DUE: not before */
+    uint32_t hello_retry_ms; /* the wait after the next refused hello */
     uint32_t dead_after_ms; /* from welcome: when silence is worth a log line */
     bool silent;            /* the broker's silence was logged */
     bool draining;
     bool broker_drain; /* the broker sent shutdown: failures hand jobs back */
+    bool distrusted;   /* the broker refused a result: this session is over */
     int64_t drain_deadline;
     uint64_t n_done, n_failed;
 };
@@ -64,6 +71,7 @@ int session_create(session **out, const session_config *cfg, link_conn *link, en
     s->eng = e;
     s->model = *m;
     s->phase = PHASE_HELLO_DUE;
+    s->hello_retry_ms = HELLO_RETRY_MS;
     s->dead_after_ms = WIRE_DEAD_AFTER_MS;
     *out = s;
     return 0;
@@ -85,6 +93,11 @@ uint32_t session_slots(const session *s)
 bool session_done(const session *s)
 {
     return s->phase == PHASE_DONE;
+}
+
+bool session_failed(const session *s)
+{
+    return s->distrusted;
 }
 
 /* ---- messages out -------------------------------------------------------------- */
@@ -208,6 +221,7 @@ static void on_welcome(session *s, const wire_welcome *w)
     if (s->phase != PHASE_HELLO_SENT)
         return;
     s->phase = PHASE_LIVE;
+    s->hello_retry_ms = HELLO_RETRY_MS;
     s->dead_after_ms = w->dead_after_ms;
     link_set_heartbeat(s->link, w->heartbeat_ms);
     jobs_new_session(&s->jobs);
@@ -235,17 +249,47 @@ static void on_unknown(session *s)
     s->hello_at = 0;
 }
 
+static void hello_refused(session *s, const wire_error_msg *e)
+{
+    say(s, "the broker refused this worker's hello (%s): %s; saying hello again in %u ms",
+        wire_code_name(e->code), e->message, s->hello_retry_ms);
+    s->phase = PHASE_HELLO_DUE;
+    s->hello_at = clock_mono_ms() + s->hello_retry_ms;
+    s->hello_retry_ms = s->hello_retry_ms * 2 < HELLO_RETRY_MAX_MS ? s->hello_retry_ms * 2
+                                                                   : HELLO_RETRY_MAX_MS;
+}
+
+static void start_drain(session *s, bool by_broker, uint32_t grace_ms);
+
+/* The broker sends a session whose result contradicted its job no more
+ * jobs: this worker's results cannot be trusted until it is fixed, so it
+ * finishes what it holds and stops, failing (a supervisor restarts it as a
+ * new session). */
+static void on_distrusted(session *s, const wire_error_msg *e)
+{
+    say(s,
+        "the broker refused a result of this worker: %s; it sends this session no more"
+        " jobs: stopping",
+        e->message);
+    s->distrusted = true;
+    start_drain(s, false, s->cfg.grace_ms);
+}
+
 static void on_error(session *s, const wire_error_msg *e)
 {
     if (e->code == WIRE_E_UNKNOWN_WORKER) {
         on_unknown(s);
         return;
     }
-    say(s, "the broker answered %s: %s", wire_code_name(e->code), e->message);
     if (s->phase == PHASE_HELLO_SENT) {
-        s->phase = PHASE_HELLO_DUE;
-        s->hello_at = clock_mono_ms() + HELLO_RETRY_MS;
+        hello_refused(s, e);
+        return;
     }
+    if (e->code == WIRE_E_BAD_RESULT && !s->distrusted) {
+        on_distrusted(s, e);
+        return;
+    }
+    say(s, "the broker answered %s: %s", wire_code_name(e->code), e->message);
 }
 
 static void start_drain(session *s, bool by_broker, uint32_t grace_ms)

@@ -11,6 +11,13 @@
  * job_cancel stops a job in the engine; it is answered with job_failure
  * "cancelled" once the engine lets it go.
  *
+ * A refused hello (the broker is stopping; another live session holds this
+ * worker id: `worker_in_use`; the id is bound to another CURVE key:
+ * `forbidden`) is logged with the broker's reason and said again after 1,
+ * 2, 4, then every 8 seconds.  A result the broker refuses as contradicting
+ * its job (`bad_result`) means this worker's results cannot be trusted:
+ * it stops, failing (session_failed).
+ *
  * Losing the broker: the link keeps heartbeating and ZeroMQ reconnects.  A
  * broker that answers `unknown_worker` (it restarted, or presumed this
  * worker dead) has already put this worker's jobs back in its queue under
@@ -71,5 +78,7 @@ int session_abort(session *s, const char *reason, llmq_err *err);
 uint32_t session_slots(const session *s);
 /* bye was said (or the broker no longer knows us while stopping): exit. */
 bool session_done(const session *s);
+/* It stopped because the broker refused a result of it: exit failing. */
+bool session_failed(const session *s);
 
 #endif

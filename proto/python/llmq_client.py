@@ -18,6 +18,10 @@ with its model's chat template):
                             {"role": "user", "content": "The capital of France?"}],
                "max_tokens": 16}])
 
+A wait outlives its broker: killed, restarted or stopped, it is noticed by
+the silence of the wait's heartbeats and the wait is sent again (on a fresh
+socket) until a broker answers; each job's result is yielded once.
+
 As a program (prints JSON on stdout; exit 1 on a broker error, printed as
 {"error": {...}}):
 
@@ -34,11 +38,15 @@ import argparse
 import itertools
 import json
 import sys
+import time
 
 import msgpack
 import zmq
 
 PROTOCOL_VERSION = 1
+MAX_IDS = 100000           # ids in one request (WIRE_MAX_IDS)
+MAX_PATIENCE_MS = 30000    # the longest silence before a wait is sent again
+RECONNECT_MAX_MS = 1000    # ZeroMQ's reconnects back off from 100 ms to this
 
 
 class LlmqError(Exception):
@@ -66,22 +74,45 @@ def read_key(path):
 class Client:
     """One DEALER connection to the broker's client endpoint."""
 
-    def __init__(self, endpoint, timeout_ms=30000, broker_key=None, curve_secret=None):
+    def __init__(self, endpoint, timeout_ms=30000, broker_key=None, curve_secret=None,
+                 heartbeat_ms=1000, dead_after_ms=5000):
         """broker_key, curve_secret: key files (llmq-keygen) for a broker that
-        requires CURVE; a broker that refuses them never answers (timeout)."""
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
+        requires CURVE; a broker that refuses them never answers (timeout).
+        heartbeat_ms, dead_after_ms: the lease of waits (docs/PROTOCOL.md,
+        "wait"): a wait_alive is asked for every heartbeat_ms, and a wait
+        silent for dead_after_ms is sent again; heartbeat_ms 0: no lease."""
+        if heartbeat_ms and not 100 <= heartbeat_ms <= 3600000:
+            raise LlmqError("usage", f"heartbeat_ms: {heartbeat_ms} is out of range (0, or 100..3600000)")
+        if heartbeat_ms and dead_after_ms <= heartbeat_ms:
+            raise LlmqError("usage", "dead_after_ms must exceed heartbeat_ms")
+        self.endpoint = endpoint
+        self.curve = None
         if broker_key or curve_secret:
             if not (broker_key and curve_secret):
                 raise LlmqError("usage", "--broker-key and --curve-secret go together")
             secret = read_key(curve_secret)
-            self.sock.curve_serverkey = read_key(broker_key)
-            self.sock.curve_secretkey = secret
-            self.sock.curve_publickey = zmq.curve_public(secret)
-        self.sock.connect(endpoint)
+            self.curve = (read_key(broker_key), secret, zmq.curve_public(secret))
+        self.ctx = zmq.Context()
+        self.sock = self._open()
         self.timeout_ms = timeout_ms
+        self.heartbeat_ms = heartbeat_ms
+        self.dead_after_ms = dead_after_ms
         self.reqs = itertools.count(1)
+
+    def _open(self):
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_MAX_MS)
+        if self.curve:
+            sock.curve_serverkey, sock.curve_secretkey, sock.curve_publickey = self.curve
+        sock.connect(self.endpoint)
+        return sock
+
+    def reconnect(self):
+        """A fresh socket: requests still queued for a broker that is gone
+        die with the old one, so that a request sent again never piles up."""
+        self.sock.close()
+        self.sock = self._open()
 
     def close(self):
         self.sock.close()
@@ -113,6 +144,7 @@ class Client:
         while True:
             msg = self.recv(timeout)
             if msg is None:
+                self.reconnect()
                 raise LlmqError("timeout", f"no reply within {timeout} ms")
             if msg.get("req") != req:
                 continue  # a late reply to an earlier request
@@ -139,19 +171,124 @@ class Client:
     def stats(self):
         return self.request("stats")
 
-    def wait(self, ids=None, batch=None, timeout_ms=0):
-        """Yields each result as the broker pushes it; returns at wait_end
-        (its fields are then in self.last_wait_end).  A job that asked for
-        logprobs has result["logprobs"]: per generated token a dict with
-        "token" (its id), "logprob", "bytes" (bytes) and "top_logprobs" (a
-        list of such dicts, most likely first)."""
-        req = self.send("wait", ids=ids, batch=batch, timeout_ms=timeout_ms, stream=True)
-        while True:
-            msg = self.reply(req, timeout_ms + self.timeout_ms)
-            if msg["type"] == "wait_end":
-                self.last_wait_end = msg
+    def wait(self, ids=None, batch=None, timeout_ms=0, on_broker=None):
+        """Yields each result as the broker pushes it; returns at the end
+        (its counts are then in self.last_wait_end: done, pending,
+        timed_out).  A job that asked for logprobs has result["logprobs"]:
+        per generated token a dict with "token" (its id), "logprob", "bytes"
+        (bytes) and "top_logprobs" (a list of such dicts, most likely first).
+        on_broker(lost, silent_s, stopping), when given, is called as the
+        broker goes silent past the lease or says it is stopping (lost True)
+        and as it answers again."""
+        w = _Wait(self, ids, batch, timeout_ms, on_broker)
+        yield from w.run()
+        self.last_wait_end = {"type": "wait_end", "done": len(w.reported),
+                              "pending": w.pending, "timed_out": w.timed_out}
+
+
+class _Wait:
+    """One wait and its lease: the C library's (proto/client.c), in Python."""
+
+    def __init__(self, client, ids, batch, timeout_ms, on_broker):
+        self.c = client
+        self.ids, self.batch = ids, batch
+        self.chunks = ([ids[i:i + MAX_IDS] for i in range(0, len(ids), MAX_IDS)]
+                       if ids is not None else [None])
+        self.end = time.monotonic() + timeout_ms / 1000
+        self.deadline = self.end + client.timeout_ms / 1000
+        self.on_broker = on_broker
+        self.reported = set()
+        self.open = {}        # req -> [chunk index, lease, heard (monotonic s), dropped]
+        self.ended = 0
+        self.pending = 0
+        self.timed_out = False
+        self.patience = client.dead_after_ms / 1000
+        self.lost = False
+        self.last_heard = time.monotonic()
+
+    def send(self, i):
+        sel = {"batch": self.batch}
+        if self.ids is not None:
+            sel = {"ids": [x for x in self.chunks[i] if x not in self.reported]}
+            if not sel["ids"]:  # every one reported already
+                self.ended += 1
                 return
-            yield msg
+        beat = self.c.heartbeat_ms or None
+        left = max(0, int((self.end - time.monotonic()) * 1000))
+        req = self.c.send("wait", timeout_ms=min(left, 2**32 - 1), stream=True,
+                          heartbeat_ms=beat, **sel)
+        self.open[req] = [i, beat is not None, time.monotonic(), False]
+
+    def lease_due(self):
+        dues = [0 if dropped else heard + self.patience
+                for _, lease, heard, dropped in self.open.values() if lease]
+        return min(dues, default=self.deadline)
+
+    def renew(self):
+        """Silent past the patience: a fresh socket and the wait again."""
+        now = time.monotonic()
+        if not any(lease and (dropped or now - heard > self.patience)
+                   for _, lease, heard, dropped in self.open.values()):
+            return
+        if not self.lost and self.on_broker:
+            stopping = any(dropped for _, _, _, dropped in self.open.values())
+            self.on_broker(True, now - self.last_heard, stopping)
+        self.lost = True
+        self.patience = min(self.patience * 2, max(MAX_PATIENCE_MS, self.c.dead_after_ms) / 1000)
+        chunks = [v[0] for v in self.open.values()]
+        self.open.clear()
+        self.c.reconnect()
+        for i in chunks:
+            self.send(i)
+
+    def heard(self, entry):
+        entry[2] = self.last_heard = time.monotonic()
+        self.patience = self.c.dead_after_ms / 1000
+        if self.lost:
+            self.lost = False
+            if self.on_broker:
+                self.on_broker(False, 0, False)
+
+    def on_end(self, req, entry, msg):
+        if entry[1] and msg["pending"] and not msg["timed_out"]:
+            entry[3] = True  # only a stopping broker ends it so: the next one gets it
+            return
+        del self.open[req]
+        self.ended += 1
+        self.pending += msg["pending"]
+        self.timed_out = self.timed_out or msg["timed_out"]
+
+    def on_error(self, req, entry, msg):
+        del self.open[req]
+        if entry[1] and msg.get("code") == "unknown_field" and msg.get("field") == "heartbeat_ms":
+            self.c.heartbeat_ms = 0  # a broker older than leases: wait as before
+            self.send(entry[0])
+            return
+        raise LlmqError(msg.get("code"), msg.get("message"), msg.get("field"))
+
+    def run(self):
+        for i in range(len(self.chunks)):
+            self.send(i)
+        while self.ended < len(self.chunks):
+            now = time.monotonic()
+            if now >= self.deadline:
+                raise LlmqError("timeout", "the broker did not end the wait in time")
+            msg = self.c.recv(int(max(0, min(self.lease_due(), self.deadline) - now) * 1000) + 1)
+            if msg is None:
+                self.renew()
+                continue
+            entry = self.open.get(msg.get("req"))
+            if entry is None:
+                continue  # for a request given up on
+            self.heard(entry)
+            kind = msg.get("type")
+            if kind == "result" and msg["id"] not in self.reported:
+                self.reported.add(msg["id"])
+                yield msg
+            elif kind == "wait_end":
+                self.on_end(msg["req"], entry, msg)
+            elif kind == "error":
+                self.on_error(msg["req"], entry, msg)
 
 
 def read_messages(path):
@@ -204,10 +341,22 @@ def cmd_submit(c, a):
     return 0 if results and all(r["state"] == "done" for r in results) else 1
 
 
+def say_broker(lost, silent_s, stopping):
+    if lost and stopping:
+        print("llmq_client: the broker is stopping: waiting for the next one on its database",
+              file=sys.stderr, flush=True)
+    elif lost:
+        print(f"llmq_client: no word from the broker for {silent_s:.0f} s: waiting for it to"
+              " come back", file=sys.stderr, flush=True)
+    else:
+        print("llmq_client: the broker answers again", file=sys.stderr, flush=True)
+
+
 def cmd_wait(c, a):
-    results = list(c.wait(ids=a.ids, batch=a.batch, timeout_ms=int(a.timeout * 1000)))
-    for r in results:
+    for r in c.wait(ids=a.ids, batch=a.batch, timeout_ms=int(a.timeout * 1000),
+                    on_broker=say_broker):
         print_json(r)
+        sys.stdout.flush()
     print_json(c.last_wait_end)
     return 0
 

@@ -43,7 +43,7 @@ MESSAGES = {
         {"messages": [{"role": "system", "content": "Be brief."},
                       {"role": "user", "content": "Hi <|im_start|>"}]}]},
     "status": {"req": 2, "ids": [1, 2]},
-    "wait": {"req": 3, "batch": "b", "timeout_ms": 1000, "stream": False},
+    "wait": {"req": 3, "batch": "b", "timeout_ms": 1000, "stream": True, "heartbeat_ms": 1000},
     "cancel": {"req": 4, "ids": [7]},
     "stats": {"req": 5},
     "submit_ok": {"req": 1, "ids": [1, 2], "existing": [False, True]},
@@ -51,6 +51,7 @@ MESSAGES = {
                   "counts": COUNTS},
     "cancel_ok": {"req": 4, "jobs": [{"id": 7, "state": "cancelled"}], "counts": COUNTS},
     "result": dict({"req": 3}, **RESULT),
+    "wait_alive": {"req": 3},
     "wait_end": {"req": 3, "done": 1, "pending": 1, "timed_out": True, "results": [
         RESULT, {"id": 10, "state": "failed", "error": "boom"}]},
     "stats_ok": {"req": 5, "counts": COUNTS, "workers": [{
@@ -97,6 +98,9 @@ def main():
     for name, fields in MESSAGES.items():
         with open(os.path.join(OUT, name), "wb") as f:
             f.write(body(name.split("-")[0], fields))
+    # a wait for a REQ client: no stream, so no heartbeats
+    with open(os.path.join(OUT, "wait-nostream"), "wb") as f:
+        f.write(body("wait", {"req": 3, "batch": "b", "timeout_ms": 1000, "stream": False}))
     # a float32, which Python's packer never chooses by itself
     with open(os.path.join(OUT, "submit-float32"), "wb") as f:
         f.write(b"\x83\xa1v\x01\xa4type\xa6submit\xa4jobs\x91\x82\xa6prompt\xa1a"

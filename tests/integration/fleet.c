@@ -147,6 +147,18 @@ void fleet_strings_free(char **v, size_t n)
     free(v);
 }
 
+llmq_job *fleet_jobs(char **prompts, size_t n, uint32_t max_tokens, bool ignore_eos)
+{
+    llmq_job *jobs = calloc(n, sizeof *jobs);
+    for (size_t i = 0; jobs && i < n; i++) {
+        llmq_job_init(&jobs[i]);
+        jobs[i].prompt = prompts[i];
+        jobs[i].max_tokens = max_tokens;
+        jobs[i].ignore_eos = ignore_eos;
+    }
+    return jobs;
+}
+
 /* llmq-run --parallel prints each prompt as "--- prompt K (FINISH, N tokens)\n"
  * followed by the prompt, the continuation and a newline. */
 static int parse_reference(char *out, char **prompts, size_t n, char **texts)

@@ -45,6 +45,8 @@ int fleet_log_has(const fleet_worker *w, const char *text);
 /* n distinct one-line prompts: windows of words of the reference story. */
 char **fleet_prompts(size_t n);
 void fleet_strings_free(char **v, size_t n);
+/* Jobs of the prompts (malloc'd; they point into prompts), greedy. */
+llmq_job *fleet_jobs(char **prompts, size_t n, uint32_t max_tokens, bool ignore_eos);
 
 /* Greedy continuations of max_tokens tokens by llmq-run --parallel (one
  * process, no queue): texts[i] for prompts[i], malloc'd.  0 or -1. */

@@ -13,15 +13,20 @@
  * silent worker is presumed dead, its job runs elsewhere and its late
  * result is ignored (one result row); a job fails after max-attempts
  * faults with every reason, at once on a permanent failure; cancel of a
- * running job reaches its worker; bye and a second hello under the same
- * name put jobs back; jobs left running by a killed broker run again after
- * the restart; SIGTERM drains (submits refused, running job may finish,
- * unfinished job back in the queue after the grace period); heartbeats go
- * out to idle workers; jobs for a model only go to workers serving it; a
- * database without room (past --max-db-mb, or its file system below
- * --min-free-mb) refuses submits as unavailable and starts no job, while
- * status is served and the running job's result is stored and pushed,
- * and the broker does not exit. */
+ * running job reaches its worker; bye puts jobs back; a second hello under
+ * a live name from another process is refused (worker_in_use) and changes
+ * nothing, one from the same process replaces its session; results that
+ * contradict their job (more tokens than max_tokens, a count unlike the
+ * ids, a prompt count unlike the job's) are refused (bad_result), not
+ * stored nor counted, the job runs elsewhere and the sender gets no more
+ * jobs; jobs left running by a killed broker run again after the restart;
+ * SIGTERM drains (submits refused, running job may finish, unfinished job
+ * back in the queue after the grace period); heartbeats go out to idle
+ * workers; jobs for a model only go to workers serving it; a database
+ * without room (past --max-db-mb, or its file system below --min-free-mb)
+ * refuses submits as unavailable and starts no job, while status is served
+ * and the running job's result is stored and pushed, and the broker does
+ * not exit. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,19 +43,36 @@ static const char *const FAST[] = {"--heartbeat-ms", "100",
 
 /* ---- scripted workers ------------------------------------------------------------ */
 
-static void *worker_connect(harness *h, const char *name, const char *model,
-                            uint32_t slots, wire_msg *welcome)
+/* A hello from process pid: the scripted workers all run in this test
+ * process, so another pid plays another process.  The reply in *reply
+ * (type NONE when none came). */
+static void *worker_hello(harness *h, const char *name, const char *model, uint32_t slots,
+                          uint32_t pid, wire_msg *reply)
 {
     void *w = h_peer(h, h->workers);
     wire_msg m;
     wire_msg_init(&m, WIRE_T_HELLO);
-    m.hello = (wire_hello){.worker = name, .host = "testhost",
-                           .pid = (uint32_t)getpid(), .gpu_index = -1,
-                           .model = model, .engine = "cpu", .slots = slots};
+    m.hello = (wire_hello){.worker = name,
+                           .host = "testhost",
+                           .pid = pid,
+                           .gpu_index = -1,
+                           .model = model,
+                           .engine = "cpu",
+                           .slots = slots};
     h_send(w, &m);
+    if (h_recv(w, T_REPLY, reply) != 0)
+        wire_msg_init(reply, WIRE_T_NONE);
+    return w;
+}
+
+static void *worker_connect(harness *h, const char *name, const char *model, uint32_t slots,
+                            wire_msg *welcome)
+{
     wire_msg got;
-    if (h_recv_type(w, T_REPLY, WIRE_T_WELCOME, &got) != 0) {
+    void *w = worker_hello(h, name, model, slots, (uint32_t)getpid(), &got);
+    if (got.type != WIRE_T_WELCOME) {
         fprintf(stderr, "worker %s: no welcome\n", name);
+        wire_msg_free(&got);
         return w;
     }
     if (welcome)
@@ -123,18 +145,29 @@ static int count_jobs(void *w, int ms)
     return n;
 }
 
-static void result(void *w, uint64_t id, uint32_t attempt, const char *text,
-                   uint32_t gen)
+/* A result of n_tokens token ids that says it generated gen tokens from a
+ * prompt of prompt tokens. */
+static void result_counts(void *w, uint64_t id, uint32_t attempt, const char *text,
+                          uint32_t n_tokens, uint32_t gen, uint32_t prompt)
 {
-    static const uint32_t toks[4] = {11, 12, 13, 14};
+    static const uint32_t toks[16] = {11, 12, 13, 14, 15, 16, 17, 18};
     wire_msg m;
     wire_msg_init(&m, WIRE_T_JOB_RESULT);
-    m.result = (wire_result){.id = id, .attempt = attempt, .text = text,
-                             .tokens = toks, .n_tokens = gen < 4 ? gen : 4,
-                             .finish = WIRE_FINISH_LENGTH, .prompt_tokens = 5,
+    m.result = (wire_result){.id = id,
+                             .attempt = attempt,
+                             .text = text,
+                             .tokens = toks,
+                             .n_tokens = n_tokens,
+                             .finish = WIRE_FINISH_LENGTH,
+                             .prompt_tokens = prompt,
                              .gen_tokens = gen,
                              .timings = {.prefill_ms = 2.5, .decode_ms = 40}};
     h_send(w, &m);
+}
+
+static void result(void *w, uint64_t id, uint32_t attempt, const char *text, uint32_t gen)
+{
+    result_counts(w, id, attempt, text, gen, gen, 5);
 }
 
 static void failure(void *w, uint64_t id, uint32_t attempt, const char *why,
@@ -437,15 +470,134 @@ static void test_bye_and_second_hello(void)
               sqlf(h, "SELECT count(*) FROM attempts WHERE job_id = %llu AND"
                        " outcome = 'returned'", id) == 1,
           "without counting a fault (attempt 1 'returned')");
+    wire_msg m;
+    void *other = worker_hello(h, "w-next", "m", 1, (uint32_t)getpid() + 1, &m);
+    char live_pid[32];
+    snprintf(live_pid, sizeof live_pid, "pid %u", (unsigned)getpid());
+    CHECK(m.type == WIRE_T_ERROR && m.error.code == WIRE_E_WORKER_IN_USE &&
+              strcmp(m.error.field, "worker") == 0 && strstr(m.error.message, live_pid),
+          "a hello under a live name from another process is refused: worker_in_use,"
+          " naming the live session's %s",
+          live_pid);
+    if (m.type != WIRE_T_NONE)
+        wire_msg_free(&m);
+    result(b, j2.id, j2.attempt, "kept", 2);
+    send_wait(c, 7, &id, 1, 5000);
+    rc = h_recv_type(c, T_REPLY, WIRE_T_RESULT, &m);
+    CHECK(rc == 0 && m.result.state == WIRE_STATE_DONE && m.result.attempt == 2 &&
+              sqlf(h, "SELECT faults FROM jobs WHERE id = %llu", id) == 0,
+          "and changes nothing: the live session's job finishes there, no fault");
+    if (rc == 0)
+        wire_msg_free(&m);
+    if (h_recv_type(c, T_REPLY, WIRE_T_WAIT_END, &m) == 0)
+        wire_msg_free(&m);
+    uint64_t next;
+    submit(c, NULL, 1, NULL, NULL, &next);
+    credit(b, 1);
+    got_job j3;
+    await_job(b, T_REPLY, &j3);
     void *b2 = worker_connect(h, "w-next", "m", 1, NULL);
     credit(b2, 1);
-    got_job j3;
-    rc = await_job(b2, T_REPLY, &j3);
-    CHECK(rc == 0 && j3.id == id && j3.attempt == 3,
-          "a second hello under the same name ends the old session; its job"
-          " runs again (attempt 3)");
-    void *ws[3] = {a, b, b2};
-    teardown(h, c, ws, 3);
+    got_job j4;
+    rc = await_job(b2, T_REPLY, &j4);
+    CHECK(j3.id == next && rc == 0 && j4.id == next && j4.attempt == 2,
+          "a second hello from the same process ends its old session; its job"
+          " runs again (attempt 2)");
+    void *ws[4] = {a, b, other, b2};
+    teardown(h, c, ws, 4);
+}
+
+/* The worker protocol spoken by a forger: results that contradict their
+ * jobs.  Each is refused and logged, nothing of it is stored or counted,
+ * the job runs again on another worker, and the forger's session gets no
+ * more jobs. */
+static void test_forged_results(void)
+{
+    enum { N = 4 };
+    harness h;
+    void *c;
+    setup(&h, "tbw-forged", FAST, &c);
+    uint64_t ids[N];
+    submit(c, NULL, 3, NULL, NULL, ids); /* "prompt 0".."prompt 2": 8 bytes */
+    static const uint32_t prompt[3] = {5, 6, 7};
+    wire_job tj;
+    h_job(&tj, NULL, NULL);
+    tj.tokens = prompt;
+    tj.n_tokens = 3;
+    tj.params.max_tokens = 7;
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_SUBMIT);
+    m.submit = (wire_submit){.jobs = &tj, .n_jobs = 1};
+    h_send(c, &m);
+    int rc = h_recv_type(c, T_REPLY, WIRE_T_SUBMIT_OK, &m);
+    ids[3] = rc == 0 ? m.submit_ok.ids[0] : 0;
+    if (rc == 0)
+        wire_msg_free(&m);
+    void *bad = worker_connect(&h, "w-forger", "m", N, NULL);
+    credit(bad, N);
+    got_job j[N];
+    int took = 0;
+    for (int i = 0; i < N; i++)
+        took += await_job(bad, T_REPLY, &j[i]) == 0 && j[i].id == ids[i];
+    CHECK(took == N, "a worker takes three text jobs (max_tokens 7) and a job of 3 prompt tokens");
+    /* UINT32_MAX is what the store reads as -1, "the current attempt". */
+    static const struct {
+        uint32_t attempt, n_tokens, gen, prompt;
+        const char *field;
+    } forged[N] = {
+        {1, 8, 8, 5, "gen_tokens"},          /* more than max_tokens */
+        {1, 4, 3, 5, "gen_tokens"},          /* a count unlike the ids sent */
+        {UINT32_MAX, 8, 8, 5, "gen_tokens"}, /* the same, under another attempt */
+        {1, 4, 4, 5, "prompt_tokens"},       /* a prompt count unlike the job's */
+    };
+    for (int i = 0; i < N; i++) {
+        result_counts(bad, j[i].id, forged[i].attempt, "forged", forged[i].n_tokens, forged[i].gen,
+                      forged[i].prompt);
+        rc = await(bad, WIRE_T_ERROR, T_REPLY, &m);
+        CHECK(rc == 0 && m.error.code == WIRE_E_BAD_RESULT &&
+                  strcmp(m.error.field, forged[i].field) == 0,
+              "forged result %d (attempt %u, %u ids, gen_tokens %u, prompt_tokens %u) is"
+              " refused: bad_result on %s (%s)",
+              i + 1, forged[i].attempt, forged[i].n_tokens, forged[i].gen, forged[i].prompt,
+              forged[i].field, rc == 0 ? m.error.message : "no reply");
+        if (rc == 0)
+            wire_msg_free(&m);
+    }
+    CHECK(h_sql(&h, "SELECT count(*) FROM results") == 0 &&
+              h_sql(&h, "SELECT jobs_done + tokens_done FROM workers WHERE"
+                        " name = 'w-forger'") == 0 &&
+              h_sql(&h, "SELECT count(*) FROM jobs WHERE state = 'queued' AND faults = 1") == N,
+          "nothing is stored nor counted; the jobs are back in the queue, a fault each");
+    CHECK(h_sql(&h, "SELECT count(*) FROM attempts WHERE outcome = 'failed' AND"
+                    " reason LIKE 'result refused: %'") == N,
+          "each attempt records why its result was refused");
+    credit(bad, N);
+    int extra = count_jobs(bad, 300);
+    CHECK(extra == 0, "the forger's session gets no more jobs, credits or not (%d)", extra);
+    void *good = worker_connect(&h, "w-honest", "m", N, NULL);
+    credit(good, N);
+    got_job g[N];
+    int got = 0;
+    for (int i = 0; i < N; i++)
+        got += await_job(good, T_REPLY, &g[i]) == 0 && g[i].attempt == 2;
+    CHECK(got == N, "another worker runs them again, attempt 2 (%d of %d)", got, N);
+    for (int i = 0; i < got; i++)
+        result_counts(good, g[i].id, g[i].attempt, "honest", 4, 4, g[i].id == ids[3] ? 3 : 5);
+    send_wait(c, 8, ids, N, 5000);
+    int honest = 0;
+    for (int i = 0; i < N && h_recv_type(c, T_REPLY, WIRE_T_RESULT, &m) == 0; i++) {
+        honest += m.result.state == WIRE_STATE_DONE && strcmp(m.result.text, "honest") == 0 &&
+                  strcmp(m.result.worker, "w-honest") == 0;
+        wire_msg_free(&m);
+    }
+    CHECK(honest == N && h_sql(&h, "SELECT count(*) FROM results") == N &&
+              h_sql(&h, "SELECT coalesce(sum(generated_tokens), 0) FROM v_worker_stats"
+                        " WHERE name = 'w-forger'") == 0,
+          "their results are the honest worker's; the forger's throughput is zero");
+    CHECK(h_sql(&h, "SELECT count(*) FROM workers") == 2,
+          "the forger's session was not ended (its other jobs would lose an attempt)");
+    void *ws[2] = {bad, good};
+    teardown(&h, c, ws, 2);
 }
 
 static void test_broker_restart(void)
@@ -706,6 +858,7 @@ int main(void)
     test_failures_and_attempts();
     test_cancel_running();
     test_bye_and_second_hello();
+    test_forged_results();
     test_broker_restart();
     test_sigterm_finishes();
     test_sigterm_grace_expires();

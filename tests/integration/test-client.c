@@ -11,13 +11,23 @@
  * not a hang; llmq-submit refuses a bad file before submitting and
  * resubmits idempotently; a job submitted from Python is seen from C; chat
  * jobs' messages from C and from Python reach the database as given, and a
- * chat job with a prompt too, or a message without a role, is refused. */
+ * chat job with a prompt too, or a message without a role, is refused.
+ *
+ * And the wait's lease, against a broker the test plays message by message
+ * (the cases a real broker does not produce on demand; test-recovery.sh has
+ * the real one killed and restarted): a broker older than leases refuses
+ * heartbeat_ms and the wait goes on without; a result sent twice is handed
+ * out once; a broker silent past the lease gets the wait again, on a fresh
+ * connection, for the jobs not reported yet; a stopping broker's wait_end
+ * with jobs pending does not end the wait. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <zmq.h>
 
+#include "common/clock.h"
 #include "proto/llmq.h"
 #include "tests/integration/harness.h"
 #include "tests/unit/check.h"
@@ -277,6 +287,245 @@ static void test_chat(const harness *h, const char *srcdir, llmq_client *c)
           "the Python client refuses a messages file that is not an array of messages");
 }
 
+/* ---- the lease, against a broker played by the test ---------------------------- */
+
+typedef struct fake {
+    void *sock;     /* a ROUTER bound where the client connects */
+    char peer[256]; /* the routing id of the last message's sender */
+    size_t peer_len;
+} fake;
+
+/* The next message from a client: 0, or -1 on timeout. */
+static int fake_recv(fake *f, int timeout_ms, wire_msg *m)
+{
+    zmq_pollitem_t it = {f->sock, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&it, 1, timeout_ms) <= 0)
+        return -1;
+    int n = zmq_recv(f->sock, f->peer, sizeof f->peer, 0);
+    char body[65536];
+    int len = zmq_recv(f->sock, body, sizeof body, 0);
+    f->peer_len = n > 0 ? (size_t)n : 0;
+    wire_error we;
+    return len > 0 && wire_decode(body, (size_t)len, WIRE_DIR_CLIENT_TO_BROKER, m, &we) == 0 ? 0
+                                                                                             : -1;
+}
+
+static void fake_send(fake *f, wire_msg *m)
+{
+    char *body;
+    size_t len;
+    wire_error we;
+    if (wire_encode(m, &body, &len, &we) == 0) {
+        zmq_send(f->sock, f->peer, f->peer_len, ZMQ_SNDMORE);
+        zmq_send(f->sock, body, len, 0);
+        free(body);
+    }
+}
+
+static void fake_result(fake *f, uint64_t req, uint64_t id)
+{
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_RESULT);
+    m.req = req;
+    m.result = (wire_result){.id = id, .state = WIRE_STATE_CANCELLED, .error = "cancelled"};
+    fake_send(f, &m);
+}
+
+static void fake_wait_end(fake *f, uint64_t req, uint32_t done, uint32_t pending, bool timed_out)
+{
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_WAIT_END);
+    m.req = req;
+    m.wait_end = (wire_wait_end){.done = done, .pending = pending, .timed_out = timed_out};
+    fake_send(f, &m);
+}
+
+/* The answer to the wait m: a result for each of ids, in order, then its
+ * end with nothing pending; m is freed. */
+static void fake_answer(fake *f, wire_msg *m, const uint64_t *ids, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        fake_result(f, m->req, ids[i]);
+    fake_wait_end(f, m->req, m->wait.sel.n_ids, 0, false);
+    wire_msg_free(m);
+}
+
+static bool ids_are(const wire_msg *m, const uint64_t *ids, uint32_t n)
+{
+    return m->type == WIRE_T_WAIT && m->wait.sel.n_ids == n &&
+           memcmp(m->wait.sel.ids, ids, n * sizeof *ids) == 0;
+}
+
+/* Runs the wait to its end: the ids handed out, in order, into got; and
+ * the jobs it counts done. */
+static size_t drain(llmq_wait *w, uint64_t *got, size_t cap, size_t *done)
+{
+    size_t n = 0;
+    llmq_result r;
+    llmq_error err;
+    int ev;
+    int64_t end = clock_mono_ms() + 10000;
+    while ((ev = llmq_wait_next(w, 100, &r, &err)) != LLMQ_WAIT_END && ev >= 0 &&
+           clock_mono_ms() < end)
+        if (ev == LLMQ_WAIT_RESULT && n < cap)
+            got[n++] = r.id;
+    llmq_wait_summary(w, done, NULL, NULL);
+    return n;
+}
+
+static llmq_client *lease_client(const char *ep)
+{
+    llmq_client *c;
+    llmq_error err;
+    if (llmq_connect(&c, ep, &err) < 0 || llmq_set_wait_lease(c, 200, 1000, &err) < 0) {
+        printf("FAIL - connect %s: %s\n", ep, err.message);
+        exit(1);
+    }
+    return c;
+}
+
+/* A wait on ids, begun by the client and read by the fake broker: 0 or -1. */
+static int begin_wait(fake *f, llmq_client *c, const uint64_t *ids, size_t n, llmq_wait **w,
+                      wire_msg *m)
+{
+    llmq_select sel = {.ids = ids, .n_ids = n};
+    llmq_error err;
+    if (llmq_wait_begin(c, &sel, 20000, w, &err) < 0) {
+        printf("# wait: %s\n", err.message);
+        return -1;
+    }
+    return fake_recv(f, 5000, m);
+}
+
+static void test_old_broker(fake *f, const char *ep)
+{
+    llmq_client *c = lease_client(ep);
+    static const uint64_t ids[] = {5, 6};
+    llmq_wait *w = NULL;
+    llmq_error err;
+    wire_msg m = {0};
+    int rc = begin_wait(f, c, ids, 2, &w, &m);
+    CHECK(rc == 0 && m.wait.heartbeat_ms == 200, "a wait asks for heartbeats (heartbeat_ms 200)");
+    if (rc != 0)
+        goto out;
+    wire_error we;
+    /* What brokers before the lease answer. */
+    wire_fail(&we, WIRE_E_UNKNOWN_FIELD, "heartbeat_ms", "unknown field");
+    we.req = m.req;
+    wire_msg refusal;
+    wire_error_reply(&refusal, &we);
+    fake_send(f, &refusal);
+    wire_msg_free(&m);
+    llmq_result r;
+    rc = rc == 0 ? llmq_wait_next(w, 200, &r, &err) : -1;
+    CHECK(rc == LLMQ_WAIT_IDLE && fake_recv(f, 5000, &m) == 0 && m.wait.heartbeat_ms == 0 &&
+              ids_are(&m, ids, 2),
+          "refused by a broker older than leases, it is sent again without them");
+    static const uint64_t twice[] = {5, 5, 6};
+    fake_answer(f, &m, twice, 3);
+    uint64_t got[8];
+    size_t done = 0, n = rc == LLMQ_WAIT_IDLE ? drain(w, got, 8, &done) : 0;
+    CHECK(n == 2 && got[0] == 5 && got[1] == 6 && done == 2,
+          "a result the broker sends twice is handed out once (%zu results, %zu done)", n, done);
+out:
+    llmq_wait_free(w);
+    llmq_close(c);
+}
+
+static void test_silent_broker(fake *f, const char *ep)
+{
+    llmq_client *c = lease_client(ep);
+    static const uint64_t ids[] = {7, 8, 9};
+    llmq_wait *w = NULL;
+    llmq_error err;
+    wire_msg m = {0};
+    int rc = begin_wait(f, c, ids, 3, &w, &m);
+    CHECK(rc == 0, "a wait on 3 jobs reaches the broker");
+    if (rc != 0)
+        goto out;
+    char first_peer[256];
+    size_t first_len = f->peer_len;
+    memcpy(first_peer, f->peer, f->peer_len);
+    uint64_t req = m.req;
+    wire_msg_free(&m);
+    fake_result(f, req, 7);
+    llmq_result r;
+    int ev = LLMQ_WAIT_IDLE;
+    for (int64_t end = clock_mono_ms() + 5000; ev == LLMQ_WAIT_IDLE && clock_mono_ms() < end;)
+        ev = llmq_wait_next(w, 100, &r, &err);
+    CHECK(ev == LLMQ_WAIT_RESULT && r.id == 7, "the first result arrives");
+    /* The broker dies without a word: no heartbeat, no reply. */
+    llmq_wait_health h = {0};
+    for (int64_t end = clock_mono_ms() + 10000; !h.broker_lost && clock_mono_ms() < end;) {
+        ev = llmq_wait_next(w, 100, &r, &err);
+        llmq_wait_get_health(w, &h);
+    }
+    static const uint64_t rest[] = {8, 9};
+    CHECK(h.broker_lost && h.rewaits >= 1 && h.silent_ms >= 1000,
+          "silent past the lease, the broker is presumed lost (%.0f ms)", h.silent_ms);
+    rc = fake_recv(f, 5000, &m);
+    CHECK(rc == 0 && ids_are(&m, rest, 2) && m.wait.heartbeat_ms == 200 && m.req != req &&
+              (f->peer_len != first_len || memcmp(f->peer, first_peer, first_len) != 0),
+          "the wait is sent again on a fresh connection, for the jobs not reported yet");
+    fake_answer(f, &m, ids, 3); /* 7, already final, again */
+    uint64_t got[8];
+    size_t done = 0, n = drain(w, got, 8, &done);
+    llmq_wait_get_health(w, &h);
+    CHECK(n == 2 && got[0] == 8 && got[1] == 9 && done == 3 && !h.broker_lost,
+          "the answering broker's results come, job 7 not again (%zu results, %zu done)", n, done);
+out:
+    llmq_wait_free(w);
+    llmq_close(c);
+}
+
+static void test_stopping_broker(fake *f, const char *ep)
+{
+    llmq_client *c = lease_client(ep);
+    static const uint64_t ids[] = {10};
+    llmq_wait *w = NULL;
+    llmq_error err;
+    wire_msg m = {0};
+    int rc = begin_wait(f, c, ids, 1, &w, &m);
+    CHECK(rc == 0, "a wait on 1 job reaches the broker");
+    if (rc != 0)
+        goto out;
+    fake_wait_end(f, m.req, 0, 1, false); /* what a stopping broker says */
+    wire_msg_free(&m);
+    llmq_result r;
+    int ev = LLMQ_WAIT_IDLE;
+    for (int i = 0; i < 3 && ev == LLMQ_WAIT_IDLE; i++)
+        ev = llmq_wait_next(w, 100, &r, &err);
+    CHECK(rc == 0 && ev == LLMQ_WAIT_IDLE && fake_recv(f, 5000, &m) == 0 && ids_are(&m, ids, 1),
+          "a wait_end with jobs pending, not timed out (a stopping broker), does not end the"
+          " wait: it is sent again");
+    fake_answer(f, &m, ids, 1);
+    uint64_t got[4];
+    size_t done = 0, pending = 9, n = drain(w, got, 4, &done);
+    llmq_wait_summary(w, NULL, &pending, NULL);
+    CHECK(n == 1 && got[0] == 10 && done == 1 && pending == 0,
+          "and ends with the next broker's result");
+out:
+    llmq_wait_free(w);
+    llmq_close(c);
+}
+
+static void test_lease(harness *h)
+{
+    char ep[320];
+    snprintf(ep, sizeof ep, "ipc://%s/fake", h->dir);
+    fake f = {.sock = zmq_socket(h->zctx, ZMQ_ROUTER)};
+    int linger = 0;
+    zmq_setsockopt(f.sock, ZMQ_LINGER, &linger, sizeof linger);
+    if (zmq_bind(f.sock, ep) != 0) {
+        printf("FAIL - bind %s\n", ep);
+        return;
+    }
+    test_old_broker(&f, ep);
+    test_silent_broker(&f, ep);
+    test_stopping_broker(&f, ep);
+    zmq_close(f.sock);
+}
+
 int main(void)
 {
     const char *srcdir = getenv("LLMQ_SRCDIR");
@@ -301,6 +550,7 @@ int main(void)
     test_tools(&h, srcdir, c);
     test_chat(&h, srcdir, c);
     test_no_broker(&h);
+    test_lease(&h);
     llmq_close(c);
     int st = h_stop(&h, 5000);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the broker stops cleanly on SIGTERM");

@@ -29,18 +29,6 @@ static const char *const BROKER_FLAGS[] = {"--heartbeat-ms", "200", "--worker-ti
                                            "2000", "--max-attempts", "5", NULL};
 static const char *const WORKER_FLAGS[] = {"--slots", "8", "--ctx", "512", NULL};
 
-static llmq_job *make_jobs(char **prompts, size_t n, uint32_t max_tokens, bool ignore_eos)
-{
-    llmq_job *jobs = calloc(n, sizeof *jobs);
-    for (size_t i = 0; jobs && i < n; i++) {
-        llmq_job_init(&jobs[i]);
-        jobs[i].prompt = prompts[i];
-        jobs[i].max_tokens = max_tokens;
-        jobs[i].ignore_eos = ignore_eos;
-    }
-    return jobs;
-}
-
 static size_t count_state(const llmq_state *st, size_t n, llmq_state want)
 {
     size_t k = 0;
@@ -58,7 +46,7 @@ static void test_batch_matches_llmq_run(harness *h, llmq_client *c)
     char *ref[N] = {0}, *got[N] = {0};
     CHECK(fleet_reference(h, prompts, N, MAX, ref) == 0,
           "llmq-run --parallel gives the %d reference continuations", N);
-    llmq_job *jobs = make_jobs(prompts, N, MAX, false);
+    llmq_job *jobs = fleet_jobs(prompts, N, MAX, false);
     uint64_t ids[N];
     llmq_error err;
     int rc = llmq_submit(c, "e2e-200", NULL, jobs, N, ids, NULL, &err);
@@ -244,7 +232,7 @@ static void test_worker_killed(harness *h, llmq_client *c, fleet_worker *w)
     enum { N = 48, MAX = 160 };
     const char *batch = "e2e-kill-worker";
     char **prompts = fleet_prompts(N);
-    llmq_job *jobs = make_jobs(prompts, N, MAX, true);
+    llmq_job *jobs = fleet_jobs(prompts, N, MAX, true);
     uint64_t ids[N];
     llmq_error err;
     int rc = llmq_submit(c, batch, NULL, jobs, N, ids, NULL, &err);
@@ -296,7 +284,7 @@ static void test_broker_killed(harness *h, fleet_worker *w)
     enum { ROUNDS = 24, PER = 8, MAX = 160 };
     llmq_client *c = fleet_client(h, 1000);
     char **prompts = fleet_prompts(PER);
-    llmq_job *jobs = make_jobs(prompts, PER, MAX, true);
+    llmq_job *jobs = fleet_jobs(prompts, PER, MAX, true);
     uint64_t acked[ROUNDS * PER];
     size_t n_acked = 0, before = 0;
     int refused = 0;

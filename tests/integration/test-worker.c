@@ -12,22 +12,28 @@
  * SIGTERM lets a running job finish within the grace period, or past it
  * hands the job back to the broker without counting a fault, and exits 0;
  * the Python client (another language, no shared code) gets from a real
- * worker exactly llmq-run's text.
+ * worker exactly llmq-run's text.  Against a scripted broker: a refused
+ * hello is said again after 1 s, then 2 s, each refusal logged with the
+ * broker's reason; a result refused as bad_result makes the worker say bye
+ * and exit 1.
  *
  * The workers whose jobs must still be running when the test acts (cancel,
  * SIGTERM) are paced (LLMQ_TEST_MIN_STEP_MS): a step every PACE_MS at the
  * most, so a job of N tokens runs for N * PACE_MS or more however fast the
  * machine; the test waits for the events it checks, never for a time. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "common/clock.h"
 #include "common/file.h"
 #include "common/json.h"
+#include "proto/wire.h"
 #include "tests/integration/fleet.h"
 #include "tests/unit/check.h"
 
@@ -211,6 +217,18 @@ static bool wait_running(env *e, uint64_t id)
                              (unsigned long long)id);
 }
 
+/* Running in the worker's engine (its -v log says so), not only dispatched: the broker marks a
+ * job running when it sends it, a moment before the worker has it. */
+static bool wait_started(const fleet_worker *w, uint64_t id)
+{
+    char line[64];
+    snprintf(line, sizeof line, "job %llu attempt 1 started", (unsigned long long)id);
+    for (int64_t end = clock_mono_ms() + 20000; clock_mono_ms() < end; h_sleep_ms(20))
+        if (fleet_log_has(w, line))
+            return true;
+    return false;
+}
+
 static void test_cancel(env *e, fleet_worker *w)
 {
     uint64_t big = submit_one(e, "Once upon a time", 2000);
@@ -241,7 +259,7 @@ static void test_cancel(env *e, fleet_worker *w)
 static void test_sigterm_finishes(env *e, fleet_worker *w)
 {
     uint64_t id = submit_one(e, "Once upon a time", 100);
-    bool running = wait_running(e, id);
+    bool running = wait_running(e, id) && wait_started(w, id);
     int status = fleet_stop(w, 20000);
     /* The worker has sent its result before it exits; the broker records
      * it a moment later. */
@@ -257,10 +275,10 @@ static void test_sigterm_finishes(env *e, fleet_worker *w)
 static void test_sigterm_returns(env *e)
 {
     fleet_worker w;
-    const char *flags[] = {"--slots", "1", "--grace-ms", "300", NULL};
+    const char *flags[] = {"--slots", "1", "--grace-ms", "300", "-v", NULL};
     fleet_start_paced(&e->h, &w, "w-grace", flags, PACE_MS);
     uint64_t id = submit_one(e, "Once upon a time", 2000);
-    bool running = wait_running(e, id);
+    bool running = wait_running(e, id) && wait_started(&w, id);
     int64_t t0 = clock_mono_ms();
     int status = fleet_stop(&w, 10000);
     int64_t took = clock_mono_ms() - t0;
@@ -392,6 +410,154 @@ static void test_python(env *e)
     fleet_stop(&w, 10000);
 }
 
+/* ---- against a scripted broker ----------------------------------------------------------- */
+
+/* A ROUTER that plays the broker: what a worker does with replies a real
+ * broker sends only in rare states (refusals) is driven here. */
+typedef struct script {
+    void *sock;
+    zmq_msg_t peer; /* the worker's routing id, once it spoke */
+    char endpoint[300];
+} script;
+
+static void script_open(env *e, script *sb)
+{
+    snprintf(sb->endpoint, sizeof sb->endpoint, "ipc://%s/scripted", e->h.dir);
+    sb->sock = zmq_socket(e->h.zctx, ZMQ_ROUTER);
+    int linger = 0;
+    zmq_setsockopt(sb->sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_msg_init(&sb->peer);
+    if (zmq_bind(sb->sock, sb->endpoint) != 0) {
+        fprintf(stderr, "bind %s: %s\n", sb->endpoint, zmq_strerror(errno));
+        exit(99);
+    }
+}
+
+static void script_close(script *sb)
+{
+    zmq_msg_close(&sb->peer);
+    zmq_close(sb->sock);
+}
+
+/* The next message of type t from the worker within timeout_ms (others are
+ * dropped): 0, or -1. */
+static int script_recv(script *sb, wire_type t, int timeout_ms, wire_msg *m)
+{
+    for (int64_t end = clock_mono_ms() + timeout_ms; clock_mono_ms() < end;) {
+        zmq_pollitem_t it = {sb->sock, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, 50) <= 0)
+            continue;
+        zmq_msg_t id, body;
+        zmq_msg_init(&id);
+        zmq_msg_init(&body);
+        zmq_msg_recv(&id, sb->sock, 0);
+        zmq_msg_recv(&body, sb->sock, 0);
+        zmq_msg_close(&sb->peer);
+        zmq_msg_init(&sb->peer);
+        zmq_msg_move(&sb->peer, &id);
+        wire_error we;
+        int rc = wire_decode(zmq_msg_data(&body), zmq_msg_size(&body), WIRE_DIR_WORKER_TO_BROKER, m,
+                             &we);
+        zmq_msg_close(&id);
+        zmq_msg_close(&body);
+        if (rc == 0 && m->type == t)
+            return 0;
+        if (rc == 0)
+            wire_msg_free(m);
+    }
+    return -1;
+}
+
+static void script_send(script *sb, const wire_msg *m)
+{
+    char *body;
+    size_t len;
+    wire_error we;
+    if (wire_encode(m, &body, &len, &we) != 0) {
+        fprintf(stderr, "script_send: %s\n", we.err.msg);
+        return;
+    }
+    zmq_msg_t id;
+    zmq_msg_init(&id);
+    zmq_msg_copy(&id, &sb->peer);
+    zmq_msg_send(&id, sb->sock, ZMQ_SNDMORE);
+    zmq_send(sb->sock, body, len, 0);
+    free(body);
+}
+
+static void script_refuse(script *sb, wire_code code, const char *field, const char *message)
+{
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_ERROR);
+    m.error = (wire_error_msg){.code = code, .field = field, .message = message};
+    script_send(sb, &m);
+}
+
+/* A refused hello is said again later, later each time; a welcome then
+ * opens the session. */
+static void test_hello_refused(script *sb, fleet_worker *w)
+{
+    wire_msg m;
+    int64_t at[3] = {0};
+    int got = 0;
+    for (; got < 3 && script_recv(sb, WIRE_T_HELLO, 30000, &m) == 0; got++) {
+        at[got] = clock_mono_ms();
+        wire_msg_free(&m);
+        if (got < 2)
+            script_refuse(sb, WIRE_E_WORKER_IN_USE, "worker",
+                          "'w-scripted' is in use by live session 1 (host h, pid 1)");
+    }
+    CHECK(got == 3 && at[1] - at[0] >= 900 && at[2] - at[1] >= 1900,
+          "a refused hello is said again after 1 s, then after 2 s (%lld, %lld ms)",
+          (long long)(at[1] - at[0]), (long long)(at[2] - at[1]));
+    CHECK(fleet_log_has(w, "refused this worker's hello (worker_in_use)") &&
+              fleet_log_has(w, "in use by live session 1 (host h, pid 1)") &&
+              fleet_log_has(w, "saying hello again in 2000 ms"),
+          "each refusal is logged with the broker's reason and the wait");
+}
+
+/* A result the broker refuses: the worker stops, failing. */
+static void test_result_refused(script *sb, fleet_worker *w)
+{
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_WELCOME);
+    m.welcome = (wire_welcome){.heartbeat_ms = 1000, .dead_after_ms = 60000};
+    script_send(sb, &m);
+    int credited = script_recv(sb, WIRE_T_CREDIT, 30000, &m);
+    if (credited == 0)
+        wire_msg_free(&m);
+    wire_msg_init(&m, WIRE_T_JOB);
+    m.job = (wire_job){.id = 1, .attempt = 1, .prompt = "Once upon a time"};
+    m.job.params = job_params_default();
+    m.job.params.max_tokens = 4;
+    script_send(sb, &m);
+    int answered = script_recv(sb, WIRE_T_JOB_RESULT, 30000, &m);
+    if (answered == 0)
+        wire_msg_free(&m);
+    CHECK(credited == 0 && answered == 0, "after welcome the worker takes a job and sends its"
+                                          " result");
+    script_refuse(sb, WIRE_E_BAD_RESULT, "gen_tokens",
+                  "gen_tokens: job 1 attempt 1: 9 generated, the job allows 4 (max_tokens)");
+    int bye = script_recv(sb, WIRE_T_BYE, 30000, &m);
+    int st = fleet_reap(w, 30000);
+    CHECK(bye == 0 && exited(st, 1) && fleet_log_has(w, "the broker refused a result of this"),
+          "a result refused as bad_result: the worker logs it, says bye and exits 1");
+}
+
+static void test_scripted_broker(env *e)
+{
+    script sb;
+    script_open(e, &sb);
+    fleet_worker w;
+    const char *flags[] = {"--broker", sb.endpoint, "--slots", "1", NULL};
+    fleet_start(&e->h, &w, "w-scripted", flags);
+    test_hello_refused(&sb, &w);
+    test_result_refused(&sb, &w);
+    if (w.pid > 0)
+        fleet_stop(&w, 10000);
+    script_close(&sb);
+}
+
 int main(void)
 {
     env e;
@@ -402,6 +568,7 @@ int main(void)
     if (!e.src || !e.data)
         return 77;
     test_cli(&e);
+    test_scripted_broker(&e);
     h_start(&e.h, BROKER_FLAGS);
     e.c = fleet_client(&e.h, 10000);
     test_bad_jobs(&e);

@@ -2,12 +2,13 @@
  *
  * Pins: schema creation and the refusal of newer schemas, durability across
  * reopen, requeue of running jobs on open, idempotent client keys (one
- * job of one batch each),
+ * job of one batch each), job owners and worker key bindings, the facts a
+ * result is checked against,
  * backpressure, dispatch order and model routing, first-result-wins,
  * attempts exhaustion, cancel, JSON columns round-tripping, outcomes as
  * clients read them, one broker per file, the accounting views agreeing
  * with sums computed directly from the tables, chat jobs' messages round
- * tripping, and real databases of schema versions 1 and 2 (made by their
+ * tripping, and real databases of schema versions 1 and 3 (made by their
  * own migrations) migrated in place with every row, id and key kept. */
 #include <inttypes.h>
 #include <sqlite3.h>
@@ -19,6 +20,7 @@
 
 #include "broker/schema.sql.h"
 #include "broker/store.h"
+#include "proto/curve.h"
 #include "proto/job_params.h"
 #include "tests/unit/check.h"
 #include "tests/unit/sql_read.h"
@@ -247,6 +249,13 @@ static void test_reopen_and_requeue(void)
     store_close(st);
 }
 
+static int copy_owner(void *ctx, const store_brief *b, llmq_err *err)
+{
+    (void)err;
+    snprintf(ctx, 16, "%s", b->owner ? b->owner : "");
+    return 0;
+}
+
 static void test_client_keys_and_backpressure(void)
 {
     fresh_db();
@@ -285,6 +294,118 @@ static void test_client_keys_and_backpressure(void)
     store_commit(st, &err);
     store_close(st);
     CHECK(sql_int("SELECT count(*) FROM jobs") == 2, "two rows on disk");
+}
+
+/* Under CURVE a job records the key that submitted it; a client key
+ * already used by another owner's job is told apart from one of its own. */
+static void test_owners(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {0};
+    store_begin(st, &err);
+    store_job j = text_job("hello", "b", "k", 0);
+    j.owner = "alice";
+    int64_t id1 = 0, id2 = 0, id3 = 0, id4 = 0, id5 = 0;
+    store_submit_outcome o2, o3, o4, o5;
+    id1 = submit(st, &j, 1000);
+    store_submit(st, &j, 0, 1001, &id2, &o2, &err);
+    j.owner = "bob";
+    store_submit(st, &j, 0, 1002, &id3, &o3, &err);
+    j.batch_id = "c";
+    store_submit(st, &j, 0, 1003, &id5, &o5, &err);
+    j.batch_id = "b";
+    j.owner = NULL;
+    store_submit(st, &j, 0, 1003, &id4, &o4, &err);
+    CHECK(o2 == STORE_DUPLICATE && id2 == id1, "the owner's own key again is its job, once");
+    CHECK(o3 == STORE_OTHER_OWNER && id3 == id1 && o4 == STORE_OTHER_OWNER,
+          "another owner's key, or an owned key without an owner, is told apart");
+    CHECK(o5 == STORE_OTHER_OWNER_BATCH && id5 == id1,
+          "and so is another owner's key in another batch");
+    bool found = false;
+    char owner[16] = "";
+    store_brief_get(st, id1, copy_owner, owner, &found, &err);
+    store_commit(st, &err);
+    CHECK(found && strcmp(owner, "alice") == 0, "a job's brief names its owner");
+    store_close(st);
+    CHECK(sql_int("SELECT count(*) FROM jobs WHERE owner = 'alice'") == 1 &&
+              sql_int("SELECT count(*) FROM jobs") == 1,
+          "one row, its owner in jobs.owner");
+}
+
+/* A worker id's key binding, and each session's key. */
+static void test_worker_keys(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {0};
+    char key[CURVE_Z85_LEN + 1] = "x";
+    bool before = true, after = false, rebound = false;
+    store_begin(st, &err);
+    store_worker_key(st, "gpu0", key, &before, &err);
+    store_worker_key_bind(st, "gpu0", "K1", 1001, &err);
+    store_worker_key(st, "gpu0", key, &after, &err);
+    CHECK(!before && after && strcmp(key, "K1") == 0, "a worker id is bound to a key once bound");
+    store_worker_key_bind(st, "gpu0", "K2", 1002, &err);
+    store_worker_key(st, "gpu0", key, &rebound, &err);
+    CHECK(rebound && strcmp(key, "K2") == 0, "binding again replaces the key");
+    store_worker w = {.name = "gpu0",
+                      .host = "h",
+                      .pid = 1,
+                      .gpu_index = -1,
+                      .model = "m",
+                      .engine = "cpu",
+                      .slots = 1,
+                      .public_key = "K2"};
+    int64_t id = 0;
+    store_worker_add(st, &w, 1003, &id, &err);
+    store_commit(st, &err);
+    store_close(st);
+    CHECK(sql_int("SELECT count(*) FROM worker_keys") == 1 &&
+              sql_int("SELECT bound_at FROM worker_keys WHERE public_key = 'K2'") == 1002 &&
+              sql_int("SELECT count(*) FROM workers WHERE public_key = 'K2'") == 1,
+          "one binding row per id; the session row keeps its key");
+}
+
+/* What a result is checked against: the job's limits, and whether the
+ * result is for the attempt running on that worker. */
+static void test_job_facts(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {0};
+    store_begin(st, &err);
+    store_job t = text_job("h\xc3\xa9llo", NULL, NULL, 0); /* 6 bytes, 5 characters */
+    t.params.logprobs = true;
+    t.params.top_logprobs = 2;
+    static const uint32_t ids[3] = {1, 2, 3};
+    store_job k = text_job(NULL, NULL, NULL, 0);
+    k.prompt_ids = ids;
+    k.n_prompt_ids = 3;
+    int64_t jt = submit(st, &t, 1000), jk = submit(st, &k, 1000);
+    store_commit(st, &err);
+    int64_t w = add_worker(st, "w", -1, 1001);
+    claimed c;
+    claim(st, w, 2, 1002, &c);
+    store_job_facts ft, fk, stale, other, any;
+    store_begin(st, &err);
+    store_job_facts_get(st, jt, w, 1, &ft, &err);
+    store_job_facts_get(st, jk, w, 2, &stale, &err);
+    store_job_facts_get(st, jk, w, -1, &any, &err);
+    store_job_facts_get(st, jk, w + 1, 1, &other, &err);
+    store_job_facts_get(st, jk, w, 1, &fk, &err);
+    store_commit(st, &err);
+    CHECK(ft.current && ft.max_tokens == 16 && ft.logprobs && ft.top_logprobs == 2 &&
+              !ft.token_prompt && ft.prompt_len == 6,
+          "a text job's facts: max_tokens, logprobs, its prompt's length in bytes (%" PRId64 ")",
+          ft.prompt_len);
+    CHECK(fk.current && fk.token_prompt && fk.prompt_len == 3 && !fk.logprobs,
+          "a token job's facts: its prompt's length in ids");
+    CHECK(!stale.current && !other.current,
+          "another attempt, or another worker, is not the current one");
+    CHECK(any.current && any.prompt_len == 3,
+          "an attempt <= 0 is the current one, as store_result_put takes it");
+    store_close(st);
 }
 
 static void test_priority_order_and_json(void)
@@ -753,8 +874,8 @@ static bool old_db(int version, const char *rows)
     " presence_penalty, frequency_penalty, seed, submitted_at"
 #define V1_JOB_VALUES "8, 0, 0, 1, 0, 1, 64, 0, 0, 0, 1"
 
-/* A database of schema version 1 (before logprobs) is migrated in place:
- * its jobs read back without logprobs. */
+/* A database of schema version 1 (before logprobs and identities) is
+ * migrated in place: its jobs read back without logprobs and owner. */
 static void test_migration_from_v1(void)
 {
     bool made = old_db(1, "INSERT INTO jobs (prompt, " V1_JOB_COLUMNS ")"
@@ -810,6 +931,12 @@ static void test_chat_jobs(void)
     store_commit(st, &err);
     CHECK(rc == 0 && n == 1 && strcmp(got, want) == 0,
           "a chat job's messages (quotes, newlines, UTF-8, an empty one) come back, and no prompt");
+    store_job_facts f;
+    store_begin(st, &err);
+    store_job_facts_get(st, id, w, 1, &f, &err);
+    store_commit(st, &err);
+    CHECK(f.current && f.chat_prompt && !f.token_prompt && f.prompt_len == 0,
+          "a chat job's facts say so: its result's prompt_tokens are its worker's rendering's");
     char sql[160], text[128];
     snprintf(sql, sizeof sql,
              "SELECT json_extract(messages, '$[1].content') FROM jobs WHERE id = %lld"
@@ -831,17 +958,18 @@ static void test_chat_jobs(void)
           "the jobs table refuses a job with no prompt, and one with a prompt and messages");
 }
 
-/* A version 2 database (jobs of every state, results, attempts, an archived
- * job) is rebuilt for chat jobs in place: rows, ids and links kept, its
+/* A version 3 database (jobs of every state, an owner, results, attempts, an
+ * archived job, a worker key) is rebuilt for chat jobs in place: rows, ids and links kept, its
  * indexes and views there, ids still never reused, and chat jobs storable. */
-static void test_migration_from_v2(void)
+static void test_migration_from_v3(void)
 {
     bool made = old_db(
-        2, "INSERT INTO workers (name, host, pid, slots, first_seen, last_seen)"
-           " VALUES ('w', 'h', 1, 4, 1, 1);"
+        3, "INSERT INTO workers (name, host, pid, slots, first_seen, last_seen, public_key)"
+           " VALUES ('w', 'h', 1, 4, 1, 1, 'wkey');"
+           "INSERT INTO worker_keys (name, public_key, bound_at) VALUES ('w', 'wkey', 1);"
            "INSERT INTO jobs (client_key, batch_id, state, prompt, logprobs, top_logprobs,"
-           " worker_id, attempts, finished_at, " V1_JOB_COLUMNS ")"
-           " VALUES ('k1', 'b', 'done', 'old', 1, 2, 1, 1, 5, " V1_JOB_VALUES ");"
+           " worker_id, attempts, finished_at, owner, " V1_JOB_COLUMNS ")"
+           " VALUES ('k1', 'b', 'done', 'old', 1, 2, 1, 1, 5, 'alice', " V1_JOB_VALUES ");"
            "INSERT INTO jobs (client_key, batch_id, prompt_ids, " V1_JOB_COLUMNS ")"
            " VALUES ('k2', 'b', '[1,2,3]', " V1_JOB_VALUES ");"
            "INSERT INTO jobs (prompt, " V1_JOB_COLUMNS ") VALUES ('archived', " V1_JOB_VALUES ");"
@@ -853,21 +981,23 @@ static void test_migration_from_v2(void)
            " VALUES (1, 'a cat', 'stop', 3, 2, 1, 1, 1, 4, 1, 1, 5);");
     store *st = made ? open_db(&opts3, 2000) : NULL;
     CHECK(st && sql_int("PRAGMA user_version") == STORE_SCHEMA_VERSION &&
-              store_opened(st).from_version == 2 && store_opened(st).migrate_ms >= 0,
-          "a version 2 database migrates to %d, and says from which", STORE_SCHEMA_VERSION);
+              store_opened(st).from_version == 3 && store_opened(st).migrate_ms >= 0,
+          "a version 3 database migrates to %d, and says from which", STORE_SCHEMA_VERSION);
     if (!st)
         return;
     CHECK(sql_int("SELECT count(*) FROM jobs WHERE id = 1 AND client_key = 'k1' AND state = 'done'"
                   " AND prompt = 'old' AND logprobs = 1 AND top_logprobs = 2 AND worker_id = 1"
-                  " AND finished_at = 5 AND messages IS NULL") == 1 &&
+                  " AND finished_at = 5 AND owner = 'alice' AND messages IS NULL") == 1 &&
               sql_int("SELECT count(*) FROM jobs WHERE id = 2 AND prompt_ids = '[1,2,3]'"
                       " AND state = 'queued'") == 1 &&
               sql_int("SELECT count(*) FROM jobs") == 2,
-          "its jobs keep their ids and every column");
+          "its jobs keep their ids and every column, owners included");
     CHECK(sql_int("SELECT count(*) FROM results r JOIN jobs j ON j.id = r.job_id"
                   " JOIN attempts a ON a.job_id = j.id WHERE r.text = 'a cat'") == 1 &&
-              sql_int("SELECT count(*) FROM pragma_foreign_key_check") == 0,
-          "its results and attempts still point at their jobs");
+              sql_int("SELECT count(*) FROM pragma_foreign_key_check") == 0 &&
+              sql_int("SELECT count(*) FROM worker_keys w JOIN workers s ON s.name = w.name"
+                      " AND s.public_key = w.public_key") == 1,
+          "its results and attempts still point at their jobs; worker keys are untouched");
     CHECK(sql_int("SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name IN"
                   " ('jobs_by_batch', 'jobs_queue', 'jobs_running')") == 3 &&
               sql_int("SELECT jobs FROM v_batch_stats WHERE batch_id = 'b'") == 2 &&
@@ -980,6 +1110,9 @@ int main(void)
     test_create_and_versions();
     test_reopen_and_requeue();
     test_client_keys_and_backpressure();
+    test_owners();
+    test_worker_keys();
+    test_job_facts();
     test_priority_order_and_json();
     test_param_columns();
     test_first_result_wins();
@@ -990,7 +1123,7 @@ int main(void)
     test_outcomes();
     test_logprobs();
     test_migration_from_v1();
-    test_migration_from_v2();
+    test_migration_from_v3();
     test_chat_jobs();
     test_checkpoints_while_open();
     test_views();

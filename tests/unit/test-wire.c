@@ -2,7 +2,9 @@
  * byte, defaults are the documented ones, and every kind of bad body is
  * refused with its typed error naming the field and, for a number out of
  * range, the number as sent; a failed or cancelled result carries no token
- * counts or timings. */
+ * counts or timings.  A wait without heartbeats encodes without the
+ * heartbeat_ms key, so that brokers older than it (which refuse unknown
+ * keys) read it as before. */
 #include <math.h>
 #include <msgpack.h>
 #include <stdlib.h>
@@ -188,6 +190,18 @@ static void test_client_messages(void)
     CHECK(!back.wait.stream && back.wait.timeout_ms == UINT32_MAX, "wait: stream false and timeout come back");
     wire_msg_free(&back);
 
+    m.wait = (wire_wait){.sel = {.batch = "b"}, .stream = true, .heartbeat_ms = 1000};
+    check_round_trip(&m, WIRE_DIR_CLIENT_TO_BROKER, &back);
+    CHECK(back.wait.heartbeat_ms == 1000, "wait: heartbeat_ms comes back");
+    wire_msg_free(&back);
+    m.wait.heartbeat_ms = 0;
+    char *buf;
+    size_t len;
+    wire_error e;
+    CHECK(wire_encode(&m, &buf, &len, &e) == 0 && !memmem(buf, len, "heartbeat_ms", 12),
+          "a wait without heartbeats is sent without the heartbeat_ms key");
+    free(buf);
+
     wire_msg_init(&m, WIRE_T_STATS);
     check_round_trip(&m, WIRE_DIR_CLIENT_TO_BROKER, &back);
     wire_msg_free(&back);
@@ -239,6 +253,11 @@ static void test_broker_replies(void)
     CHECK(back.result.finish == WIRE_FINISH_LENGTH && back.result.timings.prefill_tok_s == 3333.3 &&
               strcmp(back.result.text, " a cat\n") == 0,
           "result: finish, timings and text come back");
+    wire_msg_free(&back);
+
+    wire_msg_init(&m, WIRE_T_WAIT_ALIVE);
+    m.req = 12;
+    check_round_trip(&m, WIRE_DIR_BROKER_TO_CLIENT, &back);
     wire_msg_free(&back);
 
     wire_msg_init(&m, WIRE_T_WAIT_END);
@@ -454,6 +473,13 @@ static const bad_case BAD[] = {
     {"{\"v\":1,\"type\":\"wait\",\"ids\":[1],\"timeout_ms\":4294967296}", C2B, WIRE_E_BAD_VALUE,
      "timeout_ms"},
     {"{\"v\":1,\"type\":\"wait\",\"ids\":[1],\"stream\":\"no\"}", C2B, WIRE_E_BAD_TYPE, "stream"},
+    {"{\"v\":1,\"type\":\"wait\",\"ids\":[1],\"heartbeat_ms\":99}", C2B, WIRE_E_BAD_VALUE,
+     "heartbeat_ms"},
+    {"{\"v\":1,\"type\":\"wait\",\"ids\":[1],\"heartbeat_ms\":3600001}", C2B, WIRE_E_BAD_VALUE,
+     "heartbeat_ms"},
+    {"{\"v\":1,\"type\":\"wait\",\"ids\":[1],\"stream\":false,\"heartbeat_ms\":1000}", C2B,
+     WIRE_E_BAD_VALUE, "heartbeat_ms"},
+    {"{\"v\":1,\"type\":\"wait_alive\",\"req\":1}", C2B, WIRE_E_UNKNOWN_TYPE, "type"},
     {"{\"v\":1,\"type\":\"credit\",\"n\":0}", W2B, WIRE_E_BAD_VALUE, "n"},
     {"{\"v\":1,\"type\":\"credit\"}", W2B, WIRE_E_MISSING_FIELD, "n"},
     {"{\"v\":1,\"type\":\"hello\",\"worker\":\"w\",\"host\":\"h\",\"pid\":1,\"gpu_index\":-2,"
