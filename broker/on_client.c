@@ -537,6 +537,7 @@ static void result_from_outcome(const store_outcome *o, wire_result *r,
                                  errbuf, errsize);
     if (!o->res)
         return;
+    r->model = o->model;
     r->text = o->res->text;
     r->tokens = o->res->token_ids;
     r->n_tokens = (uint32_t)o->res->n_token_ids;
@@ -603,6 +604,7 @@ static int keep_outcome(void *ctx, const store_outcome *o, llmq_err *err)
     r->key = dup_or_null(r->key, &rs->oom);
     r->batch = dup_or_null(r->batch, &rs->oom);
     r->worker = dup_or_null(r->worker, &rs->oom);
+    r->model = dup_or_null(r->model, &rs->oom);
     r->error = dup_or_null(r->error, &rs->oom);
     r->text = dup_or_null(r->text, &rs->oom);
     uint32_t *tokens = r->n_tokens ? malloc(r->n_tokens * sizeof *tokens) : NULL;
@@ -624,6 +626,7 @@ static void result_set_free(result_set *rs)
         free((char *)r->key);
         free((char *)r->batch);
         free((char *)r->worker);
+        free((char *)r->model);
         free((char *)r->error);
         free((char *)r->text);
         free((uint32_t *)r->tokens);

@@ -127,6 +127,8 @@ static int open_session(broker *b, const net_peer *from, const wire_hello *h,
                         bool bind, llmq_err *err)
 {
     store_worker row = worker_row(h, from);
+    row.aliases = h->aliases;
+    row.n_aliases = h->n_aliases;
     int64_t id;
     pool_worker *w;
     if ((bind &&
@@ -278,7 +280,10 @@ static bool counts_contradict(const store_job_facts *f, const pool_worker *w,
                          " tokens",
                          prompt, f->prompt_len);
     /* A chat job's prompt is what its worker's template makes of the
-     * messages, which the broker does not know: the context bounds it. */
+     * messages, and the template is the worker's (--chat-template FILE may
+     * add any text, a system prompt of thousands of tokens): no bound made
+     * from the messages' bytes holds for every template, so the worker's
+     * context bounds it, as above, and it has at least one token. */
     if (f->chat_prompt && prompt < 1)
         return refuse_at(v, "prompt_tokens",
                          "0 for a chat job's rendered prompt");

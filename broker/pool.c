@@ -13,6 +13,9 @@ static void worker_free(pool_worker *w)
     free(w->name);
     free(w->host);
     free(w->model);
+    for (uint32_t i = 0; i < w->n_aliases; i++)
+        free(w->aliases[i]);
+    free(w->aliases);
     free(w->gpu_name);
     free(w->engine);
     free(w);
@@ -29,6 +32,20 @@ static char *dup_opt(const char *s, bool *ok)
     return d;
 }
 
+static void copy_aliases(pool_worker *w, const wire_hello *h, bool *ok)
+{
+    if (h->n_aliases == 0)
+        return;
+    w->aliases = calloc(h->n_aliases, sizeof *w->aliases);
+    if (!w->aliases) {
+        *ok = false;
+        return;
+    }
+    w->n_aliases = h->n_aliases;
+    for (uint32_t i = 0; i < h->n_aliases; i++)
+        w->aliases[i] = dup_opt(h->aliases[i], ok);
+}
+
 static pool_worker *worker_new(const wire_hello *h, const net_peer *peer,
                                int64_t id, int64_t now)
 {
@@ -39,6 +56,7 @@ static pool_worker *worker_new(const wire_hello *h, const net_peer *peer,
     w->name = dup_opt(h->worker, &ok);
     w->host = dup_opt(h->host, &ok);
     w->model = dup_opt(h->model, &ok);
+    copy_aliases(w, h, &ok);
     w->gpu_name = dup_opt(h->gpu_name, &ok);
     w->engine = dup_opt(h->engine, &ok);
     net_peer_copy(&w->peer, peer);
@@ -92,10 +110,20 @@ pool_worker *pool_by_id(const pool *p, int64_t id)
     return NULL;
 }
 
+static bool answers_to(const pool_worker *w, const char *model)
+{
+    if (w->model && strcmp(w->model, model) == 0)
+        return true;
+    for (uint32_t i = 0; i < w->n_aliases; i++)
+        if (w->aliases[i] && strcmp(w->aliases[i], model) == 0)
+            return true;
+    return false;
+}
+
 bool pool_serves(const pool *p, const char *model)
 {
     for (size_t i = 0; i < p->n; i++)
-        if (p->v[i]->model && strcmp(p->v[i]->model, model) == 0)
+        if (answers_to(p->v[i], model))
             return true;
     return false;
 }

@@ -29,6 +29,8 @@ typedef struct pool_worker {
     int64_t id; /* workers.id */
     net_peer peer;
     char *name, *host, *model, *gpu_name, *engine;
+    char **aliases; /* other model names it answers to */
+    uint32_t n_aliases;
     uint32_t pid;
     int32_t gpu_index;
     uint32_t slots;
@@ -57,7 +59,7 @@ int pool_add(pool *p, const wire_hello *h, const net_peer *peer, int64_t id,
 pool_worker *pool_by_peer(const pool *p, const net_peer *peer);
 pool_worker *pool_by_name(const pool *p, const char *name);
 pool_worker *pool_by_id(const pool *p, int64_t id);
-/* True when a connected session serves model. */
+/* True when a connected session serves model, or answers to it as an alias. */
 bool pool_serves(const pool *p, const char *model);
 /* Removes and frees w. */
 void pool_remove(pool *p, pool_worker *w);

@@ -10,7 +10,7 @@
 /* SQL laid out by hand, to the end of the migrations. */
 /* clang-format off */
 /* The columns of jobs as migration 1 makes them, with which the table that
- * migration 4 makes starts. */
+ * migration 5 makes starts. */
 #define JOBS_V1_COLUMNS                                                          \
     "  id                INTEGER PRIMARY KEY AUTOINCREMENT,"                     \
     "  client_key        TEXT UNIQUE,"                                           \
@@ -42,7 +42,7 @@
     "  worker_id         INTEGER REFERENCES workers (id),"                       \
     "  error             TEXT,"
 
-/* The indexes of jobs: made with the table (1), and again when migration 4
+/* The indexes of jobs: made with the table (1), and again when migration 5
  * rebuilds it. */
 #define JOBS_INDEXES                                                           \
     "CREATE INDEX jobs_by_batch ON jobs (batch_id, id) WHERE batch_id IS NOT " \
@@ -51,13 +51,14 @@
     "'queued';"                                                                \
     "CREATE INDEX jobs_running ON jobs (worker_id) WHERE state = 'running';"
 
-/* The columns of jobs at version 3, which migration 4 copies. */
-#define JOBS_V3_COLUMNS                                                         \
+/* The columns of jobs at version 4, which migration 5 copies. */
+#define JOBS_V4_COLUMNS                                                         \
     "id, client_key, batch_id, state, priority, model, prompt, prompt_ids,"     \
     " max_tokens, temperature, top_k, top_p, min_p, repeat_penalty,"            \
     " repeat_last_n, presence_penalty, frequency_penalty, seed, ignore_eos,"    \
     " stop, submit_id, submitted_at, started_at, finished_at, attempts,"        \
-    " faults, worker_id, error, logprobs, top_logprobs, owner"
+    " faults, worker_id, error, logprobs, top_logprobs, owner, json_schema,"    \
+    " json_object"
 
 static const char *const store_migrations[] = {
     /* 1: jobs, results, workers, attempts and the accounting views. */
@@ -197,7 +198,14 @@ static const char *const store_migrations[] = {
     "  bound_at   INTEGER NOT NULL"
     ") WITHOUT ROWID;",
 
-    /* 4: chat jobs, whose messages (a JSON array of {"role", "content"})
+    /* 4: structured outputs: the JSON schema a job's output follows (its
+     * text, as submitted), or any JSON object; the other model names a
+     * worker answers to (a JSON array of strings). */
+    "ALTER TABLE jobs ADD COLUMN json_schema TEXT;"
+    "ALTER TABLE jobs ADD COLUMN json_object INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE workers ADD COLUMN aliases TEXT;",
+
+    /* 5: chat jobs, whose messages (a JSON array of {"role", "content"})
      * stand instead of a prompt or its token ids.  SQLite cannot change a
      * table's CHECK in place, so jobs is rebuilt as its documentation says
      * (ALTER TABLE, "making other kinds of table schema changes"), with the
@@ -208,22 +216,24 @@ static const char *const store_migrations[] = {
      * view v_batch_stats as it is, naming "jobs", which is the new table
      * once renamed (the checking rename would refuse the view for naming a
      * table that is, for a moment, not there). */
-    "CREATE TABLE jobs_v4 ("
+    "CREATE TABLE jobs_v5 ("
     JOBS_V1_COLUMNS
     "  logprobs          INTEGER NOT NULL DEFAULT 0,"
     "  top_logprobs      INTEGER NOT NULL DEFAULT 0,"
     "  owner             TEXT,"
+    "  json_schema       TEXT,"
+    "  json_object       INTEGER NOT NULL DEFAULT 0,"
     "  messages          TEXT,"
     "  CHECK ((prompt IS NOT NULL) + (prompt_ids IS NOT NULL)"
     "         + (messages IS NOT NULL) = 1)"
     ");"
-    "INSERT INTO jobs_v4 (" JOBS_V3_COLUMNS ") SELECT " JOBS_V3_COLUMNS
+    "INSERT INTO jobs_v5 (" JOBS_V4_COLUMNS ") SELECT " JOBS_V4_COLUMNS
     " FROM jobs;"
-    "DELETE FROM sqlite_sequence WHERE name = 'jobs_v4';"
-    "UPDATE sqlite_sequence SET name = 'jobs_v4' WHERE name = 'jobs';"
+    "DELETE FROM sqlite_sequence WHERE name = 'jobs_v5';"
+    "UPDATE sqlite_sequence SET name = 'jobs_v5' WHERE name = 'jobs';"
     "PRAGMA legacy_alter_table = ON;"
     "DROP TABLE jobs;"
-    "ALTER TABLE jobs_v4 RENAME TO jobs;"
+    "ALTER TABLE jobs_v5 RENAME TO jobs;"
     JOBS_INDEXES
     "PRAGMA legacy_alter_table = OFF;",
 };

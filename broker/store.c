@@ -98,6 +98,7 @@ enum {
     JR_PROMPT_IDS = N_JOB_IN + N_PARAMS + N_JOB_OUT,
     JR_MESSAGES,
     JR_STOP,
+    JR_JSON_SCHEMA,
     JR_STATE
 };
 
@@ -127,6 +128,7 @@ enum { N_RESULT = 0 RESULT_ROW(COUNT_ONE) };
     X("j.error", error, TEXT)                \
     X("j.attempts", attempts, I32)           \
     X("w.name", worker, TEXT)                \
+    X("w.model", model, TEXT)                \
     X("r.queue_wait_ms", queue_wait_ms, F64) \
     X("r.prefill_tok_s", prefill_tok_s, F64) \
     X("r.decode_tok_s", decode_tok_s, F64)   \
@@ -242,11 +244,14 @@ static const char *const stmt_sql[S_COUNT] = {
                    " WHERE client_key = :client_key",
     [S_INSERT_JOB] =
         "INSERT INTO jobs (" JOB_IN_ROW(SQL_NAME) JOB_PARAMS(SQL_NAME)
-        "submit_id, prompt_ids, messages, stop, submitted_at)"
+        "submit_id, prompt_ids, messages, stop, json_schema, submitted_at)"
         " VALUES (" JOB_IN_ROW(SQL_PARAM) JOB_PARAMS(SQL_PARAM)
-        ":submit_id, :prompt_ids, :messages, :stop, :now)",
+        ":submit_id, :prompt_ids, :messages, :stop, :json_schema, :now)",
+    /* A job for one of the worker's aliases is one for its model. */
     [S_QUEUE_HEAD] = "SELECT id FROM jobs WHERE state = 'queued'"
-                     " AND (model IS NULL OR :model IS NULL OR model = :model)"
+                     " AND (model IS NULL OR :model IS NULL OR model = :model"
+                     " OR model IN (SELECT a.value FROM workers w,"
+                     " json_each(w.aliases) a WHERE w.id = :worker_id))"
                      " ORDER BY priority DESC, id LIMIT :max",
     [S_CLAIM] = "UPDATE jobs SET state = 'running', attempts = attempts + 1,"
                 " worker_id = :worker_id, started_at = :now WHERE id = :job_id"
@@ -256,7 +261,7 @@ static const char *const stmt_sql[S_COUNT] = {
         " started_at) VALUES (:job_id, :attempt, :worker_id, :now)",
     [S_JOB_READ] =
         "SELECT " JOB_IN_ROW(SQL_NAME) JOB_PARAMS(SQL_NAME)
-        JOB_OUT_ROW(SQL_NAME) "prompt_ids, messages, stop, state"
+        JOB_OUT_ROW(SQL_NAME) "prompt_ids, messages, stop, json_schema, state"
         " FROM jobs WHERE id = :job_id",
     [S_JSON_EACH] = "SELECT value FROM json_each(:json)",
     [S_JSON_MESSAGES] = "SELECT json_extract(value, '$.role'),"
@@ -313,12 +318,13 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_BATCH_BRIEFS] =
         BRIEF_SELECT " WHERE j.batch_id = :batch_id ORDER BY j.id",
     [S_WORKER_ADD] =
-        "INSERT INTO workers (" WORKER_ROW(SQL_NAME) "first_seen, last_seen)"
-        " VALUES (" WORKER_ROW(SQL_PARAM) ":now, :now) RETURNING id",
+        "INSERT INTO workers (" WORKER_ROW(SQL_NAME) "aliases, first_seen, last_seen)"
+        " VALUES (" WORKER_ROW(SQL_PARAM) ":aliases, :now, :now) RETURNING id",
     [S_WORKER_SET] = "UPDATE workers SET state = :state, last_seen = :now"
                      " WHERE id = :worker_id",
-    [S_MODEL_SEEN] = "SELECT 1 FROM workers WHERE model = :model"
-                     " AND last_seen >= :since LIMIT 1",
+    [S_MODEL_SEEN] = "SELECT 1 FROM workers WHERE last_seen >= :since"
+                     " AND (model = :model OR EXISTS (SELECT 1 FROM"
+                     " json_each(aliases) WHERE value = :model)) LIMIT 1",
     [S_JOB_FACTS] =
         "SELECT " FACTS_ROW(EXPR_SQL) "1 FROM jobs WHERE id = :job_id"
         " AND state = 'running' AND worker_id = :worker_id"
@@ -1351,6 +1357,7 @@ static int insert_job(store *st, const store_job *job, int64_t now,
     bind_str(st, s, ":prompt_ids", job->prompt_ids ? st->json_a.p : NULL);
     bind_str(st, s, ":messages", job->messages ? st->json_a.p : NULL);
     bind_str(st, s, ":stop", job->params.n_stop ? st->json_b.p : NULL);
+    bind_str(st, s, ":json_schema", job->params.json_schema);
     bind_i64(st, s, ":now", now);
     if (stmt_run(st, s, err))
         return -1;
@@ -1419,6 +1426,7 @@ static int job_from_row(store *st, sqlite3_stmt *s, store_job *job,
         return -1;
     p->stop = (const char *const *)a->stop.v;
     p->n_stop = (uint32_t)a->stop.n;
+    p->json_schema = col_text(s, JR_JSON_SCHEMA);
     return 0;
 }
 
@@ -1472,12 +1480,13 @@ static int claim_one(store *st, int64_t id, int64_t worker_id, int64_t now,
 }
 
 /* The head of the queue, read in full before any of it changes state. */
-static int queue_head(store *st, const char *model, int max, int64_t *ids,
-                      int *n, llmq_err *err)
+static int queue_head(store *st, int64_t worker_id, const char *model, int max,
+                      int64_t *ids, int *n, llmq_err *err)
 {
     sqlite3_stmt *s = stmt_get(st, S_QUEUE_HEAD);
     bind_i64(st, s, ":max", max);
     bind_str(st, s, ":model", model);
+    bind_i64(st, s, ":worker_id", worker_id);
     *n = 0;
     for (;;) {
         bool row;
@@ -1503,7 +1512,7 @@ int store_claim(store *st, int64_t worker_id, const char *model, int max,
     int64_t *ids = malloc((size_t)max * sizeof *ids);
     if (!ids)
         return llmq_errf(err, "out of memory claiming %d jobs", max);
-    int n = 0, rc = queue_head(st, model, max, ids, &n, err);
+    int n = 0, rc = queue_head(st, worker_id, model, max, ids, &n, err);
     for (int i = 0; rc == 0 && i < n; i++) {
         rc = claim_one(st, ids[i], worker_id, now_ms, err);
         if (rc == 0)
@@ -1941,8 +1950,13 @@ void store_counts_all(const store *st, int64_t out[STORE_N_STATES])
 int store_worker_add(store *st, const store_worker *w, int64_t now_ms,
                      int64_t *worker_id, llmq_err *err)
 {
+    st->json_b.len = 0;
+    if (w->n_aliases &&
+        json_strings(w->aliases, w->n_aliases, &st->json_b, err))
+        return -1;
     sqlite3_stmt *s = stmt_get(st, S_WORKER_ADD);
     bind_row(st, s, RB_WORKER, w);
+    bind_str(st, s, ":aliases", w->n_aliases ? st->json_b.p : NULL);
     bind_i64(st, s, ":now", now_ms);
     bool row;
     if (step_row(st, s, &row, err))

@@ -43,7 +43,7 @@
 typedef struct store store;
 
 /* The schema version this build creates and understands. */
-#define STORE_SCHEMA_VERSION 4
+#define STORE_SCHEMA_VERSION 5
 
 typedef enum store_sync {
     STORE_SYNC_FULL = 0, /* default: survives power loss */
@@ -184,8 +184,8 @@ int store_submit(store *st, const store_job *job, int64_t max_queued,
 
 /* Moves up to max queued jobs, by priority then submission order, to
  * running on worker_id, starting an attempt each, and hands each to fn.
- * Only jobs without a model or for `model` (NULL: any) are taken.  *claimed
- * counts them. */
+ * Only jobs without a model or for `model` or one of the worker's aliases
+ * (model NULL: any) are taken.  *claimed counts them. */
 int store_claim(store *st, int64_t worker_id, const char *model, int max,
                 int64_t now_ms, store_job_fn fn, void *ctx, int *claimed,
                 llmq_err *err);
@@ -295,6 +295,7 @@ typedef struct store_outcome {
     const char *error;
     int32_t attempts;
     const char *worker;
+    const char *model; /* the model the worker serves (its hello's) */
     const store_result *res;
     double queue_wait_ms, prefill_tok_s, decode_tok_s, total_ms;
 } store_outcome;
@@ -319,6 +320,8 @@ typedef struct store_worker {
     int32_t gpu_index;    /* -1 on the CPU engine */
     const char *gpu_uuid;
     const char *model;
+    const char *const *aliases; /* other names jobs may route to it by */
+    size_t n_aliases;
     const char *engine;
     int32_t slots;
     const char *public_key; /* Z85 CURVE key it connected with, or NULL */
@@ -328,7 +331,8 @@ typedef struct store_worker {
  * comes back is a new session, so its old session's results stay stale. */
 int store_worker_add(store *st, const store_worker *w, int64_t now_ms,
                      int64_t *worker_id, llmq_err *err);
-/* *seen: some worker session serving model was last heard from at or
+/* *seen: some worker session serving model (or answering to it as an
+ * alias) was last heard from at or
  * after since_ms (sessions still connected count through the pool, not
  * here: their last_seen lags). */
 int store_model_seen(store *st, const char *model, int64_t since_ms,

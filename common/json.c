@@ -533,3 +533,47 @@ int json_buf_string(json_buf *b, const char *s, size_t len)
 {
     return write_escaped(put_buf, b, s, len);
 }
+
+/* An integer as itself; a double in the fewest digits (15 to 17) that read
+ * back as the same double. */
+static int put_number(json_buf *b, const json_value *v)
+{
+    char num[32];
+    int n = 0;
+    if (v->num.is_int)
+        n = snprintf(num, sizeof num, "%lld", (long long)v->num.i);
+    for (int digits = 15; !v->num.is_int && digits <= 17; digits++) {
+        n = snprintf(num, sizeof num, "%.*g", digits, v->num.d);
+        if (strtod(num, NULL) == v->num.d)
+            break;
+    }
+    return json_buf_put(b, num, (size_t)n);
+}
+
+int json_buf_value(json_buf *b, const json_value *v)
+{
+    switch (v->type) {
+    case JSON_NULL: return json_buf_put(b, "null", 4);
+    case JSON_BOOL: return v->boolean ? json_buf_put(b, "true", 4) : json_buf_put(b, "false", 5);
+    case JSON_NUMBER: return put_number(b, v);
+    case JSON_STRING: return json_buf_string(b, v->str.s, v->str.len);
+    case JSON_ARRAY:
+        if (json_buf_put(b, "[", 1) < 0)
+            return -1;
+        for (size_t i = 0; i < v->arr.n; i++)
+            if ((i && json_buf_put(b, ",", 1) < 0) || json_buf_value(b, &v->arr.items[i]) < 0)
+                return -1;
+        return json_buf_put(b, "]", 1);
+    case JSON_OBJECT:
+        if (json_buf_put(b, "{", 1) < 0)
+            return -1;
+        for (size_t i = 0; i < v->obj.n; i++) {
+            const json_member *m = &v->obj.members[i];
+            if ((i && json_buf_put(b, ",", 1) < 0) || json_buf_string(b, m->key, m->key_len) < 0 ||
+                json_buf_put(b, ":", 1) < 0 || json_buf_value(b, &m->value) < 0)
+                return -1;
+        }
+        return json_buf_put(b, "}", 1);
+    }
+    return -1;
+}

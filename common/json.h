@@ -94,5 +94,9 @@ typedef struct json_buf {
  * appended, and is still the caller's to free. */
 int json_buf_put(json_buf *b, const char *s, size_t n);
 int json_buf_string(json_buf *b, const char *s, size_t len);
+/* Appends a parsed tree as compact JSON text (no whitespace, members in
+ * document order; a number as its integer, or in the fewest digits that
+ * read back as the same double). */
+int json_buf_value(json_buf *b, const json_value *v);
 
 #endif

@@ -485,10 +485,32 @@ static void take_cached_prefix(engine *e, seq *s)
     s->n_computed = n * kvpool_block_size(e->pool);
 }
 
+/* Whether a running sequence is still to compute a prompt block that s
+ * shares past the blocks the cache gave it (siblings of one prompt, n > 1,
+ * or jobs behind one long instruction, added together): then s waits for
+ * that block rather than computing it a second time.  A sequence that will
+ * not publish (its chain broken) is not waited for. */
+static bool shares_pending_prefix(const engine *e, const seq *s)
+{
+    const int32_t bs = kvpool_block_size(e->pool);
+    const int32_t next_block_end = s->n_computed + bs;
+    if (!e->cfg.prefix_cache || next_block_end > s->n_prompt || next_block_end >= s->n_tokens)
+        return false;
+    for (int32_t i = n_waiting(e); i < e->n_live; i++) {
+        const seq *r = e->live[i];
+        if (r->chain.broken || r->n_computed >= next_block_end || r->n_prompt < next_block_end)
+            continue;
+        if (memcmp(r->tokens, s->tokens, (size_t)next_block_end * sizeof *s->tokens) == 0)
+            return true;
+    }
+    return false;
+}
+
 /* Admits waiting sequences in queue order while sequence slots and blocks
  * for their whole known tokens last (the cached prefix needs none of its
- * own); a sequence that does not fit blocks the ones behind it, so none
- * starves. */
+ * own), and while the head of the queue is not waiting for a running
+ * sequence to compute the prefix it shares; a sequence that cannot go in
+ * blocks the ones behind it, so none starves. */
 static void admit(engine *e)
 {
     int32_t waiting = n_waiting(e);
@@ -496,7 +518,8 @@ static void admit(engine *e)
     while (waiting > 0 && running < e->cfg.max_seqs) {
         seq *s = e->live[0];
         take_cached_prefix(e, s);
-        if (!kvpool_reserve(e->pool, s->blocks, &s->n_blocks, s->n_tokens)) {
+        if (shares_pending_prefix(e, s) ||
+            !kvpool_reserve(e->pool, s->blocks, &s->n_blocks, s->n_tokens)) {
             kvpool_release(e->pool, s->blocks, &s->n_blocks);
             kvpool_chain_reset(&s->chain);
             s->n_computed = 0;

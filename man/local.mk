@@ -12,4 +12,4 @@ dist_man_MANS = \
 
 # The documents the man pages refer to (distributed by EXTRA_DIST in Makefile.am).
 doc_DATA = docs/ARCHITECTURE.md docs/PROTOCOL.md docs/SCHEMA.md docs/OPERATIONS.md \
-	docs/CLIENTS.md
+	docs/CLIENTS.md docs/OPENAI.md

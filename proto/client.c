@@ -534,7 +534,7 @@ static int to_wire_job(const llmq_job *j, size_t index, wire_job *w, wire_messag
         .n_messages = j->messages ? (uint32_t)j->n_messages : 0,
         .priority = j->priority,
         .model = j->model,
-        .params = {.stop = j->stop, .n_stop = (uint32_t)j->n_stop},
+        .params = {.stop = j->stop, .n_stop = (uint32_t)j->n_stop, .json_schema = j->json_schema},
     };
     const llmq_job *from = j;
     job_params *to = &w->params;
@@ -590,7 +590,8 @@ int llmq_job_check(const llmq_job *job, llmq_error *err)
 static size_t job_bytes(const llmq_job *j)
 {
     size_t n = 256 + (j->prompt ? strlen(j->prompt) : 0) + 5 * j->n_tokens +
-               (j->key ? strlen(j->key) : 0) + (j->model ? strlen(j->model) : 0);
+               (j->key ? strlen(j->key) : 0) + (j->model ? strlen(j->model) : 0) +
+               (j->json_schema ? strlen(j->json_schema) : 0);
     for (size_t i = 0; i < j->n_stop; i++)
         n += 8 + (j->stop[i] ? strlen(j->stop[i]) : 0);
     for (size_t i = 0; j->messages && i < j->n_messages; i++)
@@ -856,6 +857,7 @@ static void to_result(const wire_result *r, llmq_result *out)
         .decode_ms = r->timings.decode_ms, .decode_tok_s = r->timings.decode_tok_s,
         .total_ms = r->timings.total_ms, .worker = r->worker, .error = r->error,
     };
+    out->model = r->model;
 }
 
 /* ---- the lease ---- */

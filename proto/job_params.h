@@ -24,31 +24,37 @@
  *   dflt     the value of a job that does not say
  *   engine   where the worker puts it: SAMPLER (engine_request.sampling,
  *            an engine/sampler.h sampler_params field) or REQUEST (an
- *            engine/engine.h engine_request field), under the same name
+ *            engine/engine.h engine_request field), under the same name;
+ *            CONSTRAINT: the worker compiles it, with json_schema, into
+ *            the request's grammar (engine_request.constraint)
  *
- * `stop`, the one list-valued parameter, is not in the table: each layer
- * writes it out (a str array on the wire, a JSON array in the store, copies
- * in the engine). */
+ * Two parameters are not in the table, and each layer writes them out:
+ * `stop`, the one list-valued parameter (a str array on the wire, a JSON
+ * array in the store, copies in the engine), and `json_schema`, the one
+ * text (a str on the wire, a TEXT column, a grammar in the engine). */
 #ifndef LLMQ_PROTO_JOB_PARAMS_H
 #define LLMQ_PROTO_JOB_PARAMS_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#define JOB_PARAMS(X)                                           \
-    X(max_tokens, U32, 1, WIRE_MAX_GEN_TOKENS, 0, 256, REQUEST) \
-    X(temperature, F32, 0, 100, 0, 0.0f, SAMPLER)               \
-    X(top_k, I32, 0, 1048576, 0, 0, SAMPLER)                    \
-    X(top_p, F32, 0, 1, 1, 1.0f, SAMPLER)                       \
-    X(min_p, F32, 0, 1, 0, 0.0f, SAMPLER)                       \
-    X(repeat_penalty, F32, 0, 100, 1, 1.0f, SAMPLER)            \
-    X(repeat_last_n, I32, -1, 1048576, 0, 64, SAMPLER)          \
-    X(presence_penalty, F32, -2, 2, 0, 0.0f, SAMPLER)           \
-    X(frequency_penalty, F32, -2, 2, 0, 0.0f, SAMPLER)          \
-    X(seed, U64, 0, WIRE_NO_MAX, 0, 0, SAMPLER)                 \
-    X(ignore_eos, BOOL, 0, 0, 0, false, REQUEST)                \
-    X(logprobs, BOOL, 0, 0, 0, false, REQUEST)                  \
-    X(top_logprobs, I32, 0, WIRE_MAX_TOP_LOGPROBS, 0, 0, REQUEST)
+/* clang-format off */
+#define JOB_PARAMS(X)                                             \
+    X(max_tokens, U32, 1, WIRE_MAX_GEN_TOKENS, 0, 256, REQUEST)   \
+    X(temperature, F32, 0, 100, 0, 0.0f, SAMPLER)                 \
+    X(top_k, I32, 0, 1048576, 0, 0, SAMPLER)                      \
+    X(top_p, F32, 0, 1, 1, 1.0f, SAMPLER)                         \
+    X(min_p, F32, 0, 1, 0, 0.0f, SAMPLER)                         \
+    X(repeat_penalty, F32, 0, 100, 1, 1.0f, SAMPLER)              \
+    X(repeat_last_n, I32, -1, 1048576, 0, 64, SAMPLER)            \
+    X(presence_penalty, F32, -2, 2, 0, 0.0f, SAMPLER)             \
+    X(frequency_penalty, F32, -2, 2, 0, 0.0f, SAMPLER)            \
+    X(seed, U64, 0, WIRE_NO_MAX, 0, 0, SAMPLER)                   \
+    X(ignore_eos, BOOL, 0, 0, 0, false, REQUEST)                  \
+    X(logprobs, BOOL, 0, 0, 0, false, REQUEST)                    \
+    X(top_logprobs, I32, 0, WIRE_MAX_TOP_LOGPROBS, 0, 0, REQUEST) \
+    X(json_object, BOOL, 0, 0, 0, false, CONSTRAINT)
+/* clang-format on */
 
 #define JOB_PARAM_TYPE_U32 uint32_t
 #define JOB_PARAM_TYPE_I32 int32_t
@@ -64,9 +70,12 @@ typedef struct job_params {
     JOB_PARAMS(JOB_PARAM_FIELD)
     const char *const *stop; /* 0..WIRE_MAX_STOP strings of 1..WIRE_MAX_STOP_BYTES */
     uint32_t n_stop;
+    /* A JSON schema (OpenAI's strict subset, engine/jsonschema.h) the output
+     * must follow, as JSON text of 1..WIRE_MAX_SCHEMA_BYTES; NULL: none. */
+    const char *json_schema;
 } job_params;
 
-/* Every parameter at its default, no stop strings. */
+/* Every parameter at its default, no stop strings, no schema. */
 job_params job_params_default(void);
 
 #endif

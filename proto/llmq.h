@@ -125,6 +125,9 @@ typedef struct llmq_job {
     bool ignore_eos;            /* default false */
     bool logprobs;              /* default false: each generated token's log-probability */
     int32_t top_logprobs;       /* 0..20, default 0: and the n likeliest tokens' (needs logprobs) */
+    const char *json_schema;    /* default NULL; or a JSON schema (JSON text, OpenAI's strict
+                                   subset) the output follows */
+    bool json_object;           /* default false: the output is a JSON object (not with a schema) */
     const char *const *stop;    /* stop strings */
     size_t n_stop;
     int32_t priority;           /* -1000..1000, default 0, higher first */
@@ -192,6 +195,7 @@ typedef struct llmq_result {
     uint32_t gen_tokens;
     double queue_wait_ms, prefill_ms, prefill_tok_s, decode_ms, decode_tok_s, total_ms;
     const char *worker;         /* DONE: the worker that produced it */
+    const char *model;          /* DONE: the model it ran (the worker's model name) */
     const char *error;          /* FAILED / CANCELLED: why */
 } llmq_result;
 

@@ -15,6 +15,7 @@ proto_libllmq_la_SOURCES = proto/client.c proto/llmq.h proto/wire.c proto/wire.h
 	proto/job_params.c proto/job_params.h \
 	proto/curve.c proto/curve.h \
 	common/err.c common/err.h common/utf8.c common/utf8.h \
+	common/json.c common/json.h common/grow.c common/grow.h \
 	common/clock.c common/clock.h
 proto_libllmq_la_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(MSGPACK_CFLAGS)
 proto_libllmq_la_LIBADD = $(ZMQ_LIBS) $(MSGPACK_LIBS)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/json.h"
 #include "common/utf8.h"
 
 _Static_assert(sizeof(wire_state) == sizeof(int) && sizeof(wire_finish) == sizeof(int) &&
@@ -166,6 +167,7 @@ typedef struct schema {
 static const fdef PARAM_FIELDS[] = {
     JOB_PARAMS(PARAM_FIELD) ARR("stop", K_STR_ARRAY, 0, job_params, stop, n_stop, 0, WIRE_MAX_STOP,
                                 1, WIRE_MAX_STOP_BYTES),
+    STR("json_schema", 0, job_params, json_schema, 1, WIRE_MAX_SCHEMA_BYTES),
 };
 
 static const fdef MESSAGE_FIELDS[] = {
@@ -275,6 +277,7 @@ static const fdef RESULT_FIELDS[] = {
     DONE_TIMING(decode_tok_s),
     DONE_TIMING(total_ms),
     STR("worker", 0, wire_result, worker, 1, WIRE_MAX_NAME_BYTES),
+    STR("model", 0, wire_result, model, 1, WIRE_MAX_NAME_BYTES),
     STR("error", 0, wire_result, error, 1, WIRE_MAX_MESSAGE_BYTES),
 };
 
@@ -380,6 +383,8 @@ static const fdef HELLO_FIELDS[] = {
     STR("gpu_name", 0, wire_hello, gpu_name, 1, WIRE_MAX_NAME_BYTES),
     STR("gpu_uuid", 0, wire_hello, gpu_uuid, 1, WIRE_MAX_NAME_BYTES),
     STR("model", F_REQ, wire_hello, model, 1, WIRE_MAX_NAME_BYTES),
+    ARR("aliases", K_STR_ARRAY, 0, wire_hello, aliases, n_aliases, 0, WIRE_MAX_ALIASES, 1,
+        WIRE_MAX_NAME_BYTES),
     STR("model_hash", 0, wire_hello, model_hash, 1, WIRE_MAX_NAME_BYTES),
     STR("engine", F_REQ, wire_hello, engine, 1, 32),
     NUM("slots", K_U32, F_REQ, wire_hello, slots, 1, WIRE_MAX_SLOTS),
@@ -1034,6 +1039,38 @@ static int check_messages(rd *r, const wire_job *j)
                    WIRE_MAX_PROMPT_BYTES);
 }
 
+/* A job's output format: a schema that is a JSON object, or any JSON object;
+ * either decides where the output ends, so not with ignore_eos.  Whether
+ * llmq can honour the schema's keywords is the worker's to say, when it
+ * compiles it (engine/jsonschema.h). */
+static int check_format(const job_params *p, rd *r)
+{
+    size_t saved;
+    if (p->json_schema && p->json_object) {
+        path_key(r, "json_object", &saved);
+        return rd_fail(r, WIRE_E_BAD_VALUE, "not with \"json_schema\": one output format");
+    }
+    if ((p->json_schema || p->json_object) && p->ignore_eos) {
+        path_key(r, "ignore_eos", &saved);
+        const char *format = p->json_schema ? "json_schema" : "json_object";
+        return rd_fail(r, WIRE_E_BAD_VALUE,
+                       "not with \"%s\": the format decides where the output ends", format);
+    }
+    if (!p->json_schema)
+        return 0;
+    json_value *doc = NULL;
+    llmq_err err;
+    int rc = json_parse(p->json_schema, strlen(p->json_schema), &doc, &err);
+    json_type t = rc == 0 ? doc->type : JSON_NULL;
+    json_free(doc);
+    if (rc == 0 && t == JSON_OBJECT)
+        return 0;
+    path_key(r, "json_schema", &saved);
+    if (rc != 0)
+        return rd_fail(r, WIRE_E_BAD_VALUE, "not JSON: %s", err.msg);
+    return rd_fail(r, WIRE_E_BAD_VALUE, "a schema is a JSON object, not %s", json_type_name(t));
+}
+
 static int check_job(const void *obj, rd *r)
 {
     const wire_job *j = obj;
@@ -1043,6 +1080,8 @@ static int check_job(const void *obj, rd *r)
         return rd_fail(r, WIRE_E_BAD_VALUE, "%d alternatives need \"logprobs\": true",
                        j->params.top_logprobs);
     }
+    if (check_format(&j->params, r) < 0)
+        return -1;
     return one_prompt(r, j) < 0 ? -1 : check_messages(r, j);
 }
 

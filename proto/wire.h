@@ -51,6 +51,8 @@
 #define WIRE_MAX_TOKEN_ID 2147483647u        /* token ids are non-negative int32 */
 #define WIRE_MAX_TOP_LOGPROBS 20u            /* top_logprobs, alternatives per token */
 #define WIRE_MAX_TOKEN_BYTES 1024u           /* the bytes of one token in logprobs */
+#define WIRE_MAX_SCHEMA_BYTES (256u << 10)   /* a job's json_schema, JSON text */
+#define WIRE_MAX_ALIASES 16u                 /* other model names a worker answers to */
 #define WIRE_LOGPROB_FLOOR -9999.0           /* the least logprob: "as good as impossible" */
 #define WIRE_MAX_DEPTH 8                     /* msgpack nesting accepted at all */
 #define WIRE_NO_MAX 1e300                    /* a range without an upper bound */
@@ -232,6 +234,7 @@ typedef struct wire_result {
     uint32_t gen_tokens;
     wire_timings timings;
     const char *worker;        /* result: the worker that produced it, or NULL */
+    const char *model;         /* result: the model that worker serves (its hello's), or NULL */
     const char *error;         /* result: FAILED / CANCELLED reason */
 } wire_result;
 
@@ -313,6 +316,8 @@ typedef struct wire_hello {
     const char *gpu_name;      /* optional */
     const char *gpu_uuid;      /* optional */
     const char *model;         /* model name */
+    const char *const *aliases; /* 0..WIRE_MAX_ALIASES other names jobs may route to it by */
+    uint32_t n_aliases;
     const char *model_hash;    /* optional, e.g. hex digest of the GGUF file */
     const char *engine;        /* "cpu" or "cuda" */
     uint32_t slots;            /* capacity: 1..WIRE_MAX_SLOTS concurrent jobs */

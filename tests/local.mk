@@ -184,8 +184,9 @@ tests_unit_test_mkmodel_LDADD = $(LLMQ_MODEL_LIBS)
 check_PROGRAMS += tests/unit/test-jobfile
 TESTS += tests/unit/test-jobfile
 tests_unit_test_jobfile_SOURCES = tests/unit/test-jobfile.c tests/unit/check.h \
-	tools/jobfile.c tools/jobfile.h
-tests_unit_test_jobfile_LDADD = proto/libllmq.la common/libllmq_common.a
+	tools/jobfile.c tools/jobfile.h tools/openai.c tools/openai.h
+tests_unit_test_jobfile_LDADD = proto/libllmq.la engine/libllmq_engine.a common/libllmq_common.a \
+	-lm
 # ---- end llmq-submit input and output ----
 
 # ---- tokenizer (model/tokenizer.c, pretok.c; tools/llmq-run) ----
@@ -237,7 +238,8 @@ EXTRA_DIST += tests/fuzz/fuzz-wire.c tests/fuzz/corpus-wire tests/fuzz/wire.dict
 	tests/fuzz/gen-corpus-wire.py
 FUZZ_WIRE_SRCS = $(top_srcdir)/tests/fuzz/fuzz-wire.c $(top_srcdir)/proto/wire.c \
 	$(top_srcdir)/proto/job_params.c \
-	$(top_srcdir)/common/err.c $(top_srcdir)/common/utf8.c
+	$(top_srcdir)/common/err.c $(top_srcdir)/common/utf8.c $(top_srcdir)/common/json.c \
+	$(top_srcdir)/common/grow.c
 tests/fuzz/fuzz-wire: $(FUZZ_WIRE_SRCS)
 	@$(MKDIR_P) tests/fuzz
 	$(AM_V_GEN)$(FUZZ_CC) $(FUZZ_FLAGS) $(MSGPACK_CFLAGS) -o $@ $(FUZZ_WIRE_SRCS) $(MSGPACK_LIBS)
@@ -311,6 +313,11 @@ EXTRA_DIST += tests/integration/test-submit-queue.sh
 # The README's demo (tools/demo.sh) on a small batch, and what it leaves
 TESTS += tests/integration/test-demo.sh
 EXTRA_DIST += tests/integration/test-demo.sh
+# An OpenAI batch file as users have it (issue 19), through a broker and two
+# workers; its generator makes the 200-line file too (docs/OPENAI.md).
+TESTS += tests/integration/test-openai-batch.sh
+EXTRA_DIST += tests/integration/test-openai-batch.sh tests/integration/gen-openai-batch.py \
+	tests/integration/check-openai-batch.py
 # test-examples installs the Node.js example's packages here, once.
 clean-local: clean-node-example
 clean-node-example:

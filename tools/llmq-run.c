@@ -25,7 +25,6 @@
 #include <unistd.h>
 
 #include "common/cli.h"
-#include "common/clock.h"
 #include "common/err.h"
 #include "common/file.h"
 #include "kernels/backend.h"
@@ -35,6 +34,7 @@
 #include "model/chat.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
+#include "proto/job_params.h"
 
 typedef enum run_mode {
     MODE_NONE,
@@ -71,18 +71,22 @@ static const char EPILOG[] =
     "Generated text goes to stdout; logs and timings to stderr.\n"
     "Exit status: 0 done, 1 the work failed, 2 the command line is wrong.\n";
 
+/* A generation's parameters default to the protocol's native set
+ * (proto/job_params.h, docs/PROTOCOL.md §4), so that a prompt gives the
+ * same text here as in a queue job that sets nothing: greedy, seed 0. */
+#define NATIVE_SAMPLER(name) g->sampling.name = d.name;
+#define NATIVE_REQUEST(name)
+#define NATIVE_CONSTRAINT(name)
+#define NATIVE(name, kind, lo, hi, lo_open, dflt, engine) NATIVE_##engine(name)
+
 static void default_opts(run_opts *o)
 {
     *o = (run_opts){.gpu = -1};
     run_gen_opts *g = &o->gen;
-    g->n_predict = 256;
+    const job_params d = job_params_default();
+    g->n_predict = (int32_t)d.max_tokens;
     g->sampling = sampler_default_params();
-    g->sampling.temperature = 0.8f;
-    g->sampling.top_k = 40;
-    g->sampling.top_p = 0.95f;
-    g->sampling.min_p = 0.05f;
-    /* --seed replaces it; two runs in one millisecond still differ by pid. */
-    g->sampling.seed = ((uint64_t)clock_wall_ms() << 20) ^ (uint64_t)getpid();
+    JOB_PARAMS(NATIVE)
     g->engine = engine_default_config();
     g->logprobs = -1;
     g->bench_reps = 3;
@@ -229,13 +233,13 @@ static int parse_args(int argc, char **argv, run_opts *o)
         CLI_HEADING("generation:"),
         {"n-predict", 'n', "N", "tokens to generate at most (default 256)",
          CLI_INT32(&g->n_predict, 1, 1 << 24)},
-        {"temp", 0, "T", "temperature; 0 is greedy (default 0.8)",
+        {"temp", 0, "T", "temperature; 0 is greedy (default 0, as a queue job's)",
          CLI_FLOAT(&sp->temperature, -FLT_MAX, FLT_MAX)},
-        {"top-k", 0, "K", "keep the K most likely tokens; 0 off (default 40)",
+        {"top-k", 0, "K", "keep the K most likely tokens; 0 off (default 0)",
          CLI_INT32(&sp->top_k, 0, INT32_MAX)},
-        {"top-p", 0, "P", "nucleus sampling; 1 off (default 0.95)",
+        {"top-p", 0, "P", "nucleus sampling; 1 off (default 1)",
          CLI_FLOAT(&sp->top_p, -FLT_MAX, FLT_MAX)},
-        {"min-p", 0, "P", "drop tokens below P x the top probability; 0 off (default 0.05)",
+        {"min-p", 0, "P", "drop tokens below P x the top probability; 0 off (default 0)",
          CLI_FLOAT(&sp->min_p, -FLT_MAX, FLT_MAX)},
         {"repeat-penalty", 0, "F",
          "penalize the tokens of the last --repeat-last-n: their logits divided by F"
@@ -250,7 +254,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         {"repeat-last-n", 0, "N",
          "how many tokens back the penalties look; 0 off, -1 all (default 64)",
          CLI_INT32(&sp->repeat_last_n, -1, INT32_MAX)},
-        {"seed", 0, "S", "random seed (default: a new one, printed)",
+        {"seed", 0, "S", "random seed (default 0, as a queue job's: the same text every run)",
          CLI_UINT64(&sp->seed, 0, UINT64_MAX)},
         {"stop", 0, "TEXT", "stop when TEXT appears (repeatable, at most 16)",
          CLI_LIST(g->stop, &g->n_stop, ENGINE_MAX_STOPS, 1, 0)},

@@ -1,9 +1,12 @@
 /* llmq-submit: submit a JSONL file of jobs to the broker as one batch, wait
  * for the results (progress on stderr) and write them as JSONL.
  *
- * Input and output shapes: tools/jobfile.h.  Results are written in the
- * order they complete.  A batch larger than the broker's queue has room for
- * goes in parts as room frees.  Exit status: 0 every job done; 1 some job
+ * Input and output shapes: tools/jobfile.h.  A line that cannot run fails
+ * alone: its fault goes to stderr and, as its output line, to the results,
+ * and the other lines run; with --strict any such line stops the file
+ * before anything is sent.  Results are written in the order they complete.
+ * A batch larger than the broker's queue has room for goes in parts as room
+ * frees.  Exit status: 0 every line done; 1 some line failed, or a job
  * failed, was cancelled or did not finish in time (reasons on stderr); 2 bad
  * usage or bad input (nothing was submitted); 3 the broker could not be
  * reached or refused the submit, or had no room for the rest in time. */
@@ -32,7 +35,7 @@
 typedef struct options {
     const char *broker, *in, *out, *batch, *meta, *broker_key, *curve_secret;
     double timeout_s;          /* < 0: wait without limit */
-    bool no_wait;
+    bool no_wait, strict;
 } options;
 
 static const char USAGE[] =
@@ -47,12 +50,16 @@ static const char EPILOG[] =
     "Job lines: {\"id\": ..., \"prompt\": \"...\", \"max_tokens\": N, \"temperature\": T,\n"
     "\"top_k\", \"top_p\", \"min_p\", \"repeat_penalty\", \"repeat_last_n\",\n"
     "\"presence_penalty\", \"frequency_penalty\", \"seed\", \"stop\", \"ignore_eos\",\n"
-    "\"priority\", \"model\"} (\"tokens\": [ids], or a chat job's \"messages\": [{\"role\",\n"
-    "\"content\"}], instead of \"prompt\"), or OpenAI batch lines {\"custom_id\", \"method\",\n"
-    "\"url\", \"body\": {\"prompt\" or \"messages\", ...}}.  Messages go to the workers as\n"
-    "they are: each renders them with its model's chat template.\n"
-    "Exit status: 0 all done, 1 some job failed or unfinished, 2 bad input,\n"
-    "3 broker unreachable, submit refused, or no room in the queue in time.\n";
+    "\"logprobs\", \"top_logprobs\", \"json_schema\", \"json_object\", \"priority\", \"model\",\n"
+    "\"n\"} (\"tokens\": [ids], or a chat job's \"messages\": [{\"role\", \"content\"}],\n"
+    "instead of \"prompt\"), or OpenAI batch lines {\"custom_id\", \"method\", \"url\",\n"
+    "\"body\": {\"prompt\" or \"messages\", ...}} (docs/OPENAI.md).  Messages go to the\n"
+    "workers as they are: each renders them with its model's chat template.\n"
+    "A bad line fails alone (unless --strict): its error goes to stderr and, with\n"
+    "its line number, to the results.\n"
+    "Exit status: 0 all done, 1 some line or job failed or unfinished, 2 bad input\n"
+    "(nothing submitted), 3 broker unreachable, submit refused, or no room in the\n"
+    "queue in time.\n";
 
 static int check_keys(void *opts, llmq_err *err)
 {
@@ -83,8 +90,12 @@ static int parse_options(int argc, char **argv, options *o)
          " 1..256 bytes, and BATCH:ID too",
          CLI_TEXT_BYTES(&o->batch, 1, 256)},
         {"meta", 0, "TEXT", "batch metadata stored with the jobs", CLI_TEXT(&o->meta)},
-        {"no-wait", 0, NULL, "submit, write {id, job_id, existing} lines, exit",
+        {"no-wait", 0, NULL, "submit, write {id, index, job_id, existing} lines, exit",
          CLI_SWITCH(&o->no_wait)},
+        {"strict", 0, NULL,
+         "all or nothing: a bad line stops the whole file before anything is sent (every bad"
+         " line is reported); by default it fails alone and the others run",
+         CLI_SWITCH(&o->strict)},
         {"timeout", 0, "SECONDS",
          "stop waiting (for a broker to answer the submit, for room in the queue, then for"
          " results) after this long (default: no limit)",
@@ -198,17 +209,6 @@ static void show_broker(progress *p, const llmq_wait *w, const char *broker)
 }
 
 /* ---- submit and wait ---------------------------------------------------------------------- */
-
-typedef struct by_id {
-    uint64_t job_id;
-    size_t index;
-} by_id;
-
-static int cmp_id(const void *a, const void *b)
-{
-    uint64_t x = ((const by_id *)a)->job_id, y = ((const by_id *)b)->job_id;
-    return x < y ? -1 : x > y;
-}
 
 /* ---- submit, as the queue has room ------------------------------------------------------- */
 
@@ -359,41 +359,97 @@ static int send_all(flow *f, llmq_error *err)
     return 0;
 }
 
-static int submit(llmq_client *c, const options *o, const char *batch, jobfile *jf, bool *existing,
-                  double *t0_ms)
+/* The input as messages name it. */
+static const char *input_name(const options *o)
+{
+    return strcmp(o->in, "-") == 0 ? "stdin" : o->in;
+}
+
+/* A refusal that names one job (jobs[K].field) may be that job's alone. */
+static bool names_a_job(const llmq_error *err, size_t *k)
+{
+    if (strncmp(err->field, "jobs[", 5) != 0 || err->code == LLMQ_E_QUEUE_FULL ||
+        err->code == LLMQ_E_SHUTTING_DOWN || err->code == LLMQ_E_INTERNAL ||
+        err->code == LLMQ_E_UNAVAILABLE)
+        return false;
+    *k = strtoul(err->field + 5, NULL, 10);
+    return true;
+}
+
+/* Every job has a key, so that jobs sent again are not stored twice. */
+static bool all_keyed(const llmq_job *jobs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!jobs[i].key)
+            return false;
+    return true;
+}
+
+/* A job the broker refused (a model no worker serves, ...) fails its line
+ * alone, unless --strict: true when it did, and the rest may be sent again
+ * (they have keys: what of them was stored already is not stored twice). */
+static bool refuse_line(const options *o, jobfile *jf, const flow *f, const llmq_error *err,
+                        FILE *out)
+{
+    size_t k;
+    if (o->strict || !names_a_job(err, &k) || k >= f->n || !all_keyed(f->jobs, f->n))
+        return false;
+    const jobfile_entry *e = jobfile_refuse(jf, k, err);
+    char text[LLMQ_ERR_MAX + 128];
+    jobfile_fault_text(e, input_name(o), text, sizeof text);
+    fprintf(stderr, "llmq-submit: %s\n", text);
+    jobfile_write_fault(out, e);
+    return true;
+}
+
+/* Submits the jobs of the lines that have not failed; *existing[k] for
+ * the k-th of them.  *n: how many. */
+static int submit(llmq_client *c, const options *o, const char *batch, jobfile *jf, FILE *out,
+                  bool **existing, size_t *n, double *t0_ms)
 {
     flow f = {.c = c,
               .o = o,
               .batch = batch,
-              .existing = existing,
-              .n = jf->n,
               .tty = isatty(2),
               .t0_ms = clock_mono_ms_f(),
               .pause_ms = ROOM_POLL_MIN_MS};
     if (o->timeout_s >= 0)
         f.deadline_ms = f.t0_ms + o->timeout_s * 1e3;
-    f.jobs = calloc(jf->n, sizeof *f.jobs);
-    f.ids = calloc(jf->n, sizeof *f.ids);
     int rc = -1;
+    llmq_err lerr;
     llmq_error err;
-    if (!f.jobs || !f.ids) {
-        fprintf(stderr, "llmq-submit: out of memory\n");
+    for (;;) {
+        free(f.jobs);
+        free(f.ids);
+        free(*existing);
+        f.ids = NULL;
+        *existing = NULL;
+        if (jobfile_jobs(jf, &f.jobs, &f.n, &lerr) < 0 ||
+            !(f.ids = calloc(f.n ? f.n : 1, sizeof *f.ids)) ||
+            !(*existing = calloc(f.n ? f.n : 1, sizeof **existing))) {
+            fprintf(stderr, "llmq-submit: out of memory\n");
+            goto out;
+        }
+        f.existing = *existing;
+        f.sent = 0;
+        if (f.n == 0 || send_all(&f, &err) == 0)
+            break;
+        if (!refuse_line(o, jf, &f, &err, out)) {
+            fprintf(stderr, "%sllmq-submit: submit to %s failed (%s): %s\n",
+                    f.tty && f.told ? "\n" : "", o->broker, llmq_code_name(err.code), err.message);
+            if (f.sent)
+                fprintf(stderr,
+                        "llmq-submit: %zu of the %zu jobs were submitted; the same command"
+                        " again sends the rest (lines with an \"id\" are not sent twice)\n",
+                        f.sent, f.n);
+            goto out;
+        }
+    }
+    *n = f.n;
+    if (f.n && jobfile_set_ids(jf, f.ids, &lerr) < 0) {
+        fprintf(stderr, "llmq-submit: %s\n", lerr.msg);
         goto out;
     }
-    for (size_t i = 0; i < jf->n; i++)
-        f.jobs[i] = jf->entries[i].job;
-    if (send_all(&f, &err) < 0) {
-        fprintf(stderr, "%sllmq-submit: submit to %s failed (%s): %s\n",
-                f.tty && f.told ? "\n" : "", o->broker, llmq_code_name(err.code), err.message);
-        if (f.sent)
-            fprintf(stderr,
-                    "llmq-submit: %zu of the %zu jobs were submitted; the same command"
-                    " again sends the rest (lines with an \"id\" are not sent twice)\n",
-                    f.sent, f.n);
-        goto out;
-    }
-    for (size_t i = 0; i < jf->n; i++)
-        jf->entries[i].job_id = f.ids[i];
     *t0_ms = f.t0_ms;
     rc = 0;
 out:
@@ -409,23 +465,18 @@ static int stored_before(llmq_client *c, const jobfile *jf, const bool *existing
                          llmq_error *err)
 {
     enum { IDS_PER_REQUEST = 100000 }; /* docs/PROTOCOL.md: status selects at most this many */
-    by_id *known = malloc(jf->n * sizeof *known);
-    uint64_t *ids = malloc(jf->n * sizeof *ids);
-    if (!known || !ids) {
-        free(known);
-        free(ids);
+    const size_t total = jf->n_submitted;
+    uint64_t *ids = malloc((total ? total : 1) * sizeof *ids);
+    if (!ids) {
         err->code = LLMQ_E_INTERNAL;
         snprintf(err->message, sizeof err->message, "out of memory");
         return -1;
     }
     size_t n = 0;
     int rc = 0;
-    for (size_t i = 0; i < jf->n; i++)
-        if (existing[i])
-            known[n++] = (by_id){jf->entries[i].job_id, i};
-    qsort(known, n, sizeof *known, cmp_id);
-    for (size_t i = 0; i < n; i++)
-        ids[i] = known[i].job_id;
+    for (size_t k = 0; k < total; k++)
+        if (existing[k])
+            ids[n++] = jf->jobs[jf->submitted[k]].job_id;
     for (size_t at = 0; at < n && rc == 0; at += IDS_PER_REQUEST) {
         llmq_select sel = {.ids = ids + at,
                            .n_ids = n - at < IDS_PER_REQUEST ? n - at : IDS_PER_REQUEST};
@@ -433,24 +484,22 @@ static int stored_before(llmq_client *c, const jobfile *jf, const bool *existing
         rc = llmq_get_status(c, &sel, &st, err);
         for (size_t k = 0; rc == 0 && k < st->n_jobs; k++) {
             llmq_state s = st->jobs[k].state;
-            by_id key = {.job_id = st->jobs[k].id};
-            const by_id *hit = bsearch(&key, known, n, sizeof *known, cmp_id);
-            if (hit &&
-                (s == LLMQ_STATE_DONE || s == LLMQ_STATE_FAILED || s == LLMQ_STATE_CANCELLED))
-                stored[hit->index] = true;
+            const jobfile_job *j = jobfile_job_of(jf, st->jobs[k].id);
+            if (j && (s == LLMQ_STATE_DONE || s == LLMQ_STATE_FAILED || s == LLMQ_STATE_CANCELLED))
+                stored[j->order] = true;
         }
         if (rc == 0)
             llmq_status_free(st);
     }
-    free(known);
     free(ids);
     return rc;
 }
 
-static void report_failure(const jobfile_entry *e, const llmq_result *r)
+static void report_failure(const jobfile_job *j, const jobfile *jf, const llmq_result *r)
 {
     fprintf(stderr, "%sllmq-submit: line %zu (job %" PRIu64 ") %s: %s\n", isatty(2) ? "\r" : "",
-            e->line, r->id, llmq_state_name(r->state), r->error ? r->error : "no reason given");
+            jf->entries[j->entry].line, r->id, llmq_state_name(r->state),
+            r->error ? r->error : "no reason given");
 }
 
 /* What is left of --timeout since t0_ms, for the wait (at most INT_MAX ms,
@@ -464,25 +513,21 @@ static int wait_timeout_ms(const options *o, double t0_ms)
 }
 
 /* Writes each result as it comes; returns the number of jobs not done, or -1.
- * stored[i]: job i was final before this run (t0_ms: when it submitted). */
-static long wait_all(llmq_client *c, const options *o, const jobfile *jf, const bool *stored,
+ * stored[k]: submitted job k was final before this run (t0_ms: when it
+ * submitted). */
+static long wait_all(llmq_client *c, const options *o, jobfile *jf, const bool *stored,
                      double t0_ms, FILE *out)
 {
-    by_id *index = calloc(jf->n, sizeof *index);
-    uint64_t *ids = calloc(jf->n, sizeof *ids);
-    if (!index || !ids) {
-        free(index);
-        free(ids);
+    const size_t n = jf->n_submitted;
+    uint64_t *ids = calloc(n ? n : 1, sizeof *ids);
+    if (!ids) {
         fprintf(stderr, "llmq-submit: out of memory\n");
         return -1;
     }
-    for (size_t i = 0; i < jf->n; i++) {
-        index[i] = (by_id){jf->entries[i].job_id, i};
-        ids[i] = jf->entries[i].job_id;
-    }
-    qsort(index, jf->n, sizeof *index, cmp_id);
-    progress p = {.total = jf->n, .tty = isatty(2), .t0_ms = t0_ms};
-    llmq_select sel = {.ids = ids, .n_ids = jf->n};
+    for (size_t k = 0; k < n; k++)
+        ids[k] = jf->jobs[jf->submitted[k]].job_id;
+    progress p = {.total = n, .tty = isatty(2), .t0_ms = t0_ms};
+    llmq_select sel = {.ids = ids, .n_ids = n};
     llmq_wait *w = NULL;
     llmq_error err;
     long not_done = -1;
@@ -497,21 +542,18 @@ static long wait_all(llmq_client *c, const options *o, const jobfile *jf, const 
         if (ev == LLMQ_WAIT_END)
             break;
         if (ev == LLMQ_WAIT_RESULT) {
-            by_id key = {.job_id = r.id};
-            const by_id *hit = bsearch(&key, index, jf->n, sizeof *index, cmp_id);
-            if (!hit)
-                continue;   /* not a job of this file: nothing to write it to */
-            const jobfile_entry *e = &jf->entries[hit->index];
-            jobfile_write_result(out, e, &r, created);
+            const jobfile_job *j = jobfile_take(jf, &r, out, created);
+            if (!j)
+                continue; /* not a job of this file: nothing to write it to */
             fflush(out);
             p.done++;
-            if (stored[hit->index])
+            if (stored[j->order])
                 p.stored++;
             else
                 p.tokens += r.gen_tokens;
             if (r.state != LLMQ_STATE_DONE) {
                 p.failed++;
-                report_failure(e, &r);
+                report_failure(j, jf, &r);
             }
         }
         show_broker(&p, w, o->broker);
@@ -530,12 +572,36 @@ out:
         fprintf(stderr, "%sllmq-submit: waiting for results from %s failed (%s): %s\n",
                 p.tty ? "\n" : "", o->broker, llmq_code_name(err.code), err.message);
     llmq_wait_free(w);
-    free(index);
     free(ids);
     return not_done;
 }
 
 /* ---- main ---------------------------------------------------------------------------------- */
+
+/* Every bad line on stderr, with its number; without --strict, each also
+ * becomes its output line.  0, or -1 when nothing may be submitted. */
+static int report_faults(const options *o, const jobfile *jf, FILE *out)
+{
+    char text[LLMQ_ERR_MAX + 128];
+    for (size_t i = 0; i < jf->n; i++) {
+        const jobfile_entry *e = &jf->entries[i];
+        if (e->fault.fault == OPENAI_OK)
+            continue;
+        jobfile_fault_text(e, input_name(o), text, sizeof text);
+        fprintf(stderr, "llmq-submit: %s\n", text);
+        if (!o->strict)
+            jobfile_write_fault(out, e);
+    }
+    if (jf->n_faults && (o->strict || jf->n_faults == jf->n)) {
+        fprintf(stderr, "llmq-submit: %zu of %zu lines are bad: nothing was submitted%s\n",
+                jf->n_faults, jf->n, o->strict ? " (--strict)" : "");
+        return -1;
+    }
+    if (jf->n_faults)
+        fprintf(stderr, "llmq-submit: %zu of %zu lines are bad and fail alone; the others run\n",
+                jf->n_faults, jf->n);
+    return 0;
+}
 
 static int read_jobs(const options *o, const char *batch, jobfile *jf)
 {
@@ -545,7 +611,7 @@ static int read_jobs(const options *o, const char *batch, jobfile *jf)
         return -1;
     }
     llmq_err err;
-    int rc = jobfile_read(in, strcmp(o->in, "-") == 0 ? "stdin" : o->in, batch, jf, &err);
+    int rc = jobfile_read(in, input_name(o), batch, jf, &err);
     if (in != stdin)
         fclose(in);
     if (rc < 0)
@@ -553,7 +619,38 @@ static int read_jobs(const options *o, const char *batch, jobfile *jf)
     return rc;
 }
 
-static int run(const options *o, const char *batch, jobfile *jf, FILE *out)
+/* After the submit: the acks, or the results. */
+static int collect(llmq_client *c, const options *o, jobfile *jf, const bool *existing, size_t n,
+                   double t0_ms, FILE *out)
+{
+    size_t old = 0;
+    llmq_error err;
+    for (size_t i = 0; i < n; i++)
+        old += existing[i];
+    fprintf(stderr, "llmq-submit: batch %s: %zu jobs submitted%s", o->batch, n - old,
+            old ? "" : "\n");
+    if (old)
+        fprintf(stderr, ", %zu already known from an earlier submit\n", old);
+    if (o->no_wait) {
+        jobfile_write_acks(out, jf, existing);
+        return 0;
+    }
+    bool *stored = calloc(n ? n : 1, sizeof *stored);
+    int status = EXIT_BROKER;
+    if (!stored) {
+        fprintf(stderr, "llmq-submit: out of memory\n");
+    } else if (old && stored_before(c, jf, existing, stored, &err) < 0) {
+        fprintf(stderr, "llmq-submit: asking %s for the state of the known jobs failed (%s): %s\n",
+                o->broker, llmq_code_name(err.code), err.message);
+    } else {
+        long not_done = wait_all(c, o, jf, stored, t0_ms, out);
+        status = not_done < 0 ? EXIT_BROKER : not_done > 0 ? EXIT_FAILED : 0;
+    }
+    free(stored);
+    return status;
+}
+
+static int run(const options *o, jobfile *jf, FILE *out)
 {
     llmq_client *c;
     llmq_error err;
@@ -564,33 +661,21 @@ static int run(const options *o, const char *batch, jobfile *jf, FILE *out)
         fprintf(stderr, "llmq-submit: %s\n", err.message);
         return EXIT_BROKER;
     }
-    bool *existing = calloc(jf->n, sizeof *existing);
-    bool *stored = calloc(jf->n, sizeof *stored);
+    bool *existing = NULL;
+    size_t n = 0;
     double t0_ms = 0;
     int status = EXIT_BROKER;
-    if (existing && stored && submit(c, o, batch, jf, existing, &t0_ms) == 0) {
-        size_t old = 0;
-        for (size_t i = 0; i < jf->n; i++)
-            old += existing[i];
-        fprintf(stderr, "llmq-submit: batch %s: %zu jobs submitted%s", batch, jf->n - old,
-                old ? "" : "\n");
-        if (old)
-            fprintf(stderr, ", %zu already known from an earlier submit\n", old);
-        if (o->no_wait) {
-            for (size_t i = 0; i < jf->n; i++)
-                jobfile_write_ack(out, &jf->entries[i], existing[i]);
-            status = 0;
-        } else if (old && stored_before(c, jf, existing, stored, &err) < 0) {
-            fprintf(stderr,
-                    "llmq-submit: asking %s for the state of the known jobs failed (%s): %s\n",
-                    o->broker, llmq_code_name(err.code), err.message);
+    if (submit(c, o, o->batch, jf, out, &existing, &n, &t0_ms) == 0) {
+        if (n > 0) {
+            status = collect(c, o, jf, existing, n, t0_ms, out);
         } else {
-            long not_done = wait_all(c, o, jf, stored, t0_ms, out);
-            status = not_done < 0 ? EXIT_BROKER : not_done > 0 ? EXIT_FAILED : 0;
+            fprintf(stderr, "llmq-submit: every line failed: nothing was submitted\n");
+            status = EXIT_FAILED;
         }
     }
+    if (status == 0 && jf->n_faults)
+        status = EXIT_FAILED;
     free(existing);
-    free(stored);
     llmq_close(c);
     return status;
 }
@@ -618,7 +703,7 @@ int main(int argc, char **argv)
         jobfile_free(&jf);
         return EXIT_USAGE;
     }
-    int status = run(&o, o.batch, &jf, out);
+    int status = report_faults(&o, &jf, out) < 0 ? EXIT_USAGE : run(&o, &jf, out);
     if (fclose(out) != 0) {
         fprintf(stderr, "llmq-submit: writing %s: %m\n", o.out);
         status = status ? status : EXIT_FAILED;

@@ -9,14 +9,18 @@ tools_llmq_mkmodel_LDADD = $(LLMQ_MODEL_LIBS)
 
 # ---- llmq-submit (tools/llmq-submit.c, tools/jobfile.c) ----
 bin_PROGRAMS += tools/llmq-submit
-tools_llmq_submit_SOURCES = tools/llmq-submit.c tools/jobfile.c tools/jobfile.h
-tools_llmq_submit_LDADD = proto/libllmq.la common/libllmq_common.a -lm
+tools_llmq_submit_SOURCES = tools/llmq-submit.c tools/jobfile.c tools/jobfile.h \
+	tools/openai.c tools/openai.h
+# The engine's schema compiler (engine/jsonschema, engine/grammar: common/
+# only), so that a schema llmq cannot enforce fails its line before submit.
+tools_llmq_submit_LDADD = proto/libllmq.la engine/libllmq_engine.a common/libllmq_common.a -lm
 # ---- end llmq-submit ----
 
 # ---- llmq-run (tools/llmq-run.c) ----
 bin_PROGRAMS += tools/llmq-run
 tools_llmq_run_SOURCES = tools/llmq-run.c tools/run_engine.c tools/run_engine.h
-tools_llmq_run_LDADD = engine/libllmq_engine.a $(LLMQ_BACKEND_LIBS) $(LLMQ_MODEL_LIBS)
+tools_llmq_run_LDADD = engine/libllmq_engine.a $(LLMQ_BACKEND_LIBS) proto/libllmq_proto.a \
+	$(LLMQ_MODEL_LIBS)
 # ---- end llmq-run ----
 
 # ---- llmq-stats (tools/llmq-stats.c, tools/stats/) ----

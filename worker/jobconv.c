@@ -7,10 +7,12 @@
 
 /* A job parameter goes to the engine_request field or the sampler_params
  * field of its name (proto/job_params.h says which): one the engine lacks
- * fails the build. */
-#define ENGINE_SAMPLER(req) (req)->sampling
-#define ENGINE_REQUEST(req) (*(req))
-#define TO_ENGINE(name, kind, lo, hi, lo_open, dflt, engine) ENGINE_##engine(req).name = p->name;
+ * fails the build.  The output format becomes the request's grammar
+ * (worker/formats.h) instead. */
+#define TO_SAMPLER(name) req->sampling.name = p->name;
+#define TO_REQUEST(name) req->name = p->name;
+#define TO_CONSTRAINT(name)
+#define TO_ENGINE(name, kind, lo, hi, lo_open, dflt, engine) TO_##engine(name)
 
 static void engine_params(engine_request *req, const job_params *p)
 {
@@ -76,7 +78,7 @@ static int prompt_ids(jobconv_request *r, const wire_job *j, const jobconv_model
 }
 
 int jobconv_request_make(jobconv_request *r, const wire_job *j, const jobconv_model *m,
-                         llmq_err *err)
+                         formats *fmt, llmq_err *err)
 {
     memset(r, 0, sizeof *r);
     size_t n = 0;
@@ -86,6 +88,10 @@ int jobconv_request_make(jobconv_request *r, const wire_job *j, const jobconv_mo
     }
     r->req = (engine_request){.id = j->id, .prompt = r->ids, .n_prompt = (int32_t)n};
     engine_params(&r->req, &j->params);
+    if (formats_acquire(fmt, &j->params, &r->req.constraint, err) != 0) {
+        jobconv_request_free(r);
+        return llmq_err_prefix(err, "job %llu", (unsigned long long)j->id);
+    }
     return 0;
 }
 

@@ -22,12 +22,14 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "engine/grammar.h"
 
 typedef struct jobs_entry {
     uint64_t id;      /* broker job id = engine sequence id */
     uint32_t attempt; /* echoed in the job's result or failure */
     bool cancelled;   /* the broker sent job_cancel: answer "cancelled" */
     bool stale;       /* its session ended (the broker requeued it): answer nothing */
+    const grammar *format; /* the grammar its engine sequence follows (worker/formats.h), or NULL */
 } jobs_entry;
 
 typedef struct jobs {

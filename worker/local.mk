@@ -5,6 +5,7 @@ worker_libllmq_worker_a_SOURCES = \
 	worker/session.c worker/session.h \
 	worker/jobs.c worker/jobs.h \
 	worker/jobconv.c worker/jobconv.h \
+	worker/formats.c worker/formats.h \
 	worker/identity.c worker/identity.h \
 	worker/supervisor.c worker/supervisor.h \
 	worker/text.c worker/text.h

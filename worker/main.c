@@ -55,6 +55,8 @@ typedef struct options {
     const char *broker, *model, *id, *model_name, *broker_key, *curve_secret;
     const char *chat_template; /* --chat-template, NULL: the model's */
     const char *gpus; /* --gpus, NULL: not given */
+    const char *aliases[WIRE_MAX_ALIASES]; /* --alias, repeatable */
+    size_t n_aliases;
     bool cpu, verbose, no_prefix_cache;
     int32_t gpu; /* -1: not given */
     int32_t slots, threads, ctx, batch, kv_blocks, heartbeat_ms, grace_ms;
@@ -132,6 +134,10 @@ static int parse_args(int argc, char **argv, options *o)
         {"model-name", 0, "NAME",
          "model name announced for routing (default: the file name without .gguf)",
          CLI_TEXT_BYTES(&o->model_name, 1, WIRE_MAX_NAME_BYTES)},
+        {"alias", 0, "NAME",
+         "another model name jobs may ask for to run here (e.g. the gpt-4o-mini of an OpenAI"
+         " batch file), repeatable up to 16 times; results still name the model that ran",
+         CLI_LIST(o->aliases, &o->n_aliases, WIRE_MAX_ALIASES, 1, WIRE_MAX_NAME_BYTES)},
         {"chat-template", 0, "NAME|FILE",
          "render chat jobs' messages with this template: a built-in one (chatml, llama2, llama3,"
          " llama3.1, mistral-v0.3, phi3, qwen2.5, qwen3) or a Jinja file (default: the model's"
@@ -247,6 +253,8 @@ static int open_session(const options *o, parts *p, llmq_err *err)
 {
     session_config sc = {.grace_ms = (uint32_t)o->grace_ms, .verbose = o->verbose};
     identity_hello(&p->id, &sc.hello);
+    sc.hello.aliases = o->aliases;
+    sc.hello.n_aliases = (uint32_t)o->n_aliases;
     sc.hello.engine = p->be->name;
     /* Never more than the engine can hold at once, unless a test asks. */
     int32_t free_slots = engine_free_slots(p->eng);
@@ -351,7 +359,8 @@ static void say_ready(const options *o, const parts *p)
 
 /* ---- --gpus: one worker process per GPU ----------------------------------------- */
 
-#define CHILD_MAX_ARGS 40
+/* The program and every flag but --alias take 31 at most; each --alias 2. */
+#define CHILD_MAX_ARGS (31 + 2 * WIRE_MAX_ALIASES)
 #define CHILD_MAX_NUMBERS 12
 
 /* One child's command line; the strings point into o, this and the exe path. */
@@ -403,6 +412,8 @@ static void child_command(const options *o, const char *exe, int gpu, child_cmd 
     }
     if (o->model_name)
         add_arg(c, "--model-name", o->model_name);
+    for (size_t i = 0; i < o->n_aliases; i++)
+        add_arg(c, "--alias", o->aliases[i]);
     if (o->chat_template)
         add_arg(c, "--chat-template", o->chat_template);
     if (o->broker_key) {

@@ -31,6 +31,7 @@ struct session {
     link_conn *link;
     engine *eng;
     jobconv_model model;
+    formats *formats; /* the grammars of the jobs held (json_schema, json_object) */
     jobs jobs;
     phase phase;
     int64_t hello_at;       /* PHASE_HELLO_DUE: not before */
@@ -66,6 +67,11 @@ int session_create(session **out, const session_config *cfg, link_conn *link, en
         free(s);
         return -1;
     }
+    if (formats_new(&s->formats, err) != 0) {
+        jobs_free(&s->jobs);
+        free(s);
+        return -1;
+    }
     s->cfg = *cfg;
     s->link = link;
     s->eng = e;
@@ -82,6 +88,7 @@ void session_free(session *s)
     if (!s)
         return;
     jobs_free(&s->jobs);
+    formats_free(s->formats);
     free(s);
 }
 
@@ -153,6 +160,17 @@ static int grant_credits(session *s, llmq_err *err)
 
 /* ---- jobs in ---------------------------------------------------------------------- */
 
+/* The model this worker announced, or one of its aliases. */
+static bool serves(const wire_hello *h, const char *name)
+{
+    if (strcmp(name, h->model) == 0)
+        return true;
+    for (uint32_t i = 0; i < h->n_aliases; i++)
+        if (strcmp(name, h->aliases[i]) == 0)
+            return true;
+    return false;
+}
+
 /* Checks that need the session rather than the job: -1 (why filled) when
  * this worker cannot take it now, though another may. */
 static int cannot_take(session *s, const wire_job *j, llmq_err *why)
@@ -166,7 +184,7 @@ static int cannot_take(session *s, const wire_job *j, llmq_err *why)
         return llmq_errc(why, LLMQ_ERR_NO_ROOM,
                          "job %" PRIu64 ": sent without a credit: all %u slots are busy", j->id,
                          s->jobs.cap);
-    if (j->model && strcmp(j->model, s->cfg.hello.model) != 0)
+    if (j->model && !serves(&s->cfg.hello, j->model))
         return llmq_errc(why, LLMQ_ERR_UNAVAILABLE,
                          "job %" PRIu64 ": model: '%s' asked for, this worker serves '%s'", j->id,
                          j->model, s->cfg.hello.model);
@@ -184,18 +202,21 @@ static int on_job(session *s, const wire_job *j, llmq_err *err)
     jobs_arrived(&s->jobs);
     jobconv_request r;
     llmq_err bad;
-    if (cannot_take(s, j, &bad) != 0 || jobconv_request_make(&r, j, &s->model, &bad) != 0)
+    if (cannot_take(s, j, &bad) != 0 ||
+        jobconv_request_make(&r, j, &s->model, s->formats, &bad) != 0)
         return fail_job(s, j->id, j->attempt, &bad, err);
+    const grammar *format = r.req.constraint;
     int rc = engine_add(s->eng, &r.req, &bad);
     jobconv_request_free(&r);
     if (rc != 0) {
+        formats_release(s->formats, format);
         /* Room the engine lacks comes back as its jobs leave: no credit for
          * it until then, or the broker would send this job straight back. */
         if (bad.code == LLMQ_ERR_NO_ROOM)
             jobs_withhold(&s->jobs);
         return fail_job(s, j->id, j->attempt, &bad, err);
     }
-    jobs_add(&s->jobs, j->id, j->attempt);
+    jobs_add(&s->jobs, j->id, j->attempt)->format = format;
     if (s->cfg.verbose)
         say(s, "job %" PRIu64 " attempt %u started", j->id, j->attempt);
     return 0;
@@ -355,6 +376,7 @@ static int on_finished(session *s, jobs_entry *e, const engine_event *ev, llmq_e
         rc = send_job_failure(s, e->id, e->attempt, "cancelled", false, err);
     else
         rc = send_result(s, e, ev, err);
+    formats_release(s->formats, e->format); /* the engine is done with it */
     jobs_remove(&s->jobs, e);
     return rc;
 }

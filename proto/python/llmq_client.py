@@ -316,6 +316,11 @@ def job_from_args(a):
         job["logprobs"] = True
     if a.stop:
         job["stop"] = a.stop
+    if a.json_schema:
+        with open(a.json_schema, encoding="utf-8") as f:
+            job["json_schema"] = f.read()
+    if a.json_object:
+        job["json_object"] = True
     return job
 
 
@@ -407,6 +412,8 @@ def parse_args(argv):
     s.add_argument("--stop", action="append", help="stop string (repeatable)")
     s.add_argument("--logprobs", action="store_true", help="each token's log-probability")
     s.add_argument("--top-logprobs", type=int, help="and the N likeliest tokens' (0..20)")
+    s.add_argument("--json-schema", metavar="FILE", help="the output follows this JSON schema")
+    s.add_argument("--json-object", action="store_true", help="the output is a JSON object")
     s.add_argument("--key", help="client key (idempotent resubmission)")
     s.add_argument("--priority", type=int)
     s.add_argument("--batch")

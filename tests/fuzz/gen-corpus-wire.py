@@ -33,13 +33,14 @@ RESULT = {"id": 9, "state": "done", "attempt": 2, "key": "k", "batch": "b", "tex
           "tokens": [1, 2], "logprobs": logprobs([1, 2]), "finish": "length", "prompt_tokens": 3,
           "gen_tokens": 2,
           "queue_wait_ms": 0.5, "prefill_ms": 1.0, "prefill_tok_s": 3000.0, "decode_ms": 2.0,
-          "decode_tok_s": 1000.0, "total_ms": 4.0, "worker": "w"}
+          "decode_tok_s": 1000.0, "total_ms": 4.0, "worker": "w", "model": "m"}
 COUNTS = {"queued": 1, "running": 2, "done": 3, "failed": 0, "cancelled": 1}
 
 MESSAGES = {
     "submit": {"req": 1, "batch": "b", "meta": "{}", "jobs": [
         dict({"key": "k1", "prompt": "Once upon a time", "priority": 5, "model": "m"}, **SAMPLING),
-        {"tokens": [1, 2, 3]},
+        {"tokens": [1, 2, 3], "json_schema": '{"type": "object", "properties": {}}'},
+        {"prompt": "{", "json_object": True},
         {"messages": [{"role": "system", "content": "Be brief."},
                       {"role": "user", "content": "Hi <|im_start|>"}]}]},
     "status": {"req": 2, "ids": [1, 2]},
@@ -60,7 +61,8 @@ MESSAGES = {
     "error": {"req": 6, "code": "bad_value", "field": "jobs[0].temperature",
               "message": "jobs[0].temperature: NaN is not allowed"},
     "hello": {"worker": "h:cpu", "host": "h", "pid": 42, "gpu_index": -1, "gpu_name": "none",
-              "gpu_uuid": "u", "model": "m", "model_hash": "abc", "engine": "cpu", "slots": 4,
+              "gpu_uuid": "u", "model": "m", "aliases": ["gpt-4o-mini"], "model_hash": "abc",
+              "engine": "cpu", "slots": 4,
               "n_ctx": 512},
     "welcome": {"heartbeat_ms": 1000, "dead_after_ms": 5000},
     "credit": {"n": 4},

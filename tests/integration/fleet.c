@@ -196,8 +196,8 @@ int fleet_reference(harness *h, char **prompts, size_t n, int max_tokens, char *
         fprintf(f, "%s\n", prompts[i]);
     if (!f || fclose(f) != 0)
         return -1;
-    const char *argv[] = {exe, "-m", model, "--parallel", "16", "-f", file, "-n", ntok,
-                          "--temp", "0", "-t", "1", NULL};
+    const char *argv[] = {exe,  "-m", model, "--parallel", "16", "-f",
+                          file, "-n", ntok,  "-t",         "1",  NULL};
     int status;
     pid_t pid = spawn(argv, out, log, NULL);
     if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)

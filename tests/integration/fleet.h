@@ -48,8 +48,10 @@ void fleet_strings_free(char **v, size_t n);
 /* Jobs of the prompts (malloc'd; they point into prompts), greedy. */
 llmq_job *fleet_jobs(char **prompts, size_t n, uint32_t max_tokens, bool ignore_eos);
 
-/* Greedy continuations of max_tokens tokens by llmq-run --parallel (one
- * process, no queue): texts[i] for prompts[i], malloc'd.  0 or -1. */
+/* Continuations of max_tokens tokens by llmq-run --parallel (one process,
+ * no queue) with no sampling flag, so under the native defaults a queue job
+ * that sets nothing also has (greedy): texts[i] for prompts[i], malloc'd.
+ * 0 or -1. */
 int fleet_reference(harness *h, char **prompts, size_t n, int max_tokens, char **texts);
 
 /* A connected client with the given request timeout. */

@@ -22,7 +22,8 @@
  * jobs; jobs left running by a killed broker run again after the restart;
  * SIGTERM drains (submits refused, running job may finish, unfinished job
  * back in the queue after the grace period); heartbeats go out to idle
- * workers; jobs for a model only go to workers serving it; a database
+ * workers; jobs for a model only go to workers serving it, or answering
+ * to it as an alias, and their results name the model that ran; a database
  * without room (past --max-db-mb, or its file system below --min-free-mb)
  * refuses submits as unavailable and starts no job, while status is served
  * and the running job's result is stored and pushed, and the broker does
@@ -742,6 +743,57 @@ static void test_heartbeats_and_models(void)
     teardown(&h, c, ws, 2);
 }
 
+/* The broker refuses jobs for models no worker serves (its default): an
+ * alias makes one. */
+static void test_aliases(void)
+{
+    harness h;
+    void *c;
+    setup(&h, "tbw-alias", FAST, &c);
+    static const char *const aliases[] = {"gpt-4o-mini", "gpt-x"};
+    const wire_hello hello = {.worker = "w-al",
+                              .host = "testhost",
+                              .pid = (uint32_t)getpid(),
+                              .gpu_index = -1,
+                              .model = "stories",
+                              .aliases = aliases,
+                              .n_aliases = 2,
+                              .engine = "cpu",
+                              .slots = 2};
+    void *w = h_peer(&h, h.workers);
+    wire_msg m;
+    wire_msg_init(&m, WIRE_T_HELLO);
+    m.hello = hello;
+    h_send(w, &m);
+    int rc = h_recv_type(w, T_REPLY, WIRE_T_WELCOME, &m);
+    CHECK(rc == 0, "a hello with aliases is welcome");
+    if (rc == 0)
+        wire_msg_free(&m);
+    uint64_t id = 0, none = 0;
+    rc = submit(c, NULL, 1, NULL, "gpt-x", &id);
+    int refused = submit(c, NULL, 1, NULL, "gpt-5", &none);
+    CHECK(rc == 0 && refused != 0,
+          "a submit naming a worker's alias is taken; one naming no served model is not");
+    credit(w, 1);
+    got_job j;
+    rc = await_job(w, T_REPLY, &j);
+    CHECK(rc == 0 && j.id == id, "the job for the alias goes to the worker answering to it");
+    send_wait(c, 2, &id, 1, 5000);
+    result(w, j.id, j.attempt, "done here", 2);
+    rc = h_recv_type(c, T_REPLY, WIRE_T_RESULT, &m);
+    CHECK(rc == 0 && m.result.model && strcmp(m.result.model, "stories") == 0 &&
+              strcmp(m.result.worker, "w-al") == 0,
+          "its result names the model that ran (%s), not the alias",
+          rc == 0 && m.result.model ? m.result.model : "none");
+    if (rc == 0)
+        wire_msg_free(&m);
+    CHECK(h_sql(&h, "SELECT count(*) FROM workers WHERE name = 'w-al'"
+                    " AND aliases = '[\"gpt-4o-mini\",\"gpt-x\"]'") == 1,
+          "the workers table keeps the session's aliases");
+    void *ws[1] = {w};
+    teardown(&h, c, ws, 1);
+}
+
 /* ---- a database without room ----------------------------------------------------------------- */
 
 /* Submits one job with a fresh key: the reply's code (WIRE_OK for
@@ -863,6 +915,7 @@ int main(void)
     test_sigterm_finishes();
     test_sigterm_grace_expires();
     test_heartbeats_and_models();
+    test_aliases();
     test_database_full();
     return check_done();
 }

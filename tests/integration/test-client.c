@@ -8,10 +8,12 @@
  * batches over one message's limit are split transparently; status, cancel,
  * wait (pushed result for a cancelled job, timeout with pending count) and
  * stats; an unknown id is refused by name; an absent broker is a timeout,
- * not a hang; llmq-submit refuses a bad file before submitting and
- * resubmits idempotently; a job submitted from Python is seen from C; chat
- * jobs' messages from C and from Python reach the database as given, and a
- * chat job with a prompt too, or a message without a role, is refused.
+ * not a hang; llmq-submit with --strict refuses a file with a bad line
+ * before submitting, without it submits the good lines and writes the bad
+ * one's error with its line number, and resubmits idempotently; a job
+ * submitted from Python is seen from C; chat jobs' messages from C and from
+ * Python reach the database as given, and a chat job with a prompt too, or
+ * a message without a role, is refused.
  *
  * And the wait's lease, against a broker the test plays message by message
  * (the cases a real broker does not produce on demand; test-recovery.sh has
@@ -211,11 +213,20 @@ static void test_tools(const harness *e, const char *srcdir, llmq_client *c)
     f = fopen(jobs, "a");
     fputs("{\"id\": 3, \"prompt\": \"c\", \"top_p\": 2}\n", f);
     fclose(f);
-    rc = sh("%s/tools/llmq-submit --broker %s -i %s --batch S2 --no-wait >/dev/null 2>%s/err3",
+    rc = sh("%s/tools/llmq-submit --broker %s -i %s --batch S2 --strict --no-wait >/dev/null"
+            " 2>%s/err3",
             bin, e->clients, jobs, e->dir);
     CHECK(rc == 2 && queued(c) == before + 2 &&
               sh("grep -q 'jobs.jsonl:3: top_p: 2 is out of range' %s/err3", e->dir) == 0,
-          "a bad line: exit 2, the line and field named, nothing submitted");
+          "--strict and a bad line: exit 2, the line and field named, nothing submitted");
+    rc = sh("%s/tools/llmq-submit --broker %s -i %s -o %s/ack3 --batch S3 --no-wait 2>%s/err4", bin,
+            e->clients, jobs, e->dir, e->dir);
+    CHECK(rc == 1 && queued(c) == before + 4 &&
+              sh("grep -q 'jobs.jsonl:3: top_p: 2 is out of range' %s/err4", e->dir) == 0 &&
+              sh("grep -c '\"existing\":false' %s/ack3 | grep -qx 2", e->dir) == 0 &&
+              sh("grep -q '\"line\":3,\"state\":\"rejected\"' %s/ack3", e->dir) == 0,
+          "without --strict the bad line fails alone (exit 1, written with its line number) and"
+          " the two good ones are submitted");
 
     rc = sh("/usr/bin/python3 %s/proto/python/llmq_client.py --broker %s submit --prompt hi "
             "--max-tokens 3 --key py:1 --batch py > %s/py.json", srcdir, e->clients, e->dir);

@@ -4,9 +4,10 @@
  * endpoints in a temp dir.
  *
  * Pins: a batch of 200 jobs spread over both workers gives exactly the
- * texts llmq-run gives for the same prompts (greedy), with timings in every
- * result row; logprobs asked for travel from the worker through the store
- * to the C and Python clients, consistent with the tokens; kill -9 of a
+ * texts llmq-run gives for the same prompts, neither setting any sampling
+ * parameter (one native default set), with timings in every result row;
+ * logprobs asked for travel from the worker through the store to the C and
+ * Python clients, consistent with the tokens; kill -9 of a
  * worker in the middle of a batch loses no job and duplicates none (one
  * result row per job, the killed worker's running jobs finished by the
  * other); kill -9 of the broker while clients submit and
@@ -64,7 +65,9 @@ static void test_batch_matches_llmq_run(harness *h, llmq_client *c)
     }
     CHECK(final == N && done == N, "all %d jobs done in %.1f s (%zu final, %zu done)", N,
           (clock_mono_ms() - t0) / 1e3, final, done);
-    CHECK(same == N, "every text is llmq-run's for the same prompt (%zu of %d identical%s%s)",
+    CHECK(same == N,
+          "every text is llmq-run's for the same prompt, both at their defaults (%zu of %d"
+          " identical%s%s)",
           same, N, first_diff < N ? "; first difference: " : "",
           first_diff < N ? prompts[first_diff] : "");
     const char *batch = "(SELECT id FROM jobs WHERE batch_id = 'e2e-200')";

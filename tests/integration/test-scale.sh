@@ -11,7 +11,8 @@
 # and the broker goes on serving the others, and a local endpoint runs CURVE
 # too (a client without keys gets no answer); jobs naming a model only run on
 # workers serving it; a job for a model no worker serves is refused with a
-# clear error (queued with --queue-unknown-models).
+# clear error (llmq-submit --strict: the submit; without: its line alone,
+# model_not_found), queued with --queue-unknown-models.
 #
 # The namespace part needs root and iproute2; without them it is skipped
 # (the third worker then runs on this host) and the test exits 77 at the end
@@ -162,9 +163,15 @@ check $? "jobs naming a model run only on the workers serving it"
 
 echo '{"id": 1, "prompt": "Hi", "max_tokens": 2, "model": "no-such-model"}' > unknown.jsonl
 "$SUBMIT" -b "$clients" --broker-key broker.public --curve-secret alice.secret -i unknown.jsonl \
-    --batch unknown --timeout 10 > /dev/null 2> unknown.err
+    --batch unknown --timeout 10 --strict > /dev/null 2> unknown.err
 [ $? -eq 3 ] && grep -q "jobs\[0\].model.*no worker serves model 'no-such-model'" unknown.err
 check $? "a job for a model no worker serves is refused, naming the field and the model"
+# Without --strict that line fails alone (llmq-submit(1)): exit 1, written with its code.
+"$SUBMIT" -b "$clients" --broker-key broker.public --curve-secret alice.secret -i unknown.jsonl \
+    --batch unknown --timeout 10 > unknown.out 2> unknown.err
+[ $? -eq 1 ] && grep -q "unknown.jsonl:1: model: .*no worker serves model 'no-such-model'" unknown.err &&
+    grep -q '"code":"model_not_found","field":"model"' unknown.out
+check $? "without --strict its line fails alone with model_not_found"
 kill -0 "$broker_pid"
 check $? "the broker kept serving through every refusal"
 

@@ -12,10 +12,13 @@
  * SIGTERM lets a running job finish within the grace period, or past it
  * hands the job back to the broker without counting a fault, and exits 0;
  * the Python client (another language, no shared code) gets from a real
- * worker exactly llmq-run's text.  Against a scripted broker: a refused
- * hello is said again after 1 s, then 2 s, each refusal logged with the
- * broker's reason; a result refused as bad_result makes the worker say bye
- * and exit 1.
+ * worker exactly llmq-run's text; jobs of different output formats (two
+ * JSON schemas, json_object, free text) run in one batch, each output
+ * following its own, and a schema llmq cannot honour fails at once,
+ * naming json_schema and the keyword; the Python client's --json-schema
+ * sends one.  Against a scripted broker: a refused hello is said again
+ * after 1 s, then 2 s, each refusal logged with the broker's reason; a
+ * result refused as bad_result makes the worker say bye and exit 1.
  *
  * The workers whose jobs must still be running when the test acts (cancel,
  * SIGTERM) are paced (LLMQ_TEST_MIN_STEP_MS): a step every PACE_MS at the
@@ -378,6 +381,125 @@ static void test_long_step(env *e)
           (long long)measured);
 }
 
+/* ---- output formats ----------------------------------------------------------------------- */
+
+/* The Python client's `submit ARGS --wait`, its result parsed (NULL when it
+ * failed); its output and errors in NAME.json and NAME.err. */
+static json_value *python_result(env *e, const char *args, const char *name)
+{
+    int rc = fleet_sh("/usr/bin/python3 %s/proto/python/llmq_client.py --broker %s submit %s"
+                      " --wait > %s/%s.json 2> %s/%s.err",
+                      e->src, e->h.clients, args, e->h.dir, name, e->h.dir, name);
+    char path[400], *text = NULL;
+    size_t len;
+    llmq_err err;
+    json_value *v = NULL;
+    snprintf(path, sizeof path, "%s/%s.json", e->h.dir, name);
+    if (rc == 0 && file_read_all(path, &text, &len, &err) == 0)
+        json_parse(text, len, &v, &err);
+    free(text);
+    return v;
+}
+
+static char *schema_text(const env *e, const char *name)
+{
+    char path[512], *text;
+    size_t len;
+    llmq_err err;
+    snprintf(path, sizeof path, "%s/schemas/%s", e->data, name);
+    return file_read_all(path, &text, &len, &err) == 0 ? text : strdup("{}");
+}
+
+/* What a point (tests/data/schemas/03-point.json) or a list of colors
+ * (02-colors.json) must be, as far as the client sees it. */
+static bool is_point(const json_value *v)
+{
+    const json_value *x = json_get(v, "x"), *y = json_get(v, "y"), *l = json_get(v, "label");
+    return v && v->type == JSON_OBJECT && v->obj.n == 3 && x && x->type == JSON_NUMBER && y &&
+           y->type == JSON_NUMBER && l && (l->type == JSON_NULL || l->type == JSON_STRING);
+}
+
+static bool is_colors(const json_value *v)
+{
+    if (!v || v->type != JSON_ARRAY || v->arr.n < 1 || v->arr.n > 5)
+        return false;
+    for (size_t i = 0; i < v->arr.n; i++)
+        if (v->arr.items[i].type != JSON_STRING)
+            return false;
+    return true;
+}
+
+static bool parses_as(const char *text, bool (*is)(const json_value *))
+{
+    json_value *v = NULL;
+    llmq_err err;
+    bool ok = text && json_parse(text, strlen(text), &v, &err) == 0 && is(v);
+    json_free(v);
+    return ok;
+}
+
+static void test_formats(env *e)
+{
+    enum { N = 6 };
+    fleet_worker w;
+    const char *flags[] = {"--slots", "8", NULL};
+    fleet_start(&e->h, &w, "w-fmt", flags);
+    char *point = schema_text(e, "03-point.json"), *colors = schema_text(e, "02-colors.json");
+    llmq_job jobs[N];
+    for (int i = 0; i < N; i++) {
+        llmq_job_init(&jobs[i]);
+        jobs[i].prompt = "Once upon a time";
+        jobs[i].max_tokens = 460; /* the longest point or list fits */
+        jobs[i].temperature = 1.0f;
+        jobs[i].seed = (uint64_t)i + 1;
+    }
+    jobs[0].json_schema = jobs[2].json_schema = point;
+    jobs[1].json_schema = colors;
+    jobs[3].json_object = true;
+    jobs[3].max_tokens = 8;
+    jobs[4].max_tokens = 8; /* free text */
+    jobs[5].json_schema = "{\"type\": \"integer\", \"minimum\": 3}";
+    uint64_t ids[N] = {0};
+    llmq_state st[N] = {0};
+    char *texts[N] = {0};
+    llmq_error err;
+    int rc = llmq_submit(e->c, "formats", NULL, jobs, N, ids, NULL, &err);
+    size_t final = rc == 0 ? fleet_wait(e->c, ids, N, 60000, st, texts) : 0;
+    CHECK(final == N && st[0] == LLMQ_STATE_DONE && st[1] == LLMQ_STATE_DONE &&
+              st[2] == LLMQ_STATE_DONE && st[3] == LLMQ_STATE_DONE && st[4] == LLMQ_STATE_DONE,
+          "a batch mixing two schemas, json_object and free text completes (%zu final)", final);
+    CHECK(parses_as(texts[0], is_point) && parses_as(texts[2], is_point) &&
+              parses_as(texts[1], is_colors) &&
+              fleet_sqlf(&e->h,
+                         "SELECT count(*) FROM results WHERE finish_reason = 'stop' AND"
+                         " job_id IN (%llu, %llu, %llu)",
+                         (unsigned long long)ids[0], (unsigned long long)ids[1],
+                         (unsigned long long)ids[2]) == 3,
+          "each schema job's text is a whole document of its own schema: '%s', '%s'",
+          texts[0] ? texts[0] : "?", texts[1] ? texts[1] : "?");
+    CHECK(texts[3] && texts[3][0] == '{', "a json_object job's text begins an object: '%s'",
+          texts[3] ? texts[3] : "?");
+    CHECK(st[5] == LLMQ_STATE_FAILED &&
+              failed_at_once(e, ids[5], "json_schema: %minimum% is not supported"),
+          "a schema llmq cannot honour fails at once, naming the field and the keyword");
+    char args[600];
+    snprintf(args, sizeof args,
+             "--prompt 'Once upon a time' --max-tokens 460 --temperature 1 --seed 3"
+             " --json-schema %s/schemas/02-colors.json",
+             e->data);
+    json_value *v = python_result(e, args, "py-fmt");
+    const json_value *t = v ? json_get(v, "text") : NULL;
+    CHECK(t && t->type == JSON_STRING && parses_as(t->str.s, is_colors),
+          "the Python client's --json-schema FILE gets a document of that schema: %s",
+          t && t->type == JSON_STRING ? t->str.s : "?");
+    json_free(v);
+    for (int i = 0; i < N; i++)
+        free(texts[i]);
+    free(point);
+    free(colors);
+    fleet_stop(&w, 10000);
+}
+
 /* ---- the Python client ------------------------------------------------------------------ */
 
 static void test_python(env *e)
@@ -387,25 +509,15 @@ static void test_python(env *e)
     fleet_start(&e->h, &w, "w-py", flags);
     char *prompt[1] = {"Once upon a time"}, *ref[1] = {NULL};
     int rr = fleet_reference(&e->h, prompt, 1, 16, ref);
-    int rc = fleet_sh("/usr/bin/python3 %s/proto/python/llmq_client.py --broker %s submit"
-                      " --prompt 'Once upon a time' --max-tokens 16 --wait > %s/py.json"
-                      " 2> %s/py.err", e->src, e->h.clients, e->h.dir, e->h.dir);
-    char path[300], *text = NULL;
-    size_t len;
-    llmq_err err;
-    json_value *v = NULL;
-    snprintf(path, sizeof path, "%s/py.json", e->h.dir);
-    if (rc == 0 && file_read_all(path, &text, &len, &err) == 0)
-        json_parse(text, len, &v, &err);
+    json_value *v = python_result(e, "--prompt 'Once upon a time' --max-tokens 16", "py");
     const json_value *t = v ? json_get(v, "text") : NULL, *s = v ? json_get(v, "state") : NULL,
                      *who = v ? json_get(v, "worker") : NULL;
-    CHECK(rc == 0 && s && s->type == JSON_STRING && strcmp(s->str.s, "done") == 0 && who &&
+    CHECK(s && s->type == JSON_STRING && strcmp(s->str.s, "done") == 0 && who &&
               who->type == JSON_STRING && strcmp(who->str.s, "w-py") == 0,
           "the Python client submits and receives a result from a real worker");
     CHECK(rr == 0 && t && t->type == JSON_STRING && strcmp(t->str.s, ref[0]) == 0,
           "its text is llmq-run's: '%s'", t && t->type == JSON_STRING ? t->str.s : "?");
     json_free(v);
-    free(text);
     free(ref[0]);
     fleet_stop(&w, 10000);
 }
@@ -582,6 +694,7 @@ int main(void)
     test_sigterm_returns(&e);
     test_long_step(&e);
     test_python(&e);
+    test_formats(&e);
     llmq_close(e.c);
     int st = h_stop(&e.h, 15000);
     CHECK(exited(st, 0), "the broker stops cleanly");

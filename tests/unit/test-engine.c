@@ -18,7 +18,8 @@
  *    blocks from the cache once it is computed, compute that many fewer
  *    prompt rows, and generate the same tokens from bit-identical logits
  *    as without the cache (greedy and sampled); preemption with the cache
- *    on (the default) still gives every sequence its output alone;
+ *    on (the default) still gives every sequence its output alone; samples
+ *    of one prompt added together compute it once;
  *  - greedy sequences take the backend's argmax (no logits copied) and get
  *    the tokens the host sampler picks from the logits, also when batched
  *    with sampled sequences; the argmax follows the sampler's rule on ties,
@@ -663,8 +664,8 @@ static const char SHARED[] =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
     "sunshine with her friends. One day, her mom gave her a big red ball and said: ";
 
-/* The 8 prompts behind one shared instruction, two running at a time, so
- * that the later six find the prefix the first two computed. */
+/* The 8 prompts behind one shared instruction, two running at a time: the
+ * first computes the prefix, the others find it. */
 static void run_shared(const fixture *fx, bool cache, float temp, outcome *out,
                        logit_digest *digest, engine_stats *st, int32_t *n_cached, int32_t *common)
 {
@@ -743,18 +744,68 @@ static void check_prefix_cache(const fixture *fx, float temp)
           temp, same, same_logits);
     const int32_t shared = common / 16 * 16;
     int later = 0;
-    for (int i = 2; i < N_SEQ; i++)
+    for (int i = 1; i < N_SEQ; i++)
         later += cached_on[i] == shared;
-    CHECK(shared >= 32 && later == 6 && cached_on[0] == 0 && cached_on[1] == 0 &&
-              st_on.prefix_hit_tokens == 6 * (uint64_t)shared,
-          "temp %.1f: the 6 sequences admitted after the first two take %d tokens (whole "
-          "blocks) of their %d-token common prefix from the cache (%d did; %llu tokens in all)",
+    CHECK(shared >= 32 && later == 7 && cached_on[0] == 0 &&
+              st_on.prefix_hit_tokens == 7 * (uint64_t)shared,
+          "temp %.1f: the 7 sequences after the first (the second added with it, waiting for "
+          "its prompt) take %d tokens (whole blocks) of their %d-token common prefix from the "
+          "cache (%d did; %llu tokens in all)",
           temp, shared, common, later, (unsigned long long)st_on.prefix_hit_tokens);
     CHECK(st_off.prefill_rows - st_on.prefill_rows == st_on.prefix_hit_tokens &&
               st_off.prefix_hit_tokens == 0,
           "temp %.1f: each cached token is a prompt row not computed (%llu rows without the "
           "cache, %llu with)",
           temp, (unsigned long long)st_off.prefill_rows, (unsigned long long)st_on.prefill_rows);
+}
+
+/* n > 1: four samples of one prompt added at once.  Without waiting, all
+ * four would be admitted in one step and compute the prompt four times; the
+ * later three wait for the first's prompt blocks and take them. */
+static void check_siblings(const fixture *fx)
+{
+    char text[512];
+    snprintf(text, sizeof text, "%s%s", SHARED, prompts[0]);
+    static outcome out[2][N_SEQ];
+    memset(out, 0, sizeof out);
+    engine_stats st[2];
+    int32_t n_prompt = 0;
+    for (int cache = 0; cache < 2; cache++) {
+        engine_config cfg = engine_default_config();
+        cfg.max_seqs = 4;
+        cfg.n_ctx = 256;
+        cfg.max_batch_tokens = 64;
+        cfg.prefix_cache = cache;
+        engine *e;
+        llmq_err err;
+        if (engine_create(&e, fx->m, fx->vocab, &cfg, &err) != 0) {
+            CHECK(false, "engine_create: %s", err.msg);
+            return;
+        }
+        for (int i = 0; i < 4; i++) {
+            engine_request req;
+            int32_t *ids;
+            if (request(fx, (uint64_t)i, text, 12, 0.9f, NULL, &req, &ids) != 0 ||
+                engine_add(e, &req, &err) != 0)
+                CHECK(false, "add sibling %d", i);
+            n_prompt = req.n_prompt;
+            free(ids);
+        }
+        drain(e, out[cache]);
+        st[cache] = engine_get_stats(e);
+        engine_free(e);
+    }
+    const uint64_t shared = (uint64_t)(n_prompt - 1) / 16 * 16;
+    int same = 0;
+    for (int i = 0; i < 4; i++)
+        same += out[1][i].done && out[1][i].n_tokens == out[0][i].n_tokens &&
+                memcmp(out[1][i].tokens, out[0][i].tokens,
+                       (size_t)out[0][i].n_tokens * sizeof(int32_t)) == 0;
+    CHECK(st[1].prefix_hit_tokens == 3 * shared && same == 4,
+          "4 samples of one %d-token prompt added together: 3 wait for the first's prompt and "
+          "take %llu tokens each from the cache (%llu in all), and sample what they do without "
+          "the cache (%d of 4)",
+          n_prompt, (unsigned long long)shared, (unsigned long long)st[1].prefix_hit_tokens, same);
 }
 
 int main(void)
@@ -772,6 +823,7 @@ int main(void)
     check_prefill_first(&fx);
     check_prefix_cache(&fx, 0.0f);
     check_prefix_cache(&fx, 0.9f);
+    check_siblings(&fx);
     check_default_pool(&fx);
     check_argmax_rule(fx.be);
     check_top_k_rule(fx.be);

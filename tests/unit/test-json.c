@@ -1,7 +1,9 @@
 /* test-json: the strict JSON reader accepts RFC 8259 exactly (escapes,
  * surrogate pairs, exact integers), refuses what is not JSON with line:column,
  * reads every reference JSONL line, json_write_string output parses back
- * to the same bytes, and json_buf_string writes that same text in memory. */
+ * to the same bytes, json_buf_string writes that same text in memory, and
+ * json_buf_value writes a parsed tree back as compact JSON that parses to
+ * the same values. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -207,6 +209,27 @@ static void test_reference_files(void)
     }
 }
 
+static void test_value_writer(void)
+{
+    static const char TEXT[] = "{ \"a\" : [1, -2.5, 1e300, true, false, null],\n"
+                               "  \"b\\u00e9\" : {\"c\": \"x\\ny\"}, \"d\": {}, \"e\": []}";
+    llmq_err err;
+    json_value *v = parse(TEXT, &err), *back = NULL;
+    json_buf b = {0};
+    int rc = v ? json_buf_value(&b, v) : -1;
+    CHECK(rc == 0 && strcmp(b.p, "{\"a\":[1,-2.5,1e+300,true,false,null],"
+                                 "\"b\xc3\xa9\":{\"c\":\"x\\ny\"},\"d\":{},\"e\":[]}") == 0,
+          "a tree is written back compact, members in document order: %s", b.p ? b.p : "");
+    back = rc == 0 ? parse(b.p, &err) : NULL;
+    const json_value *a = json_get(back, "a");
+    CHECK(back && a && a->arr.items[2].num.d == 1e300 && a->arr.items[1].num.d == -2.5 &&
+              strcmp(json_get(json_get(back, "b\xc3\xa9"), "c")->str.s, "x\ny") == 0,
+          "and parses back to the same values");
+    json_free(v);
+    json_free(back);
+    free(b.p);
+}
+
 int main(void)
 {
     test_values();
@@ -214,6 +237,7 @@ int main(void)
     test_unterminated_input();
     test_writer();
     test_buffer_writer();
+    test_value_writer();
     test_reference_files();
     return check_done();
 }

@@ -8,8 +8,8 @@
  * attempts exhaustion, cancel, JSON columns round-tripping, outcomes as
  * clients read them, one broker per file, the accounting views agreeing
  * with sums computed directly from the tables, chat jobs' messages round
- * tripping, and real databases of schema versions 1 and 3 (made by their
- * own migrations) migrated in place with every row, id and key kept. */
+ * tripping, and real databases of every older schema version (made by
+ * their own migrations) migrated in place with every row, id and key kept. */
 #include <inttypes.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -501,6 +501,38 @@ static void test_param_columns(void)
     store_close(st);
 }
 
+/* The schema, a column of its own, is only valid in the callback. */
+static int keep_schema(void *ctx, const store_job *j, llmq_err *err)
+{
+    (void)err;
+    snprintf(ctx, 64, "%s", j->params.json_schema ? j->params.json_schema : "(none)");
+    return 0;
+}
+
+/* A job's JSON schema is stored as its text and read back with it. */
+static void test_schema_column(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {0};
+    static const char SCHEMA[] = "{\"type\": \"object\"}";
+    store_begin(st, &err);
+    submit(st, &(store_job){.prompt = "p", .params = {.json_schema = SCHEMA}}, 1);
+    submit(st, &(store_job){.prompt = "q"}, 1);
+    store_commit(st, &err);
+    int64_t w = add_worker(st, "w", 0, 4);
+    char a[64] = "", b[64] = "";
+    int n = 0, m = 0;
+    store_begin(st, &err);
+    store_claim(st, w, NULL, 1, 2, keep_schema, a, &n, &err);
+    store_claim(st, w, NULL, 1, 2, keep_schema, b, &m, &err);
+    store_commit(st, &err);
+    CHECK(n == 1 && m == 1 && strcmp(a, SCHEMA) == 0 && strcmp(b, "(none)") == 0 &&
+              sql_int("SELECT count(*) FROM jobs WHERE json_schema IS NULL") == 1,
+          "a job's json_schema reads back as submitted; a job without one has NULL");
+    store_close(st);
+}
+
 static void test_first_result_wins(void)
 {
     fresh_db();
@@ -677,6 +709,31 @@ static void test_model_routing_and_meta(void)
           "a worker of another model skips the job routed to 'big'");
     n = claim_model(st, add_worker(st, "big", 1, 5), "big", 5, 6, &c);
     CHECK(n == 1 && c.ids[0] == jb, "the worker serving 'big' gets it");
+    store_begin(st, &err);
+    big.client_key = "for an alias";
+    big.model = "gpt-4o-mini";
+    int64_t ja = submit(st, &big, 7);
+    store_commit(st, &err);
+    static const char *const aliases[] = {"gpt-4o", "gpt-4o-mini"};
+    store_worker aw = {.name = "aliased",
+                       .host = "h",
+                       .pid = 1,
+                       .gpu_index = -1,
+                       .model = "small",
+                       .aliases = aliases,
+                       .n_aliases = 2,
+                       .engine = "cpu",
+                       .slots = 4};
+    int64_t wa = 0;
+    store_worker_add(st, &aw, 8, &wa, &err);
+    bool seen = false, unseen = true;
+    store_model_seen(st, "gpt-4o-mini", 8, &seen, &err);
+    store_model_seen(st, "gpt-5", 8, &unseen, &err);
+    CHECK(seen && !unseen, "a worker's alias counts as a model served; another name does not");
+    n = claim_model(st, add_worker(st, "plain", 0, 9), "small", 5, 9, &c);
+    CHECK(n == 0, "a worker of the same model without the alias skips the job");
+    n = claim_model(st, wa, "small", 5, 9, &c);
+    CHECK(n == 1 && c.ids[0] == ja, "the worker with the alias gets the job routed by it");
     store_close(st);
     char meta[64];
     sql_text("SELECT s.meta FROM jobs j JOIN submits s ON s.id = j.submit_id"
@@ -874,15 +931,16 @@ static bool old_db(int version, const char *rows)
     " presence_penalty, frequency_penalty, seed, submitted_at"
 #define V1_JOB_VALUES "8, 0, 0, 1, 0, 1, 64, 0, 0, 0, 1"
 
-/* A database of schema version 1 (before logprobs and identities) is
- * migrated in place: its jobs read back without logprobs and owner. */
+/* A database of schema version 1 (before logprobs, identities and output
+ * formats) is migrated in place: its jobs read back without logprobs and
+ * owner, as free text. */
 static void test_migration_from_v1(void)
 {
     bool made = old_db(1, "INSERT INTO jobs (prompt, " V1_JOB_COLUMNS ")"
                           " VALUES ('old', " V1_JOB_VALUES ");");
     store *st = made ? open_db(&opts3, 2000) : NULL;
     int64_t w = st ? add_worker(st, "w", 0, 3) : 0;
-    job_params p = {.logprobs = true, .top_logprobs = 3};
+    job_params p = {.logprobs = true, .top_logprobs = 3, .json_object = true, .json_schema = "x"};
     llmq_err err = {0};
     int n = 0;
     if (st) {
@@ -891,8 +949,9 @@ static void test_migration_from_v1(void)
         store_commit(st, &err);
     }
     CHECK(st && sql_int("PRAGMA user_version") == STORE_SCHEMA_VERSION && n == 1 && !p.logprobs &&
-              p.top_logprobs == 0 && p.max_tokens == 8,
-          "a version 1 database migrates to %d; its job has logprobs off", STORE_SCHEMA_VERSION);
+              p.top_logprobs == 0 && p.max_tokens == 8 && !p.json_object && !p.json_schema,
+          "a version 1 database migrates to %d; its job has logprobs off and no output format",
+          STORE_SCHEMA_VERSION);
     store_close(st);
 }
 
@@ -958,62 +1017,90 @@ static void test_chat_jobs(void)
           "the jobs table refuses a job with no prompt, and one with a prompt and messages");
 }
 
-/* A version 3 database (jobs of every state, an owner, results, attempts, an
- * archived job, a worker key) is rebuilt for chat jobs in place: rows, ids and links kept, its
- * indexes and views there, ids still never reused, and chat jobs storable. */
-static void test_migration_from_v3(void)
+/* The rows of an older database: a worker (with its key from version 3, its
+ * aliases from 4), a done job with logprobs (from 2), an owner (from 3) and
+ * an output format (from 4), its attempt and result, a queued job of token
+ * ids with a schema (from 4), and an archived job (deleted, its id 3 spent). */
+static void old_rows(int version, char *sql, size_t size)
 {
-    bool made = old_db(
-        3, "INSERT INTO workers (name, host, pid, slots, first_seen, last_seen, public_key)"
-           " VALUES ('w', 'h', 1, 4, 1, 1, 'wkey');"
-           "INSERT INTO worker_keys (name, public_key, bound_at) VALUES ('w', 'wkey', 1);"
-           "INSERT INTO jobs (client_key, batch_id, state, prompt, logprobs, top_logprobs,"
-           " worker_id, attempts, finished_at, owner, " V1_JOB_COLUMNS ")"
-           " VALUES ('k1', 'b', 'done', 'old', 1, 2, 1, 1, 5, 'alice', " V1_JOB_VALUES ");"
-           "INSERT INTO jobs (client_key, batch_id, prompt_ids, " V1_JOB_COLUMNS ")"
-           " VALUES ('k2', 'b', '[1,2,3]', " V1_JOB_VALUES ");"
-           "INSERT INTO jobs (prompt, " V1_JOB_COLUMNS ") VALUES ('archived', " V1_JOB_VALUES ");"
-           "DELETE FROM jobs WHERE id = 3;"
-           "INSERT INTO attempts (job_id, attempt, worker_id, started_at, ended_at, outcome)"
-           " VALUES (1, 1, 1, 2, 5, 'done');"
-           "INSERT INTO results (job_id, text, finish_reason, prompt_tokens, generated_tokens,"
-           " queue_wait_ms, prefill_ms, decode_ms, total_ms, worker_id, attempt, created_at)"
-           " VALUES (1, 'a cat', 'stop', 3, 2, 1, 1, 1, 4, 1, 1, 5);");
-    store *st = made ? open_db(&opts3, 2000) : NULL;
+    const bool v3 = version >= 3, v4 = version >= 4;
+    snprintf(sql, size,
+             "INSERT INTO workers (name, host, pid, slots, first_seen, last_seen%s%s)"
+             " VALUES ('w', 'h', 1, 4, 1, 1%s%s);%s"
+             "INSERT INTO jobs (client_key, batch_id, state, prompt, logprobs, top_logprobs,"
+             " worker_id, attempts, finished_at%s%s, " V1_JOB_COLUMNS ")"
+             " VALUES ('k1', 'b', 'done', 'old', 1, 2, 1, 1, 5%s%s, " V1_JOB_VALUES ");"
+             "INSERT INTO jobs (client_key, batch_id, prompt_ids%s, " V1_JOB_COLUMNS ")"
+             " VALUES ('k2', 'b', '[1,2,3]'%s, " V1_JOB_VALUES ");"
+             "INSERT INTO jobs (prompt, " V1_JOB_COLUMNS ") VALUES ('archived', " V1_JOB_VALUES ");"
+             "DELETE FROM jobs WHERE id = 3;"
+             "INSERT INTO attempts (job_id, attempt, worker_id, started_at, ended_at, outcome)"
+             " VALUES (1, 1, 1, 2, 5, 'done');"
+             "INSERT INTO results (job_id, text, finish_reason, prompt_tokens, generated_tokens,"
+             " queue_wait_ms, prefill_ms, decode_ms, total_ms, worker_id, attempt, created_at)"
+             " VALUES (1, 'a cat', 'stop', 3, 2, 1, 1, 1, 4, 1, 1, 5);",
+             v3 ? ", public_key" : "", v4 ? ", aliases" : "", v3 ? ", 'wkey'" : "",
+             v4 ? ", '[\"gpt\"]'" : "",
+             v3 ? "INSERT INTO worker_keys (name, public_key, bound_at) VALUES ('w', 'wkey', 1);"
+                : "",
+             v3 ? ", owner" : "", v4 ? ", json_object" : "", v3 ? ", 'alice'" : "", v4 ? ", 1" : "",
+             v4 ? ", json_schema" : "", v4 ? ", '{\"type\":\"object\"}'" : "");
+}
+
+/* A database of version 2, 3 or 4 (jobs of every state, results, attempts,
+ * an archived job; owners and worker keys from 3, output formats and
+ * aliases from 4) is rebuilt for chat jobs in place: rows, ids, every
+ * column and links kept, its indexes and views there, ids still never
+ * reused, and chat jobs storable. */
+static void test_migration_rebuilds(int version)
+{
+    char rows[2048];
+    old_rows(version, rows, sizeof rows);
+    store *st = old_db(version, rows) ? open_db(&opts3, 2000) : NULL;
     CHECK(st && sql_int("PRAGMA user_version") == STORE_SCHEMA_VERSION &&
-              store_opened(st).from_version == 3 && store_opened(st).migrate_ms >= 0,
-          "a version 3 database migrates to %d, and says from which", STORE_SCHEMA_VERSION);
+              store_opened(st).from_version == version && store_opened(st).migrate_ms >= 0,
+          "a version %d database migrates to %d, and says from which", version,
+          STORE_SCHEMA_VERSION);
     if (!st)
         return;
-    CHECK(sql_int("SELECT count(*) FROM jobs WHERE id = 1 AND client_key = 'k1' AND state = 'done'"
-                  " AND prompt = 'old' AND logprobs = 1 AND top_logprobs = 2 AND worker_id = 1"
-                  " AND finished_at = 5 AND owner = 'alice' AND messages IS NULL") == 1 &&
-              sql_int("SELECT count(*) FROM jobs WHERE id = 2 AND prompt_ids = '[1,2,3]'"
-                      " AND state = 'queued'") == 1 &&
-              sql_int("SELECT count(*) FROM jobs") == 2,
-          "its jobs keep their ids and every column, owners included");
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM jobs WHERE id = 1 AND client_key = 'k1' AND state = 'done'"
+             " AND prompt = 'old' AND logprobs = 1 AND top_logprobs = 2 AND worker_id = 1"
+             " AND finished_at = 5 AND messages IS NULL AND owner IS %s AND json_object = %d"
+             " AND json_schema IS NULL",
+             version >= 3 ? "'alice'" : "NULL", version >= 4);
+    CHECK(sql_int(sql) == 1, "v%d: its done job keeps its id and every column", version);
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM jobs WHERE id = 2 AND prompt_ids = '[1,2,3]'"
+             " AND state = 'queued' AND json_schema IS %s",
+             version >= 4 ? "'{\"type\":\"object\"}'" : "NULL");
+    CHECK(sql_int(sql) == 1 && sql_int("SELECT count(*) FROM jobs") == 2,
+          "v%d: its queued job too, and the archived one is not back", version);
     CHECK(sql_int("SELECT count(*) FROM results r JOIN jobs j ON j.id = r.job_id"
                   " JOIN attempts a ON a.job_id = j.id WHERE r.text = 'a cat'") == 1 &&
               sql_int("SELECT count(*) FROM pragma_foreign_key_check") == 0 &&
               sql_int("SELECT count(*) FROM worker_keys w JOIN workers s ON s.name = w.name"
-                      " AND s.public_key = w.public_key") == 1,
-          "its results and attempts still point at their jobs; worker keys are untouched");
+                      " AND s.public_key = w.public_key") == (version >= 3),
+          "v%d: its results and attempts still point at their jobs; worker keys are untouched",
+          version);
     CHECK(sql_int("SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name IN"
                   " ('jobs_by_batch', 'jobs_queue', 'jobs_running')") == 3 &&
               sql_int("SELECT jobs FROM v_batch_stats WHERE batch_id = 'b'") == 2 &&
               sql_int("SELECT done FROM v_batch_stats WHERE batch_id = 'b'") == 1 &&
               sql_int("SELECT count(*) FROM pragma_integrity_check WHERE integrity_check = 'ok'") ==
                   1,
-          "its indexes are made again and v_batch_stats reads the new table");
+          "v%d: its indexes are made again and v_batch_stats reads the new table", version);
     static const wire_message hi[] = {{"user", "hi"}};
     int64_t id = submit_chat(st, hi, 1, "b", "k3", 3);
-    CHECK(id == 4, "a chat job is stored, as id 4: the archived job's id 3 is not reused (%lld)",
-          (long long)id);
+    CHECK(id == 4,
+          "v%d: a chat job is stored, as id 4: the archived job's id 3 is not reused (%lld)",
+          version, (long long)id);
     store_close(st);
     st = open_db(&opts3, 4000);
     CHECK(st && sql_int("SELECT count(*) FROM jobs") == 3 &&
               store_opened(st).from_version == STORE_SCHEMA_VERSION,
-          "the migrated database opens again, as version %d, with nothing to migrate",
+          "v%d: the migrated database opens again, as version %d, with nothing to migrate", version,
           STORE_SCHEMA_VERSION);
     store_close(st);
 }
@@ -1115,6 +1202,7 @@ int main(void)
     test_job_facts();
     test_priority_order_and_json();
     test_param_columns();
+    test_schema_column();
     test_first_result_wins();
     test_attempts_exhaustion();
     test_cancel_and_hand_back();
@@ -1123,7 +1211,8 @@ int main(void)
     test_outcomes();
     test_logprobs();
     test_migration_from_v1();
-    test_migration_from_v3();
+    for (int v = 2; v < STORE_SCHEMA_VERSION; v++)
+        test_migration_rebuilds(v);
     test_chat_jobs();
     test_checkpoints_while_open();
     test_views();

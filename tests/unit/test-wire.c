@@ -249,10 +249,12 @@ static void test_broker_replies(void)
     wire_msg_init(&m, WIRE_T_RESULT);
     m.req = 5;
     m.result = results[0];
+    m.result.model = "stories260K";
     check_round_trip(&m, WIRE_DIR_BROKER_TO_CLIENT, &back);
     CHECK(back.result.finish == WIRE_FINISH_LENGTH && back.result.timings.prefill_tok_s == 3333.3 &&
-              strcmp(back.result.text, " a cat\n") == 0,
-          "result: finish, timings and text come back");
+              strcmp(back.result.text, " a cat\n") == 0 &&
+              strcmp(back.result.model, "stories260K") == 0,
+          "result: finish, timings, text and the model that ran come back");
     wire_msg_free(&back);
 
     wire_msg_init(&m, WIRE_T_WAIT_ALIVE);
@@ -299,8 +301,16 @@ static void test_worker_messages(void)
                            .model = "stories260K", .model_hash = "abc", .engine = "cpu",
                            .slots = 8, .n_ctx = 512};
     check_round_trip(&m, WIRE_DIR_WORKER_TO_BROKER, &back);
-    CHECK(back.hello.gpu_index == -1 && back.hello.slots == 8 && !back.hello.gpu_name,
+    CHECK(back.hello.gpu_index == -1 && back.hello.slots == 8 && !back.hello.gpu_name &&
+              back.hello.n_aliases == 0,
           "hello: fields come back, absent optional ones stay NULL");
+    wire_msg_free(&back);
+    static const char *const aliases[] = {"gpt-4o-mini", "tiny"};
+    m.hello.aliases = aliases;
+    m.hello.n_aliases = 2;
+    check_round_trip(&m, WIRE_DIR_WORKER_TO_BROKER, &back);
+    CHECK(back.hello.n_aliases == 2 && strcmp(back.hello.aliases[1], "tiny") == 0,
+          "hello: a worker's aliases come back");
     wire_msg_free(&back);
 
     wire_msg_init(&m, WIRE_T_WELCOME);
@@ -435,6 +445,21 @@ static const bad_case BAD[] = {
     {SUB "[{\"prompt\":\"a\",\"logprobs\":true,\"top_logprobs\":21}]}", C2B, WIRE_E_BAD_VALUE,
      "jobs[0].top_logprobs"},
     {SUB "[{\"prompt\":\"a\",\"top_logprobs\":2}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].top_logprobs"},
+    {SUB "[{\"prompt\":\"a\",\"json_schema\":\"\"}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].json_schema"},
+    {SUB "[{\"prompt\":\"a\",\"json_schema\":\"{\\\"type\\\":\"}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].json_schema"},
+    {SUB "[{\"prompt\":\"a\",\"json_schema\":\"[]\"}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].json_schema"},
+    {SUB "[{\"prompt\":\"a\",\"json_schema\":{}}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].json_schema"},
+    {SUB "[{\"prompt\":\"a\",\"json_schema\":\"{}\",\"json_object\":true}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].json_object"},
+    {SUB "[{\"prompt\":\"a\",\"json_object\":true,\"ignore_eos\":true}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].ignore_eos"},
+    {SUB "[{\"prompt\":\"a\",\"json_object\":1}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].json_object"},
+    {"{\"v\":1,\"type\":\"hello\",\"worker\":\"w\",\"host\":\"h\",\"pid\":1,\"gpu_index\":-1,"
+     "\"model\":\"m\",\"engine\":\"cpu\",\"slots\":1,\"aliases\":[\"\"]}",
+     W2B, WIRE_E_BAD_VALUE, "aliases[0]"},
     {SUB "[{\"prompt\":\"a\",\"stop\":\"x\"}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].stop"},
     {SUB "[{\"prompt\":\"a\",\"stop\":[\"x\",\"\"]}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].stop[1]"},
     {SUB "[{\"prompt\":\"a\",\"stop\":[1]}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].stop[0]"},
@@ -909,6 +934,19 @@ static void test_logprobs(void)
     check_round_trip(&m, WIRE_DIR_CLIENT_TO_BROKER, &back);
     CHECK(back.submit.jobs[0].params.logprobs && back.submit.jobs[0].params.top_logprobs == 20,
           "submit: logprobs and top_logprobs 20 come back");
+    wire_msg_free(&back);
+    job.params.json_schema = "{\"type\": \"object\", \"properties\": {}}";
+    check_round_trip(&m, WIRE_DIR_CLIENT_TO_BROKER, &back);
+    CHECK(back.submit.jobs[0].params.json_schema &&
+              strcmp(back.submit.jobs[0].params.json_schema, job.params.json_schema) == 0 &&
+              !back.submit.jobs[0].params.json_object,
+          "submit: a json_schema comes back as its text");
+    wire_msg_free(&back);
+    job.params.json_schema = NULL;
+    job.params.json_object = true;
+    check_round_trip(&m, WIRE_DIR_CLIENT_TO_BROKER, &back);
+    CHECK(back.submit.jobs[0].params.json_object && !back.submit.jobs[0].params.json_schema,
+          "submit: json_object comes back");
     wire_msg_free(&back);
 
     for (int type = 0; type < 2; type++) {
