@@ -274,6 +274,10 @@ static bool counts_contradict(const store_job_facts *f, const pool_worker *w,
                          "%" PRIu64 " prompt + %" PRIu64 " generated tokens,"
                          " the worker's context holds %u",
                          prompt, gen, w->n_ctx);
+    if (r->cached_prompt_tokens > prompt)
+        return refuse_at(v, "cached_prompt_tokens",
+                         "%" PRIu32 " of a prompt of %" PRIu64 " tokens",
+                         r->cached_prompt_tokens, prompt);
     if (f->token_prompt && prompt != (uint64_t)f->prompt_len)
         return refuse_at(v, "prompt_tokens",
                          "%" PRIu64 " where the job's prompt has %" PRId64
@@ -367,6 +371,7 @@ static int on_result(broker *b, pool_worker *w, const wire_result *r,
                        .n_logprobs = r->n_logprobs,
                        .finish_reason = wire_finish_name(r->finish),
                        .prompt_tokens = (int32_t)r->prompt_tokens,
+                       .cached_prompt_tokens = (int32_t)r->cached_prompt_tokens,
                        .generated_tokens = (int32_t)r->gen_tokens,
                        .prefill_ms = r->timings.prefill_ms,
                        .decode_ms = r->timings.decode_ms};

@@ -110,7 +110,8 @@ enum {
     X(prompt_tokens, I32)    \
     X(generated_tokens, I32) \
     X(prefill_ms, F64)       \
-    X(decode_ms, F64)
+    X(decode_ms, F64)        \
+    X(cached_prompt_tokens, I32)
 /* clang-format on */
 #define SQL_RESULT(name, kind) "r." #name ", "
 #define COLS_OF store_result
@@ -279,7 +280,7 @@ static const char *const stmt_sql[S_COUNT] = {
         " total_ms, worker_id, attempt, created_at)"
         " SELECT id, coalesce(:text, ''), :finish_reason,"
         " :prompt_tokens, :generated_tokens, :prefill_ms, :decode_ms,"
-        " :token_ids, :logprobs,"
+        " :cached_prompt_tokens, :token_ids, :logprobs,"
         " started_at - submitted_at,"
         " CASE WHEN :prefill_ms > 0"
         " THEN 1000.0 * :prompt_tokens / :prefill_ms END,"

@@ -43,7 +43,7 @@
 typedef struct store store;
 
 /* The schema version this build creates and understands. */
-#define STORE_SCHEMA_VERSION 5
+#define STORE_SCHEMA_VERSION 6
 
 typedef enum store_sync {
     STORE_SYNC_FULL = 0, /* default: survives power loss */
@@ -205,6 +205,7 @@ typedef struct store_result {
     uint32_t n_logprobs;
     const char *finish_reason;
     int32_t prompt_tokens;
+    int32_t cached_prompt_tokens; /* of those, the prefix cache's */
     int32_t generated_tokens;
     double prefill_ms; /* as measured by the worker */
     double decode_ms;

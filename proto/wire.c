@@ -290,6 +290,8 @@ static const fdef JOB_RESULT_FIELDS[] = {
     LOGPROBS_FIELD,
     NUM("finish", K_FINISH, F_REQ, wire_result, finish, 0, 0),
     NUM("prompt_tokens", K_U32, F_REQ, wire_result, prompt_tokens, 0, UINT32_MAX),
+    NUM("cached_prompt_tokens", K_U32, F_OMIT_ZERO, wire_result, cached_prompt_tokens, 0,
+        UINT32_MAX),
     NUM("gen_tokens", K_U32, F_REQ, wire_result, gen_tokens, 0, WIRE_MAX_GEN_TOKENS),
     TIMING(prefill_ms, F_REQ),
     TIMING(decode_ms, F_REQ),

@@ -215,9 +215,9 @@ typedef struct wire_token_logprobs {
 } wire_token_logprobs;
 
 /* A job's outcome.  "job_result" (worker -> broker) carries id, attempt,
- * text, tokens, finish, prompt_tokens, gen_tokens, prefill_ms, decode_ms
- * and logprobs; "result" (broker -> client) carries everything, state
- * first. */
+ * text, tokens, finish, prompt_tokens, cached_prompt_tokens, gen_tokens,
+ * prefill_ms, decode_ms and logprobs; "result" (broker -> client) carries
+ * everything but cached_prompt_tokens, state first. */
 typedef struct wire_result {
     uint64_t id;
     uint32_t attempt;
@@ -231,6 +231,8 @@ typedef struct wire_result {
     uint32_t n_logprobs;                 /* = n_tokens */
     wire_finish finish;        /* DONE: why generation ended */
     uint32_t prompt_tokens;
+    uint32_t cached_prompt_tokens; /* job_result: of prompt_tokens, those the worker's prefix
+                                      cache held (absent: 0) */
     uint32_t gen_tokens;
     wire_timings timings;
     const char *worker;        /* result: the worker that produced it, or NULL */

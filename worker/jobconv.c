@@ -181,6 +181,7 @@ int jobconv_result_make(jobconv_result *r, uint32_t attempt, const engine_event 
     w->n_logprobs = r->logprobs ? (uint32_t)ev->n_tokens : 0;
     w->finish = finish(ev->finish);
     w->prompt_tokens = (uint32_t)t->n_prompt;
+    w->cached_prompt_tokens = (uint32_t)t->n_cached;
     w->gen_tokens = (uint32_t)t->n_generated;
     w->timings.prefill_ms = span_ms(t->first_sched_ms, t->first_token_ms);
     w->timings.decode_ms = span_ms(t->first_token_ms, t->finished_ms);

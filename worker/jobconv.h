@@ -10,8 +10,9 @@
  * (json_schema, json_object) becomes the request's constraint, a grammar
  * held in the worker's format table.  A finished sequence becomes a
  * `job_result`: its text repaired into wire-clean UTF-8 (worker/text.h), its
- * timings measured by the engine for this job alone, its logprobs (when
- * asked for) with each token's bytes as the vocabulary has them.
+ * timings measured by the engine for this job alone, how many of its
+ * prompt tokens the prefix cache held, its logprobs (when asked for) with
+ * each token's bytes as the vocabulary has them.
  *
  * Both own their buffers until the matching _free. */
 #ifndef LLMQ_WORKER_JOBCONV_H

@@ -179,10 +179,15 @@ static store_change put_result(store *st, int64_t job, int64_t worker,
                                int32_t attempt, int gen, int64_t now)
 {
     static const uint32_t toks[3] = {7, 8, 9};
-    store_result r = {.text = "once upon", .token_ids = toks,
-                      .n_token_ids = 3, .finish_reason = "length",
-                      .prompt_tokens = 5, .generated_tokens = gen,
-                      .prefill_ms = 10, .decode_ms = 100};
+    store_result r = {.text = "once upon",
+                      .token_ids = toks,
+                      .n_token_ids = 3,
+                      .finish_reason = "length",
+                      .prompt_tokens = 5,
+                      .cached_prompt_tokens = gen % 5,
+                      .generated_tokens = gen,
+                      .prefill_ms = 10,
+                      .decode_ms = 100};
     store_change ch = STORE_UNKNOWN;
     llmq_err err = {0};
     if (store_result_put(st, job, worker, attempt, &r, now, &ch, &err))
@@ -1047,12 +1052,13 @@ static void old_rows(int version, char *sql, size_t size)
              v4 ? ", json_schema" : "", v4 ? ", '{\"type\":\"object\"}'" : "");
 }
 
-/* A database of version 2, 3 or 4 (jobs of every state, results, attempts,
- * an archived job; owners and worker keys from 3, output formats and
- * aliases from 4) is rebuilt for chat jobs in place: rows, ids, every
- * column and links kept, its indexes and views there, ids still never
- * reused, and chat jobs storable. */
-static void test_migration_rebuilds(int version)
+/* A database of any version from 2 on (jobs of every state, results,
+ * attempts, an archived job; owners and worker keys from 3, output formats
+ * and aliases from 4) is migrated in place, its jobs table rebuilt for chat
+ * jobs up to version 4: rows, ids, every column and links kept, its indexes
+ * and views there, its results with no cached prompt tokens, ids still
+ * never reused, and chat jobs storable. */
+static void test_migration_keeps(int version)
 {
     char rows[2048];
     old_rows(version, rows, sizeof rows);
@@ -1071,6 +1077,11 @@ static void test_migration_rebuilds(int version)
              " AND json_schema IS NULL",
              version >= 3 ? "'alice'" : "NULL", version >= 4);
     CHECK(sql_int(sql) == 1, "v%d: its done job keeps its id and every column", version);
+    CHECK(sql_int("SELECT cached_prompt_tokens FROM results WHERE job_id = 1") == 0 &&
+              sql_int("SELECT prefix_hit_rate = 0 AND cached_prompt_tokens = 0 FROM v_batch_stats"
+                      " WHERE batch_id = 'b'") == 1 &&
+              sql_int("SELECT prefix_hit_rate = 0 FROM v_worker_stats WHERE name = 'w'") == 1,
+          "v%d: its result counts no cached prompt tokens, and the views say so", version);
     snprintf(sql, sizeof sql,
              "SELECT count(*) FROM jobs WHERE id = 2 AND prompt_ids = '[1,2,3]'"
              " AND state = 'queued' AND json_schema IS %s",
@@ -1183,6 +1194,25 @@ static void test_views(void)
           "busy span of a worker: first start to last result");
     CHECK(sql_int("SELECT sum(jobs_done) FROM v_gpu_stats") == 9,
           "v_gpu_stats adds up the jobs");
+    CHECK(sql_int("SELECT sum(cached_prompt_tokens) FROM results") > 0 &&
+              sql_int("SELECT count(*) FROM v_batch_stats v WHERE cached_prompt_tokens ="
+                      " (SELECT sum(r.cached_prompt_tokens) FROM results r JOIN jobs j"
+                      " ON j.id = r.job_id WHERE j.batch_id = v.batch_id) AND"
+                      " abs(prefix_hit_rate - 1.0 * cached_prompt_tokens / prompt_tokens)"
+                      " < 1e-12") == 2,
+          "v_batch_stats: each batch's cached prompt tokens, and their share of its prompt"
+          " tokens (the prefix hit rate)");
+    CHECK(sql_int("SELECT count(*) FROM v_worker_stats v WHERE cached_prompt_tokens ="
+                  " (SELECT sum(cached_prompt_tokens) FROM results r"
+                  " WHERE r.worker_id = v.worker_id) AND"
+                  " abs(prefix_hit_rate - 1.0 * cached_prompt_tokens / prompt_tokens) < 1e-12") ==
+                  2 &&
+              sql_int("SELECT count(*) FROM v_gpu_stats g WHERE cached_prompt_tokens ="
+                      " (SELECT sum(cached_prompt_tokens) FROM v_worker_stats v"
+                      " WHERE v.gpu_index = g.gpu_index) AND"
+                      " abs(prefix_hit_rate - 1.0 * cached_prompt_tokens / prompt_tokens)"
+                      " < 1e-12") == 2,
+          "v_worker_stats and v_gpu_stats: the same per worker and per GPU");
 }
 
 int main(void)
@@ -1212,7 +1242,7 @@ int main(void)
     test_logprobs();
     test_migration_from_v1();
     for (int v = 2; v < STORE_SCHEMA_VERSION; v++)
-        test_migration_rebuilds(v);
+        test_migration_keeps(v);
     test_chat_jobs();
     test_checkpoints_while_open();
     test_views();

@@ -3,8 +3,10 @@
  * refused with its typed error naming the field and, for a number out of
  * range, the number as sent; a failed or cancelled result carries no token
  * counts or timings.  A wait without heartbeats encodes without the
- * heartbeat_ms key, so that brokers older than it (which refuse unknown
- * keys) read it as before. */
+ * heartbeat_ms key, and a job_result without cached prompt tokens without
+ * the cached_prompt_tokens key, so that brokers older than them (which
+ * refuse unknown keys) read them as before; a job_result without the key
+ * reads as 0 cached tokens. */
 #include <math.h>
 #include <msgpack.h>
 #include <stdlib.h>
@@ -350,7 +352,20 @@ static void test_worker_messages(void)
     m.result.state = WIRE_STATE_NONE;
     m.result.timings = (wire_timings){.prefill_ms = 1, .decode_ms = 2};
     check_round_trip(&m, WIRE_DIR_WORKER_TO_BROKER, &back);
+    CHECK(back.result.cached_prompt_tokens == 0, "job_result: no cached_prompt_tokens reads as 0");
     wire_msg_free(&back);
+    char *buf;
+    size_t len;
+    wire_error e;
+    CHECK(wire_encode(&m, &buf, &len, &e) == 0 && !memmem(buf, len, "cached_prompt_tokens", 20),
+          "a job_result with no cached prompt tokens is sent without the key (brokers older than"
+          " it read it as before)");
+    free(buf);
+    m.result.cached_prompt_tokens = 4;
+    check_round_trip(&m, WIRE_DIR_WORKER_TO_BROKER, &back);
+    CHECK(back.result.cached_prompt_tokens == 4, "job_result: cached_prompt_tokens comes back");
+    wire_msg_free(&back);
+    m.result.cached_prompt_tokens = 0;
     m.result.tokens = NULL;
     m.result.n_tokens = 0;
     m.result.text = "";
@@ -523,6 +538,10 @@ static const bad_case BAD[] = {
      "\"finish\":\"stop\",\"prompt_tokens\":1,\"gen_tokens\":1,\"prefill_ms\":1,\"decode_ms\":1,"
      "\"logprobs\":[{\"token\":7,\"logprob\":-1,\"bytes\":\"x\",\"top_logprobs\":[]}]}",
      W2B, WIRE_E_BAD_TYPE, "logprobs[0].bytes"},
+    {"{\"v\":1,\"type\":\"job_result\",\"id\":1,\"attempt\":1,\"text\":\"x\",\"tokens\":[],"
+     "\"finish\":\"stop\",\"prompt_tokens\":1,\"cached_prompt_tokens\":-1,\"gen_tokens\":0,"
+     "\"prefill_ms\":1,\"decode_ms\":1}",
+     W2B, WIRE_E_BAD_VALUE, "cached_prompt_tokens"},
     {"{\"v\":1,\"type\":\"job_failure\",\"id\":1,\"attempt\":1,\"reason\":\"x\"}", W2B,
      WIRE_E_MISSING_FIELD, "retryable"},
     {"{\"v\":1,\"type\":\"result\",\"id\":1,\"state\":\"done\",\"text\":\"x\"}",

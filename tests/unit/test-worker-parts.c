@@ -10,7 +10,8 @@
  * tokens of the template's rendering, control tokens only where the
  * template wrote them, and a chat job the worker cannot render fails for
  * good saying why; a finished sequence becomes a result with the engine's
- * finish reason and per-job timings; a job's output format becomes its
+ * finish reason, per-job timings and the prompt tokens its prefix cache
+ * held; a job's output format becomes its
  * request's grammar, one grammar per distinct schema shared by the jobs
  * that hold it, and a schema llmq cannot honour fails the job as bad
  * input, naming json_schema and the keyword. */
@@ -135,10 +136,19 @@ static void test_jobconv(const tok_vocab *v, formats *fmt)
     jobconv_request_free(&r);
 
     static const int32_t out[] = {432, 383};
-    engine_event ev = {.id = 42, .finish = ENGINE_FINISH_EOG, .tokens = out, .n_tokens = 2,
-                       .full_text = ", there", .full_text_len = 7,
-                       .timing = {.added_ms = 100, .first_sched_ms = 110, .first_token_ms = 125,
-                                  .finished_ms = 140, .n_prompt = 5, .n_generated = 2}};
+    engine_event ev = {.id = 42,
+                       .finish = ENGINE_FINISH_EOG,
+                       .tokens = out,
+                       .n_tokens = 2,
+                       .full_text = ", there",
+                       .full_text_len = 7,
+                       .timing = {.added_ms = 100,
+                                  .first_sched_ms = 110,
+                                  .first_token_ms = 125,
+                                  .finished_ms = 140,
+                                  .n_prompt = 5,
+                                  .n_generated = 2,
+                                  .n_cached = 4}};
     jobconv_result res;
     rc = jobconv_result_make(&res, 3, &ev, v, &err);
     const wire_result *w = &res.msg.result;
@@ -146,6 +156,8 @@ static void test_jobconv(const tok_vocab *v, formats *fmt)
               strcmp(w->text, ", there") == 0 && w->n_tokens == 2 && w->tokens[1] == 383 &&
               w->prompt_tokens == 5 && w->gen_tokens == 2,
           "an end-of-generation token is finish 'stop', with the text and tokens");
+    CHECK(rc == 0 && w->cached_prompt_tokens == 4,
+          "the prompt tokens the prefix cache held travel as cached_prompt_tokens");
     CHECK(rc == 0 && w->timings.prefill_ms == 15 && w->timings.decode_ms == 15,
           "prefill is first scheduled -> first token, decode first token -> last (15, 15 ms)");
     CHECK(rc == 0 && !w->logprobs, "no logprobs unless the job asked");
