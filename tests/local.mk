@@ -307,6 +307,10 @@ tests_unit_test_stats_LDADD = tools/libllmq_stats.a $(LLMQ_BROKER_LIBS) -lm
 TESTS += tests/integration/test-stats-run.sh tests/integration/test-examples.sh
 EXTRA_DIST += tests/unit/check.sh tests/integration/env.sh tests/integration/test-stats-run.sh \
 	tests/integration/test-examples.sh
+# Cached prompt tokens per result and the prefix hit rate in llmq-stats, on a
+# worker with its prefix cache and one without
+TESTS += tests/integration/test-prefix-stats.sh
+EXTRA_DIST += tests/integration/test-prefix-stats.sh
 # llmq-submit and a batch larger than the broker's --max-queued
 TESTS += tests/integration/test-submit-queue.sh
 EXTRA_DIST += tests/integration/test-submit-queue.sh
