@@ -30,5 +30,5 @@ EXTRA_DIST += bench/cuda.sh
 # ---- end CUDA ops ----
 
 # ---- fleet and multi-GPU scaling (bench/bench-fleet.sh, bench/scale-gpus.sh) ----
-EXTRA_DIST += bench/bench-fleet.sh bench/scale-gpus.sh
+EXTRA_DIST += bench/bench-fleet.sh bench/scale-gpus.sh bench/gpu-e2e.sh bench/lib.sh
 # ---- end fleet and multi-GPU scaling ----

@@ -39,29 +39,8 @@ gen_len=128
 mkdir -p "$out"
 dir=$(mktemp -d "${TMPDIR:-/tmp}/scale-gpus-XXXXXX")
 pids=
-stop_all() {
-    for p in $pids; do kill "$p" 2>/dev/null || :; done
-    for p in $pids; do wait "$p" 2>/dev/null || :; done
-    pids=
-}
+. bench/lib.sh
 trap 'stop_all; rm -rf "$dir"' EXIT INT TERM
-log() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$out/log.txt"; }
-
-# Read-only queries on a database: the sqlite3 shell where there is one,
-# else Python's sqlite3 module (the GPU machine has no shell).
-sql() {
-    if command -v sqlite3 >/dev/null 2>&1; then
-        sqlite3 -readonly "$1" "$2"
-    else
-        python3 -c 'import sys, sqlite3
-db = sqlite3.connect("file:" + sys.argv[1] + "?mode=ro", uri=True)
-for row in db.execute(sys.argv[2]): print("|".join(str(v) for v in row))' "$1" "$2"
-    fi
-}
-
-# utime + stime of a process, in clock ticks (fields 14 and 15 of stat;
-# the command name in field 2 has no spaces here).
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
 if [ ! -s "$model" ]; then
     "$bin/llmq-mkmodel" --vocab tests/data/vocab/ggml-vocab-llama-spm.gguf --dim 4096 \
@@ -96,15 +75,7 @@ run_config() {
         pids="$pids $!"
         nw=$((nw + 1))
     done
-    waited=0
-    until [ "$(sql "$cdir/llmq.db" \
-            "SELECT count(*) FROM workers WHERE state = 'alive'" 2>/dev/null || echo 0)" \
-            -ge "$nw" ]; do
-        sleep 0.5
-        waited=$((waited + 1))
-        [ "$waited" -lt 240 ] || { log "$name: workers not alive after 120 s"; stop_all; return 1; }
-    done
-    log "$name: $nw worker(s) alive"
+    wait_alive "$cdir/llmq.db" "$nw" "$name" || { stop_all; return 1; }
     c0=$(cpu_ticks "$broker")
     t0=$(date +%s.%N)
     rc=0

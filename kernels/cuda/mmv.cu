@@ -3,37 +3,43 @@
  * defines and gemm.cu computes for any R: a row gets the same bits alone or
  * in a batch of 512.
  *
- * Layout invariants.  The activation rows are the mma's A operand (m16
- * tiles of 16 rows; at R = 1 one row of it is real), the weights its B
- * operand: 8 weight rows a warp, so that a 4096-row matmul is 2048 warps
- * with their chains side by side.  A CTA takes 8 weight rows; its warp w
- * takes chunks w, w + WARPS, ... of k (MM_CHUNK values: 4 blocks of 256,
+ * Layout invariants.  Two layouts (mmv_layout), by the number of
+ * activation rows m.  m <= 8: the weights are the mma's A operand, 16
+ * weight rows a warp (lane g holds rows g and g + 8), the activation rows
+ * the 8 columns of B (at m = 1 one column is real); a step decodes the
+ * lane's 8 values straight into its A registers and loads its B fragment
+ * with one 8-byte load.  9..16 rows: the activations are A (rows g, g + 8),
+ * 8 weight rows a warp as B.  A CTA takes one tile of weight rows; its warp
+ * w takes chunks w, w + WARPS, ... of k (MM_CHUNK values: 4 blocks of 256,
  * 16 k tiles, 64 steps), and the chunk partials meet in shared memory and
- * are added in chunk order.  Lane (g = lane / 4, c = lane % 4) holds weight
- * row g and, per 64-value tile of k, the 8 quant bytes at 8c of each 32-byte
- * half: its share of the tile's four steps (numerics.cuh), one 32-byte
- * sector per row and quad.  A block's bytes and scales are read once, one
- * block ahead of its math; its A fragments (activation rows g and g + 8) are
- * 8-byte loads from the step-ordered f16 copy.
+ * are added in chunk order.  Lane (g = lane / 4, c = lane % 4) holds, per
+ * 64-value tile of k, the 8 quant bytes at 8c of each 32-byte half of its
+ * weight rows: its share of the tile's four steps (numerics.cuh), one
+ * 32-byte sector per row and quad.  A block's bytes and scales are read
+ * once, one block ahead of its math; the activation fragments are 8-byte
+ * loads from the step-ordered f16 copy at constant offsets from a pointer
+ * per row.
  *
  * Groups: weights that read the same activations (q, k, v; gate, up) run
  * as one launch, their 8-row tiles end to end.
  *
- * Shared memory: the chunk partials, chunks x 8 x 16MT floats (MT m16 tiles,
- * MMV_MAX_ROWS / 16 of them).
+ * Shared memory: the chunk partials, chunks x 128 floats (16 x 8 or 8 x 16
+ * weight x activation rows).
  *
  * Roofline (batch 1, 7B q4_K): 4096 x 4096 reads 9.4 MB, 2.2 us at the
  * 4.24 TB/s copy bandwidth; 11008 x 4096 reads 25.4 MB, 6.0 us.  A chunk's
- * chain is 64 dependent mma, ~1 us.  Instructions per k tile and lane: ~50
- * to turn 16 quant values into f16 (bytes_to_half2 and one hfma2 a pair),
- * ~10 for the block's scales, 4 mma: docs/perf/05 counts them. */
+ * chain is 64 dependent mma, ~1 us.  Instructions per step and lane (m <= 8,
+ * q4_K, SASS in docs/perf/06): ~8 to turn 8 quant values into f16
+ * (bytes_to_half2 and one hfma2 a pair, two rows), one load, one mma; the
+ * block's scales ~40 for two rows, decoded four sub-blocks a word. */
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/numerics.cuh"
 
 #include <algorithm>
 
+static_assert(MMV_MAX_ROWS == 16, "mmv computes one m16 tile of activation rows");
+
 #define MMV_WARPS 16 /* at most; a CTA has min(chunks, MMV_WARPS) warps */
-#define MMV_ROWS 8   /* weight rows a CTA */
 
 /* What a lane reads of one block (256 values of k) of its weight row. */
 struct mmv_q4k {
@@ -123,44 +129,73 @@ static __device__ __forceinline__ void mmv_load(const be_weight &w, int64_t row,
     }
 }
 
-/* The B-fragment words of the block's k tile q, step s = 2h + t: the f16
- * pairs (i0, i2) and (i1, i3) of the lane's 4 values (numerics.cuh). */
+/* A block's scales as the lane's steps use them, decoded once per block.
+ * k-quants: the 8 sub-blocks' scale d * sc and negated min -(dmin * m) in
+ * pairs, as bytes_to_half2 yields them from the 6-bit integers packed four
+ * to a word: pair 2w + o holds sub-blocks 4w + o and 4w + o + 2 (w: word,
+ * o: odd byte).  Each half is the f16 product k4_sub_at defines (one RN
+ * product per lane, the same bits in a half2 multiply), so the values are
+ * those of numerics.cuh; a step selects its half by operand broadcast,
+ * which costs no instruction.  q6_K: per k tile q the scales of its two
+ * step halves (h = 0, 1), one pair.  q8_0: each block's d, broadcast. */
 template <int T>
 struct mmv_block {
-    __half2 scale[8], bias[8]; /* per (q, h): 2q + h; bias used by k-quants only */
+    __half2 scale[4], negmin[4];
 };
+template <>
+struct mmv_block<QUANT_Q6_K> {
+    __half2 scale[4];
+};
+template <>
+struct mmv_block<QUANT_Q8_0> {
+    __half2 scale[8];
+};
+
+template <int T>
+static __device__ __forceinline__ void mmv_prepare_k4(const uint4 &hdr, mmv_block<T> *k)
+{
+    /* ggml's get_scale_min_k4 on four sub-blocks at a time */
+    const uint32_t sc_lo = hdr.y & 0x3f3f3f3fu, m_lo = hdr.z & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (hdr.w & 0x0f0f0f0fu) | ((hdr.y >> 2) & 0x30303030u);
+    const uint32_t m_hi = ((hdr.w >> 4) & 0x0f0f0f0fu) | ((hdr.z >> 2) & 0x30303030u);
+    const __half2 d = __half2half2(__ushort_as_half((unsigned short)(hdr.x & 0xffffu)));
+    const __half2 dmin = __half2half2(__ushort_as_half((unsigned short)(hdr.x >> 16)));
+    const __half2 bias = half2_of(MM_BIAS_UNSIGNED);
+    __half2 sc[4], m[4];
+    bytes_to_half2(sc_lo, bias, &sc[0], &sc[1]);
+    bytes_to_half2(sc_hi, bias, &sc[2], &sc[3]);
+    bytes_to_half2(m_lo, bias, &m[0], &m[1]);
+    bytes_to_half2(m_hi, bias, &m[2], &m[3]);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        k->scale[i] = __hmul2_rn(d, sc[i]);
+        k->negmin[i] = __hneg2(__hmul2_rn(dmin, m[i]));
+    }
+}
 
 static __device__ __forceinline__ void mmv_prepare(const mmv_q4k &f, int, mmv_block<QUANT_Q4_K> *k)
 {
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const k4_sub s = k4_sub_at(f.hdr, j);
-        k->scale[j] = s.scale;
-        k->bias[j] = s.negmin;
-    }
+    mmv_prepare_k4(f.hdr, k);
 }
 
 static __device__ __forceinline__ void mmv_prepare(const mmv_q5k &f, int, mmv_block<QUANT_Q5_K> *k)
 {
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const k4_sub s = k4_sub_at(f.hdr, j);
-        k->scale[j] = s.scale;
-        k->bias[j] = s.negmin;
-    }
+    mmv_prepare_k4(f.hdr, k);
 }
 
 static __device__ __forceinline__ void mmv_prepare(const mmv_q6k &f, int c,
                                                    mmv_block<QUANT_Q6_K> *k)
 {
-    const uint32_t sc[4] = {f.sc.x, f.sc.y, f.sc.z, f.sc.w}; /* scale 4q + 2h + c/2 */
+    /* tile q's scales are bytes c/2 (h = 0) and 2 + c/2 (h = 1) of word q:
+     * the even or the odd pair of bytes_to_half2, as int8 + 128 */
+    const uint32_t sc[4] = {f.sc.x, f.sc.y, f.sc.z, f.sc.w};
+    const __half2 d = __half2half2(f.d);
 #pragma unroll
-    for (int q = 0; q < 4; q++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int i = 2 * h + c / 2; /* byte of word q */
-            k->scale[2 * q + h] = q6_scale(f.d, (int8_t)(sc[q] >> (8 * i)));
-        }
+    for (int q = 0; q < 4; q++) {
+        __half2 even, odd;
+        bytes_to_half2(sc[q] ^ 0x80808080u, half2_of(MM_BIAS_Q8), &even, &odd);
+        k->scale[q] = __hmul2_rn(d, c / 2 ? odd : even);
+    }
 }
 
 static __device__ __forceinline__ void mmv_prepare(const mmv_q8 &f, int, mmv_block<QUANT_Q8_0> *k)
@@ -170,13 +205,29 @@ static __device__ __forceinline__ void mmv_prepare(const mmv_q8 &f, int, mmv_blo
         k->scale[j] = __half2half2(f.d[j]);
 }
 
+/* The half of a pair a step takes, broadcast. */
+static __device__ __forceinline__ __half2 mmv_half(__half2 pair, int which)
+{
+    return which ? __high2half2(pair) : __low2half2(pair);
+}
+
+/* A k-quant step's terms: sub-block 2q + h (mmv_block's pairs). */
+template <int T>
+static __device__ __forceinline__ k4_sub mmv_k4_sub(const mmv_block<T> &k, int q, int h)
+{
+    const int pair = 2 * (q >> 1) + h, which = q & 1;
+    return {mmv_half(k.scale[pair], which), mmv_half(k.negmin[pair], which)};
+}
+
+/* The B-fragment words of the block's k tile q, step s = 2h + t: the f16
+ * pairs (i0, i2) and (i1, i3) of the lane's 4 values (numerics.cuh). */
 static __device__ __forceinline__ void mmv_step(const mmv_q4k &f, const mmv_block<QUANT_Q4_K> &k,
                                                 int q, int s, int, __half2 *even, __half2 *odd)
 {
     const int h = s >> 1, t = s & 1;
     bytes_to_half2(kq_bytes(t ? f.qs[q].y : f.qs[q].x, h, 0), half2_of(MM_BIAS_UNSIGNED), even,
                    odd);
-    const k4_sub sub = {k.scale[2 * q + h], k.bias[2 * q + h]};
+    const k4_sub sub = mmv_k4_sub(k, q, h);
     *even = k4_value(*even, sub);
     *odd = k4_value(*odd, sub);
 }
@@ -188,7 +239,7 @@ static __device__ __forceinline__ void mmv_step(const mmv_q5k &f, const mmv_bloc
     const uint32_t fifth = (((t ? f.qh.y : f.qh.x) >> (2 * q + h)) & 0x01010101u) << 4;
     bytes_to_half2(kq_bytes(t ? f.qs[q].y : f.qs[q].x, h, fifth), half2_of(MM_BIAS_UNSIGNED), even,
                    odd);
-    const k4_sub sub = {k.scale[2 * q + h], k.bias[2 * q + h]};
+    const k4_sub sub = mmv_k4_sub(k, q, h);
     *even = k4_value(*even, sub);
     *odd = k4_value(*odd, sub);
 }
@@ -200,8 +251,9 @@ static __device__ __forceinline__ void mmv_step(const mmv_q6k &f, const mmv_bloc
     const uint32_t high = (((h ? f.qh[q].y : f.qh[q].x) >> (2 * (2 * (c % 2) + t))) & 0x03030303u)
                           << 4;
     bytes_to_half2(kq_bytes(t ? f.ql[q].y : f.ql[q].x, h, high), half2_of(MM_BIAS_Q6), even, odd);
-    *even = q6_value(*even, k.scale[2 * q + h]);
-    *odd = q6_value(*odd, k.scale[2 * q + h]);
+    const __half2 scale = mmv_half(k.scale[q], h);
+    *even = q6_value(*even, scale);
+    *odd = q6_value(*odd, scale);
 }
 
 static __device__ __forceinline__ void mmv_step(const mmv_q8 &f, const mmv_block<QUANT_Q8_0> &k,
@@ -213,121 +265,138 @@ static __device__ __forceinline__ void mmv_step(const mmv_q8 &f, const mmv_block
     *odd = q8_value(*odd, k.scale[j]);
 }
 
-/* The lane's two activation rows (r and r + 8 of an m16 tile): pointers to
- * rows clamped to the last real one, so that every load is unpredicated and
- * its address a constant offset from a pointer set once, and the masks that
- * zero the rows past m. */
+/* Where a lane's activation values are: rows r and r + 8 (activations as
+ * the A operand) or row r (as B), clamped to the last real row.  An mma's
+ * output row (column) depends on its own A row (B column) only, and those
+ * past m are never read back, so they may hold any real row: no mask. */
 struct mmv_arows {
-    const __half *lo, *hi;
-    uint32_t lo_mask, hi_mask;
+    const uint2 *lo, *hi; /* 4 halves each, at the chunk's first k tile */
 };
 
 static __device__ __forceinline__ mmv_arows mmv_arows_of(const __half *act, int64_t lda, int m,
-                                                         int r, int c)
+                                                         int r, int c, int kt0)
 {
-    return {act + (int64_t)min(r, m - 1) * lda + 4 * c,
-            act + (int64_t)min(r + 8, m - 1) * lda + 4 * c, r < m ? ~0u : 0u, r + 8 < m ? ~0u : 0u};
+    const int64_t k0 = (int64_t)kt0 * MM_GROUP + 4 * c;
+    return {(const uint2 *)(act + (int64_t)min(r, m - 1) * lda + k0),
+            (const uint2 *)(act + (int64_t)min(r + 8, m - 1) * lda + k0)};
 }
 
-/* The A fragment for k tile kt, step s. */
-static __device__ __forceinline__ void mmv_act(const mmv_arows &ar, int kt, int s, uint32_t a[4])
-{
-    const int64_t off = (int64_t)kt * MM_GROUP + 16 * s;
-    const uint2 lo = __ldg((const uint2 *)(ar.lo + off)), hi = __ldg((const uint2 *)(ar.hi + off));
-    a[0] = lo.x & ar.lo_mask;
-    a[1] = hi.x & ar.hi_mask;
-    a[2] = lo.y & ar.lo_mask;
-    a[3] = hi.y & ar.hi_mask;
-}
+/* The two layouts.  WA (m <= 8): the weights are the A operand, 16 weight
+ * rows a warp (lane rows g and g + 8) against the activation rows as the
+ * 8 columns of B; a step decodes 8 values a lane straight into the A
+ * registers and loads its B fragment with one 8-byte load.  Otherwise
+ * (9..16 rows) the activations are A (rows g and g + 8), 8 weight rows a
+ * warp as B.  The bits are the same either way (numerics.cuh: a step's
+ * result does not depend on which operand is A). */
+template <bool WA>
+struct mmv_layout {
+    static constexpr int rows = WA ? 16 : 8; /* weight rows a CTA */
+    static constexpr int cols = WA ? 8 : 16; /* activation rows of its tile */
+    static constexpr int lane_rows = WA ? 2 : 1;
+};
 
-/* The chain of one chunk (k tiles kt0 .. kt1) for the lane's weight row and
- * MT m16 tiles of activation rows. */
-template <int T, int MT>
-static __device__ __forceinline__ void mmv_chunk(const be_weight &w, int64_t row, int kt0, int kt1,
-                                                 const __half *act, int64_t lda, int m,
-                                                 float acc[MT][4])
+/* The chain of one chunk (k tiles kt0 .. kt1) for the lane's weight rows.
+ * Only a q8_0 row (32 values a block of 8 x 32) can end inside a block. */
+template <int T, bool WA>
+static __device__ __forceinline__ void mmv_chunk(const be_weight &w, const int64_t *row, int kt0,
+                                                 int kt1, mmv_arows ar, float acc[4])
 {
     typedef typename mmv_raw<T>::type raw;
-    const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    constexpr int R = mmv_layout<WA>::lane_rows;
+    const int c = threadIdx.x % 4;
 #pragma unroll
-    for (int j = 0; j < MT; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            acc[j][e] = 0.0f;
-    mmv_arows ar[MT];
-#pragma unroll
-    for (int j = 0; j < MT; j++)
-        ar[j] = mmv_arows_of(act, lda, m, 16 * j + g, c);
+    for (int e = 0; e < 4; e++)
+        acc[e] = 0.0f;
     const int b0 = kt0 / 4, b1 = (kt1 + 3) / 4;
-    raw cur, next;
-    mmv_load(w, row, b0, c, &cur);
+    raw cur[R], next[R];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        mmv_load(w, row[r], b0, c, &cur[r]);
     for (int b = b0; b < b1; b++) {
         if (b + 1 < b1)
-            mmv_load(w, row, b + 1, c, &next);
-        mmv_block<T> k;
-        mmv_prepare(cur, c, &k);
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                mmv_load(w, row[r], b + 1, c, &next[r]);
+        mmv_block<T> k[R];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            mmv_prepare(cur[r], c, &k[r]);
+        const int tiles = T == QUANT_Q8_0 ? min(4, kt1 - 4 * b) : 4;
 #pragma unroll
         for (int q = 0; q < 4; q++) {
-            const int kt = 4 * b + q;
-            if (kt >= kt1)
+            if (q >= tiles)
                 break;
 #pragma unroll
             for (int s = 0; s < 4; s++) {
-                __half2 bw[2];
-                mmv_step(cur, k, q, s, c, &bw[0], &bw[1]);
-                const uint32_t *bf = (const uint32_t *)bw;
+                const int off = 16 * q + 4 * s; /* uint2 units: 64 a tile, 4 a step */
+                __half2 v[R][2];
 #pragma unroll
-                for (int j = 0; j < MT; j++) {
-                    uint32_t a[4];
-                    mmv_act(ar[j], kt, s, a);
-                    mma_f16(acc[j], a, bf[0], bf[1]);
+                for (int r = 0; r < R; r++)
+                    mmv_step(cur[r], k[r], q, s, c, &v[r][0], &v[r][1]);
+                const uint2 lo = __ldg(ar.lo + off);
+                if constexpr (WA) {
+                    const uint32_t a[4] = {*(const uint32_t *)&v[0][0], *(const uint32_t *)&v[1][0],
+                                           *(const uint32_t *)&v[0][1],
+                                           *(const uint32_t *)&v[1][1]};
+                    mma_f16(acc, a, lo.x, lo.y);
+                } else {
+                    const uint2 hi = __ldg(ar.hi + off);
+                    const uint32_t a[4] = {lo.x, hi.x, lo.y, hi.y};
+                    mma_f16(acc, a, *(const uint32_t *)&v[0][0], *(const uint32_t *)&v[0][1]);
                 }
             }
         }
-        cur = next;
+        ar.lo += 4 * 16;
+        ar.hi += 4 * 16;
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            cur[r] = next[r];
     }
 }
 
-template <int T, int MT>
+template <int T, bool WA>
 __global__ void __launch_bounds__(MMV_WARPS * 32)
     mmv_kernel(mmv_group grp, const __half *act, int64_t lda, int m, bool accumulate)
 {
-    extern __shared__ float part[]; /* [chunk][8 weight rows][16 MT activation rows] */
+    typedef mmv_layout<WA> L;
+    extern __shared__ float part[]; /* [chunk][L::rows weight rows][L::cols activation rows] */
     /* constant indices only: a run-time index would copy the group to local memory */
     const int i = (grp.n > 1 && blockIdx.x >= grp.first_tile[1]) +
                   (grp.n > 2 && blockIdx.x >= grp.first_tile[2]);
     const be_weight &w = i == 0 ? grp.w[0] : i == 1 ? grp.w[1] : grp.w[2];
     float *out = i == 0 ? grp.out[0] : i == 1 ? grp.out[1] : grp.out[2];
     const unsigned first = i == 0 ? 0u : i == 1 ? grp.first_tile[1] : grp.first_tile[2];
-    const int64_t row0 = (int64_t)(blockIdx.x - first) * MMV_ROWS;
+    const int64_t row0 = (int64_t)(blockIdx.x - first) * L::rows;
     const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, c = lane % 4;
     const int nkt = (int)(lda / MM_GROUP), chunks = (int)mm_chunks(lda);
-    const int64_t row = min(row0 + g, w.rows - 1);
-    constexpr int COLS = 16 * MT;
+    const int64_t row[2] = {min(row0 + g, w.rows - 1), min(row0 + g + 8, w.rows - 1)};
     for (int ch = warp; ch < chunks; ch += warps) {
-        float acc[MT][4];
+        float acc[4];
         const int kt0 = ch * (MM_CHUNK / MM_GROUP), kt1 = min(nkt, kt0 + MM_CHUNK / MM_GROUP);
-        mmv_chunk<T, MT>(w, row, kt0, kt1, act, lda, m, acc);
-        /* acc[j]: (activation row 16j + g (+8), weight row 2c, 2c + 1) */
-        float *p = part + (size_t)ch * MMV_ROWS * COLS;
-#pragma unroll
-        for (int j = 0; j < MT; j++) {
-            p[(2 * c) * COLS + 16 * j + g] = acc[j][0];
-            p[(2 * c + 1) * COLS + 16 * j + g] = acc[j][1];
-            p[(2 * c) * COLS + 16 * j + g + 8] = acc[j][2];
-            p[(2 * c + 1) * COLS + 16 * j + g + 8] = acc[j][3];
+        mmv_chunk<T, WA>(w, row, kt0, kt1, mmv_arows_of(act, lda, m, g, c, kt0), acc);
+        float *p = part + (size_t)ch * L::rows * L::cols;
+        if constexpr (WA) { /* acc: (weight row g (+8), activation row 2c, 2c + 1) */
+            p[g * L::cols + 2 * c] = acc[0];
+            p[g * L::cols + 2 * c + 1] = acc[1];
+            p[(g + 8) * L::cols + 2 * c] = acc[2];
+            p[(g + 8) * L::cols + 2 * c + 1] = acc[3];
+        } else { /* acc: (activation row g (+8), weight row 2c, 2c + 1) */
+            p[(2 * c) * L::cols + g] = acc[0];
+            p[(2 * c + 1) * L::cols + g] = acc[1];
+            p[(2 * c) * L::cols + g + 8] = acc[2];
+            p[(2 * c + 1) * L::cols + g + 8] = acc[3];
         }
     }
     __syncthreads();
-    for (int o = threadIdx.x; o < MMV_ROWS * m; o += blockDim.x) {
-        const int r = o % MMV_ROWS, col = o / MMV_ROWS; /* weight row, activation row */
+    for (int o = threadIdx.x; o < L::rows * m; o += blockDim.x) {
+        const int r = o % L::rows, col = o / L::rows; /* weight row, activation row */
         const int64_t n = row0 + r;
         if (n >= w.rows)
             continue;
         float y = 0.0f;
         for (int ch = 0; ch < chunks; ch++)
-            y += part[((size_t)ch * MMV_ROWS + r) * COLS + col];
+            y += part[((size_t)ch * L::rows + r) * L::cols + col];
         float *dst = out + (int64_t)col * w.rows + n;
         *dst = accumulate ? *dst + y : y;
     }
@@ -338,9 +407,10 @@ static int mmv_warps(int64_t lda)
     return (int)std::min<int64_t>(mm_chunks(lda), MMV_WARPS);
 }
 
-static size_t mmv_smem(int64_t lda, int mt)
+/* The chunk partials: chunks x 128 floats in either layout. */
+static size_t mmv_smem(int64_t lda)
 {
-    return (size_t)mm_chunks(lda) * MMV_ROWS * 16 * mt * sizeof(float);
+    return (size_t)mm_chunks(lda) * 128 * sizeof(float);
 }
 
 bool mmv_takes(const be_weight *w, const be_act *in)
@@ -359,7 +429,8 @@ static cudaError_t configure_type(void)
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
     };
-    one(mmv_kernel<T, MMV_MAX_ROWS / 16>);
+    one(mmv_kernel<T, false>);
+    one(mmv_kernel<T, true>);
     return e;
 }
 
@@ -375,19 +446,21 @@ cudaError_t mmv_configure(void)
     return e;
 }
 
-template <int T, int MT>
-static void launch_mt(cuda_backend *cb, const mmv_group &g, unsigned tiles, const be_act *in,
-                      bool accumulate)
+template <int T, bool WA>
+static void launch_rows(cuda_backend *cb, const mmv_group &g, unsigned tiles, const be_act *in,
+                        bool accumulate)
 {
     const cuda_actq *aq = (const cuda_actq *)in->q;
     const int64_t lda = act_f16_stride(in->cols);
-    mmv_kernel<T, MT><<<tiles, 32 * mmv_warps(lda), mmv_smem(lda, MT), cb->stream>>>(
+    mmv_kernel<T, WA><<<tiles, 32 * mmv_warps(lda), mmv_smem(lda), cb->stream>>>(
         g, aq->h, lda, in->rows, accumulate);
 }
 
 void launch_mmv_group(cuda_backend *cb, int n, const be_weight *const *w, const be_act *in,
                       float *const *out, bool accumulate)
 {
+    const int rows = in->rows;
+    const int tile_rows = rows > 8 ? mmv_layout<false>::rows : mmv_layout<true>::rows;
     mmv_group g = {};
     unsigned tiles = 0;
     g.n = n;
@@ -395,13 +468,15 @@ void launch_mmv_group(cuda_backend *cb, int n, const be_weight *const *w, const 
         g.first_tile[i] = tiles;
         g.w[i] = *w[i];
         g.out[i] = out[i];
-        tiles += (unsigned)((w[i]->rows + MMV_ROWS - 1) / MMV_ROWS);
+        tiles += (unsigned)((w[i]->rows + tile_rows - 1) / tile_rows);
     }
-    const int rows = in->rows;
     const bool known = with_weight_type(w[0]->type, [&](auto t) {
         constexpr int T = decltype(t)::value;
         if constexpr (T == QUANT_Q4_K || T == QUANT_Q5_K || T == QUANT_Q6_K || T == QUANT_Q8_0) {
-            launch_mt<T, MMV_MAX_ROWS / 16>(cb, g, tiles, in, accumulate);
+            if (rows > 8)
+                launch_rows<T, false>(cb, g, tiles, in, accumulate);
+            else
+                launch_rows<T, true>(cb, g, tiles, in, accumulate);
         }
     });
     if (!known || !mmv_takes(w[0], in)) {
