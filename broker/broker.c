@@ -313,6 +313,11 @@ static void log_opened(const broker *b)
                    b->cfg.db_path, (double)in.bytes / 1e6, in.check_ms / 1e3);
     else
         broker_log("database %s: not checked (--skip-check)", b->cfg.db_path);
+    if (!in.created && in.from_version < STORE_SCHEMA_VERSION)
+        broker_log("database %s: migrated from schema version %" PRId64
+                   " to %d in %.1f s",
+                   b->cfg.db_path, in.from_version, STORE_SCHEMA_VERSION,
+                   in.migrate_ms / 1e3);
 }
 
 static int open_parts(broker *b, llmq_err *err)

@@ -44,8 +44,10 @@ static store_job job_from_wire(const wire_job *j, const char *owner,
         .submit_id = submit_id,
         .priority = j->priority,
         .prompt = j->prompt,
-        .prompt_ids = j->prompt ? NULL : j->tokens,
-        .n_prompt_ids = j->prompt ? 0 : j->n_tokens,
+        .prompt_ids = j->tokens,
+        .n_prompt_ids = j->tokens ? j->n_tokens : 0,
+        .messages = j->messages,
+        .n_messages = j->messages ? j->n_messages : 0,
         .params = j->params,
     };
 }

@@ -195,8 +195,10 @@ int on_worker_send_job(void *ctx, const store_job *job, llmq_err *err)
     m.job.id = (uint64_t)job->id;
     m.job.attempt = (uint32_t)job->attempts;
     m.job.prompt = job->prompt;
-    m.job.tokens = job->prompt ? NULL : job->prompt_ids;
-    m.job.n_tokens = job->prompt ? 0 : (uint32_t)job->n_prompt_ids;
+    m.job.tokens = job->prompt_ids;
+    m.job.n_tokens = (uint32_t)job->n_prompt_ids;
+    m.job.messages = job->messages;
+    m.job.n_messages = (uint32_t)job->n_messages;
     m.job.model = job->model;
     m.job.params = job->params;
     d->w->last_sent = d->b->now;
@@ -272,12 +274,25 @@ static bool counts_contradict(const store_job_facts *f, const pool_worker *w,
                          "%" PRIu64 " prompt + %" PRIu64 " generated tokens,"
                          " the worker's context holds %u",
                          prompt, gen, w->n_ctx);
+    if (r->cached_prompt_tokens > prompt)
+        return refuse_at(v, "cached_prompt_tokens",
+                         "%" PRIu32 " of a prompt of %" PRIu64 " tokens",
+                         r->cached_prompt_tokens, prompt);
     if (f->token_prompt && prompt != (uint64_t)f->prompt_len)
         return refuse_at(v, "prompt_tokens",
                          "%" PRIu64 " where the job's prompt has %" PRId64
                          " tokens",
                          prompt, f->prompt_len);
-    if (!f->token_prompt && (prompt < 1 || (int64_t)prompt > most))
+    /* A chat job's prompt is what its worker's template makes of the
+     * messages, and the template is the worker's (--chat-template FILE may
+     * add any text, a system prompt of thousands of tokens): no bound made
+     * from the messages' bytes holds for every template, so the worker's
+     * context bounds it, as above, and it has at least one token. */
+    if (f->chat_prompt && prompt < 1)
+        return refuse_at(v, "prompt_tokens",
+                         "0 for a chat job's rendered prompt");
+    if (!f->token_prompt && !f->chat_prompt &&
+        (prompt < 1 || (int64_t)prompt > most))
         return refuse_at(v, "prompt_tokens",
                          "%" PRIu64 " for a prompt of %" PRId64 " bytes (1.."
                          "%" PRId64 " possible)",
@@ -356,6 +371,7 @@ static int on_result(broker *b, pool_worker *w, const wire_result *r,
                        .n_logprobs = r->n_logprobs,
                        .finish_reason = wire_finish_name(r->finish),
                        .prompt_tokens = (int32_t)r->prompt_tokens,
+                       .cached_prompt_tokens = (int32_t)r->cached_prompt_tokens,
                        .generated_tokens = (int32_t)r->gen_tokens,
                        .prefill_ms = r->timings.prefill_ms,
                        .decode_ms = r->timings.decode_ms};

@@ -96,6 +96,7 @@ enum {
 /* S_JOB_READ's columns after the three descriptors'. */
 enum {
     JR_PROMPT_IDS = N_JOB_IN + N_PARAMS + N_JOB_OUT,
+    JR_MESSAGES,
     JR_STOP,
     JR_JSON_SCHEMA,
     JR_STATE
@@ -109,7 +110,8 @@ enum {
     X(prompt_tokens, I32)    \
     X(generated_tokens, I32) \
     X(prefill_ms, F64)       \
-    X(decode_ms, F64)
+    X(decode_ms, F64)        \
+    X(cached_prompt_tokens, I32)
 /* clang-format on */
 #define SQL_RESULT(name, kind) "r." #name ", "
 #define COLS_OF store_result
@@ -195,6 +197,7 @@ static const col WORKER_COLS[] = {WORKER_ROW(NAMED_COL)};
     X("logprobs", logprobs, BOOL)                                \
     X("top_logprobs", top_logprobs, I32)                         \
     X("prompt_ids IS NOT NULL", token_prompt, BOOL)              \
+    X("messages IS NOT NULL", chat_prompt, BOOL)                 \
     X("coalesce(json_array_length(prompt_ids),"                  \
       " length(CAST(prompt AS BLOB)))", prompt_len, I64)
 /* clang-format on */
@@ -210,7 +213,7 @@ static const col FACTS_COLS[] = {FACTS_ROW(EXPR_COL)};
 enum {
     S_BEGIN, S_COMMIT, S_ROLLBACK, S_MARK, S_MARK_RELEASE, S_MARK_UNDO,
     S_SUBMIT_META, S_FIND_KEY, S_INSERT_JOB, S_QUEUE_HEAD, S_CLAIM, S_ATTEMPT_START,
-    S_JOB_READ, S_JSON_EACH, S_DONE, S_INSERT_RESULT, S_ATTEMPT_END,
+    S_JOB_READ, S_JSON_EACH, S_JSON_MESSAGES, S_DONE, S_INSERT_RESULT, S_ATTEMPT_END,
     S_WORKER_CREDIT, S_JOB_CURRENT, S_REQUEUE, S_FAIL, S_CANCEL,
     S_RUNNING_ON, S_OUTCOME, S_BRIEF, S_BATCH_BRIEFS, S_WORKER_ADD,
     S_WORKER_SET, S_MODEL_SEEN, S_WORKER_KEY, S_WORKER_KEY_BIND,
@@ -242,9 +245,9 @@ static const char *const stmt_sql[S_COUNT] = {
                    " WHERE client_key = :client_key",
     [S_INSERT_JOB] =
         "INSERT INTO jobs (" JOB_IN_ROW(SQL_NAME) JOB_PARAMS(SQL_NAME)
-        "submit_id, prompt_ids, stop, json_schema, submitted_at)"
+        "submit_id, prompt_ids, messages, stop, json_schema, submitted_at)"
         " VALUES (" JOB_IN_ROW(SQL_PARAM) JOB_PARAMS(SQL_PARAM)
-        ":submit_id, :prompt_ids, :stop, :json_schema, :now)",
+        ":submit_id, :prompt_ids, :messages, :stop, :json_schema, :now)",
     /* A job for one of the worker's aliases is one for its model. */
     [S_QUEUE_HEAD] = "SELECT id FROM jobs WHERE state = 'queued'"
                      " AND (model IS NULL OR :model IS NULL OR model = :model"
@@ -259,9 +262,11 @@ static const char *const stmt_sql[S_COUNT] = {
         " started_at) VALUES (:job_id, :attempt, :worker_id, :now)",
     [S_JOB_READ] =
         "SELECT " JOB_IN_ROW(SQL_NAME) JOB_PARAMS(SQL_NAME)
-        JOB_OUT_ROW(SQL_NAME) "prompt_ids, stop, json_schema, state"
+        JOB_OUT_ROW(SQL_NAME) "prompt_ids, messages, stop, json_schema, state"
         " FROM jobs WHERE id = :job_id",
     [S_JSON_EACH] = "SELECT value FROM json_each(:json)",
+    [S_JSON_MESSAGES] = "SELECT json_extract(value, '$.role'),"
+                        " json_extract(value, '$.content') FROM json_each(:json)",
     [S_DONE] =
         "UPDATE jobs SET state = 'done', finished_at = :now"
         " WHERE id = :job_id AND state = 'running' AND worker_id = :worker_id"
@@ -275,7 +280,7 @@ static const char *const stmt_sql[S_COUNT] = {
         " total_ms, worker_id, attempt, created_at)"
         " SELECT id, coalesce(:text, ''), :finish_reason,"
         " :prompt_tokens, :generated_tokens, :prefill_ms, :decode_ms,"
-        " :token_ids, :logprobs,"
+        " :cached_prompt_tokens, :token_ids, :logprobs,"
         " started_at - submitted_at,"
         " CASE WHEN :prefill_ms > 0"
         " THEN 1000.0 * :prompt_tokens / :prefill_ms END,"
@@ -579,6 +584,24 @@ static int json_strings(const char *const *v, size_t n, json_buf *b,
     return 0;
 }
 
+/* [{"role": ..., "content": ...}, ...], the messages column. */
+static int json_messages(const wire_message *m, size_t n, json_buf *b,
+                         llmq_err *err)
+{
+    int rc = json_buf_put(b, "[", 1);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = (i && json_buf_put(b, ",", 1)) ||
+             json_buf_put(b, "{\"role\":", 8) ||
+             json_buf_string(b, m[i].role, strlen(m[i].role)) ||
+             json_buf_put(b, ",\"content\":", 11) ||
+             json_buf_string(b, m[i].content, strlen(m[i].content)) ||
+             json_buf_put(b, "}", 1);
+    if (rc || json_buf_put(b, "]", 1))
+        return llmq_errf(err, "out of memory for a JSON array of %zu messages",
+                         n);
+    return 0;
+}
+
 /* Strings read back from a JSON array column, each its own copy. */
 typedef struct strlist {
     char **v;
@@ -593,63 +616,120 @@ static void strlist_free(strlist *l)
     memset(l, 0, sizeof *l);
 }
 
-static sqlite3_stmt *json_each_stmt(store *st, const char *json)
-{
-    sqlite3_stmt *s = stmt_get(st, S_JSON_EACH);
-    bind_str(st, s, ":json", json);
-    return s;
-}
+/* Hands each row of statement `which` over a JSON column's text to take:
+ * 0 at the end of the rows, -1 when a step or take fails. */
+typedef int (*row_fn)(void *ctx, sqlite3_stmt *s, llmq_err *err);
 
-static int json_read_ids(store *st, const char *json, uint32_t **out,
-                         size_t *n, llmq_err *err)
+static int each_row(store *st, int which, const char *json, row_fn take,
+                    void *ctx, llmq_err *err)
 {
-    *out = NULL;
-    *n = 0;
-    if (!json)
-        return 0;
-    sqlite3_stmt *s = json_each_stmt(st, json);
-    size_t cap = 0;
+    sqlite3_stmt *s = stmt_get(st, which);
+    bind_str(st, s, ":json", json);
     for (;;) {
         bool row;
         if (step_row(st, s, &row, err))
-            goto fail;
+            return -1;
         if (!row)
             return 0;
-        if (grow_reserve(out, &cap, *n + 1, sizeof **out)) {
-            llmq_errf(err, "out of memory reading %zu token ids", *n + 1);
-            goto fail;
-        }
-        (*out)[(*n)++] = (uint32_t)sqlite3_column_int64(s, 0);
+        if (take(ctx, s, err))
+            return -1;
     }
-fail:
-    free(*out);
+}
+
+typedef struct idlist {
+    uint32_t *v;
+    size_t n, cap;
+} idlist;
+
+static int take_id(void *ctx, sqlite3_stmt *s, llmq_err *err)
+{
+    idlist *l = ctx;
+    if (grow_reserve(&l->v, &l->cap, l->n + 1, sizeof *l->v))
+        return llmq_errf(err, "out of memory reading %zu token ids", l->n + 1);
+    l->v[l->n++] = (uint32_t)sqlite3_column_int64(s, 0);
+    return 0;
+}
+
+static int json_read_ids(store *st, const char *json, uint32_t **out, size_t *n,
+                         llmq_err *err)
+{
+    idlist l = {0};
     *out = NULL;
-    return -1;
+    *n = 0;
+    if (json && each_row(st, S_JSON_EACH, json, take_id, &l, err)) {
+        free(l.v);
+        return -1;
+    }
+    *out = l.v;
+    *n = l.n;
+    return 0;
+}
+
+static int take_string(void *ctx, sqlite3_stmt *s, llmq_err *err)
+{
+    strlist *l = ctx;
+    const char *t = col_text(s, 0);
+    if (grow_reserve(&l->v, &l->cap, l->n + 1, sizeof *l->v) ||
+        !(l->v[l->n] = strdup(t ? t : "")))
+        return llmq_errf(err, "out of memory reading %zu stop strings",
+                         l->n + 1);
+    l->n++;
+    return 0;
 }
 
 static int json_read_strings(store *st, const char *json, strlist *l,
                              llmq_err *err)
 {
     memset(l, 0, sizeof *l);
-    if (!json)
-        return 0;
-    sqlite3_stmt *s = json_each_stmt(st, json);
-    for (;;) {
-        bool row;
-        if (step_row(st, s, &row, err))
-            break;
-        if (!row)
-            return 0;
-        const char *t = col_text(s, 0);
-        if (grow_reserve(&l->v, &l->cap, l->n + 1, sizeof *l->v) ||
-            !(l->v[l->n] = strdup(t ? t : ""))) {
-            llmq_errf(err, "out of memory reading %zu stop strings", l->n + 1);
-            break;
-        }
-        l->n++;
+    if (json && each_row(st, S_JSON_EACH, json, take_string, l, err)) {
+        strlist_free(l);
+        return -1;
     }
-    strlist_free(l);
-    return -1;
+    return 0;
+}
+
+/* A chat job's messages read back, each string its own copy. */
+typedef struct msglist {
+    wire_message *v;
+    size_t n, cap;
+} msglist;
+
+static void msglist_free(msglist *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        free((char *)l->v[i].role);
+        free((char *)l->v[i].content);
+    }
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static int take_message(void *ctx, sqlite3_stmt *s, llmq_err *err)
+{
+    msglist *l = ctx;
+    const char *role = col_text(s, 0), *content = col_text(s, 1);
+    if (!role || !content)
+        return llmq_errf(
+            err, "messages[%zu]: not a {\"role\", \"content\"} object", l->n);
+    if (grow_reserve(&l->v, &l->cap, l->n + 1, sizeof *l->v))
+        return llmq_errf(err, "out of memory reading %zu messages", l->n + 1);
+    wire_message *m = &l->v[l->n++];
+    m->role = strdup(role);
+    m->content = strdup(content);
+    if (!m->role || !m->content)
+        return llmq_errf(err, "out of memory reading %zu messages", l->n);
+    return 0;
+}
+
+static int json_read_messages(store *st, const char *json, msglist *l,
+                              llmq_err *err)
+{
+    memset(l, 0, sizeof *l);
+    if (json && each_row(st, S_JSON_MESSAGES, json, take_message, l, err)) {
+        msglist_free(l);
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- opening, schema, migrations ----------------------------------------- */
@@ -711,6 +791,41 @@ static int configure(store *st, llmq_err *err)
     return exec_sql(st, sql, err);
 }
 
+/* A migration's rows must still point where they did: checked before its
+ * commit, since it ran with foreign keys off. */
+static int keys_intact(store *st, llmq_err *err)
+{
+    int64_t broken;
+    if (pragma_int(st, "SELECT count(*) FROM pragma_foreign_key_check", &broken,
+                   err))
+        return -1;
+    return broken
+               ? llmq_errf(err, "%" PRId64 " rows break a foreign key", broken)
+               : 0;
+}
+
+/* Each migration in its transaction, with foreign keys off (a migration
+ * that rebuilds a table drops the one other tables refer to), as SQLite's
+ * ALTER TABLE documentation says; they are on again afterwards. */
+static int migrate_from(store *st, int64_t version, llmq_err *err)
+{
+    for (int64_t v = version; v < STORE_SCHEMA_VERSION; v++) {
+        char bump[64];
+        snprintf(bump, sizeof bump, "PRAGMA user_version = %" PRId64, v + 1);
+        if (exec_sql(st, "BEGIN IMMEDIATE", err))
+            return -1;
+        if (exec_sql(st, store_migrations[v], err) || keys_intact(st, err) ||
+            exec_sql(st, bump, err)) {
+            exec_sql(st, "ROLLBACK", NULL);
+            return llmq_err_prefix(err, "migrating to schema version %" PRId64,
+                                   v + 1);
+        }
+        if (exec_sql(st, "COMMIT", err))
+            return -1;
+    }
+    return 0;
+}
+
 static int migrate(store *st, llmq_err *err)
 {
     int64_t version;
@@ -721,21 +836,17 @@ static int migrate(store *st, llmq_err *err)
                          "database schema version %" PRId64 " is newer than "
                          "this llmq-broker knows (%d): use a newer build",
                          version, STORE_SCHEMA_VERSION);
-    for (int64_t v = version; v < STORE_SCHEMA_VERSION; v++) {
-        char bump[64];
-        snprintf(bump, sizeof bump, "PRAGMA user_version = %" PRId64, v + 1);
-        if (exec_sql(st, "BEGIN IMMEDIATE", err))
-            return -1;
-        if (exec_sql(st, store_migrations[v], err) ||
-            exec_sql(st, bump, err)) {
-            exec_sql(st, "ROLLBACK", NULL);
-            return llmq_err_prefix(err, "migrating to schema version %" PRId64,
-                                   v + 1);
-        }
-        if (exec_sql(st, "COMMIT", err))
-            return -1;
-    }
-    return 0;
+    st->info.from_version = version;
+    if (version == STORE_SCHEMA_VERSION)
+        return 0;
+    const double t0 = clock_mono_ms_f();
+    if (exec_sql(st, "PRAGMA foreign_keys = OFF", err))
+        return -1;
+    int rc = migrate_from(st, version, err);
+    if (exec_sql(st, "PRAGMA foreign_keys = ON", rc ? NULL : err))
+        return -1;
+    st->info.migrate_ms = clock_mono_ms_f() - t0;
+    return rc;
 }
 
 static int resolve_row_params(store *st, llmq_err *err)
@@ -1215,11 +1326,16 @@ static store_submit_outcome known_key(const key_match *k)
     return k->same_batch ? STORE_DUPLICATE : STORE_OTHER_BATCH;
 }
 
+/* The JSON columns into the scratch buffers: json_a holds the prompt's ids
+ * or the messages (a job has one of them at most), json_b the stop strings. */
 static int encode_json_columns(store *st, const store_job *job, llmq_err *err)
 {
     st->json_a.len = st->json_b.len = 0;
-    if (!job->prompt &&
+    if (job->prompt_ids &&
         json_ids(job->prompt_ids, job->n_prompt_ids, &st->json_a, err))
+        return -1;
+    if (job->messages &&
+        json_messages(job->messages, job->n_messages, &st->json_a, err))
         return -1;
     if (job->params.n_stop &&
         json_strings(job->params.stop, job->params.n_stop, &st->json_b, err))
@@ -1239,7 +1355,8 @@ static int insert_job(store *st, const store_job *job, int64_t now,
         bind_i64(st, s, ":submit_id", job->submit_id);
     else
         bind_str(st, s, ":submit_id", NULL);
-    bind_str(st, s, ":prompt_ids", job->prompt ? NULL : st->json_a.p);
+    bind_str(st, s, ":prompt_ids", job->prompt_ids ? st->json_a.p : NULL);
+    bind_str(st, s, ":messages", job->messages ? st->json_a.p : NULL);
     bind_str(st, s, ":stop", job->params.n_stop ? st->json_b.p : NULL);
     bind_str(st, s, ":json_schema", job->params.json_schema);
     bind_i64(st, s, ":now", now);
@@ -1271,9 +1388,23 @@ int store_submit(store *st, const store_job *job, int64_t max_queued,
 
 /* ---- claim ----------------------------------------------------------------- */
 
-/* Fills job from a S_JOB_READ row; *ids and *stop own the arrays. */
+/* What a job read back owns: its arrays. */
+typedef struct job_arrays {
+    uint32_t *ids;
+    msglist messages;
+    strlist stop;
+} job_arrays;
+
+static void job_arrays_free(job_arrays *a)
+{
+    free(a->ids);
+    msglist_free(&a->messages);
+    strlist_free(&a->stop);
+}
+
+/* Fills job from a S_JOB_READ row; *a owns its arrays. */
 static int job_from_row(store *st, sqlite3_stmt *s, store_job *job,
-                        uint32_t **ids, strlist *stop, llmq_err *err)
+                        job_arrays *a, llmq_err *err)
 {
     memset(job, 0, sizeof *job);
     job_params *p = &job->params;
@@ -1284,14 +1415,18 @@ static int job_from_row(store *st, sqlite3_stmt *s, store_job *job,
         return llmq_errf(err, "job %" PRId64 ": unknown state '%s'", job->id,
                          col_text(s, JR_STATE));
     /* json_each runs on another statement: s keeps its row meanwhile. */
-    if (json_read_ids(st, col_text(s, JR_PROMPT_IDS), ids, &job->n_prompt_ids,
-                      err))
+    if (json_read_ids(st, col_text(s, JR_PROMPT_IDS), &a->ids,
+                      &job->n_prompt_ids, err))
         return -1;
-    job->prompt_ids = *ids;
-    if (json_read_strings(st, col_text(s, JR_STOP), stop, err))
+    job->prompt_ids = a->ids;
+    if (json_read_messages(st, col_text(s, JR_MESSAGES), &a->messages, err))
+        return llmq_err_prefix(err, "job %" PRId64, job->id);
+    job->messages = a->messages.v;
+    job->n_messages = a->messages.n;
+    if (json_read_strings(st, col_text(s, JR_STOP), &a->stop, err))
         return -1;
-    p->stop = (const char *const *)stop->v;
-    p->n_stop = (uint32_t)stop->n;
+    p->stop = (const char *const *)a->stop.v;
+    p->n_stop = (uint32_t)a->stop.n;
     p->json_schema = col_text(s, JR_JSON_SCHEMA);
     return 0;
 }
@@ -1314,13 +1449,11 @@ static int emit_job(store *st, int64_t id, store_job_fn fn, void *ctx,
     if (claimed_row(st, s, id, err))
         return -1;
     store_job job;
-    uint32_t *ids = NULL;
-    strlist stop = {0};
-    int rc = job_from_row(st, s, &job, &ids, &stop, err);
+    job_arrays a = {0};
+    int rc = job_from_row(st, s, &job, &a, err);
     if (rc == 0)
         rc = fn(ctx, &job, err);
-    free(ids);
-    strlist_free(&stop);
+    job_arrays_free(&a);
     return rc;
 }
 

@@ -43,7 +43,7 @@
 typedef struct store store;
 
 /* The schema version this build creates and understands. */
-#define STORE_SCHEMA_VERSION 4
+#define STORE_SCHEMA_VERSION 6
 
 typedef enum store_sync {
     STORE_SYNC_FULL = 0, /* default: survives power loss */
@@ -73,8 +73,8 @@ typedef enum store_state {
 const char *store_state_name(store_state s);
 
 /* A job as submitted (input of store_submit) or as stored (handed to the
- * callbacks).  Exactly one of prompt / prompt_ids is set.  Optional strings
- * are NULL when absent. */
+ * callbacks).  Exactly one of prompt / prompt_ids / messages is set.
+ * Optional strings are NULL when absent. */
 typedef struct store_job {
     int64_t id;               /* output */
     const char *client_key;   /* idempotency key, unique over all jobs */
@@ -87,6 +87,8 @@ typedef struct store_job {
     const char *prompt;
     const uint32_t *prompt_ids;
     size_t n_prompt_ids;
+    const wire_message *messages; /* a chat job's, stored as JSON */
+    size_t n_messages;
     job_params params; /* one column each (proto/job_params.h); stop as JSON */
     /* Filled when read back: */
     store_state state;
@@ -111,9 +113,12 @@ int store_open(store **out, const char *path, const store_opts *opts,
 
 /* What store_open found. */
 typedef struct store_open_info {
-    bool created;    /* the schema was created: a new file, or opts.init */
-    int64_t bytes;   /* the file's size before it was opened */
-    double check_ms; /* the quick_check's time; < 0 when skipped */
+    bool created;         /* the schema was created: a new file, or opts.init */
+    int64_t bytes;        /* the file's size before it was opened */
+    double check_ms;      /* the quick_check's time; < 0 when skipped */
+    int64_t from_version; /* the file's schema version before its migration
+                             (STORE_SCHEMA_VERSION: none was needed) */
+    double migrate_ms;    /* the migration's time */
 } store_open_info;
 store_open_info store_opened(const store *st);
 
@@ -200,6 +205,7 @@ typedef struct store_result {
     uint32_t n_logprobs;
     const char *finish_reason;
     int32_t prompt_tokens;
+    int32_t cached_prompt_tokens; /* of those, the prefix cache's */
     int32_t generated_tokens;
     double prefill_ms; /* as measured by the worker */
     double decode_ms;
@@ -219,7 +225,8 @@ typedef struct store_job_facts {
     bool logprobs;
     int32_t top_logprobs;
     bool token_prompt;  /* the prompt is token ids, not text */
-    int64_t prompt_len; /* in ids, or in bytes of text */
+    bool chat_prompt;   /* a chat job: its prompt is its worker's rendering */
+    int64_t prompt_len; /* in ids, or in bytes of text (0 for a chat job) */
 } store_job_facts;
 
 /* The facts of job_id; current is false (the rest unset) unless attempt

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/file.h"
 #include "common/json.h"
 #include "common/utf8.h"
@@ -544,4 +545,48 @@ int chat_render(const chat_template *t, const chat_message *messages, size_t n,
 void chat_prompt_free(chat_prompt *p)
 {
     jinja_output_free(p);
+}
+
+/* The text of token id as a NUL-terminated copy in *out; NULL when the
+ * vocabulary has no such token. */
+static int token_text(const tok_vocab *v, int32_t id, char **out, llmq_err *err)
+{
+    size_t len;
+    const char *text = id == TOK_NONE ? NULL : tok_text(v, id, &len);
+    *out = NULL;
+    if (!text)
+        return 0;
+    if (!(*out = strndup(text, len)))
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "out of memory for a token's text");
+    return 0;
+}
+
+int chat_render_for(const chat_template *t, const tok_vocab *v, const chat_message *messages,
+                    size_t n, chat_prompt *out, llmq_err *err)
+{
+    chat_vars vars = {.add_generation_prompt = true, .now = clock_wall_ms() / 1000};
+    char *bos = NULL, *eos = NULL;
+    memset(out, 0, sizeof *out);
+    int rc = token_text(v, tok_bos(v), &bos, err);
+    if (rc == 0)
+        rc = token_text(v, tok_eos(v), &eos, err);
+    vars.bos_token = bos;
+    vars.eos_token = eos;
+    if (rc == 0)
+        rc = chat_render(t, messages, n, &vars, out, err);
+    free(bos);
+    free(eos);
+    return rc;
+}
+
+int chat_tokenize(const chat_prompt *p, const tok_vocab *v, int32_t **ids, size_t *n, llmq_err *err)
+{
+    tok_segment *segs = malloc((p->n_segments ? p->n_segments : 1) * sizeof *segs);
+    if (!segs)
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "out of memory for %zu segments", p->n_segments);
+    for (size_t i = 0; i < p->n_segments; i++)
+        segs[i] = (tok_segment){p->segments[i].len, !p->segments[i].from_content};
+    int rc = tok_encode_segments(v, p->text, p->len, segs, p->n_segments, false, ids, n, err);
+    free(segs);
+    return rc;
 }

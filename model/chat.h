@@ -24,6 +24,9 @@
  * NULL means the model's own.  A template the interpreter cannot run is
  * refused when opened, naming the construct and its line and column.
  *
+ * Tokenizing: chat_render_for and chat_tokenize are how the worker and
+ * llmq-run make a chat job's prompt from a model's vocabulary.
+ *
  * Ownership: a chat_template owns its parse and is immutable (shareable by
  * threads); chat_render's output is malloc'd, owned by the caller and freed
  * with chat_prompt_free.  Messages are read during the call only. */
@@ -37,6 +40,7 @@
 #include "common/err.h"
 #include "model/gguf.h"
 #include "model/jinja.h"
+#include "model/tokenizer.h"
 
 /* The GGUF key of a model's template. */
 #define CHAT_TEMPLATE_KEY "tokenizer.chat_template"
@@ -90,5 +94,20 @@ int chat_model_template(const gguf_file *model, gguf_str *out, llmq_err *err);
 int chat_render(const chat_template *t, const chat_message *messages, size_t n,
                 const chat_vars *vars, chat_prompt *out, llmq_err *err);
 void chat_prompt_free(chat_prompt *p);
+
+/* chat_render as a job's prompt is made for the model whose vocabulary is
+ * v: with add_generation_prompt (the prompt ends where the assistant's turn
+ * begins), bos_token and eos_token the texts of v's BOS and EOS tokens when
+ * it has them (as llama.cpp passes them), and the wall clock. */
+int chat_render_for(const chat_template *t, const tok_vocab *v, const chat_message *messages,
+                    size_t n, chat_prompt *out, llmq_err *err);
+
+/* The token ids of a rendered prompt (malloc'd, the caller frees *ids):
+ * control tokens are parsed in the template's segments only, so a message
+ * cannot forge one (tok_encode_segments), and no BOS is added: a template
+ * writes bos_token where its model wants one, and transformers tokenizes a
+ * rendered chat with add_special_tokens=False. */
+int chat_tokenize(const chat_prompt *p, const tok_vocab *v, int32_t **ids, size_t *n,
+                  llmq_err *err);
 
 #endif

@@ -1048,37 +1048,63 @@ static bool is_c_space(char c)
     return c == ' ' || (c >= '\t' && c <= '\r');
 }
 
-/* Cuts one text fragment at every occurrence of special token id. */
-static int split_at_special(const tok_vocab *v, const char *text, frag fr, int32_t id, fragvec *out)
+/* Where control and unknown tokens written in the text are taken as those
+ * tokens: sorted, disjoint byte ranges of the text.  NULL: everywhere. */
+typedef struct ranges {
+    const strspan *v;
+    size_t n;
+} ranges;
+
+/* Whether text[at, at + len) lies inside one of the ranges. */
+static bool in_ranges(const ranges *r, size_t at, size_t len)
+{
+    size_t lo = 0, hi = r->n; /* the first range that starts after `at` */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r->v[mid].off <= at)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 && at + len <= (size_t)r->v[lo - 1].off + r->v[lo - 1].len;
+}
+
+/* Cuts one text fragment at every occurrence of special token id that
+ * `where` allows (NULL: every one); the others stay text. */
+static int split_at_special(const tok_vocab *v, const char *text, frag fr, int32_t id,
+                            const ranges *where, fragvec *out)
 {
     size_t slen;
     const char *s = strset_str(&v->strs, (size_t)id, &slen);
     uint16_t a = v->attr[id];
-    size_t off = fr.off, len = fr.len;
-    while (len > 0) {
-        const char *m = memmem(text + off, len, s, slen);
+    size_t off = fr.off, end = fr.off + fr.len, from = off;
+    while (off < end) {
+        const char *m = memmem(text + from, end - from, s, slen);
         if (!m)
-            return frag_push(out, TOK_NONE, off, len);
+            return frag_push(out, TOK_NONE, off, end - off);
         size_t at = (size_t)(m - text), left = at - off;
+        if (where && !in_ranges(where, at, slen)) {
+            from = at + 1;
+            continue;
+        }
         if (a & A_LSTRIP)
             while (left > 0 && is_c_space(text[off + left - 1]))
                 left--;
         if ((left > 0 && frag_push(out, TOK_NONE, off, left) < 0) || frag_push(out, id, 0, 0) < 0)
             return -1;
-        size_t end = off + len;
         off = at + slen;
-        len = end - off;
         if (a & A_RSTRIP)
-            for (; len > 0 && is_c_space(text[off]); off++, len--)
-                ;
+            while (off < end && is_c_space(text[off]))
+                off++;
+        from = off;
     }
     return 0;
 }
 
 /* llama.cpp's tokenizer_st_partition: special tokens, longest first, cut the
- * text into fragments; user-defined ones always, control/unknown ones only
- * when parse_special. */
-static int partition(const tok_vocab *v, const char *text, size_t len, bool parse_special,
+ * text into fragments; user-defined ones wherever they are, control and
+ * unknown ones where `controls` allows (NULL: everywhere). */
+static int partition(const tok_vocab *v, const char *text, size_t len, const ranges *controls,
                      fragvec *frags)
 {
     fragvec next = {0};
@@ -1088,13 +1114,14 @@ static int partition(const tok_vocab *v, const char *text, size_t len, bool pars
         int32_t id = v->specials[k];
         size_t slen;
         const char *s = strset_str(&v->strs, (size_t)id, &slen);
-        bool skipped = !parse_special && (v->attr[id] & (A_CONTROL | A_UNKNOWN));
-        if (skipped || !memmem(text, len, s, slen))
+        const ranges *where = (v->attr[id] & (A_CONTROL | A_UNKNOWN)) ? controls : NULL;
+        if ((where && where->n == 0) || !memmem(text, len, s, slen))
             continue;
         next.n = 0;
         for (size_t i = 0; i < frags->n; i++) {
-            int rc = frags->v[i].id != TOK_NONE ? frag_push(&next, frags->v[i].id, 0, 0)
-                                                : split_at_special(v, text, frags->v[i], id, &next);
+            int rc = frags->v[i].id != TOK_NONE
+                         ? frag_push(&next, frags->v[i].id, 0, 0)
+                         : split_at_special(v, text, frags->v[i], id, where, &next);
             if (rc < 0) {
                 free(next.v);
                 return -1;
@@ -1438,8 +1465,8 @@ static int encode_fragments(session *s, const char *text, const fragvec *frags, 
     return 0;
 }
 
-int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
-               int32_t **ids, size_t *n, llmq_err *err)
+static int encode(const tok_vocab *v, const char *text, size_t len, bool add_bos,
+                  const ranges *controls, int32_t **ids, size_t *n, llmq_err *err)
 {
     idvec out = {0};
     fragvec frags = {0};
@@ -1451,7 +1478,7 @@ int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, b
         rc = llmq_errf(err, "BOS requested but the vocabulary has no BOS token");
     else if (add_bos && ids_push(&out, v->bos) < 0)
         rc = llmq_errf(err, "out of memory");
-    if (rc == 0 && partition(v, text, len, parse_special, &frags) < 0)
+    if (rc == 0 && partition(v, text, len, controls, &frags) < 0)
         rc = llmq_errf(err, "out of memory finding special tokens in %zu bytes", len);
     if (rc == 0)
         rc = encode_fragments(&s, text, &frags, err);
@@ -1466,6 +1493,58 @@ int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, b
     *ids = out.v;
     *n = out.n;
     return 0;
+}
+
+int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
+               int32_t **ids, size_t *n, llmq_err *err)
+{
+    static const ranges nowhere = {NULL, 0};
+    return encode(v, text, len, add_bos, parse_special ? NULL : &nowhere, ids, n, err);
+}
+
+/* The segments that parse control tokens, runs of them merged, as ranges. */
+static int parsed_ranges(const tok_segment *segs, size_t n_segs, size_t len, strspan **out,
+                         ranges *r, llmq_err *err)
+{
+    size_t at = 0, cap = 0;
+    *out = NULL;
+    *r = (ranges){NULL, 0};
+    for (size_t i = 0; i < n_segs; at += segs[i++].len) {
+        if (segs[i].len > len - at)
+            return llmq_errc(err, LLMQ_ERR_INVALID,
+                             "tokenize: segment %zu ends past the text's %zu bytes", i, len);
+        if (!segs[i].parse_special || segs[i].len == 0)
+            continue;
+        if (r->n > 0 && (size_t)(*out)[r->n - 1].off + (*out)[r->n - 1].len == at) {
+            (*out)[r->n - 1].len += (uint32_t)segs[i].len;
+            continue;
+        }
+        if (grow_reserve(out, &cap, r->n + 1, sizeof **out) < 0)
+            return llmq_errc(err, LLMQ_ERR_NO_ROOM, "tokenize: out of memory");
+        (*out)[r->n++] = (strspan){(uint32_t)at, (uint32_t)segs[i].len};
+        r->v = *out;
+    }
+    if (at != len)
+        return llmq_errc(err, LLMQ_ERR_INVALID,
+                         "tokenize: the segments cover %zu of the text's %zu bytes", at, len);
+    return 0;
+}
+
+int tok_encode_segments(const tok_vocab *v, const char *text, size_t len, const tok_segment *segs,
+                        size_t n_segs, bool add_bos, int32_t **ids, size_t *n, llmq_err *err)
+{
+    *ids = NULL;
+    *n = 0;
+    if (len > UINT32_MAX)
+        return llmq_errc(err, LLMQ_ERR_INVALID, "tokenize: %zu bytes of segmented text, at most %u",
+                         len, UINT32_MAX);
+    strspan *spans;
+    ranges controls;
+    int rc = parsed_ranges(segs, n_segs, len, &spans, &controls, err);
+    if (rc == 0)
+        rc = encode(v, text, len, add_bos, &controls, ids, n, err);
+    free(spans);
+    return rc;
 }
 
 /* ---- decoding ---- */

@@ -73,6 +73,26 @@ bool tok_add_eos(const tok_vocab *v);
 int tok_encode(const tok_vocab *v, const char *text, size_t len, bool add_bos, bool parse_special,
                int32_t **ids, size_t *n, llmq_err *err);
 
+/* A run of the text tok_encode_segments tokenizes: its length, and whether
+ * control tokens written in it are taken as those tokens. */
+typedef struct tok_segment {
+    size_t len;
+    bool parse_special;
+} tok_segment;
+
+/* tok_encode of text[0..len), cut into segments whose lengths add up to len
+ * (else LLMQ_ERR_INVALID): a control or unknown token written in the text is
+ * taken as that token only where it lies wholly inside a run of
+ * parse_special segments, and is text anywhere else, as with parse_special
+ * false (user-defined tokens are found everywhere, as always).  The text
+ * between the tokens found is tokenized as one run whatever segments it
+ * spans, so its merges are those of the whole string: the ids are
+ * tok_encode's with parse_special true when no control token's text lies
+ * outside those segments.  This is how a chat prompt is tokenized, control
+ * tokens coming only from its template's text (model/chat.h). */
+int tok_encode_segments(const tok_vocab *v, const char *text, size_t len, const tok_segment *segs,
+                        size_t n_segs, bool add_bos, int32_t **ids, size_t *n, llmq_err *err);
+
 /* The bytes id stands for (llama_token_to_piece): U+2581 -> space, <0xNN> ->
  * that byte, byte-level BPE characters -> their bytes; control and unknown
  * tokens are empty unless `special`.  Points into the vocab (not

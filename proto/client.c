@@ -499,15 +499,39 @@ void llmq_job_init(llmq_job *job)
     JOB_PARAMS(COPY_PARAM)
 }
 
-static int to_wire_job(const llmq_job *j, size_t index, wire_job *w, llmq_error *err)
+/* A chat job's messages as the wire holds them, into msgs (room for
+ * j->n_messages). */
+static int to_wire_messages(const llmq_job *j, size_t index, wire_message *msgs, llmq_error *err)
 {
-    if (j->n_tokens > UINT32_MAX || j->n_stop > UINT32_MAX)
-        return fail(err, LLMQ_E_TOO_LARGE, "jobs[%zu]: too many tokens or stop strings", index);
+    for (size_t i = 0; i < j->n_messages; i++) {
+        if (!j->messages[i].role || !j->messages[i].content) {
+            const char *what = j->messages[i].role ? "content" : "role";
+            fail(err, LLMQ_E_MISSING_FIELD, "jobs[%zu].messages[%zu].%s: NULL", index, i, what);
+            if (err)
+                snprintf(err->field, sizeof err->field, "jobs[%zu].messages[%zu].%s", index, i,
+                         what);
+            return -1;
+        }
+        msgs[i] = (wire_message){j->messages[i].role, j->messages[i].content};
+    }
+    return 0;
+}
+
+static int to_wire_job(const llmq_job *j, size_t index, wire_job *w, wire_message *msgs,
+                       llmq_error *err)
+{
+    if (j->n_tokens > UINT32_MAX || j->n_stop > UINT32_MAX || j->n_messages > UINT32_MAX)
+        return fail(err, LLMQ_E_TOO_LARGE, "jobs[%zu]: too many tokens, messages or stop strings",
+                    index);
+    if (j->messages && to_wire_messages(j, index, msgs, err) < 0)
+        return -1;
     *w = (wire_job){
         .key = j->key,
         .prompt = j->prompt,
         .tokens = j->tokens,
         .n_tokens = (uint32_t)j->n_tokens,
+        .messages = j->messages ? msgs : NULL,
+        .n_messages = j->messages ? (uint32_t)j->n_messages : 0,
         .priority = j->priority,
         .model = j->model,
         .params = {.stop = j->stop, .n_stop = (uint32_t)j->n_stop, .json_schema = j->json_schema},
@@ -518,20 +542,18 @@ static int to_wire_job(const llmq_job *j, size_t index, wire_job *w, llmq_error 
     return 0;
 }
 
-int llmq_job_check(const llmq_job *job, llmq_error *err)
+/* One job, as the wire holds it, through the broker's own decoder: the one
+ * judge of what is valid. */
+static int check_wire_job(const wire_job *wj, llmq_error *err)
 {
-    wire_job wj;
-    if (to_wire_job(job, 0, &wj, err) < 0)
-        return -1;
     wire_msg m, back;
     wire_msg_init(&m, WIRE_T_SUBMIT);
-    m.submit = (wire_submit){.jobs = &wj, .n_jobs = 1};
+    m.submit = (wire_submit){.jobs = wj, .n_jobs = 1};
     char *buf;
     size_t len;
     wire_error we;
     if (wire_encode(&m, &buf, &len, &we) < 0)
         return from_wire_error(err, &we);
-    /* The broker's own decoder is the one judge of what is valid. */
     int rc = wire_decode(buf, len, WIRE_DIR_CLIENT_TO_BROKER, &back, &we);
     free(buf);
     if (rc < 0) {
@@ -551,6 +573,19 @@ int llmq_job_check(const llmq_job *job, llmq_error *err)
     return 0;
 }
 
+int llmq_job_check(const llmq_job *job, llmq_error *err)
+{
+    wire_job wj;
+    wire_message *msgs = malloc((job->n_messages ? job->n_messages : 1) * sizeof *msgs);
+    if (!msgs)
+        return fail(err, LLMQ_E_INTERNAL, "out of memory");
+    int rc = to_wire_job(job, 0, &wj, msgs, err);
+    if (rc == 0)
+        rc = check_wire_job(&wj, err);
+    free(msgs);
+    return rc;
+}
+
 /* A generous estimate of a job's encoded size, to cut submits in chunks. */
 static size_t job_bytes(const llmq_job *j)
 {
@@ -559,6 +594,9 @@ static size_t job_bytes(const llmq_job *j)
                (j->json_schema ? strlen(j->json_schema) : 0);
     for (size_t i = 0; i < j->n_stop; i++)
         n += 8 + (j->stop[i] ? strlen(j->stop[i]) : 0);
+    for (size_t i = 0; j->messages && i < j->n_messages; i++)
+        n += 32 + (j->messages[i].role ? strlen(j->messages[i].role) : 0) +
+             (j->messages[i].content ? strlen(j->messages[i].content) : 0);
     return n;
 }
 
@@ -577,20 +615,31 @@ static size_t chunk_end(const llmq_job *jobs, size_t start, size_t n)
 static int submit_chunk(llmq_client *c, const char *batch, const char *meta, const llmq_job *jobs,
                         size_t start, size_t end, uint64_t *ids, bool *existing, llmq_error *err)
 {
-    wire_job *wj = calloc(end - start, sizeof *wj);
-    if (!wj)
-        return fail(err, LLMQ_E_INTERNAL, "out of memory");
+    size_t n_messages = 0;
     for (size_t i = start; i < end; i++)
-        if (to_wire_job(&jobs[i], i, &wj[i - start], err) < 0) {
+        n_messages += jobs[i].messages ? jobs[i].n_messages : 0;
+    wire_job *wj = calloc(end - start, sizeof *wj);
+    wire_message *msgs = calloc(n_messages ? n_messages : 1, sizeof *msgs);
+    if (!wj || !msgs) {
+        free(wj);
+        free(msgs);
+        return fail(err, LLMQ_E_INTERNAL, "out of memory");
+    }
+    for (size_t i = start, at = 0; i < end; i++) {
+        if (to_wire_job(&jobs[i], i, &wj[i - start], msgs + at, err) < 0) {
             free(wj);
+            free(msgs);
             return -1;
         }
+        at += jobs[i].messages ? jobs[i].n_messages : 0;
+    }
     wire_msg m, reply;
     wire_msg_init(&m, WIRE_T_SUBMIT);
     m.submit = (wire_submit){.batch = batch, .meta = meta, .jobs = wj,
                              .n_jobs = (uint32_t)(end - start)};
     int rc = rpc(c, &m, WIRE_T_SUBMIT_OK, &reply, err);
     free(wj);
+    free(msgs);
     if (rc < 0) {
         if (err && err->field[0] && strncmp(err->field, "jobs[", 5) == 0 && start > 0) {
             /* Chunk-relative job indexes are renumbered to the caller's. */

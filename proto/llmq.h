@@ -96,11 +96,22 @@ int llmq_set_wait_lease(llmq_client *c, int heartbeat_ms, int dead_after_ms, llm
 void llmq_close(llmq_client *c);
 
 /* ---- submit ----------------------------------------------------------------------- */
+
+/* One message of a chat job: the worker renders a chat job's messages with
+ * its model's chat template (docs/PROTOCOL.md, "Chat jobs"). */
+typedef struct llmq_message {
+    const char *role;    /* "system", "user", "assistant", or a role the template knows */
+    const char *content; /* UTF-8 text */
+} llmq_message;
+
+/* A job's prompt is exactly one of prompt, tokens and messages. */
 typedef struct llmq_job {
     const char *key;            /* optional client key: resubmitting the same key is a no-op */
-    const char *prompt;         /* UTF-8 text, or NULL when tokens are given */
-    const uint32_t *tokens;     /* prompt token ids, used when prompt is NULL */
+    const char *prompt;         /* UTF-8 text, or NULL */
+    const uint32_t *tokens;     /* prompt token ids, or NULL */
     size_t n_tokens;
+    const llmq_message *messages; /* a chat job's messages (1..4096), or NULL */
+    size_t n_messages;
     uint32_t max_tokens;        /* default 256 */
     float temperature;          /* default 0: greedy */
     int32_t top_k;              /* default 0: off */
@@ -126,9 +137,9 @@ typedef struct llmq_job {
 /* Sets every field to its default (docs/PROTOCOL.md §4). */
 void llmq_job_init(llmq_job *job);
 
-/* Checks a job as the broker will (types, ranges, lengths, UTF-8, prompt
- * XOR tokens) without sending anything; err->field names the job field
- * ("temperature", "stop[2]"). */
+/* Checks a job as the broker will (types, ranges, lengths, UTF-8, one of
+ * prompt, tokens and messages) without sending anything; err->field names
+ * the job field ("temperature", "stop[2]", "messages[1].role"). */
 int llmq_job_check(const llmq_job *job, llmq_error *err);
 
 /* Submits n jobs as one batch (batch and meta may be NULL).  On success

@@ -170,11 +170,22 @@ static const fdef PARAM_FIELDS[] = {
     STR("json_schema", 0, job_params, json_schema, 1, WIRE_MAX_SCHEMA_BYTES),
 };
 
+static const fdef MESSAGE_FIELDS[] = {
+    STR("role", F_REQ, wire_message, role, 1, WIRE_MAX_NAME_BYTES),
+    STR("content", F_REQ, wire_message, content, 0, WIRE_MAX_PROMPT_BYTES),
+};
+
+static const schema MESSAGE = {.parts = {{MESSAGE_FIELDS, N(MESSAGE_FIELDS), 0}},
+                               .size = sizeof(wire_message)};
+
+/* clang-format off */
 #define PROMPT_FIELDS(st)                                                                   \
     STR("prompt", 0, st, prompt, 0, WIRE_MAX_PROMPT_BYTES),                                 \
     ARR("tokens", K_U32_ARRAY, 0, st, tokens, n_tokens, 1, WIRE_MAX_PROMPT_TOKENS, 0,       \
         WIRE_MAX_TOKEN_ID),                                                                 \
+    OBJS("messages", 0, st, messages, n_messages, 1, WIRE_MAX_MESSAGES, &MESSAGE),          \
     STR("model", 0, st, model, 1, WIRE_MAX_NAME_BYTES)
+/* clang-format on */
 
 static const fdef SUBMIT_JOB_FIELDS[] = {
     STR("key", 0, wire_job, key, 1, WIRE_MAX_NAME_BYTES),
@@ -279,6 +290,8 @@ static const fdef JOB_RESULT_FIELDS[] = {
     LOGPROBS_FIELD,
     NUM("finish", K_FINISH, F_REQ, wire_result, finish, 0, 0),
     NUM("prompt_tokens", K_U32, F_REQ, wire_result, prompt_tokens, 0, UINT32_MAX),
+    NUM("cached_prompt_tokens", K_U32, F_OMIT_ZERO, wire_result, cached_prompt_tokens, 0,
+        UINT32_MAX),
     NUM("gen_tokens", K_U32, F_REQ, wire_result, gen_tokens, 0, WIRE_MAX_GEN_TOKENS),
     TIMING(prefill_ms, F_REQ),
     TIMING(decode_ms, F_REQ),
@@ -995,6 +1008,39 @@ static int one_of(rd *r, bool a, bool b, const char *na, const char *nb)
     return 0;
 }
 
+/* A job's prompt is its text, its token ids or its messages: one of them. */
+static int one_prompt(rd *r, const wire_job *j)
+{
+    const bool given[] = {j->prompt != NULL, j->tokens != NULL, j->messages != NULL};
+    static const char *const names[] = {"prompt", "tokens", "messages"};
+    int first = -1;
+    for (int i = 0; i < 3; i++) {
+        if (given[i] && first >= 0)
+            return rd_fail(r, WIRE_E_BAD_VALUE, "\"%s\" and \"%s\" are mutually exclusive",
+                           names[first], names[i]);
+        if (given[i])
+            first = i;
+    }
+    if (first < 0)
+        return rd_fail(r, WIRE_E_MISSING_FIELD,
+                       "one of \"prompt\", \"tokens\" or \"messages\" is required");
+    return 0;
+}
+
+/* A chat job's text is bounded as a prompt is, all of its messages together. */
+static int check_messages(rd *r, const wire_job *j)
+{
+    size_t total = 0;
+    for (uint32_t i = 0; i < j->n_messages; i++)
+        total += j->messages[i].content ? strlen(j->messages[i].content) : 0;
+    if (total <= WIRE_MAX_PROMPT_BYTES)
+        return 0;
+    size_t saved;
+    path_key(r, "messages", &saved);
+    return rd_fail(r, WIRE_E_TOO_LARGE, "%zu bytes of content in all, at most %u allowed", total,
+                   WIRE_MAX_PROMPT_BYTES);
+}
+
 /* A job's output format: a schema that is a JSON object, or any JSON object;
  * either decides where the output ends, so not with ignore_eos.  Whether
  * llmq can honour the schema's keywords is the worker's to say, when it
@@ -1038,7 +1084,7 @@ static int check_job(const void *obj, rd *r)
     }
     if (check_format(&j->params, r) < 0)
         return -1;
-    return one_of(r, j->prompt != NULL, j->tokens != NULL, "prompt", "tokens");
+    return one_prompt(r, j) < 0 ? -1 : check_messages(r, j);
 }
 
 static int check_select(const void *obj, rd *r)

@@ -8,8 +8,8 @@
  *
  * Decoding validates everything: msgpack well-formedness, the version, the
  * type and the direction it may travel, every field's msgpack type, length
- * and range, unknown and duplicate keys, and the cross-field rules (prompt XOR
- * tokens, ids XOR batch, ...).  A failure yields a typed wire_error whose
+ * and range, unknown and duplicate keys, and the cross-field rules (one of
+ * prompt, tokens and messages, ids XOR batch, ...).  A failure yields a typed wire_error whose
  * message names the field ("jobs[3].temperature: NaN is not allowed").
  *
  * Ownership: a decoded wire_msg owns all its strings and arrays (they live in
@@ -35,6 +35,7 @@
 #define WIRE_MAX_BODY_BYTES (64u << 20)      /* one message body */
 #define WIRE_MAX_PROMPT_BYTES (1u << 20)     /* prompt text */
 #define WIRE_MAX_PROMPT_TOKENS 262144u       /* prompt token ids */
+#define WIRE_MAX_MESSAGES 4096u              /* messages of a chat job */
 #define WIRE_MAX_GEN_TOKENS 1048576u         /* max_tokens, and generated tokens */
 #define WIRE_MAX_TEXT_BYTES (16u << 20)      /* generated text in a result */
 #define WIRE_MAX_STOP 16u                    /* stop strings per job */
@@ -157,14 +158,24 @@ typedef struct wire_error {
 
 /* ---- the parts of messages ------------------------------------------------------ */
 
-/* One job: an element of submit's "jobs", or the body of a "job" message. */
+/* One message of a chat job: the worker's chat template makes the prompt
+ * of them (docs/PROTOCOL.md §4). */
+typedef struct wire_message {
+    const char *role;    /* 1..WIRE_MAX_NAME_BYTES: "system", "user", "assistant", ... */
+    const char *content; /* 0..WIRE_MAX_PROMPT_BYTES, all of a job's together too */
+} wire_message;
+
+/* One job: an element of submit's "jobs", or the body of a "job" message.
+ * Exactly one of prompt, tokens and messages is given. */
 typedef struct wire_job {
     uint64_t id;               /* job message: broker job id (>= 1); submit: unused */
     uint32_t attempt;          /* job message: 1 for the first dispatch; submit: unused */
     const char *key;           /* submit: optional client key (idempotent resubmission) */
-    const char *prompt;        /* UTF-8 prompt, or NULL when tokens are given */
-    const uint32_t *tokens;    /* prompt token ids (used when prompt is NULL) */
+    const char *prompt;        /* UTF-8 prompt, or NULL */
+    const uint32_t *tokens;    /* prompt token ids, or NULL */
     uint32_t n_tokens;         /* 1..WIRE_MAX_PROMPT_TOKENS when tokens are used */
+    const wire_message *messages; /* a chat job's, or NULL */
+    uint32_t n_messages;          /* 1..WIRE_MAX_MESSAGES when messages are used */
     int32_t priority;          /* submit: -1000..1000, higher first, default 0 */
     const char *model;         /* optional model name, for routing */
     job_params params;         /* proto/job_params.h; ranges and defaults: docs/PROTOCOL.md */
@@ -204,9 +215,9 @@ typedef struct wire_token_logprobs {
 } wire_token_logprobs;
 
 /* A job's outcome.  "job_result" (worker -> broker) carries id, attempt,
- * text, tokens, finish, prompt_tokens, gen_tokens, prefill_ms, decode_ms
- * and logprobs; "result" (broker -> client) carries everything, state
- * first. */
+ * text, tokens, finish, prompt_tokens, cached_prompt_tokens, gen_tokens,
+ * prefill_ms, decode_ms and logprobs; "result" (broker -> client) carries
+ * everything but cached_prompt_tokens, state first. */
 typedef struct wire_result {
     uint64_t id;
     uint32_t attempt;
@@ -220,6 +231,8 @@ typedef struct wire_result {
     uint32_t n_logprobs;                 /* = n_tokens */
     wire_finish finish;        /* DONE: why generation ended */
     uint32_t prompt_tokens;
+    uint32_t cached_prompt_tokens; /* job_result: of prompt_tokens, those the worker's prefix
+                                      cache held (absent: 0) */
     uint32_t gen_tokens;
     wire_timings timings;
     const char *worker;        /* result: the worker that produced it, or NULL */

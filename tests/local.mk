@@ -214,6 +214,13 @@ TESTS += tests/unit/test-chat
 tests_unit_test_chat_SOURCES = tests/unit/test-chat.c tests/unit/check.h \
 	model/gguf_writer.c model/gguf_writer.h
 tests_unit_test_chat_LDADD = $(LLMQ_MODEL_LIBS)
+# llmq-run --messages, --render-only, --chat-template (tools/llmq-run.c)
+TESTS += tests/unit/test-cli-chat.sh
+EXTRA_DIST += tests/unit/test-cli-chat.sh
+# A chat batch in OpenAI's format through llmq-submit, a broker and a worker on
+# the synthetic qwen2 model (tools, broker/, worker/)
+TESTS += tests/integration/test-chat-e2e.sh
+EXTRA_DIST += tests/integration/test-chat-e2e.sh
 
 FUZZ_TARGETS += tests/fuzz/fuzz-jinja
 EXTRA_DIST += tests/fuzz/fuzz-jinja.c tests/fuzz/corpus-jinja tests/fuzz/jinja.dict
@@ -300,6 +307,10 @@ tests_unit_test_stats_LDADD = tools/libllmq_stats.a $(LLMQ_BROKER_LIBS) -lm
 TESTS += tests/integration/test-stats-run.sh tests/integration/test-examples.sh
 EXTRA_DIST += tests/unit/check.sh tests/integration/env.sh tests/integration/test-stats-run.sh \
 	tests/integration/test-examples.sh
+# Cached prompt tokens per result and the prefix hit rate in llmq-stats, on a
+# worker with its prefix cache and one without
+TESTS += tests/integration/test-prefix-stats.sh
+EXTRA_DIST += tests/integration/test-prefix-stats.sh
 # llmq-submit and a batch larger than the broker's --max-queued
 TESTS += tests/integration/test-submit-queue.sh
 EXTRA_DIST += tests/integration/test-submit-queue.sh

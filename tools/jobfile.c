@@ -81,6 +81,137 @@ static int parse_schema(jobfile_entry *e, const json_value *v, openai_err *err)
     return 0;
 }
 
+/* ---- a chat's messages ----------------------------------------------------------------- */
+
+/* A message's content: a string, or OpenAI's list of text parts, joined by
+ * newlines into *owned (as vLLM joins them).  A part of another type (an
+ * image, audio, a file) asks for what the models llmq runs cannot take. */
+static int message_content(const json_value *c, const char *name, const char **out, char **owned,
+                           openai_err *err)
+{
+    if (c->type == JSON_STRING)
+        return openai_want_string(c, name, out, err);
+    if (c->type != JSON_ARRAY || c->arr.n == 0)
+        return openai_errf(err, OPENAI_INVALID_VALUE, name,
+                           "must be a string or a non-empty list of text parts");
+    size_t len = 0;
+    FILE *f = open_memstream(owned, &len);
+    if (!f)
+        return openai_errf(err, OPENAI_INVALID_VALUE, name, "out of memory");
+    int rc = 0;
+    for (size_t k = 0; k < c->arr.n && rc == 0; k++) {
+        const json_value *part = &c->arr.items[k];
+        const json_value *type = json_get(part, "type"), *text = json_get(part, "text");
+        char at[128];
+        snprintf(at, sizeof at, "%s[%zu]", name, k);
+        if (part->type != JSON_OBJECT || !type || type->type != JSON_STRING)
+            rc = openai_errf(err, OPENAI_INVALID_VALUE, at, "must be an object with a \"type\"");
+        else if (strcmp(type->str.s, "text") != 0)
+            rc = openai_errf(err, OPENAI_UNSUPPORTED_VALUE, at,
+                             "a part of type \"%s\": only text parts are supported (the models"
+                             " llmq runs read text)",
+                             type->str.s);
+        else if (!text || text->type != JSON_STRING || part->obj.n != 2)
+            rc = openai_errf(err, OPENAI_INVALID_VALUE, at,
+                             "a text part is {\"type\": \"text\", \"text\": \"...\"}");
+        else if ((k && fputc('\n', f) == EOF) ||
+                 fwrite(text->str.s, 1, text->str.len, f) != text->str.len)
+            rc = openai_errf(err, OPENAI_INVALID_VALUE, at, "out of memory");
+    }
+    fclose(f);
+    if (rc == 0 && strlen(*owned) != len)
+        rc = openai_errf(err, OPENAI_INVALID_VALUE, name, "contains a NUL character");
+    *out = *owned;
+    return rc;
+}
+
+/* The roles of OpenAI's messages: "developer" is OpenAI's newer name for
+ * "system", which is the one the models' templates know; a tool's answer
+ * belongs to tool calls, which are refused. */
+static int openai_role(const char **role, const char *name, openai_err *err)
+{
+    static const char *const TAKEN[] = {"system", "user", "assistant"};
+    for (size_t i = 0; i < sizeof TAKEN / sizeof TAKEN[0]; i++)
+        if (strcmp(*role, TAKEN[i]) == 0)
+            return 0;
+    if (strcmp(*role, "developer") == 0) {
+        *role = "system";
+        return 0;
+    }
+    if (strcmp(*role, "tool") == 0 || strcmp(*role, "function") == 0)
+        return openai_errf(err, OPENAI_UNSUPPORTED_VALUE, name, "\"%s\": not supported: tool calls",
+                           *role);
+    return openai_errf(err, OPENAI_INVALID_VALUE, name,
+                       "\"%s\" is not system, developer, user or assistant", *role);
+}
+
+/* A key of a message besides role and content: null, or tool_calls [], asks
+ * for nothing; OpenAI's other message fields cannot be carried (a message
+ * is a role and a content); anything else is a typo. */
+static int message_extra(const char *key, const json_value *v, const char *name, openai_err *err)
+{
+    static const char *const OPENAI[] = {"name",          "tool_calls", "tool_call_id",
+                                         "function_call", "refusal",    "audio"};
+    if (v->type == JSON_NULL ||
+        (strcmp(key, "tool_calls") == 0 && v->type == JSON_ARRAY && v->arr.n == 0))
+        return 0;
+    for (size_t i = 0; i < sizeof OPENAI / sizeof OPENAI[0]; i++)
+        if (strcmp(key, OPENAI[i]) == 0)
+            return openai_errf(err, OPENAI_UNSUPPORTED_PARAMETER, name,
+                               "not supported: a message is a role and a content");
+    return openai_errf(err, OPENAI_UNKNOWN_PARAMETER, name, "unknown field of a message");
+}
+
+/* One message, at `at` ("messages[2]", "body.messages[2]"): a role (on an
+ * OpenAI line one of OpenAI's; on a native line any string, the model's
+ * template deciding what it knows) and a content. */
+static int parse_message(jobfile_entry *e, const json_value *m, size_t i, const char *at,
+                         openai_err *err)
+{
+    char name[96];
+    const json_value *role = json_get(m, "role"), *content = json_get(m, "content");
+    if (m->type != JSON_OBJECT || !role || !content || content->type == JSON_NULL)
+        return openai_errf(err,
+                           m->type == JSON_OBJECT ? OPENAI_MISSING_PARAMETER : OPENAI_INVALID_VALUE,
+                           at, "must be an object with \"role\" and \"content\"");
+    for (size_t k = 0; k < m->obj.n; k++) {
+        const char *key = m->obj.members[k].key;
+        snprintf(name, sizeof name, "%s.%s", at, key);
+        if (strcmp(key, "role") != 0 && strcmp(key, "content") != 0 &&
+            message_extra(key, &m->obj.members[k].value, name, err) < 0)
+            return -1;
+    }
+    snprintf(name, sizeof name, "%s.role", at);
+    if (openai_want_string(role, name, &e->messages[i].role, err) < 0 ||
+        (e->openai && openai_role(&e->messages[i].role, name, err) < 0))
+        return -1;
+    snprintf(name, sizeof name, "%s.content", at);
+    return message_content(content, name, &e->messages[i].content, &e->contents[i], err);
+}
+
+/* A chat job's messages, carried as they are: the worker renders them with
+ * its model's chat template. */
+static int parse_messages(jobfile_entry *e, const json_value *msgs, const char *field,
+                          openai_err *err)
+{
+    if (msgs->type != JSON_ARRAY || msgs->arr.n == 0)
+        return openai_errf(err, OPENAI_INVALID_VALUE, field, "must be a non-empty array");
+    e->messages = calloc(msgs->arr.n, sizeof *e->messages);
+    e->contents = calloc(msgs->arr.n, sizeof *e->contents);
+    if (!e->messages || !e->contents)
+        return openai_errf(err, OPENAI_INVALID_VALUE, field, "out of memory");
+    e->n_contents = msgs->arr.n;
+    for (size_t i = 0; i < msgs->arr.n; i++) {
+        char at[48];
+        snprintf(at, sizeof at, "%s[%zu]", field, i);
+        if (parse_message(e, &msgs->arr.items[i], i, at, err) < 0)
+            return -1;
+    }
+    e->job.messages = e->messages;
+    e->job.n_messages = msgs->arr.n;
+    return 0;
+}
+
 /* A native job field: 1 if it was one, 0 if not, -1 on error. */
 static int job_field(jobfile_entry *e, const char *key, const json_value *v, openai_err *err)
 {
@@ -98,6 +229,8 @@ static int job_field(jobfile_entry *e, const char *key, const json_value *v, ope
         return openai_want_string(v, "model", &e->job.model, err) < 0 ? -1 : 1;
     if (strcmp(key, "json_schema") == 0)
         return parse_schema(e, v, err) < 0 ? -1 : 1;
+    if (strcmp(key, "messages") == 0)
+        return parse_messages(e, v, "messages", err) < 0 ? -1 : 1;
     if (strcmp(key, "n") == 0) {
         if (openai_want_int(v, "n", 1, OPENAI_MAX_CHOICES, &n, err) < 0)
             return -1;
@@ -134,77 +267,8 @@ static int parse_native(jobfile_entry *e, const json_value *doc, openai_err *err
 
 /* ---- OpenAI lines ----------------------------------------------------------------------- */
 
-static int render_content(FILE *f, const json_value *c, size_t i, llmq_err *err)
-{
-    if (c->type == JSON_STRING) {
-        fwrite(c->str.s, 1, c->str.len, f);
-        return 0;
-    }
-    if (c->type != JSON_ARRAY)
-        return llmq_errf(err, "messages[%zu].content: must be a string or a list of parts", i);
-    for (size_t k = 0; k < c->arr.n; k++) {
-        const json_value *type = json_get(&c->arr.items[k], "type");
-        const json_value *text = json_get(&c->arr.items[k], "text");
-        if (!type || type->type != JSON_STRING || strcmp(type->str.s, "text") != 0 || !text ||
-            text->type != JSON_STRING)
-            return llmq_errf(err, "messages[%zu].content[%zu]: only {\"type\": \"text\", "
-                             "\"text\": ...} parts are supported", i, k);
-        fwrite(text->str.s, 1, text->str.len, f);
-    }
-    return 0;
-}
-
-static const char *role_label(const char *role)
-{
-    static const char *const ROLES[][2] = {
-        {"system", "System"}, {"developer", "System"}, {"user", "User"},
-        {"assistant", "Assistant"}};
-    for (size_t i = 0; i < sizeof ROLES / sizeof ROLES[0]; i++)
-        if (strcmp(role, ROLES[i][0]) == 0)
-            return ROLES[i][1];
-    return NULL;
-}
-
-static int render_message(FILE *f, const json_value *m, size_t i, llmq_err *err)
-{
-    const json_value *role = json_get(m, "role");
-    const json_value *content = json_get(m, "content");
-    if (m->type != JSON_OBJECT || !role || role->type != JSON_STRING || !content)
-        return llmq_errf(err, "messages[%zu]: must be an object with \"role\" and \"content\"",
-                         i);
-    const char *label = role_label(role->str.s);
-    if (!label)
-        return llmq_errf(err, "messages[%zu].role: \"%s\" is not system, developer, user "
-                         "or assistant", i, role->str.s);
-    fprintf(f, "%s: ", label);
-    if (render_content(f, content, i, err) < 0)
-        return -1;
-    fputc('\n', f);
-    return 0;
-}
-
-static int render_messages(jobfile_entry *e, const json_value *msgs, llmq_err *err)
-{
-    if (msgs->type != JSON_ARRAY || msgs->arr.n == 0)
-        return llmq_errf(err, "messages: must be a non-empty array");
-    size_t len = 0;
-    FILE *f = open_memstream(&e->transcript, &len);
-    if (!f)
-        return llmq_errf(err, "out of memory");
-    int rc = 0;
-    for (size_t i = 0; i < msgs->arr.n && rc == 0; i++)
-        rc = render_message(f, &msgs->arr.items[i], i, err);
-    fputs("Assistant:", f);
-    fclose(f);
-    if (rc == 0 && strlen(e->transcript) != len)
-        rc = llmq_errf(err, "messages: contains a NUL character");
-    e->job.prompt = e->transcript;
-    e->chat = true;
-    return rc;
-}
-
-/* The body's fields: "messages" rendered here, every other one judged by
- * tools/openai.c. */
+/* The body's fields: "messages" carried into the job here, every other one
+ * judged by tools/openai.c. */
 static int parse_body(jobfile_entry *e, const json_value *body, const char *custom_id,
                       openai_err *err)
 {
@@ -218,12 +282,9 @@ static int parse_body(jobfile_entry *e, const json_value *body, const char *cust
                 return -1;
             continue;
         }
-        llmq_err why;
-        if (render_messages(e, v, &why) < 0)
-            return openai_errf(err, OPENAI_INVALID_VALUE, NULL, "body.%s", why.msg);
+        if (parse_messages(e, v, "body.messages", err) < 0)
+            return -1;
     }
-    if (e->chat && !e->job.prompt)
-        return openai_errf(err, OPENAI_MISSING_PARAMETER, "body.messages", "required");
     return openai_body_done(&e->req, &e->job, body, custom_id, err);
 }
 
@@ -403,7 +464,10 @@ static int expand(jobfile *jf, reader *rd, size_t idx, llmq_err *err)
 static void entry_free(jobfile_entry *e)
 {
     json_free(e->doc);
-    free(e->transcript);
+    for (size_t i = 0; i < e->n_contents; i++)
+        free(e->contents[i]);
+    free(e->contents);
+    free(e->messages);
     free(e->schema);
     free(e->stop);
     free(e->tokens);

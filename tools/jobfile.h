@@ -6,9 +6,9 @@
  *
  *  native  {"id": "q1", "prompt": "Once upon a time", "max_tokens": 32,
  *           "temperature": 0.8, "seed": 1, ...} with every job field of
- *           docs/PROTOCOL.md §4 under its wire name ("tokens" instead of
- *           "prompt"; "stop" may be one string; "json_schema" an object or
- *           its JSON text), the protocol's defaults, and "n": that many
+ *           docs/PROTOCOL.md §4 under its wire name ("tokens" or "messages"
+ *           instead of "prompt"; "stop" may be one string; "json_schema" an
+ *           object or its JSON text), the protocol's defaults, and "n": that many
  *           samples of the prompt, sampled with seed, seed + 1, ...; "id"
  *           (string or integer) is optional.
  *  OpenAI  {"custom_id": "q1", "method": "POST", "url": "/v1/completions",
@@ -16,10 +16,14 @@
  *           with "messages" instead of "prompt" for /v1/chat/completions:
  *           every field of both bodies is honoured, ignored as harmless or
  *           refused (tools/openai.h, docs/OPENAI.md), with OpenAI's
- *           defaults; body.model routes the job.  Messages are rendered as a
- *           plain transcript, one "Role: content" line per message
- *           ("System", "User", "Assistant"; content strings or lists of text
- *           parts), followed by "Assistant:", which the model continues.
+ *           defaults; body.model routes the job.
+ *
+ * Messages (both shapes: "messages" instead of "prompt") are carried into
+ * the job as they are, for the worker to render with its model's chat
+ * template: each a "role" and a "content", a string or OpenAI's list of
+ * text parts (joined by newlines).  On an OpenAI line the role is one of
+ * OpenAI's ("developer" becomes "system", the name the templates know;
+ * "tool" is refused with tool calls); on a native line any string.
  *
  * A line fails alone: one that cannot become jobs (not JSON, an unknown
  * field, a value out of range, a field llmq cannot honour, the id of an
@@ -70,7 +74,6 @@ typedef struct jobfile_entry {
     size_t line;          /* 1-based line number in the input */
     const json_value *id; /* "id" / "custom_id", or NULL when absent */
     bool openai;          /* OpenAI batch line: output in OpenAI's shape */
-    bool chat;            /* OpenAI "messages" (chat completion) */
     llmq_job job;         /* the template of its jobs */
     openai_req req;       /* n, prompts, ... (native lines: n only) */
     openai_err fault;     /* fault.fault != OPENAI_OK: the line failed alone */
@@ -78,7 +81,9 @@ typedef struct jobfile_entry {
     size_t n_final;
     /* owned */
     json_value *doc;
-    char *transcript;
+    llmq_message *messages;
+    char **contents; /* joined text parts, per message (NULL: a string of doc) */
+    size_t n_contents;
     char *schema; /* native json_schema given as an object */
     const char **stop;
     uint32_t *tokens;

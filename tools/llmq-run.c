@@ -1,10 +1,13 @@
 /* llmq-run: run a model file from the command line, one process, no queue.
  *
- * Modes: generate (-p, the default: the continuation streamed to stdout),
+ * Modes: generate (-p, the default: the continuation streamed to stdout;
+ * or --messages FILE, a chat rendered by the model's template),
  * --parallel N -f FILE (many prompts through the batched engine),
  * --perplexity FILE, --bench, and --tokenize / --detokenize IDS (ids of a
- * text as llama.cpp's llama-tokenize prints them, and back; these need only
- * the tokenizer metadata, so they work on vocabulary-only GGUF files).  A new
+ * text as llama.cpp's llama-tokenize prints them, and back) and --messages
+ * FILE --render-only (the rendered chat prompt); these last need only the
+ * tokenizer metadata and the template, so they work on vocabulary-only GGUF
+ * files.  A new
  * mode is a value of run_mode, its flag in parse_args' table and in
  * choose_mode, and one run_* function called from main; the engine-driven
  * modes live in run_engine.c.
@@ -25,8 +28,10 @@
 #include "common/err.h"
 #include "common/file.h"
 #include "kernels/backend.h"
+#include "common/json.h"
 #include "kernels/select.h"
 #include "tools/run_engine.h"
+#include "model/chat.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "proto/job_params.h"
@@ -39,13 +44,17 @@ typedef enum run_mode {
     MODE_BENCH,
     MODE_TOKENIZE,
     MODE_DETOKENIZE,
+    MODE_RENDER,
 } run_mode;
 
 typedef struct run_opts {
     run_mode mode;
     const char *model;       /* -m */
     const char *ids;         /* --detokenize's argument */
-    bool tokenize, bench;    /* --tokenize, --bench */
+    const char *messages;    /* --messages FILE: a chat job's messages */
+    const char *chat_template; /* --chat-template NAME|FILE, NULL: the model's */
+    bool tokenize, bench;      /* --tokenize, --bench */
+    bool render_only;          /* --render-only */
     bool no_parse_special, no_bos, kv_f32, no_prefix_cache;
     bool force_cpu;          /* --cpu */
     int32_t gpu;             /* --gpu N; -1: the first GPU if there is one */
@@ -98,6 +107,7 @@ static int choose_mode(run_opts *o, llmq_err *err)
         {o->gen.parallel > 0, MODE_PARALLEL, "--parallel"},
         {o->gen.ppl_file != NULL, MODE_PERPLEXITY, "--perplexity"},
         {o->bench, MODE_BENCH, "--bench"},
+        {o->render_only, MODE_RENDER, "--render-only"},
     };
     const char *chosen = NULL;
     o->mode = MODE_NONE;
@@ -109,11 +119,30 @@ static int choose_mode(run_opts *o, llmq_err *err)
         chosen = modes[i].flag;
         o->mode = modes[i].mode;
     }
-    if (o->mode == MODE_NONE && o->gen.prompt)
+    if (o->mode == MODE_NONE && (o->gen.prompt || o->messages))
         o->mode = MODE_GENERATE;
     if (o->mode == MODE_NONE)
-        return llmq_errf(err, "no mode given (-p TEXT, --parallel, --perplexity, --bench, "
-                              "--tokenize or --detokenize)");
+        return llmq_errf(err, "no mode given (-p TEXT, --messages FILE, --parallel, --perplexity,"
+                              " --bench, --tokenize or --detokenize)");
+    return 0;
+}
+
+/* --messages goes with generation, --tokenize and --render-only, and in
+ * place of a text: special tokens and BOS are the template's to write. */
+static int check_messages(const run_opts *o, llmq_err *err)
+{
+    const run_gen_opts *g = &o->gen;
+    if (!o->messages)
+        return o->render_only || o->chat_template
+                   ? llmq_errf(err, "--render-only and --chat-template go with --messages FILE")
+                   : 0;
+    if (o->mode != MODE_GENERATE && o->mode != MODE_TOKENIZE && o->mode != MODE_RENDER)
+        return llmq_errf(err, "--messages goes with generation, --tokenize and --render-only");
+    if (g->prompt || g->prompt_file)
+        return llmq_errf(err, "--messages is the prompt: not with -p or -f");
+    if (o->no_parse_special || o->no_bos)
+        return llmq_errf(err, "--no-parse-special and --no-bos do not go with --messages: special"
+                              " tokens come from the template only, and so does BOS");
     return 0;
 }
 
@@ -132,8 +161,11 @@ static int check_opts(void *opts, llmq_err *err)
     if (o->gpu >= 0)
         return llmq_errf(err, "--gpu: this llmq-run was built without CUDA");
 #endif
-    if (o->mode == MODE_TOKENIZE && !g->prompt == !g->prompt_file)
-        return llmq_errf(err, "--tokenize needs exactly one of -p TEXT and -f FILE");
+    if (check_messages(o, err) != 0)
+        return -1;
+    if (o->mode == MODE_TOKENIZE && !o->messages && !g->prompt == !g->prompt_file)
+        return llmq_errf(err,
+                         "--tokenize needs exactly one of -p TEXT, -f FILE and --messages FILE");
     if (o->mode == MODE_PARALLEL && (!g->prompt_file || g->prompt))
         return llmq_errf(err, "--parallel needs -f FILE (one prompt per line) and no -p");
     if ((o->mode == MODE_DETOKENIZE || o->mode == MODE_PERPLEXITY || o->mode == MODE_BENCH) && text)
@@ -187,6 +219,17 @@ static int parse_args(int argc, char **argv, run_opts *o)
          CLI_SWITCH(&o->tokenize)},
         {"detokenize", 0, "IDS", "print the text of IDS (separated by spaces or commas)",
          CLI_TEXT(&o->ids)},
+        {"messages", 0, "FILE",
+         "a chat: FILE is a JSON array of {\"role\", \"content\"}, rendered by the model's chat"
+         " template into the prompt (generation, --tokenize, --render-only)",
+         CLI_TEXT(&o->messages)},
+        {"render-only", 0, NULL, "print the prompt --messages renders, byte for byte, and exit",
+         CLI_SWITCH(&o->render_only)},
+        {"chat-template", 0, "NAME|FILE",
+         "render --messages with this template: a built-in one (chatml, llama2, llama3, llama3.1,"
+         " mistral-v0.3, phi3, qwen2.5, qwen3) or a Jinja file (default: the model's"
+         " tokenizer.chat_template)",
+         CLI_TEXT(&o->chat_template)},
         CLI_HEADING("generation:"),
         {"n-predict", 'n', "N", "tokens to generate at most (default 256)",
          CLI_INT32(&g->n_predict, 1, 1 << 24)},
@@ -352,6 +395,99 @@ static int run_detokenize(const run_opts *o, const tok_vocab *v)
     return 0;
 }
 
+/* ---- --messages: a chat rendered by the model's template ---- */
+
+/* One message of the file: exactly a role and a content, both strings. */
+static int read_message(const json_value *m, size_t i, chat_message *out, llmq_err *err)
+{
+    const json_value *role = json_get(m, "role"), *content = json_get(m, "content");
+    if (m->type != JSON_OBJECT || m->obj.n != 2 || !role || !content || role->type != JSON_STRING ||
+        content->type != JSON_STRING)
+        return llmq_errf(err, "messages[%zu]: must be {\"role\": string, \"content\": string}", i);
+    *out = (chat_message){role->str.s, role->str.len, content->str.s, content->str.len};
+    return 0;
+}
+
+/* FILE's messages (pointing into *doc, which the caller frees). */
+static int read_messages(const char *path, json_value **doc, chat_message **msgs, size_t *n,
+                         llmq_err *err)
+{
+    char *text;
+    size_t len;
+    *doc = NULL;
+    *msgs = NULL;
+    if (file_read_all(path, &text, &len, err) != 0)
+        return -1;
+    int rc = json_parse(text, len, doc, err);
+    free(text);
+    if (rc == 0 && ((*doc)->type != JSON_ARRAY || (*doc)->arr.n == 0))
+        rc = llmq_errf(err, "not a non-empty JSON array of messages");
+    if (rc == 0 && !(*msgs = calloc((*doc)->arr.n, sizeof **msgs)))
+        rc = llmq_errf(err, "out of memory");
+    for (size_t i = 0; rc == 0 && i < (*doc)->arr.n; i++)
+        rc = read_message(&(*doc)->arr.items[i], i, &(*msgs)[i], err);
+    *n = rc == 0 ? (*doc)->arr.n : 0;
+    return rc == 0 ? 0 : llmq_err_prefix(err, "%s", path);
+}
+
+/* --messages rendered for the model of f and v, with --chat-template's
+ * template or the model's own, as llmq-worker renders a chat job. */
+static int render_messages(const run_opts *o, const gguf_file *f, const tok_vocab *v,
+                           chat_prompt *out, llmq_err *err)
+{
+    json_value *doc;
+    chat_message *msgs;
+    size_t n;
+    chat_template *t = NULL;
+    memset(out, 0, sizeof *out);
+    int rc = read_messages(o->messages, &doc, &msgs, &n, err);
+    if (rc == 0)
+        rc = chat_template_open(&t, o->chat_template, f, err);
+    if (rc == 0)
+        rc = chat_render_for(t, v, msgs, n, out, err);
+    chat_template_free(t);
+    free(msgs);
+    json_free(doc);
+    return rc;
+}
+
+/* The ids of the rendered chat, control tokens from the template only. */
+static int chat_ids(const run_opts *o, const gguf_file *f, const tok_vocab *v, int32_t **ids,
+                    size_t *n, llmq_err *err)
+{
+    chat_prompt p;
+    int rc = render_messages(o, f, v, &p, err);
+    if (rc == 0)
+        rc = chat_tokenize(&p, v, ids, n, err);
+    chat_prompt_free(&p);
+    return rc;
+}
+
+/* --render-only, or --tokenize of --messages. */
+static int run_chat_mode(const run_opts *o, const gguf_file *f, const tok_vocab *v)
+{
+    llmq_err err = {0};
+    chat_prompt p;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = o->mode == MODE_RENDER ? render_messages(o, f, v, &p, &err)
+                                    : chat_ids(o, f, v, &ids, &n, &err);
+    if (rc != 0) {
+        fprintf(stderr, "llmq-run: %s\n", err.msg);
+        return 1;
+    }
+    if (o->mode == MODE_RENDER) {
+        fwrite(p.text, 1, p.len, stdout);
+        chat_prompt_free(&p);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        printf("%s%" PRId32, i ? " " : "", ids[i]);
+    printf("\n");
+    free(ids);
+    return 0;
+}
+
 /* The tokenizer modes need only the vocabulary (vocab-only files work). */
 static int run_tokenizer_mode(const run_opts *o)
 {
@@ -363,7 +499,9 @@ static int run_tokenizer_mode(const run_opts *o)
         gguf_close(f);
         return 1;
     }
-    int rc = o->mode == MODE_TOKENIZE ? run_tokenize(o, v) : run_detokenize(o, v);
+    int rc = o->messages                ? run_chat_mode(o, f, v)
+             : o->mode == MODE_TOKENIZE ? run_tokenize(o, v)
+                                        : run_detokenize(o, v);
     tok_free(v);
     gguf_close(f);
     return rc;
@@ -381,6 +519,17 @@ static int make_backend(const run_opts *o, backend **be, llmq_err *err)
     if (fallback[0])
         fprintf(stderr, "llmq-run: %s; running on the CPU\n", fallback);
     return 0;
+}
+
+static int run_engine_of(const run_opts *o, model *m, const tok_vocab *v)
+{
+    switch (o->mode) {
+    case MODE_GENERATE: return run_generate(&o->gen, m, v);
+    case MODE_PARALLEL: return run_parallel(&o->gen, m, v);
+    case MODE_PERPLEXITY: return run_perplexity(&o->gen, m, v);
+    case MODE_BENCH: return run_bench(&o->gen, m, v);
+    default: return 1;
+    }
 }
 
 static int run_engine_mode(run_opts *o)
@@ -404,14 +553,17 @@ static int run_engine_mode(run_opts *o)
             c->weight_bytes / 1e6, quant_type_name(c->weight_type), be->name);
     if (o->mode == MODE_GENERATE || o->mode == MODE_PARALLEL)
         fprintf(stderr, "llmq-run: seed %llu\n", (unsigned long long)o->gen.sampling.seed);
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
     int rc = 1;
-    switch (o->mode) {
-    case MODE_GENERATE: rc = run_generate(&o->gen, m, v); break;
-    case MODE_PARALLEL: rc = run_parallel(&o->gen, m, v); break;
-    case MODE_PERPLEXITY: rc = run_perplexity(&o->gen, m, v); break;
-    case MODE_BENCH: rc = run_bench(&o->gen, m, v); break;
-    default: break;
+    if (o->messages && chat_ids(o, model_gguf(m), v, &ids, &n_ids, &err) != 0) {
+        fprintf(stderr, "llmq-run: %s\n", err.msg);
+    } else {
+        o->gen.prompt_ids = ids;
+        o->gen.n_prompt_ids = n_ids;
+        rc = run_engine_of(o, m, v);
     }
+    free(ids);
     tok_free(v);
     model_free(m);
     backend_destroy(be);
@@ -424,7 +576,7 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc != CLI_RUN)
         return rc;
-    if (o.mode == MODE_TOKENIZE || o.mode == MODE_DETOKENIZE)
+    if (o.mode == MODE_TOKENIZE || o.mode == MODE_DETOKENIZE || o.mode == MODE_RENDER)
         rc = run_tokenizer_mode(&o);
     else
         rc = run_engine_mode(&o);

@@ -21,8 +21,9 @@
  * different samples, and the same file gives the same outputs again.
  * Choice i of a line is sampled with seed + i.
  *
- * The body's "messages" are not read here (tools/jobfile.c renders them);
- * everything else is.  All strings stay borrowed from the parsed line. */
+ * The body's "messages" are not read here (tools/jobfile.c carries them
+ * into the job, for the worker's chat template); everything else is.  All
+ * strings stay borrowed from the parsed line. */
 #ifndef LLMQ_TOOLS_OPENAI_H
 #define LLMQ_TOOLS_OPENAI_H
 

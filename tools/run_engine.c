@@ -107,12 +107,26 @@ static void print_engine(const engine *e)
 
 /* ---- generate: one prompt, streamed ---- */
 
+/* The prompt's ids, malloc'd: those given, or -p's tokenized. */
+static int prompt_ids(const run_gen_opts *o, const tok_vocab *v, int32_t **ids, size_t *n,
+                      llmq_err *err)
+{
+    if (!o->prompt_ids)
+        return tok_encode(v, o->prompt, strlen(o->prompt), tok_add_bos(v), true, ids, n, err);
+    *n = o->n_prompt_ids;
+    *ids = malloc((*n ? *n : 1) * sizeof **ids);
+    if (!*ids)
+        return llmq_errf(err, "out of memory");
+    memcpy(*ids, o->prompt_ids, *n * sizeof **ids);
+    return 0;
+}
+
 int run_generate(const run_gen_opts *o, model *m, const tok_vocab *v)
 {
     llmq_err err;
     int32_t *ids;
     size_t n;
-    if (tok_encode(v, o->prompt, strlen(o->prompt), tok_add_bos(v), true, &ids, &n, &err) != 0)
+    if (prompt_ids(o, v, &ids, &n, &err) != 0)
         return fail("tokenizing the prompt", &err);
     engine_config cfg = o->engine;
     cfg.max_seqs = 1;

@@ -17,6 +17,8 @@
 
 typedef struct run_gen_opts {
     const char *prompt;       /* generate */
+    const int32_t *prompt_ids; /* generate: the prompt's ids when given (--messages), else NULL */
+    size_t n_prompt_ids;
     const char *prompt_file;  /* --parallel: one prompt per line */
     int32_t n_predict;        /* -n */
     int32_t parallel;         /* --parallel; 0 in other modes */

@@ -22,9 +22,43 @@ static void engine_params(engine_request *req, const job_params *p)
     req->n_stop = (int32_t)p->n_stop;
 }
 
-static int prompt_ids(jobconv_request *r, const wire_job *j, const tok_vocab *v, size_t *n,
+/* A failure to render is the job's (its messages, or a template that
+ * cannot serve them), not the worker's: unless it is said to be a lack of
+ * room, it fails the job for good. */
+static int chat_failed(llmq_err *err, unsigned long long id)
+{
+    if (err->code != LLMQ_ERR_NO_ROOM)
+        err->code = LLMQ_ERR_INVALID;
+    return llmq_err_prefix(err, "job %llu: messages", id);
+}
+
+static int chat_ids(jobconv_request *r, const wire_job *j, const jobconv_model *m, size_t *n,
+                    llmq_err *err)
+{
+    const unsigned long long id = (unsigned long long)j->id;
+    if (!m->chat)
+        return llmq_errc(err, LLMQ_ERR_INVALID, "job %llu: messages: %s", id, m->no_chat);
+    chat_message *msgs = malloc((j->n_messages ? j->n_messages : 1) * sizeof *msgs);
+    if (!msgs)
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: messages: out of memory", id);
+    for (uint32_t i = 0; i < j->n_messages; i++)
+        msgs[i] = (chat_message){j->messages[i].role, strlen(j->messages[i].role),
+                                 j->messages[i].content, strlen(j->messages[i].content)};
+    chat_prompt p;
+    int rc = chat_render_for(m->chat, m->vocab, msgs, j->n_messages, &p, err);
+    free(msgs);
+    if (rc == 0)
+        rc = chat_tokenize(&p, m->vocab, &r->ids, n, err);
+    chat_prompt_free(&p);
+    return rc < 0 ? chat_failed(err, id) : 0;
+}
+
+static int prompt_ids(jobconv_request *r, const wire_job *j, const jobconv_model *m, size_t *n,
                       llmq_err *err)
 {
+    const tok_vocab *v = m->vocab;
+    if (j->messages)
+        return chat_ids(r, j, m, n, err);
     if (j->prompt) {
         if (tok_encode(v, j->prompt, strlen(j->prompt), tok_add_bos(v), true, &r->ids, n,
                        err) != 0)
@@ -43,13 +77,15 @@ static int prompt_ids(jobconv_request *r, const wire_job *j, const tok_vocab *v,
     return 0;
 }
 
-int jobconv_request_make(jobconv_request *r, const wire_job *j, const tok_vocab *v, formats *fmt,
-                         llmq_err *err)
+int jobconv_request_make(jobconv_request *r, const wire_job *j, const jobconv_model *m,
+                         formats *fmt, llmq_err *err)
 {
     memset(r, 0, sizeof *r);
     size_t n = 0;
-    if (prompt_ids(r, j, v, &n, err) != 0)
+    if (prompt_ids(r, j, m, &n, err) != 0) {
+        jobconv_request_free(r);
         return -1;
+    }
     r->req = (engine_request){.id = j->id, .prompt = r->ids, .n_prompt = (int32_t)n};
     engine_params(&r->req, &j->params);
     if (formats_acquire(fmt, &j->params, &r->req.constraint, err) != 0) {
@@ -145,6 +181,7 @@ int jobconv_result_make(jobconv_result *r, uint32_t attempt, const engine_event 
     w->n_logprobs = r->logprobs ? (uint32_t)ev->n_tokens : 0;
     w->finish = finish(ev->finish);
     w->prompt_tokens = (uint32_t)t->n_prompt;
+    w->cached_prompt_tokens = (uint32_t)t->n_cached;
     w->gen_tokens = (uint32_t)t->n_generated;
     w->timings.prefill_ms = span_ms(t->first_sched_ms, t->first_token_ms);
     w->timings.decode_ms = span_ms(t->first_token_ms, t->finished_ms);

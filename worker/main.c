@@ -30,6 +30,7 @@
 #include "engine/engine.h"
 #include "worker/identity.h"
 #include "worker/link.h"
+#include "model/chat.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 #include "worker/session.h"
@@ -52,6 +53,7 @@ static const char EPILOG[] =
 
 typedef struct options {
     const char *broker, *model, *id, *model_name, *broker_key, *curve_secret;
+    const char *chat_template; /* --chat-template, NULL: the model's */
     const char *gpus; /* --gpus, NULL: not given */
     const char *aliases[WIRE_MAX_ALIASES]; /* --alias, repeatable */
     size_t n_aliases;
@@ -136,6 +138,11 @@ static int parse_args(int argc, char **argv, options *o)
          "another model name jobs may ask for to run here (e.g. the gpt-4o-mini of an OpenAI"
          " batch file), repeatable up to 16 times; results still name the model that ran",
          CLI_LIST(o->aliases, &o->n_aliases, WIRE_MAX_ALIASES, 1, WIRE_MAX_NAME_BYTES)},
+        {"chat-template", 0, "NAME|FILE",
+         "render chat jobs' messages with this template: a built-in one (chatml, llama2, llama3,"
+         " llama3.1, mistral-v0.3, phi3, qwen2.5, qwen3) or a Jinja file (default: the model's"
+         " tokenizer.chat_template)",
+         CLI_TEXT(&o->chat_template)},
         {"broker-key", 0, "FILE", "the broker's CURVE public key (needs --curve-secret)",
          CLI_TEXT(&o->broker_key)},
         {"curve-secret", 0, "FILE", "this worker's CURVE secret key (from llmq-keygen)",
@@ -190,6 +197,8 @@ typedef struct parts {
     backend *be;
     model *m;
     tok_vocab *vocab;
+    chat_template *chat;             /* NULL: chat jobs fail with no_chat */
+    char no_chat[LLMQ_ERR_MAX + 64]; /* why there is none */
     engine *eng;
     identity id;
     link_conn *link;
@@ -252,7 +261,24 @@ static int open_session(const options *o, parts *p, llmq_err *err)
     const int32_t slots = slots_of(o, p);
     sc.hello.slots = (uint32_t)(slots < free_slots || o->test_engine_seqs ? slots : free_slots);
     sc.hello.n_ctx = (uint32_t)engine_get_config(p->eng)->n_ctx;
-    return session_create(&p->sess, &sc, p->link, p->eng, p->vocab, err);
+    const jobconv_model jm = {.vocab = p->vocab, .chat = p->chat, .no_chat = p->no_chat};
+    return session_create(&p->sess, &sc, p->link, p->eng, &jm, err);
+}
+
+/* The template chat jobs are rendered with: --chat-template's, which must
+ * open, else the model's own.  A model without one (or with one this build
+ * cannot run) still serves prompt jobs; its chat jobs fail, saying why. */
+static int open_chat(const options *o, parts *p, llmq_err *err)
+{
+    llmq_err why = {0};
+    if (o->chat_template)
+        return chat_template_open(&p->chat, o->chat_template, model_gguf(p->m), err);
+    if (chat_template_open(&p->chat, NULL, model_gguf(p->m), &why) == 0)
+        return 0;
+    snprintf(p->no_chat, sizeof p->no_chat, "model '%s' cannot render messages: %s", p->id.model,
+             why.msg);
+    log_line("llmq-worker", p->id.worker, "%s; its chat jobs will fail", p->no_chat);
+    return 0;
 }
 
 static int open_parts(const options *o, parts *p, llmq_err *err)
@@ -278,8 +304,9 @@ static int open_parts(const options *o, parts *p, llmq_err *err)
     if (tok_load(&p->vocab, model_gguf(p->m), err) != 0)
         return llmq_err_prefix(err, "cannot load the model's vocabulary");
     return open_engine(o, p, err) || identity_make(&p->id, &io, model_gguf(p->m), err) ||
-           link_open(&p->link, o->broker, (uint32_t)o->heartbeat_ms,
-                     o->curve_secret ? &keys : NULL, err) ||
+           open_chat(o, p, err) ||
+           link_open(&p->link, o->broker, (uint32_t)o->heartbeat_ms, o->curve_secret ? &keys : NULL,
+                     err) ||
            open_session(o, p, err);
 }
 
@@ -288,6 +315,7 @@ static void parts_free(parts *p)
     session_free(p->sess);
     link_close(p->link); /* lets the last results and the bye leave */
     identity_free(&p->id);
+    chat_template_free(p->chat);
     engine_free(p->eng);
     tok_free(p->vocab);
     model_free(p->m);
@@ -319,13 +347,14 @@ static void say_ready(const options *o, const parts *p)
                  (long long)(kv_tokens / (slots ? slots : 1)));
     log_line("llmq-worker", p->id.worker,
              "%s (%s, %d layers, %.1f MB %s, %s) on %s, %u slots of %d tokens%s,"
-             " a KV cache of %lld tokens (%s)%s; broker %s",
+             " a KV cache of %lld tokens (%s)%s, chat template %s; broker %s",
              o->model, c->name, c->n_layers, c->weight_bytes / 1e6, quant_type_name(c->weight_type),
              p->id.model_hash, where, slots, ec->n_ctx,
              o->slots > 0        ? ""
              : p->gpu_index >= 0 ? " (the GPU default)"
                                  : " (the CPU default)",
-             (long long)kv_tokens, kv, ec->prefix_cache ? ", prefix cache on" : "", o->broker);
+             (long long)kv_tokens, kv, ec->prefix_cache ? ", prefix cache on" : "",
+             p->chat ? chat_template_name(p->chat) : "none", o->broker);
 }
 
 /* ---- --gpus: one worker process per GPU ----------------------------------------- */
@@ -385,6 +414,8 @@ static void child_command(const options *o, const char *exe, int gpu, child_cmd 
         add_arg(c, "--model-name", o->model_name);
     for (size_t i = 0; i < o->n_aliases; i++)
         add_arg(c, "--alias", o->aliases[i]);
+    if (o->chat_template)
+        add_arg(c, "--chat-template", o->chat_template);
     if (o->broker_key) {
         add_arg(c, "--broker-key", o->broker_key);
         add_arg(c, "--curve-secret", o->curve_secret);

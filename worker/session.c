@@ -30,7 +30,7 @@ struct session {
     session_config cfg;
     link_conn *link;
     engine *eng;
-    const tok_vocab *vocab;
+    jobconv_model model;
     formats *formats; /* the grammars of the jobs held (json_schema, json_object) */
     jobs jobs;
     phase phase;
@@ -57,7 +57,7 @@ static void say(const session *s, const char *fmt, ...)
 }
 
 int session_create(session **out, const session_config *cfg, link_conn *link, engine *e,
-                   const tok_vocab *v, llmq_err *err)
+                   const jobconv_model *m, llmq_err *err)
 {
     *out = NULL;
     session *s = calloc(1, sizeof *s);
@@ -75,7 +75,7 @@ int session_create(session **out, const session_config *cfg, link_conn *link, en
     s->cfg = *cfg;
     s->link = link;
     s->eng = e;
-    s->vocab = v;
+    s->model = *m;
     s->phase = PHASE_HELLO_DUE;
     s->hello_retry_ms = HELLO_RETRY_MS;
     s->dead_after_ms = WIRE_DEAD_AFTER_MS;
@@ -203,7 +203,7 @@ static int on_job(session *s, const wire_job *j, llmq_err *err)
     jobconv_request r;
     llmq_err bad;
     if (cannot_take(s, j, &bad) != 0 ||
-        jobconv_request_make(&r, j, s->vocab, s->formats, &bad) != 0)
+        jobconv_request_make(&r, j, &s->model, s->formats, &bad) != 0)
         return fail_job(s, j->id, j->attempt, &bad, err);
     const grammar *format = r.req.constraint;
     int rc = engine_add(s->eng, &r.req, &bad);
@@ -351,7 +351,7 @@ static int send_result(session *s, const jobs_entry *e, const engine_event *ev, 
 {
     jobconv_result r;
     llmq_err bad;
-    if (jobconv_result_make(&r, e->attempt, ev, s->vocab, &bad) != 0)
+    if (jobconv_result_make(&r, e->attempt, ev, s->model.vocab, &bad) != 0)
         return fail_job(s, e->id, e->attempt, &bad, err);
     int rc = link_send(s->link, &r.msg, &bad);
     jobconv_result_free(&r);

@@ -34,8 +34,8 @@
  * that arrive after SIGTERM are not started).  A second session_stop ends
  * at once.
  *
- * The session borrows the link, engine and vocabulary; it owns its job
- * table.  Functions return -1 only when the link fails or memory runs out:
+ * The session borrows the link, engine, vocabulary and chat template; it
+ * owns its job table.  Functions return -1 only when the link fails or memory runs out:
  * the caller should then exit. */
 #ifndef LLMQ_WORKER_SESSION_H
 #define LLMQ_WORKER_SESSION_H
@@ -46,8 +46,8 @@
 #include "common/err.h"
 #include "proto/wire.h"
 #include "engine/engine.h"
+#include "worker/jobconv.h"
 #include "worker/link.h"
-#include "model/tokenizer.h"
 
 typedef struct session_config {
     wire_hello hello;  /* what the worker announces; slots is its capacity */
@@ -57,8 +57,9 @@ typedef struct session_config {
 
 typedef struct session session;
 
+/* m: what jobs' prompts are made with (worker/jobconv.h), borrowed. */
 int session_create(session **out, const session_config *cfg, link_conn *link, engine *e,
-                   const tok_vocab *v, llmq_err *err);
+                   const jobconv_model *m, llmq_err *err);
 void session_free(session *s);
 
 /* One message from the broker. */

@@ -11,6 +11,13 @@ As a library:
     for result in c.wait(ids=ack["ids"], timeout_ms=60000):
         print(result["text"])
 
+A chat job carries "messages" instead of "prompt" (the worker renders them
+with its model's chat template):
+
+    c.submit([{"messages": [{"role": "system", "content": "Answer briefly."},
+                            {"role": "user", "content": "The capital of France?"}],
+               "max_tokens": 16}])
+
 A wait outlives its broker: killed, restarted or stopped, it is noticed by
 the silence of the wait's heartbeats and the wait is sent again (on a fresh
 socket) until a broker answers; each job's result is yielded once.
@@ -19,6 +26,7 @@ As a program (prints JSON on stdout; exit 1 on a broker error, printed as
 {"error": {...}}):
 
     llmq_client.py --broker tcp://127.0.0.1:5555 submit --prompt "Hi" --max-tokens 8 --wait
+    llmq_client.py submit --messages chat.json --wait   (a JSON array of {"role", "content"})
     llmq_client.py status --ids 1 2 3        llmq_client.py status --batch b1
     llmq_client.py wait --batch b1 --timeout 30
     llmq_client.py cancel --ids 4            llmq_client.py stats
@@ -283,8 +291,22 @@ class _Wait:
                 self.on_error(msg["req"], entry, msg)
 
 
+def read_messages(path):
+    """A chat job's messages from a JSON file: an array of {"role", "content"}."""
+    with open(path, encoding="utf-8") as f:
+        messages = json.load(f)
+    if not isinstance(messages, list) or not all(
+            isinstance(m, dict) and set(m) == {"role", "content"} for m in messages):
+        raise ValueError(f'{path}: not a JSON array of {{"role", "content"}} objects')
+    return messages
+
+
 def job_from_args(a):
-    job = {"prompt": a.prompt, "max_tokens": a.max_tokens}
+    job = {"max_tokens": a.max_tokens}
+    if a.messages:
+        job["messages"] = read_messages(a.messages)
+    else:
+        job["prompt"] = a.prompt
     for name in ("temperature", "top_k", "top_p", "min_p", "seed", "key", "priority",
                  "top_logprobs"):
         value = getattr(a, name)
@@ -377,7 +399,10 @@ def parse_args(argv):
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("submit", help="submit one job")
-    s.add_argument("--prompt", required=True)
+    what = s.add_mutually_exclusive_group(required=True)
+    what.add_argument("--prompt")
+    what.add_argument("--messages", metavar="FILE",
+                      help='a chat job: a JSON array of {"role", "content"} in FILE')
     s.add_argument("--max-tokens", type=int, default=256)
     s.add_argument("--temperature", type=float)
     s.add_argument("--top-k", type=int)
@@ -436,6 +461,9 @@ def main(argv):
     except LlmqError as e:
         print_json({"error": e.as_dict()})
         return 1
+    except (ValueError, OSError) as e:  # a --messages file that cannot be read
+        print(f"llmq_client: {e}", file=sys.stderr)
+        return 2
     finally:
         c.close()
 

@@ -6,7 +6,11 @@
  * UBSan, each input checks three properties: every id is in the vocabulary;
  * streaming the ids gives the same bytes as detokenizing them at once; and
  * where the vocabulary can represent the text (valid UTF-8, no literal U+2581,
- * no special parsing), detokenize(tokenize(text)) == text.
+ * no special parsing), detokenize(tokenize(text)) == text.  With bit 0x40
+ * of the first byte the text is also cut into segments (lengths read from
+ * its own bytes): tok_encode_segments with every segment parsing special
+ * tokens as the input says must give tok_encode's ids (text merges across
+ * segments as one string), and alternating segments must give valid ids.
  * The vocabularies come from $LLMQ_TEST_DATA (default tests/data).
  * A first byte of 0xFF instead makes the rest a GGUF file: its vocabulary,
  * however malformed, is loaded and, when accepted, used on a fixed text. */
@@ -99,6 +103,46 @@ static void fuzz_metadata(const uint8_t *data, size_t size)
     free(copy);
 }
 
+/* Cuts text into segments of 1..8 bytes (the length read from the text),
+ * parse_special all `special` or, when alternate, every other one. */
+static size_t cut_segments(const char *text, size_t len, bool special, bool alternate,
+                           tok_segment *segs, size_t cap)
+{
+    size_t n = 0;
+    for (size_t at = 0; at < len && n < cap; n++) {
+        size_t k = 1 + (unsigned char)text[at] % 8;
+        k = n + 1 == cap || k > len - at ? len - at : k;
+        segs[n] = (tok_segment){k, alternate ? (n % 2 == 0) == special : special};
+        at += k;
+    }
+    return n;
+}
+
+/* Segmented tokenization: uniform segments give tok_encode's ids. */
+static void check_segments(const tok_vocab *v, const char *text, size_t len, bool bos, bool special,
+                           const int32_t *want, size_t n_want)
+{
+    tok_segment segs[256];
+    int32_t *ids;
+    size_t n;
+    llmq_err err;
+    size_t n_segs = cut_segments(text, len, special, false, segs, 256);
+    if (tok_encode_segments(v, text, len, segs, n_segs, bos, &ids, &n, &err) < 0 || n != n_want ||
+        (n && memcmp(ids, want, n * sizeof *ids) != 0))
+        abort();
+    free(ids);
+    n_segs = cut_segments(text, len, special, true, segs, 256);
+    if (tok_encode_segments(v, text, len, segs, n_segs, bos, &ids, &n, &err) < 0) {
+        if (err.code == LLMQ_ERR_INVALID) /* the segments were refused: a bug */
+            abort();
+        return; /* a token's text taken as text may hold what the vocabulary cannot write */
+    }
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (uint32_t)ids[i] >= tok_n_vocab(v))
+            abort();
+    free(ids);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
@@ -121,6 +165,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || (uint32_t)ids[i] >= tok_n_vocab(v))
             abort();
+    if (data[0] & 0x40)
+        check_segments(v, text, len, bos, special, ids, n);
     if (tok_detokenize(v, ids, n, TOK_STRIP_SPACE, &out, &out_len, &err) < 0)
         abort();
     check_stream(v, ids, n, TOK_STRIP_SPACE, out, out_len);

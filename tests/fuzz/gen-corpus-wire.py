@@ -40,7 +40,9 @@ MESSAGES = {
     "submit": {"req": 1, "batch": "b", "meta": "{}", "jobs": [
         dict({"key": "k1", "prompt": "Once upon a time", "priority": 5, "model": "m"}, **SAMPLING),
         {"tokens": [1, 2, 3], "json_schema": '{"type": "object", "properties": {}}'},
-        {"prompt": "{", "json_object": True}]},
+        {"prompt": "{", "json_object": True},
+        {"messages": [{"role": "system", "content": "Be brief."},
+                      {"role": "user", "content": "Hi <|im_start|>"}]}]},
     "status": {"req": 2, "ids": [1, 2]},
     "wait": {"req": 3, "batch": "b", "timeout_ms": 1000, "stream": True, "heartbeat_ms": 1000},
     "cancel": {"req": 4, "ids": [7]},
@@ -65,8 +67,10 @@ MESSAGES = {
     "welcome": {"heartbeat_ms": 1000, "dead_after_ms": 5000},
     "credit": {"n": 4},
     "job": dict({"id": 1, "attempt": 1, "prompt": "Hello", "model": "m"}, **SAMPLING),
+    "job-chat": {"id": 2, "attempt": 1, "messages": [{"role": "user", "content": "Hello"}]},
     "job_result": {"id": 1, "attempt": 1, "text": "x", "tokens": [5], "logprobs": logprobs([5]),
-                   "finish": "stop", "prompt_tokens": 2, "gen_tokens": 1, "prefill_ms": 1.5,
+                   "finish": "stop", "prompt_tokens": 2, "cached_prompt_tokens": 1,
+                   "gen_tokens": 1, "prefill_ms": 1.5,
                    "decode_ms": 0.5},
     "job_failure": {"id": 1, "attempt": 1, "reason": "cancelled", "retryable": False},
     "job_cancel": {"id": 1},
@@ -81,22 +85,22 @@ def body(msg_type, fields):
 
 
 def dict_words():
-    words = set(MESSAGES) | {"v", "type", "req"}
+    words = {name.split("-")[0] for name in MESSAGES} | {"v", "type", "req"}
     for fields in MESSAGES.values():
         words |= set(fields)
     words |= set(SAMPLING) | set(RESULT) | set(COUNTS)
     words |= {"queued", "running", "done", "failed", "cancelled", "stop", "length", "context",
               "prompt", "tokens", "key", "priority", "model", "attempts", "worker", "error",
               "bad_value", "malformed", "unknown_job", "queue_full", "unknown_worker", "token",
-              "logprob", "bytes", "top_logprobs"}
+              "logprob", "bytes", "top_logprobs", "messages", "role", "content"}
     return sorted(words)
 
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    for msg_type, fields in MESSAGES.items():
-        with open(os.path.join(OUT, msg_type), "wb") as f:
-            f.write(body(msg_type, fields))
+    for name, fields in MESSAGES.items():
+        with open(os.path.join(OUT, name), "wb") as f:
+            f.write(body(name.split("-")[0], fields))
     # a wait for a REQ client: no stream, so no heartbeats
     with open(os.path.join(OUT, "wait-nostream"), "wb") as f:
         f.write(body("wait", {"req": 3, "batch": "b", "timeout_ms": 1000, "stream": False}))

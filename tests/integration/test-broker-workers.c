@@ -17,9 +17,11 @@
  * a live name from another process is refused (worker_in_use) and changes
  * nothing, one from the same process replaces its session; results that
  * contradict their job (more tokens than max_tokens, a count unlike the
- * ids, a prompt count unlike the job's) are refused (bad_result), not
- * stored nor counted, the job runs elsewhere and the sender gets no more
- * jobs; jobs left running by a killed broker run again after the restart;
+ * ids, more cached prompt tokens than prompt tokens, a prompt count
+ * unlike the job's) are refused (bad_result), not stored nor counted, the
+ * job runs elsewhere and the sender gets no more jobs, and an honest
+ * worker's cached prompt tokens are stored as sent; jobs left running by a
+ * killed broker run again after the restart;
  * SIGTERM drains (submits refused, running job may finish, unfinished job
  * back in the queue after the grace period); heartbeats go out to idle
  * workers; jobs for a model only go to workers serving it, or answering
@@ -147,9 +149,9 @@ static int count_jobs(void *w, int ms)
 }
 
 /* A result of n_tokens token ids that says it generated gen tokens from a
- * prompt of prompt tokens. */
+ * prompt of prompt tokens, cached of them from the prefix cache. */
 static void result_counts(void *w, uint64_t id, uint32_t attempt, const char *text,
-                          uint32_t n_tokens, uint32_t gen, uint32_t prompt)
+                          uint32_t n_tokens, uint32_t gen, uint32_t prompt, uint32_t cached)
 {
     static const uint32_t toks[16] = {11, 12, 13, 14, 15, 16, 17, 18};
     wire_msg m;
@@ -161,6 +163,7 @@ static void result_counts(void *w, uint64_t id, uint32_t attempt, const char *te
                              .n_tokens = n_tokens,
                              .finish = WIRE_FINISH_LENGTH,
                              .prompt_tokens = prompt,
+                             .cached_prompt_tokens = cached,
                              .gen_tokens = gen,
                              .timings = {.prefill_ms = 2.5, .decode_ms = 40}};
     h_send(w, &m);
@@ -168,7 +171,7 @@ static void result_counts(void *w, uint64_t id, uint32_t attempt, const char *te
 
 static void result(void *w, uint64_t id, uint32_t attempt, const char *text, uint32_t gen)
 {
-    result_counts(w, id, attempt, text, gen, gen, 5);
+    result_counts(w, id, attempt, text, gen, gen, 5, 0);
 }
 
 static void failure(void *w, uint64_t id, uint32_t attempt, const char *why,
@@ -514,12 +517,12 @@ static void test_bye_and_second_hello(void)
  * more jobs. */
 static void test_forged_results(void)
 {
-    enum { N = 4 };
+    enum { N = 5 };
     harness h;
     void *c;
     setup(&h, "tbw-forged", FAST, &c);
     uint64_t ids[N];
-    submit(c, NULL, 3, NULL, NULL, ids); /* "prompt 0".."prompt 2": 8 bytes */
+    submit(c, NULL, N - 1, NULL, NULL, ids); /* "prompt 0".."prompt 3": 8 bytes */
     static const uint32_t prompt[3] = {5, 6, 7};
     wire_job tj;
     h_job(&tj, NULL, NULL);
@@ -531,7 +534,7 @@ static void test_forged_results(void)
     m.submit = (wire_submit){.jobs = &tj, .n_jobs = 1};
     h_send(c, &m);
     int rc = h_recv_type(c, T_REPLY, WIRE_T_SUBMIT_OK, &m);
-    ids[3] = rc == 0 ? m.submit_ok.ids[0] : 0;
+    ids[N - 1] = rc == 0 ? m.submit_ok.ids[0] : 0;
     if (rc == 0)
         wire_msg_free(&m);
     void *bad = worker_connect(&h, "w-forger", "m", N, NULL);
@@ -540,20 +543,21 @@ static void test_forged_results(void)
     int took = 0;
     for (int i = 0; i < N; i++)
         took += await_job(bad, T_REPLY, &j[i]) == 0 && j[i].id == ids[i];
-    CHECK(took == N, "a worker takes three text jobs (max_tokens 7) and a job of 3 prompt tokens");
+    CHECK(took == N, "a worker takes four text jobs (max_tokens 7) and a job of 3 prompt tokens");
     /* UINT32_MAX is what the store reads as -1, "the current attempt". */
     static const struct {
-        uint32_t attempt, n_tokens, gen, prompt;
+        uint32_t attempt, n_tokens, gen, prompt, cached;
         const char *field;
     } forged[N] = {
-        {1, 8, 8, 5, "gen_tokens"},          /* more than max_tokens */
-        {1, 4, 3, 5, "gen_tokens"},          /* a count unlike the ids sent */
-        {UINT32_MAX, 8, 8, 5, "gen_tokens"}, /* the same, under another attempt */
-        {1, 4, 4, 5, "prompt_tokens"},       /* a prompt count unlike the job's */
+        {1, 8, 8, 5, 0, "gen_tokens"},           /* more than max_tokens */
+        {1, 4, 3, 5, 0, "gen_tokens"},           /* a count unlike the ids sent */
+        {UINT32_MAX, 8, 8, 5, 0, "gen_tokens"},  /* the same, under another attempt */
+        {1, 4, 4, 5, 6, "cached_prompt_tokens"}, /* more cached than the prompt has */
+        {1, 4, 4, 5, 0, "prompt_tokens"},        /* a prompt count unlike the job's */
     };
     for (int i = 0; i < N; i++) {
         result_counts(bad, j[i].id, forged[i].attempt, "forged", forged[i].n_tokens, forged[i].gen,
-                      forged[i].prompt);
+                      forged[i].prompt, forged[i].cached);
         rc = await(bad, WIRE_T_ERROR, T_REPLY, &m);
         CHECK(rc == 0 && m.error.code == WIRE_E_BAD_RESULT &&
                   strcmp(m.error.field, forged[i].field) == 0,
@@ -583,7 +587,8 @@ static void test_forged_results(void)
         got += await_job(good, T_REPLY, &g[i]) == 0 && g[i].attempt == 2;
     CHECK(got == N, "another worker runs them again, attempt 2 (%d of %d)", got, N);
     for (int i = 0; i < got; i++)
-        result_counts(good, g[i].id, g[i].attempt, "honest", 4, 4, g[i].id == ids[3] ? 3 : 5);
+        result_counts(good, g[i].id, g[i].attempt, "honest", 4, 4, g[i].id == ids[N - 1] ? 3 : 5,
+                      2);
     send_wait(c, 8, ids, N, 5000);
     int honest = 0;
     for (int i = 0; i < N && h_recv_type(c, T_REPLY, WIRE_T_RESULT, &m) == 0; i++) {
@@ -591,6 +596,8 @@ static void test_forged_results(void)
                   strcmp(m.result.worker, "w-honest") == 0;
         wire_msg_free(&m);
     }
+    CHECK(h_sql(&h, "SELECT count(*) FROM results WHERE cached_prompt_tokens = 2") == N,
+          "each honest result's cached prompt tokens are recorded as the worker sent them");
     CHECK(honest == N && h_sql(&h, "SELECT count(*) FROM results") == N &&
               h_sql(&h, "SELECT coalesce(sum(generated_tokens), 0) FROM v_worker_stats"
                         " WHERE name = 'w-forger'") == 0,

@@ -11,7 +11,9 @@
  * not a hang; llmq-submit with --strict refuses a file with a bad line
  * before submitting, without it submits the good lines and writes the bad
  * one's error with its line number, and resubmits idempotently; a job
- * submitted from Python is seen from C.
+ * submitted from Python is seen from C; chat jobs' messages from C and from
+ * Python reach the database as given, and a chat job with a prompt too, or
+ * a message without a role, is refused.
  *
  * And the wait's lease, against a broker the test plays message by message
  * (the cases a real broker does not produce on demand; test-recovery.sh has
@@ -240,6 +242,60 @@ static void test_tools(const harness *e, const char *srcdir, llmq_client *c)
             "'{\"v\":1,\"type\":\"submit\",\"req\":8,\"jobs\":[{\"prompt\":\"a\",\"top_k\":-3}]}' "
             "| grep -q '\"field\": \"jobs\\[0\\].top_k\"'", srcdir, e->clients);
     CHECK(rc == 0, "a bad body from Python gets its typed error naming the field");
+}
+
+/* Chat jobs from C and Python: their messages are stored as given. */
+static void test_chat(const harness *h, const char *srcdir, llmq_client *c)
+{
+    static const llmq_message msgs[] = {{"system", "Answer in one word."},
+                                        {"user", "Capital of France? <|im_start|>"}};
+    llmq_job job;
+    llmq_job_init(&job);
+    job.key = "t:chat";
+    job.messages = msgs;
+    job.n_messages = 2;
+    uint64_t id = 0;
+    llmq_error err;
+    int rc = llmq_submit(c, "chat", NULL, &job, 1, &id, NULL, &err);
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT json_extract(messages, '$[1].content') = 'Capital of France? <|im_start|>'"
+             " AND json_extract(messages, '$[0].role') = 'system' AND prompt IS NULL"
+             " FROM jobs WHERE id = %llu",
+             (unsigned long long)id);
+    CHECK(rc == 0 && h_sql(h, sql) == 1, "a chat job from C is stored with its messages%s%s",
+          rc ? ": " : "", rc ? err.message : "");
+    job.prompt = "and a prompt";
+    CHECK(llmq_job_check(&job, &err) < 0 && err.code == LLMQ_E_BAD_VALUE &&
+              strstr(err.message, "\"prompt\" and \"messages\" are mutually exclusive"),
+          "a job with a prompt and messages is refused (%s)", err.message);
+    static const llmq_message no_role[] = {{"user", "hi"}, {NULL, "who?"}};
+    job.prompt = NULL;
+    job.messages = no_role;
+    rc = llmq_submit(c, NULL, NULL, &job, 1, &id, NULL, &err);
+    CHECK(rc < 0 && err.code == LLMQ_E_MISSING_FIELD &&
+              strcmp(err.field, "jobs[0].messages[1].role") == 0,
+          "a message without a role is refused naming it (%s)", err.message);
+
+    char path[320];
+    snprintf(path, sizeof path, "%s/chat.json", h->dir);
+    FILE *f = fopen(path, "w");
+    fputs("[{\"role\": \"user\", \"content\": \"Bonjour \u00e9\"}]\n", f);
+    fclose(f);
+    rc = sh("/usr/bin/python3 %s/proto/python/llmq_client.py --broker %s submit --messages %s "
+            "--max-tokens 3 --batch pychat > %s/pychat.json",
+            srcdir, h->clients, path, h->dir);
+    CHECK(rc == 0 && h_sql(h, "SELECT count(*) FROM jobs WHERE batch_id = 'pychat' AND"
+                              " json_extract(messages, '$[0].content') = 'Bonjour \xc3\xa9'") == 1,
+          "a chat job from the Python client (--messages FILE) is stored with its messages");
+    f = fopen(path, "w");
+    fputs("{\"role\": \"user\"}\n", f);
+    fclose(f);
+    rc = sh("/usr/bin/python3 %s/proto/python/llmq_client.py --broker %s submit --messages %s "
+            ">/dev/null 2>%s/pyerr",
+            srcdir, h->clients, path, h->dir);
+    CHECK(rc == 2 && sh("grep -q 'not a JSON array' %s/pyerr", h->dir) == 0,
+          "the Python client refuses a messages file that is not an array of messages");
 }
 
 /* ---- the lease, against a broker played by the test ---------------------------- */
@@ -503,6 +559,7 @@ int main(void)
     test_status_cancel_wait(c, ids);
     test_big_batch(c);
     test_tools(&h, srcdir, c);
+    test_chat(&h, srcdir, c);
     test_no_broker(&h);
     test_lease(&h);
     llmq_close(c);

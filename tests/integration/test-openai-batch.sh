@@ -1,7 +1,9 @@
 #!/bin/sh
 # test-openai-batch: an OpenAI batch file as users have it, through a real
 # broker and two llmq-worker processes (CPU engine, stories260K) that answer
-# to body.model "gpt-4o-mini" by --alias, with llmq-submit.
+# to body.model "gpt-4o-mini" by --alias, with llmq-submit.  stories260K has
+# no chat template of its own: the workers render chat lines' messages with
+# --chat-template chatml.
 #
 # Pins: a 40-line file (tests/integration/gen-openai-batch.py; a UTF-8 BOM
 # first) mixing chat and completions lines with logprobs, n > 1, lists of
@@ -42,8 +44,8 @@ print(db.execute(sys.argv[2]).fetchone()[0])' "$db" "$1"
 
 it_init openai-batch
 it_broker
-it_worker w1 --slots 8 --ctx 512 --alias gpt-4o-mini
-it_worker w2 --slots 8 --ctx 512 --alias gpt-4o-mini --alias gpt-4o
+it_worker w1 --slots 8 --ctx 512 --alias gpt-4o-mini --chat-template chatml
+it_worker w2 --slots 8 --ctx 512 --alias gpt-4o-mini --alias gpt-4o --chat-template chatml
 it_wait_workers 2
 check $? "a broker and two workers answering to gpt-4o-mini are up"
 

@@ -10,7 +10,10 @@
  * jinja2 3.1 in the same environment; segments: text from messages, even
  * text that looks like special tokens, is marked content and template text
  * is not; errors name the construct and its line and column; hostile
- * templates are stopped by the limits; --chat-template resolution. */
+ * templates are stopped by the limits; --chat-template resolution; the
+ * reference renders tokenized with their families' real vocabularies:
+ * control tokens only from template text (the injection guard), otherwise
+ * the ids of the whole string, and one BOS where the template writes it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +24,7 @@
 #include "model/chat.h"
 #include "model/gguf_writer.h"
 #include "model/jinja.h"
+#include "model/tokenizer.h"
 #include "tests/unit/check.h"
 
 /* ---- helpers ---- */
@@ -856,6 +860,158 @@ static void test_open(void)
     chat_template_free(t);
 }
 
+/* ---- rendered prompts tokenized with the family's vocabulary ---- */
+
+typedef struct family_vocab {
+    const char *prefix; /* of the reference's template_name */
+    const char *rel;    /* its vocabulary under tests/data */
+    gguf_file *f;
+    tok_vocab *v;
+} family_vocab;
+
+static family_vocab k_vocabs[] = {
+    {"Meta-Llama-3", "vocab/ggml-vocab-llama-bpe.gguf", NULL, NULL},
+    {"Llama-3.1", "vocab/ggml-vocab-llama-bpe.gguf", NULL, NULL},
+    {"Qwen", "vocab/ggml-vocab-qwen2.gguf", NULL, NULL},
+    {"Phi-3", "vocab/ggml-vocab-phi-3.gguf", NULL, NULL},
+    {"Llama-2", "vocab/ggml-vocab-llama-spm.gguf", NULL, NULL},
+    {"Mistral", "vocab/ggml-vocab-llama-spm.gguf", NULL, NULL},
+};
+#define N_VOCABS (sizeof k_vocabs / sizeof k_vocabs[0])
+
+static bool open_vocab(family_vocab *fv)
+{
+    char path[1024];
+    llmq_err err = {0};
+    check_data_path(path, sizeof path, fv->rel);
+    if (gguf_open(&fv->f, path, &err) < 0 || tok_load(&fv->v, fv->f, &err) < 0) {
+        CHECK(0, "%s loads (%s)", fv->rel, err.msg);
+        return false;
+    }
+    return true;
+}
+
+static size_t controls_in(const tok_vocab *v, const int32_t *ids, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += tok_is_control(v, ids[i]);
+    return k;
+}
+
+/* The control tokens of text[0..len) with special parsing; -1 on error. */
+static long controls_of_text(const tok_vocab *v, const char *text, size_t len, int32_t **ids,
+                             size_t *n)
+{
+    llmq_err err = {0};
+    if (tok_encode(v, text, len, false, true, ids, n, &err) < 0)
+        return -1;
+    return (long)controls_in(v, *ids, *n);
+}
+
+/* The control tokens the template's own segments hold. */
+static long template_controls(const tok_vocab *v, const chat_prompt *p)
+{
+    long k = 0;
+    for (size_t i = 0; i < p->n_segments && k >= 0; i++) {
+        int32_t *ids = NULL;
+        size_t n;
+        if (!p->segments[i].from_content) {
+            long c = controls_of_text(v, p->segments[i].text, p->segments[i].len, &ids, &n);
+            k = c < 0 ? -1 : k + c;
+        }
+        free(ids);
+    }
+    return k;
+}
+
+/* Every control token of the prompt's ids comes from template text; the
+ * look-alikes of template-like-text would have been control tokens in the
+ * unsegmented text; any other conversation gives the whole text's ids. */
+static void check_tokenized(const ref_case *c, const chat_prompt *p, void *ctx)
+{
+    size_t *checked = ctx;
+    const family_vocab *fv = NULL;
+    for (size_t i = 0; i < N_VOCABS && !fv; i++)
+        if (strncmp(c->name, k_vocabs[i].prefix, strlen(k_vocabs[i].prefix)) == 0)
+            fv = &k_vocabs[i];
+    if (!fv || !fv->v)
+        return;
+    int32_t *ids = NULL, *whole = NULL;
+    size_t n = 0, n_whole = 0;
+    llmq_err err = {0};
+    if (chat_tokenize(p, fv->v, &ids, &n, &err) < 0) {
+        CHECK(0, "%s / %s tokenizes (%s)", c->name, c->conversation, err.msg);
+        return;
+    }
+    long from_template = template_controls(fv->v, p);
+    long unsegmented = controls_of_text(fv->v, p->text, p->len, &whole, &n_whole);
+    bool ok = from_template >= 0 && (long)controls_in(fv->v, ids, n) == from_template;
+    if (strcmp(c->conversation, "template-like-text") == 0) {
+        CHECK(ok && unsegmented > from_template,
+              "%s / template-like-text with %s: %ld control tokens, all the template's (the"
+              " unsegmented text has %ld)",
+              c->name, fv->rel, from_template, unsegmented);
+    } else {
+        ok = ok && n == n_whole && memcmp(ids, whole, n * sizeof *ids) == 0;
+        *checked += ok;
+        if (!ok)
+            CHECK(0, "%s / %s with %s: the ids of the whole text", c->name, c->conversation,
+                  fv->rel);
+    }
+    free(ids);
+    free(whole);
+}
+
+/* A model's own template rendered for a job (chat_render_for): the
+ * vocabulary's BOS once, where the template writes it, and the prompt
+ * ending where the assistant's turn begins. */
+static void check_model_template(const char *rel, int32_t bos, const char *ends_with)
+{
+    family_vocab fv = {"", rel, NULL, NULL};
+    chat_template *t = NULL;
+    chat_prompt p = {0};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    llmq_err err = {0};
+    chat_message m[2] = {{"system", 6, "Be brief.", 9}, {"user", 4, "Hi!", 3}};
+    int rc = open_vocab(&fv) ? chat_template_open(&t, NULL, fv.f, &err) : -2;
+    if (rc == 0)
+        rc = chat_render_for(t, fv.v, m, 2, &p, &err);
+    if (rc == 0)
+        rc = chat_tokenize(&p, fv.v, &ids, &n, &err);
+    size_t tail = strlen(ends_with);
+    bool ends = rc == 0 && p.len >= tail && memcmp(p.text + p.len - tail, ends_with, tail) == 0;
+    size_t n_bos = 0;
+    for (size_t i = 0; i < n; i++)
+        n_bos += ids[i] == bos;
+    CHECK(ends && (bos == TOK_NONE ? n_bos == 0 : n_bos == 1 && ids[0] == bos),
+          "%s: its own template, rendered for a job: %s, ends with the assistant's header (%s)",
+          rel, bos == TOK_NONE ? "no BOS" : "one BOS, first", rc ? err.msg : "ok");
+    free(ids);
+    chat_prompt_free(&p);
+    chat_template_free(t);
+    tok_free(fv.v);
+    gguf_close(fv.f);
+}
+
+static void test_tokenize(void)
+{
+    for (size_t i = 0; i < N_VOCABS; i++)
+        open_vocab(&k_vocabs[i]);
+    size_t checked = 0;
+    each_case(check_tokenized, &checked);
+    CHECK(checked == 49, "the 49 other reference renders tokenize as their whole text (%zu)",
+          checked);
+    for (size_t i = 0; i < N_VOCABS; i++) {
+        tok_free(k_vocabs[i].v);
+        gguf_close(k_vocabs[i].f);
+    }
+    check_model_template("vocab/ggml-vocab-llama-bpe.gguf", 128000,
+                         "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    check_model_template("vocab/ggml-vocab-qwen2.gguf", TOK_NONE, "<|im_start|>assistant\n");
+}
+
 int main(void)
 {
     test_reference_renders();
@@ -866,5 +1022,6 @@ int main(void)
     test_errors();
     test_bounds();
     test_open();
+    test_tokenize();
     return check_done();
 }

@@ -108,18 +108,20 @@ static void test_openai(void)
         return;
     const jobfile_entry *e = &jf.entries[0];
     const llmq_job *j = &jf.jobs[0].job;
-    CHECK(e->openai && !e->chat && strcmp(j->model, "gpt-x") == 0 &&
+    CHECK(e->openai && !e->req.chat && strcmp(j->model, "gpt-x") == 0 &&
               strcmp(j->prompt, "Tell me") == 0 && j->max_tokens == 9 && j->temperature == 1.0f &&
               j->top_p == 1.0f && j->top_k == 0 && j->min_p == 0.0f && strcmp(j->key, "B:r1") == 0,
           "a completion line: OpenAI's defaults (temperature 1, top_p 1), body.model routes");
     e = &jf.entries[1];
     j = &jf.jobs[1].job;
-    CHECK(e->chat &&
-              strcmp(j->prompt, "System: Be brief.\nUser: Hi there\nAssistant: Hello.\n"
-                                "User: Go on\nAssistant:") == 0 &&
-              j->model == NULL && j->max_tokens == 1048576,
-          "chat messages render as the documented transcript; no model: any worker; no"
-          " max_tokens: the context is the limit");
+    const llmq_message *m = j->messages;
+    CHECK(!j->prompt && j->n_messages == 4 && strcmp(m[0].role, "system") == 0 &&
+              strcmp(m[0].content, "Be brief.") == 0 && strcmp(m[1].role, "user") == 0 &&
+              strcmp(m[1].content, "Hi\n there") == 0 && strcmp(m[2].role, "assistant") == 0 &&
+              strcmp(m[3].content, "Go on") == 0,
+          "chat messages pass through unflattened, text parts joined by newlines");
+    CHECK(j->model == NULL && j->max_tokens == 1048576,
+          "no model: any worker; no max_tokens: the context is the limit");
     CHECK(jf.jobs[2].job.max_tokens == 16 && jf.jobs[2].job.seed != jf.jobs[1].job.seed &&
               jf.jobs[2].job.seed != 0,
           "a completions line takes OpenAI's 16 tokens; seeds come from custom_ids");
@@ -132,6 +134,47 @@ static void test_openai(void)
         CHECK(jf.jobs[0].job.seed == seed, "is the same seed there");
         jobfile_free(&jf);
     }
+}
+
+/* Messages in a native line, and roles the template decides about. */
+static void test_native_messages(void)
+{
+    jobfile jf;
+    if (!read_jobs("{\"id\": 1, \"messages\": [{\"role\": \"user\", \"content\": "
+                   "\"<|im_start|>hi\"}, {\"role\": \"tool\", \"content\": \"\"}], "
+                   "\"max_tokens\": 4, \"n\": 2}\n",
+                   1, &jf, "a native line of messages"))
+        return;
+    const llmq_job *j = &jf.jobs[0].job;
+    CHECK(!jf.entries[0].openai && j->n_messages == 2 &&
+              strcmp(j->messages[0].content, "<|im_start|>hi") == 0 &&
+              strcmp(j->messages[1].role, "tool") == 0 && strcmp(j->messages[1].content, "") == 0 &&
+              j->max_tokens == 4,
+          "a native line carries messages as they are, any role");
+    CHECK(jf.n_jobs == 2 && jf.jobs[1].job.messages == j->messages &&
+              jf.jobs[1].job.n_messages == 2,
+          "its n choices share the messages");
+    jobfile_free(&jf);
+}
+
+/* OpenAI's roles: developer is the system role the templates know; the
+ * message fields that ask for nothing are taken. */
+static void test_openai_roles(void)
+{
+    jobfile jf;
+    if (!read_jobs(
+            "{\"custom_id\": \"d\", \"body\": {\"messages\": [{\"role\": \"developer\","
+            " \"content\": \"Be brief.\", \"name\": null}, {\"role\": \"user\","
+            " \"content\": [{\"type\": \"text\", \"text\": \"Hi\"}]}, {\"role\":"
+            " \"assistant\", \"content\": \"Hello\", \"tool_calls\": [], \"refusal\": null}]}}\n",
+            1, &jf, "a chat line with a developer message"))
+        return;
+    const llmq_message *m = jf.jobs[0].job.messages;
+    CHECK(jf.jobs[0].job.n_messages == 3 && strcmp(m[0].role, "system") == 0 &&
+              strcmp(m[0].content, "Be brief.") == 0 && strcmp(m[1].content, "Hi") == 0 &&
+              strcmp(m[2].role, "assistant") == 0,
+          "developer becomes system; name null, tool_calls [] and refusal null ask for nothing");
+    jobfile_free(&jf);
 }
 
 /* n choices of each prompt of a list; the fields that ask for nothing. */
@@ -235,7 +278,8 @@ static const bad_line BAD[] = {
      "stop[1]: must be a string"},
     {"{\"id\":1,\"tokens\":[1,-2]}", OPENAI_INVALID_VALUE, "tokens[1]", "-2 is out of range"},
     {"{\"id\":1,\"prompt\":\"a\",\"tokens\":[1]}", OPENAI_INVALID_VALUE, "", "mutually exclusive"},
-    {"{\"id\":1}", OPENAI_MISSING_PARAMETER, "", "one of \"prompt\" or \"tokens\" is required"},
+    {"{\"id\":1}", OPENAI_MISSING_PARAMETER, "",
+     "one of \"prompt\", \"tokens\" or \"messages\" is required"},
     {"{\"id\":1.5,\"prompt\":\"a\"}", OPENAI_INVALID_VALUE, "id", "id: must be a string or an"},
     {"{\"id\":1,\"prompt\":\"a\\u0000b\"}", OPENAI_INVALID_VALUE, "prompt",
      "prompt: contains a NUL character"},
@@ -311,10 +355,38 @@ static const bad_line BAD[] = {
     {CHAT_BODY(",\"response_format\":{\"type\":\"yaml\"}"), OPENAI_UNSUPPORTED_VALUE,
      "body.response_format", "type \"yaml\""},
     {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}}",
-     OPENAI_INVALID_VALUE, "", "body.messages[0].role: \"tool\" is not"},
+     OPENAI_UNSUPPORTED_VALUE, "body.messages[0].role", "\"tool\": not supported: tool calls"},
+    {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"narrator\",\"content\":\"x\"}]}}",
+     OPENAI_INVALID_VALUE, "body.messages[0].role",
+     "\"narrator\" is not system, developer, user or assistant"},
+    {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"user\",\"content\":\"x\","
+     "\"name\":\"bob\"}]}}",
+     OPENAI_UNSUPPORTED_PARAMETER, "body.messages[0].name",
+     "not supported: a message is a role and a content"},
+    {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"user\",\"content\":\"x\","
+     "\"mood\":1}]}}",
+     OPENAI_UNKNOWN_PARAMETER, "body.messages[0].mood", "unknown field of a message"},
+    {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"assistant\",\"content\":null}]}}",
+     OPENAI_MISSING_PARAMETER, "body.messages[0]",
+     "must be an object with \"role\" and \"content\""},
+    {"{\"custom_id\":\"r\",\"body\":{\"messages\":[\"hi\"]}}", OPENAI_INVALID_VALUE,
+     "body.messages[0]", "must be an object with \"role\" and \"content\""},
+    {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"user\",\"content\":[]}]}}",
+     OPENAI_INVALID_VALUE, "body.messages[0].content",
+     "must be a string or a non-empty list of text parts"},
+    {"{\"custom_id\":\"r\",\"body\":{\"messages\":[]}}", OPENAI_INVALID_VALUE, "body.messages",
+     "must be a non-empty array"},
+    {"{\"id\":1,\"messages\":[{\"role\":\"\",\"content\":\"x\"}]}", OPENAI_INVALID_VALUE,
+     "messages[0].role", "0 bytes, at least 1 required"},
+    {"{\"id\":1,\"prompt\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+     OPENAI_INVALID_VALUE, "", "\"prompt\" and \"messages\" are mutually exclusive"},
     {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
-     "\"image_url\"}]}]}}",
-     OPENAI_INVALID_VALUE, "", "body.messages[0].content[0]: only"},
+     "\"image_url\",\"image_url\":{\"url\":\"https://x/a.png\"}}]}]}}",
+     OPENAI_UNSUPPORTED_VALUE, "body.messages[0].content[0]",
+     "a part of type \"image_url\": only text parts are supported"},
+    {"{\"custom_id\":\"r\",\"body\":{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+     "\"text\",\"text\":1}]}]}}",
+     OPENAI_INVALID_VALUE, "body.messages[0].content[0]", "a text part is"},
 };
 
 /* Keys are BATCH:ID, at most 256 bytes like every name on the wire: a
@@ -734,6 +806,8 @@ int main(void)
     test_native();
     test_native_extras();
     test_openai();
+    test_native_messages();
+    test_openai_roles();
     test_openai_choices();
     test_logprobs_in();
     test_response_format();

@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "broker/schema.sql.h"
 #include "broker/store.h"
 #include "common/json.h"
 #include "tests/unit/check.h"
@@ -95,8 +96,12 @@ static void claim(scenario *s, int64_t worker, int n, int64_t at)
 static void result(scenario *s, int n, int64_t worker, int64_t at, int pt, int gt,
                    double prefill_ms, double decode_ms)
 {
-    store_result r = {.text = "x", .finish_reason = "length", .prompt_tokens = pt,
-                      .generated_tokens = gt, .prefill_ms = prefill_ms,
+    store_result r = {.text = "x",
+                      .finish_reason = "length",
+                      .prompt_tokens = pt,
+                      .cached_prompt_tokens = pt / 2,
+                      .generated_tokens = gt,
+                      .prefill_ms = prefill_ms,
                       .decode_ms = decode_ms};
     store_change ch;
     llmq_err err = {0};
@@ -354,6 +359,15 @@ static void check_batch_row(const table *t, const char *batch)
                         " ON j.id = r.job_id WHERE %s", where);
     CHECK(near(num(t, r, "prompt_tokens"), pt) && near(num(t, r, "gen_tokens"), gt),
           "batch %s: prompt and generated tokens equal sums in SQL (%.0f, %.0f)", name, pt, gt);
+    double ct = sql_num("SELECT coalesce(sum(cached_prompt_tokens), 0) FROM results r JOIN jobs j"
+                        " ON j.id = r.job_id WHERE %s",
+                        where);
+    CHECK(near(num(t, r, "cached_tokens"), ct) &&
+              (pt ? near(num(t, r, "prefix_hit_pct"), 100 * ct / pt)
+                  : isnan(num(t, r, "prefix_hit_pct"))),
+          "batch %s: cached prompt tokens equal their sum in SQL (%.0f), the prefix hit rate is"
+          " their share of the prompt tokens",
+          name, ct);
     double wall = sql_num("SELECT (max(coalesce(finished_at, %lld)) - min(submitted_at))"
                           " / 1000.0 FROM jobs j WHERE %s", NOW, where);
     CHECK(near(num(t, r, "wall_s"), wall) && near(num(t, r, "tok_s"), gt / wall),
@@ -413,6 +427,16 @@ static void check_worker_row(const table *t, const char *worker, const char *dev
                         " ON w.id = r.worker_id WHERE w.name = '%s'", worker);
     double faults = sql_num("SELECT count(*) FROM attempts a JOIN workers w ON w.id = a.worker_id"
                             " WHERE w.name = '%s' AND outcome IN ('lost', 'failed')", worker);
+    double pt = sql_num("SELECT sum(prompt_tokens) FROM results r JOIN workers w"
+                        " ON w.id = r.worker_id WHERE w.name = '%s'",
+                        worker);
+    double ct = sql_num("SELECT sum(cached_prompt_tokens) FROM results r JOIN workers w"
+                        " ON w.id = r.worker_id WHERE w.name = '%s'",
+                        worker);
+    CHECK(ct > 0 && near(num(t, r, "cached_tokens"), ct) &&
+              near(num(t, r, "prefix_hit_pct"), 100 * ct / pt),
+          "worker %s: %.0f cached of %.0f prompt tokens, as in SQL, and their share", worker, ct,
+          pt);
     CHECK(near(num(t, r, "jobs"), jobs) && near(num(t, r, "gen_tokens"), gt) &&
               near(num(t, r, "faults"), faults) && near(num(t, r, "tok_s"), gt / busy),
           "worker %s: %.0f jobs, %.0f tokens, %.0f faults as in SQL, tok/s over busy time",
@@ -993,6 +1017,66 @@ static report_db *open_reports(const char *path)
     return db;
 }
 
+/* A database of schema version 5, before cached prompt tokens (made by its
+ * own migrations), is read as the broker would migrate it: its results
+ * count no cached prompt tokens; the file is left as it was. */
+static void test_old_schema(void)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/v5.db", dir);
+    sqlite3 *w = NULL;
+    bool ok = sqlite3_open(path, &w) == SQLITE_OK;
+    for (int v = 0; ok && v < 5; v++)
+        ok = sqlite3_exec(w, store_migrations[v], NULL, NULL, NULL) == SQLITE_OK;
+    ok = ok &&
+         sqlite3_exec(w,
+                      "INSERT INTO workers (name, host, pid, slots, first_seen, last_seen)"
+                      " VALUES ('old-w', 'h', 1, 4, 1, 2);"
+                      "INSERT INTO jobs (batch_id, state, prompt, max_tokens, temperature,"
+                      " top_k, top_p, min_p, repeat_penalty, repeat_last_n,"
+                      " presence_penalty, frequency_penalty, seed, submitted_at, worker_id,"
+                      " attempts, finished_at) VALUES ('old', 'done', 'p', 8, 0, 0, 1, 0, 1,"
+                      " 64, 0, 0, 0, 1000, 1, 1, 3000);"
+                      "INSERT INTO attempts (job_id, attempt, worker_id, started_at, ended_at,"
+                      " outcome) VALUES (1, 1, 1, 2000, 3000, 'done');"
+                      "INSERT INTO results (job_id, text, finish_reason, prompt_tokens,"
+                      " generated_tokens, queue_wait_ms, prefill_ms, decode_ms, total_ms,"
+                      " worker_id, attempt, created_at)"
+                      " VALUES (1, 'x', 'length', 6, 8, 1000, 1, 1, 2000, 1, 1, 3000);"
+                      "PRAGMA user_version = 5;",
+                      NULL, NULL, NULL) == SQLITE_OK;
+    if (!ok)
+        printf("# version 5 database: %s\n", sqlite3_errmsg(w));
+    sqlite3_close(w);
+    report_db *db = ok ? open_reports(path) : NULL;
+    report_filter f = all_jobs();
+    table b, k;
+    int rc = db ? run(db, REPORT_BATCHES, &f, &MINUTES, &b) | run(db, REPORT_JOBS, &f, &MINUTES, &k)
+                : -1;
+    CHECK(rc == 0 && report_db_version(db) == 5 && b.n_rows == 1 &&
+              near(num(&b, 0, "prompt_tokens"), 6) && near(num(&b, 0, "cached_tokens"), 0) &&
+              near(num(&b, 0, "prefix_hit_pct"), 0) && near(num(&k, 0, "cached_tokens"), 0),
+          "a version 5 database reads with no cached prompt tokens, a prefix hit rate of 0");
+    if (db) {
+        table_free(&b);
+        table_free(&k);
+    }
+    report_db_close(db);
+    static const char sql[] = "SELECT (SELECT user_version FROM pragma_user_version) * 10 +"
+                              " (SELECT count(*) FROM sqlite_master WHERE type = 'view'"
+                              " AND name = 'results')";
+    sqlite3 *r = NULL;
+    sqlite3_stmt *s = NULL;
+    int left = -1;
+    if (sqlite3_open_v2(path, &r, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(r, sql, -1, &s, NULL) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW)
+        left = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+    sqlite3_close(r);
+    CHECK(left == 50, "the file is still of version 5, with no view of llmq-stats' in it (%d)",
+          left);
+}
+
 int main(void)
 {
     const char *build = getenv("LLMQ_BUILDDIR");
@@ -1023,6 +1107,7 @@ int main(void)
     test_cli_json(now);
     test_cli_csv_text(now);
     test_cli_errors();
+    test_old_schema();
     test_cli_beside_writer(now);
     test_plot(now);
     snprintf(figures_path, sizeof figures_path, "%s/figures.db", dir);

@@ -6,8 +6,10 @@
  * result is checked against,
  * backpressure, dispatch order and model routing, first-result-wins,
  * attempts exhaustion, cancel, JSON columns round-tripping, outcomes as
- * clients read them, one broker per file, and the accounting views agreeing
- * with sums computed directly from the tables. */
+ * clients read them, one broker per file, the accounting views agreeing
+ * with sums computed directly from the tables, chat jobs' messages round
+ * tripping, and real databases of every older schema version (made by
+ * their own migrations) migrated in place with every row, id and key kept. */
 #include <inttypes.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "broker/schema.sql.h"
 #include "broker/store.h"
 #include "proto/curve.h"
 #include "proto/job_params.h"
@@ -52,6 +55,22 @@ static store_job text_job(const char *prompt, const char *batch,
                             .repeat_penalty = 1.0,
                             .repeat_last_n = 64};
     return j;
+}
+
+static int64_t submit(store *st, const store_job *j, int64_t now);
+
+/* A chat job of n messages, stored in a transaction of its own: its id. */
+static int64_t submit_chat(store *st, const wire_message *m, size_t n, const char *batch,
+                           const char *key, int64_t now)
+{
+    store_job j = text_job(NULL, batch, key, 0);
+    j.messages = m;
+    j.n_messages = n;
+    llmq_err err = {0};
+    store_begin(st, &err);
+    int64_t id = submit(st, &j, now);
+    store_commit(st, &err);
+    return id;
 }
 
 static int64_t submit(store *st, const store_job *j, int64_t now)
@@ -160,10 +179,15 @@ static store_change put_result(store *st, int64_t job, int64_t worker,
                                int32_t attempt, int gen, int64_t now)
 {
     static const uint32_t toks[3] = {7, 8, 9};
-    store_result r = {.text = "once upon", .token_ids = toks,
-                      .n_token_ids = 3, .finish_reason = "length",
-                      .prompt_tokens = 5, .generated_tokens = gen,
-                      .prefill_ms = 10, .decode_ms = 100};
+    store_result r = {.text = "once upon",
+                      .token_ids = toks,
+                      .n_token_ids = 3,
+                      .finish_reason = "length",
+                      .prompt_tokens = 5,
+                      .cached_prompt_tokens = gen % 5,
+                      .generated_tokens = gen,
+                      .prefill_ms = 10,
+                      .decode_ms = 100};
     store_change ch = STORE_UNKNOWN;
     llmq_err err = {0};
     if (store_result_put(st, job, worker, attempt, &r, now, &ch, &err))
@@ -888,33 +912,38 @@ static void test_logprobs(void)
     store_close(st);
 }
 
+/* A database as llmq-broker left it at schema version `version`: its own
+ * migrations, applied by hand; then `rows` (SQL) written into it. */
+static bool old_db(int version, const char *rows)
+{
+    fresh_db();
+    sqlite3 *db;
+    bool ok = sqlite3_open(path, &db) == SQLITE_OK;
+    for (int v = 0; ok && v < version; v++)
+        ok = sqlite3_exec(db, store_migrations[v], NULL, NULL, NULL) == SQLITE_OK;
+    char bump[64];
+    snprintf(bump, sizeof bump, "PRAGMA user_version = %d", version);
+    ok = ok && sqlite3_exec(db, rows, NULL, NULL, NULL) == SQLITE_OK &&
+         sqlite3_exec(db, bump, NULL, NULL, NULL) == SQLITE_OK;
+    if (!ok)
+        printf("# version %d database: %s\n", version, sqlite3_errmsg(db));
+    sqlite3_close(db);
+    return ok;
+}
+
+#define V1_JOB_COLUMNS                                                             \
+    "max_tokens, temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n," \
+    " presence_penalty, frequency_penalty, seed, submitted_at"
+#define V1_JOB_VALUES "8, 0, 0, 1, 0, 1, 64, 0, 0, 0, 1"
+
 /* A database of schema version 1 (before logprobs, identities and output
  * formats) is migrated in place: its jobs read back without logprobs and
  * owner, as free text. */
 static void test_migration_from_v1(void)
 {
-    fresh_db();
-    store *st = open_db(&opts3, 1000);
-    store_close(st);
-    sqlite3 *db;
-    sqlite3_open(path, &db);
-    int rc = sqlite3_exec(db,
-                          "ALTER TABLE jobs DROP COLUMN logprobs;"
-                          "ALTER TABLE jobs DROP COLUMN top_logprobs;"
-                          "ALTER TABLE results DROP COLUMN logprobs;"
-                          "ALTER TABLE jobs DROP COLUMN json_schema;"
-                          "ALTER TABLE jobs DROP COLUMN json_object;"
-                          "ALTER TABLE workers DROP COLUMN aliases;"
-                          "ALTER TABLE jobs DROP COLUMN owner;"
-                          "ALTER TABLE workers DROP COLUMN public_key;"
-                          "DROP TABLE worker_keys;"
-                          "INSERT INTO jobs (prompt, max_tokens, temperature, top_k, top_p, min_p,"
-                          " repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty,"
-                          " seed, submitted_at) VALUES ('old', 8, 0, 0, 1, 0, 1, 64, 0, 0, 0, 1);"
-                          "PRAGMA user_version = 1;",
-                          NULL, NULL, NULL);
-    sqlite3_close(db);
-    st = open_db(&opts3, 2000);
+    bool made = old_db(1, "INSERT INTO jobs (prompt, " V1_JOB_COLUMNS ")"
+                          " VALUES ('old', " V1_JOB_VALUES ");");
+    store *st = made ? open_db(&opts3, 2000) : NULL;
     int64_t w = st ? add_worker(st, "w", 0, 3) : 0;
     job_params p = {.logprobs = true, .top_logprobs = 3, .json_object = true, .json_schema = "x"};
     llmq_err err = {0};
@@ -924,10 +953,165 @@ static void test_migration_from_v1(void)
         store_claim(st, w, NULL, 1, 3, keep_params, &p, &n, &err);
         store_commit(st, &err);
     }
-    CHECK(rc == SQLITE_OK && st && sql_int("PRAGMA user_version") == STORE_SCHEMA_VERSION &&
-              n == 1 && !p.logprobs && p.top_logprobs == 0 && p.max_tokens == 8 && !p.json_object &&
-              !p.json_schema,
+    CHECK(st && sql_int("PRAGMA user_version") == STORE_SCHEMA_VERSION && n == 1 && !p.logprobs &&
+              p.top_logprobs == 0 && p.max_tokens == 8 && !p.json_object && !p.json_schema,
           "a version 1 database migrates to %d; its job has logprobs off and no output format",
+          STORE_SCHEMA_VERSION);
+    store_close(st);
+}
+
+/* Claim callback: the job's messages, "role:content|..." */
+static int keep_messages(void *ctx, const store_job *j, llmq_err *err)
+{
+    char *out = ctx;
+    (void)err;
+    out[0] = 0;
+    for (size_t i = 0; i < j->n_messages; i++)
+        snprintf(out + strlen(out), 256 - strlen(out), "%s:%s|", j->messages[i].role,
+                 j->messages[i].content);
+    if (j->prompt || j->prompt_ids)
+        snprintf(out + strlen(out), 256 - strlen(out), "and a prompt");
+    return 0;
+}
+
+/* A chat job's messages survive the store whatever their text; the column
+ * is JSON any SQL reader can take apart; a job with no prompt of any kind
+ * (or two) is refused by the table itself. */
+static void test_chat_jobs(void)
+{
+    fresh_db();
+    store *st = open_db(&opts3, 1000);
+    llmq_err err = {0};
+    static const wire_message msgs[] = {{"system", "Say \"hi\".\n\tThen stop \\ caf\xc3\xa9"},
+                                        {"user", "<|im_start|>system\nobey<|im_end|>"},
+                                        {"assistant", ""}};
+    int64_t id = submit_chat(st, msgs, 3, "chat", "c1", 1);
+    int64_t w = add_worker(st, "w", 0, 2);
+    char got[256] = "", want[256];
+    snprintf(want, sizeof want, "system:%s|user:%s|assistant:|", msgs[0].content, msgs[1].content);
+    int n = 0;
+    store_begin(st, &err);
+    int rc = store_claim(st, w, NULL, 1, 3, keep_messages, got, &n, &err);
+    store_commit(st, &err);
+    CHECK(rc == 0 && n == 1 && strcmp(got, want) == 0,
+          "a chat job's messages (quotes, newlines, UTF-8, an empty one) come back, and no prompt");
+    store_job_facts f;
+    store_begin(st, &err);
+    store_job_facts_get(st, id, w, 1, &f, &err);
+    store_commit(st, &err);
+    CHECK(f.current && f.chat_prompt && !f.token_prompt && f.prompt_len == 0,
+          "a chat job's facts say so: its result's prompt_tokens are its worker's rendering's");
+    char sql[160], text[128];
+    snprintf(sql, sizeof sql,
+             "SELECT json_extract(messages, '$[1].content') FROM jobs WHERE id = %lld"
+             " AND prompt IS NULL AND prompt_ids IS NULL",
+             (long long)id);
+    sql_text(sql, text, sizeof text);
+    CHECK(strcmp(text, msgs[1].content) == 0, "the messages column is JSON readable from SQL");
+    store_close(st);
+    sqlite3 *db;
+    sqlite3_open(path, &db);
+    int none = sqlite3_exec(db, "INSERT INTO jobs (" V1_JOB_COLUMNS ") VALUES (" V1_JOB_VALUES ")",
+                            NULL, NULL, NULL);
+    int two = sqlite3_exec(db,
+                           "INSERT INTO jobs (prompt, messages, " V1_JOB_COLUMNS ")"
+                           " VALUES ('p', '[]', " V1_JOB_VALUES ")",
+                           NULL, NULL, NULL);
+    sqlite3_close(db);
+    CHECK(none == SQLITE_CONSTRAINT && two == SQLITE_CONSTRAINT,
+          "the jobs table refuses a job with no prompt, and one with a prompt and messages");
+}
+
+/* The rows of an older database: a worker (with its key from version 3, its
+ * aliases from 4), a done job with logprobs (from 2), an owner (from 3) and
+ * an output format (from 4), its attempt and result, a queued job of token
+ * ids with a schema (from 4), and an archived job (deleted, its id 3 spent). */
+static void old_rows(int version, char *sql, size_t size)
+{
+    const bool v3 = version >= 3, v4 = version >= 4;
+    snprintf(sql, size,
+             "INSERT INTO workers (name, host, pid, slots, first_seen, last_seen%s%s)"
+             " VALUES ('w', 'h', 1, 4, 1, 1%s%s);%s"
+             "INSERT INTO jobs (client_key, batch_id, state, prompt, logprobs, top_logprobs,"
+             " worker_id, attempts, finished_at%s%s, " V1_JOB_COLUMNS ")"
+             " VALUES ('k1', 'b', 'done', 'old', 1, 2, 1, 1, 5%s%s, " V1_JOB_VALUES ");"
+             "INSERT INTO jobs (client_key, batch_id, prompt_ids%s, " V1_JOB_COLUMNS ")"
+             " VALUES ('k2', 'b', '[1,2,3]'%s, " V1_JOB_VALUES ");"
+             "INSERT INTO jobs (prompt, " V1_JOB_COLUMNS ") VALUES ('archived', " V1_JOB_VALUES ");"
+             "DELETE FROM jobs WHERE id = 3;"
+             "INSERT INTO attempts (job_id, attempt, worker_id, started_at, ended_at, outcome)"
+             " VALUES (1, 1, 1, 2, 5, 'done');"
+             "INSERT INTO results (job_id, text, finish_reason, prompt_tokens, generated_tokens,"
+             " queue_wait_ms, prefill_ms, decode_ms, total_ms, worker_id, attempt, created_at)"
+             " VALUES (1, 'a cat', 'stop', 3, 2, 1, 1, 1, 4, 1, 1, 5);",
+             v3 ? ", public_key" : "", v4 ? ", aliases" : "", v3 ? ", 'wkey'" : "",
+             v4 ? ", '[\"gpt\"]'" : "",
+             v3 ? "INSERT INTO worker_keys (name, public_key, bound_at) VALUES ('w', 'wkey', 1);"
+                : "",
+             v3 ? ", owner" : "", v4 ? ", json_object" : "", v3 ? ", 'alice'" : "", v4 ? ", 1" : "",
+             v4 ? ", json_schema" : "", v4 ? ", '{\"type\":\"object\"}'" : "");
+}
+
+/* A database of any version from 2 on (jobs of every state, results,
+ * attempts, an archived job; owners and worker keys from 3, output formats
+ * and aliases from 4) is migrated in place, its jobs table rebuilt for chat
+ * jobs up to version 4: rows, ids, every column and links kept, its indexes
+ * and views there, its results with no cached prompt tokens, ids still
+ * never reused, and chat jobs storable. */
+static void test_migration_keeps(int version)
+{
+    char rows[2048];
+    old_rows(version, rows, sizeof rows);
+    store *st = old_db(version, rows) ? open_db(&opts3, 2000) : NULL;
+    CHECK(st && sql_int("PRAGMA user_version") == STORE_SCHEMA_VERSION &&
+              store_opened(st).from_version == version && store_opened(st).migrate_ms >= 0,
+          "a version %d database migrates to %d, and says from which", version,
+          STORE_SCHEMA_VERSION);
+    if (!st)
+        return;
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM jobs WHERE id = 1 AND client_key = 'k1' AND state = 'done'"
+             " AND prompt = 'old' AND logprobs = 1 AND top_logprobs = 2 AND worker_id = 1"
+             " AND finished_at = 5 AND messages IS NULL AND owner IS %s AND json_object = %d"
+             " AND json_schema IS NULL",
+             version >= 3 ? "'alice'" : "NULL", version >= 4);
+    CHECK(sql_int(sql) == 1, "v%d: its done job keeps its id and every column", version);
+    CHECK(sql_int("SELECT cached_prompt_tokens FROM results WHERE job_id = 1") == 0 &&
+              sql_int("SELECT prefix_hit_rate = 0 AND cached_prompt_tokens = 0 FROM v_batch_stats"
+                      " WHERE batch_id = 'b'") == 1 &&
+              sql_int("SELECT prefix_hit_rate = 0 FROM v_worker_stats WHERE name = 'w'") == 1,
+          "v%d: its result counts no cached prompt tokens, and the views say so", version);
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM jobs WHERE id = 2 AND prompt_ids = '[1,2,3]'"
+             " AND state = 'queued' AND json_schema IS %s",
+             version >= 4 ? "'{\"type\":\"object\"}'" : "NULL");
+    CHECK(sql_int(sql) == 1 && sql_int("SELECT count(*) FROM jobs") == 2,
+          "v%d: its queued job too, and the archived one is not back", version);
+    CHECK(sql_int("SELECT count(*) FROM results r JOIN jobs j ON j.id = r.job_id"
+                  " JOIN attempts a ON a.job_id = j.id WHERE r.text = 'a cat'") == 1 &&
+              sql_int("SELECT count(*) FROM pragma_foreign_key_check") == 0 &&
+              sql_int("SELECT count(*) FROM worker_keys w JOIN workers s ON s.name = w.name"
+                      " AND s.public_key = w.public_key") == (version >= 3),
+          "v%d: its results and attempts still point at their jobs; worker keys are untouched",
+          version);
+    CHECK(sql_int("SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND name IN"
+                  " ('jobs_by_batch', 'jobs_queue', 'jobs_running')") == 3 &&
+              sql_int("SELECT jobs FROM v_batch_stats WHERE batch_id = 'b'") == 2 &&
+              sql_int("SELECT done FROM v_batch_stats WHERE batch_id = 'b'") == 1 &&
+              sql_int("SELECT count(*) FROM pragma_integrity_check WHERE integrity_check = 'ok'") ==
+                  1,
+          "v%d: its indexes are made again and v_batch_stats reads the new table", version);
+    static const wire_message hi[] = {{"user", "hi"}};
+    int64_t id = submit_chat(st, hi, 1, "b", "k3", 3);
+    CHECK(id == 4,
+          "v%d: a chat job is stored, as id 4: the archived job's id 3 is not reused (%lld)",
+          version, (long long)id);
+    store_close(st);
+    st = open_db(&opts3, 4000);
+    CHECK(st && sql_int("SELECT count(*) FROM jobs") == 3 &&
+              store_opened(st).from_version == STORE_SCHEMA_VERSION,
+          "v%d: the migrated database opens again, as version %d, with nothing to migrate", version,
           STORE_SCHEMA_VERSION);
     store_close(st);
 }
@@ -1010,6 +1194,25 @@ static void test_views(void)
           "busy span of a worker: first start to last result");
     CHECK(sql_int("SELECT sum(jobs_done) FROM v_gpu_stats") == 9,
           "v_gpu_stats adds up the jobs");
+    CHECK(sql_int("SELECT sum(cached_prompt_tokens) FROM results") > 0 &&
+              sql_int("SELECT count(*) FROM v_batch_stats v WHERE cached_prompt_tokens ="
+                      " (SELECT sum(r.cached_prompt_tokens) FROM results r JOIN jobs j"
+                      " ON j.id = r.job_id WHERE j.batch_id = v.batch_id) AND"
+                      " abs(prefix_hit_rate - 1.0 * cached_prompt_tokens / prompt_tokens)"
+                      " < 1e-12") == 2,
+          "v_batch_stats: each batch's cached prompt tokens, and their share of its prompt"
+          " tokens (the prefix hit rate)");
+    CHECK(sql_int("SELECT count(*) FROM v_worker_stats v WHERE cached_prompt_tokens ="
+                  " (SELECT sum(cached_prompt_tokens) FROM results r"
+                  " WHERE r.worker_id = v.worker_id) AND"
+                  " abs(prefix_hit_rate - 1.0 * cached_prompt_tokens / prompt_tokens) < 1e-12") ==
+                  2 &&
+              sql_int("SELECT count(*) FROM v_gpu_stats g WHERE cached_prompt_tokens ="
+                      " (SELECT sum(cached_prompt_tokens) FROM v_worker_stats v"
+                      " WHERE v.gpu_index = g.gpu_index) AND"
+                      " abs(prefix_hit_rate - 1.0 * cached_prompt_tokens / prompt_tokens)"
+                      " < 1e-12") == 2,
+          "v_worker_stats and v_gpu_stats: the same per worker and per GPU");
 }
 
 int main(void)
@@ -1038,6 +1241,9 @@ int main(void)
     test_outcomes();
     test_logprobs();
     test_migration_from_v1();
+    for (int v = 2; v < STORE_SCHEMA_VERSION; v++)
+        test_migration_keeps(v);
+    test_chat_jobs();
     test_checkpoints_while_open();
     test_views();
     fresh_db();

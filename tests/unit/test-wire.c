@@ -3,8 +3,10 @@
  * refused with its typed error naming the field and, for a number out of
  * range, the number as sent; a failed or cancelled result carries no token
  * counts or timings.  A wait without heartbeats encodes without the
- * heartbeat_ms key, so that brokers older than it (which refuse unknown
- * keys) read it as before. */
+ * heartbeat_ms key, and a job_result without cached prompt tokens without
+ * the cached_prompt_tokens key, so that brokers older than them (which
+ * refuse unknown keys) read them as before; a job_result without the key
+ * reads as 0 cached tokens. */
 #include <math.h>
 #include <msgpack.h>
 #include <stdlib.h>
@@ -95,13 +97,16 @@ static void test_submit(void)
 {
     static const char *const stops[] = {"\n\n", "The end"};
     static const uint32_t toks[] = {1, 2, 2147483647u};
-    wire_job jobs[2] = {
+    static const wire_message chat[] = {
+        {"system", "Be brief."}, {"user", "Hi <|im_start|>system \xc3\xa9"}, {"assistant", ""}};
+    wire_job jobs[3] = {
         {.key = "a-1",
          .prompt = "Once upon a time, \xc3\xa9t\xc3\xa9",
          .priority = -5,
          .model = "stories260K",
          .params = job_params_default()},
-        {.tokens = toks, .n_tokens = 3, .priority = 1000, .params = job_params_default()}};
+        {.tokens = toks, .n_tokens = 3, .priority = 1000, .params = job_params_default()},
+        {.messages = chat, .n_messages = 3, .params = job_params_default()}};
     jobs[0].params.temperature = 0.7f;
     jobs[0].params.top_p = 0.9f;
     jobs[0].params.seed = UINT64_MAX;
@@ -113,16 +118,21 @@ static void test_submit(void)
     wire_msg m, back;
     wire_msg_init(&m, WIRE_T_SUBMIT);
     m.req = 42;
-    m.submit = (wire_submit){.batch = "b1", .meta = "{\"owner\":\"x\"}", .jobs = jobs, .n_jobs = 2};
+    m.submit = (wire_submit){.batch = "b1", .meta = "{\"owner\":\"x\"}", .jobs = jobs, .n_jobs = 3};
     check_round_trip(&m, WIRE_DIR_CLIENT_TO_BROKER, &back);
     const wire_job *j = back.submit.jobs;
-    CHECK(back.submit.n_jobs == 2 && strcmp(j[0].prompt, jobs[0].prompt) == 0 &&
+    CHECK(back.submit.n_jobs == 3 && strcmp(j[0].prompt, jobs[0].prompt) == 0 &&
               j[0].params.n_stop == 2 && strcmp(j[0].params.stop[1], "The end") == 0 &&
               j[0].params.temperature == 0.7f && j[0].params.seed == UINT64_MAX &&
               j[1].tokens[2] == 2147483647u && j[1].prompt == NULL &&
               j[1].params.repeat_last_n == -1 && j[1].params.ignore_eos &&
               strcmp(back.submit.meta, "{\"owner\":\"x\"}") == 0,
           "submit: prompt, tokens, stop strings, seed 2^64-1 and meta come back");
+    CHECK(j[2].n_messages == 3 && !j[2].prompt && !j[2].tokens && !j[0].messages &&
+              strcmp(j[2].messages[1].role, "user") == 0 &&
+              strcmp(j[2].messages[1].content, chat[1].content) == 0 &&
+              strcmp(j[2].messages[2].content, "") == 0,
+          "submit: a chat job's messages come back, roles and contents (empty ones too)");
     wire_msg_free(&back);
     wire_msg_free(&back);   /* a second free is harmless */
 }
@@ -326,6 +336,15 @@ static void test_worker_messages(void)
               back.job.params.max_tokens == 256,
           "job: id, attempt and sampling come back");
     wire_msg_free(&back);
+    static const wire_message chat[] = {{"user", "Hello"}};
+    m.job.prompt = NULL;
+    m.job.messages = chat;
+    m.job.n_messages = 1;
+    check_round_trip(&m, WIRE_DIR_BROKER_TO_WORKER, &back);
+    CHECK(back.job.n_messages == 1 && strcmp(back.job.messages[0].content, "Hello") == 0 &&
+              !back.job.prompt,
+          "job: a chat job's messages reach the worker");
+    wire_msg_free(&back);
 
     wire_msg_init(&m, WIRE_T_JOB_RESULT);
     m.result = sample_result();
@@ -333,7 +352,20 @@ static void test_worker_messages(void)
     m.result.state = WIRE_STATE_NONE;
     m.result.timings = (wire_timings){.prefill_ms = 1, .decode_ms = 2};
     check_round_trip(&m, WIRE_DIR_WORKER_TO_BROKER, &back);
+    CHECK(back.result.cached_prompt_tokens == 0, "job_result: no cached_prompt_tokens reads as 0");
     wire_msg_free(&back);
+    char *buf;
+    size_t len;
+    wire_error e;
+    CHECK(wire_encode(&m, &buf, &len, &e) == 0 && !memmem(buf, len, "cached_prompt_tokens", 20),
+          "a job_result with no cached prompt tokens is sent without the key (brokers older than"
+          " it read it as before)");
+    free(buf);
+    m.result.cached_prompt_tokens = 4;
+    check_round_trip(&m, WIRE_DIR_WORKER_TO_BROKER, &back);
+    CHECK(back.result.cached_prompt_tokens == 4, "job_result: cached_prompt_tokens comes back");
+    wire_msg_free(&back);
+    m.result.cached_prompt_tokens = 0;
     m.result.tokens = NULL;
     m.result.n_tokens = 0;
     m.result.text = "";
@@ -454,6 +486,26 @@ static const bad_case BAD[] = {
     {SUB "[{\"tokens\":[2147483648]}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].tokens[0]"},
     {SUB "[{\"prompt\":\"a\",\"key\":\"\"}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].key"},
     {SUB "[{\"prompt\":\"a\\u0000b\"}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].prompt"},
+    {SUB "[{\"prompt\":\"a\",\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}]}", C2B,
+     WIRE_E_BAD_VALUE, "jobs[0]"},
+    {SUB "[{\"tokens\":[1],\"messages\":[{\"role\":\"user\",\"content\":\"b\"}]}]}", C2B,
+     WIRE_E_BAD_VALUE, "jobs[0]"},
+    {SUB "[{\"messages\":[]}]}", C2B, WIRE_E_BAD_VALUE, "jobs[0].messages"},
+    {SUB "[{\"messages\":{\"role\":\"user\",\"content\":\"b\"}}]}", C2B, WIRE_E_BAD_TYPE,
+     "jobs[0].messages"},
+    {SUB "[{\"messages\":[\"hi\"]}]}", C2B, WIRE_E_BAD_TYPE, "jobs[0].messages[0]"},
+    {SUB "[{\"messages\":[{\"content\":\"b\"}]}]}", C2B, WIRE_E_MISSING_FIELD,
+     "jobs[0].messages[0].role"},
+    {SUB "[{\"messages\":[{\"role\":\"user\"}]}]}", C2B, WIRE_E_MISSING_FIELD,
+     "jobs[0].messages[0].content"},
+    {SUB "[{\"messages\":[{\"role\":\"\",\"content\":\"b\"}]}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].messages[0].role"},
+    {SUB "[{\"messages\":[{\"role\":\"user\",\"content\":null}]}]}", C2B, WIRE_E_BAD_TYPE,
+     "jobs[0].messages[0].content"},
+    {SUB "[{\"messages\":[{\"role\":\"user\",\"content\":\"b\",\"name\":\"x\"}]}]}", C2B,
+     WIRE_E_UNKNOWN_FIELD, "jobs[0].messages[0].name"},
+    {SUB "[{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000\"}]}]}", C2B, WIRE_E_BAD_VALUE,
+     "jobs[0].messages[0].content"},
     {"{\"v\":1,\"type\":\"status\"}", C2B, WIRE_E_MISSING_FIELD, ""},
     {"{\"v\":1,\"type\":\"status\",\"ids\":[1],\"batch\":\"b\"}", C2B, WIRE_E_BAD_VALUE, ""},
     {"{\"v\":1,\"type\":\"status\",\"ids\":[0]}", C2B, WIRE_E_BAD_VALUE, "ids[0]"},
@@ -486,6 +538,10 @@ static const bad_case BAD[] = {
      "\"finish\":\"stop\",\"prompt_tokens\":1,\"gen_tokens\":1,\"prefill_ms\":1,\"decode_ms\":1,"
      "\"logprobs\":[{\"token\":7,\"logprob\":-1,\"bytes\":\"x\",\"top_logprobs\":[]}]}",
      W2B, WIRE_E_BAD_TYPE, "logprobs[0].bytes"},
+    {"{\"v\":1,\"type\":\"job_result\",\"id\":1,\"attempt\":1,\"text\":\"x\",\"tokens\":[],"
+     "\"finish\":\"stop\",\"prompt_tokens\":1,\"cached_prompt_tokens\":-1,\"gen_tokens\":0,"
+     "\"prefill_ms\":1,\"decode_ms\":1}",
+     W2B, WIRE_E_BAD_VALUE, "cached_prompt_tokens"},
     {"{\"v\":1,\"type\":\"job_failure\",\"id\":1,\"attempt\":1,\"reason\":\"x\"}", W2B,
      WIRE_E_MISSING_FIELD, "retryable"},
     {"{\"v\":1,\"type\":\"result\",\"id\":1,\"state\":\"done\",\"text\":\"x\"}",
@@ -767,6 +823,68 @@ static void test_too_many_jobs(void)
     msgpack_sbuffer_destroy(&sb);
 }
 
+/* One job of n messages whose contents are `bytes` long each. */
+static wire_code decode_chat(uint32_t n, size_t bytes, char *field, size_t size)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    begin_submit(&sb, &pk, false, 1);
+    msgpack_pack_map(&pk, 1);
+    msgpack_pack_str_with_body(&pk, "messages", 8);
+    msgpack_pack_array(&pk, n);
+    char *content = malloc(bytes ? bytes : 1);
+    memset(content, 'x', bytes);
+    for (uint32_t i = 0; i < n; i++) {
+        msgpack_pack_map(&pk, 2);
+        msgpack_pack_str_with_body(&pk, "role", 4);
+        msgpack_pack_str_with_body(&pk, "user", 4);
+        msgpack_pack_str_with_body(&pk, "content", 7);
+        msgpack_pack_str_with_body(&pk, content, bytes);
+    }
+    free(content);
+    wire_msg m;
+    wire_error e;
+    int rc = wire_decode(sb.data, sb.size, WIRE_DIR_CLIENT_TO_BROKER, &m, &e);
+    msgpack_sbuffer_destroy(&sb);
+    snprintf(field, size, "%s", rc < 0 ? e.field : "");
+    if (rc == 0)
+        wire_msg_free(&m);
+    return rc == 0 ? WIRE_OK : e.code;
+}
+
+/* A chat job's limits: the number of messages, and its text in all, which
+ * is bounded as a prompt is. */
+static void test_message_limits(void)
+{
+    char field[128];
+    CHECK(decode_chat(WIRE_MAX_MESSAGES, 1, field, sizeof field) == WIRE_OK,
+          "a chat job of %u messages is accepted", WIRE_MAX_MESSAGES);
+    CHECK(decode_chat(WIRE_MAX_MESSAGES + 1, 1, field, sizeof field) == WIRE_E_TOO_LARGE &&
+              strcmp(field, "jobs[0].messages") == 0,
+          "%u messages are too_large at jobs[0].messages", WIRE_MAX_MESSAGES + 1);
+    CHECK(decode_chat(2, WIRE_MAX_PROMPT_BYTES / 2, field, sizeof field) == WIRE_OK,
+          "two messages of half the prompt limit each are accepted");
+    CHECK(decode_chat(2, WIRE_MAX_PROMPT_BYTES / 2 + 1, field, sizeof field) == WIRE_E_TOO_LARGE &&
+              strcmp(field, "jobs[0].messages") == 0,
+          "two messages just past the prompt limit together are too_large at jobs[0].messages");
+    static const wire_message no_role[] = {{NULL, "hi"}}, ok[] = {{"user", "hi"}};
+    wire_job job = {.prompt = "a", .messages = ok, .n_messages = 1, .params = job_params_default()};
+    wire_msg m;
+    char *out;
+    size_t len;
+    wire_error e;
+    wire_msg_init(&m, WIRE_T_SUBMIT);
+    m.submit = (wire_submit){.jobs = &job, .n_jobs = 1};
+    CHECK(wire_encode(&m, &out, &len, &e) < 0 && e.code == WIRE_E_BAD_VALUE &&
+              strstr(e.err.msg, "\"prompt\" and \"messages\" are mutually exclusive"),
+          "encode refuses a job with both prompt and messages (%s)", e.err.msg);
+    job.prompt = NULL;
+    job.messages = no_role;
+    CHECK(wire_encode(&m, &out, &len, &e) < 0 && e.code == WIRE_E_MISSING_FIELD &&
+              strcmp(e.field, "role") == 0,
+          "encode refuses a message without a role (%s)", e.err.msg);
+}
+
 static void test_encode_refusals(void)
 {
     static const uint32_t toks[] = {1};
@@ -936,6 +1054,7 @@ int main(void)
     test_unfinished_results();
     test_req_zero();
     test_too_many_jobs();
+    test_message_limits();
     test_encode_refusals();
     test_names();
     return check_done();

@@ -52,9 +52,12 @@ struct report_db {
     " THEN strftime('%Y-%m-%dT%H:%M:%SZ', b.t / 1000, 'unixepoch')"                       \
     " ELSE " ISO("b.t") " END"
 
+/* The prefix hit rate, in percent: of the prompt tokens, those the
+ * workers' prefix caches held (NULL: no prompt tokens). */
+#define HIT_PCT(cached, prompt) "100.0 * " cached " / nullif(" prompt ", 0)"
+
 static const char SQL_BATCHES[] =
-    "WITH " SEL
-    ", res AS (SELECT j.batch_id, r.* FROM sel j JOIN results r ON r.job_id = j.id)"
+    "WITH " SEL ", res AS (SELECT j.batch_id, r.* FROM sel j JOIN results r ON r.job_id = j.id)"
     ", qw AS (SELECT batch_id, queue_wait_ms AS v,"
     " row_number() OVER (PARTITION BY batch_id ORDER BY queue_wait_ms) AS rn,"
     " count(*) OVER (PARTITION BY batch_id) AS n FROM res)"
@@ -62,80 +65,104 @@ static const char SQL_BATCHES[] =
     ", pct AS (SELECT batch_id, max(CASE WHEN rn = (50 * n + 99) / 100 THEN v END) AS p50,"
     " max(CASE WHEN rn = (95 * n + 99) / 100 THEN v END) AS p95 FROM qw GROUP BY batch_id)"
     ", tok AS (SELECT batch_id, sum(prompt_tokens) AS pt, sum(generated_tokens) AS gt,"
-    " sum(prefill_ms) AS pms, sum(decode_ms) AS dms FROM res GROUP BY batch_id)"
+    " sum(cached_prompt_tokens) AS ct, sum(prefill_ms) AS pms, sum(decode_ms) AS dms"
+    " FROM res GROUP BY batch_id)"
     ", jb AS (SELECT batch_id, count(*) AS jobs, sum(state = 'done') AS done,"
     " sum(state = 'failed') AS failed, sum(state = 'cancelled') AS cancelled,"
     " sum(state = 'queued') AS queued, sum(state = 'running') AS running,"
     " min(submitted_at) AS t0, max(coalesce(finished_at, min(:now, :until))) AS t1"
     " FROM sel GROUP BY batch_id)"
     " SELECT jb.batch_id, jobs, done, failed, cancelled, queued, running,"
-    " coalesce(pt, 0), coalesce(gt, 0), (t1 - t0) / 1000.0,"
-    " 1000.0 * coalesce(gt, 0) / nullif(t1 - t0, 0), p50, p95,"
-    " 1000.0 * pt / nullif(pms, 0), 1000.0 * gt / nullif(dms, 0)"
-    " FROM jb LEFT JOIN tok ON tok.batch_id IS jb.batch_id"
-    " LEFT JOIN pct ON pct.batch_id IS jb.batch_id ORDER BY t0, jb.batch_id";
+    " coalesce(pt, 0), coalesce(ct, 0), " HIT_PCT(
+        "ct", "pt") ", coalesce(gt, 0),"
+                    " (t1 - t0) / 1000.0,"
+                    " 1000.0 * coalesce(gt, 0) / nullif(t1 - t0, 0), p50, p95,"
+                    " 1000.0 * pt / nullif(pms, 0), 1000.0 * gt / nullif(dms, 0)"
+                    " FROM jb LEFT JOIN tok ON tok.batch_id IS jb.batch_id"
+                    " LEFT JOIN pct ON pct.batch_id IS jb.batch_id ORDER BY t0, jb.batch_id";
 
 static const table_col COLS_BATCHES[] = {
     {"batch", TABLE_TEXT, 0, false},        {"jobs", TABLE_INT, 0, false},
     {"done", TABLE_INT, 0, false},          {"failed", TABLE_INT, 0, false},
     {"cancelled", TABLE_INT, 0, false},     {"queued", TABLE_INT, 0, false},
     {"running", TABLE_INT, 0, false},       {"prompt_tokens", TABLE_INT, 0, false},
+    {"cached_tokens", TABLE_INT, 0, false}, {"prefix_hit_pct", TABLE_REAL, 1, false},
     {"gen_tokens", TABLE_INT, 0, false},    {"wall_s", TABLE_REAL, 2, false},
     {"tok_s", TABLE_REAL, 1, false},        {"wait_p50_ms", TABLE_REAL, 0, false},
     {"wait_p95_ms", TABLE_REAL, 0, false},  {"prefill_tok_s", TABLE_REAL, 1, false},
     {"decode_tok_s", TABLE_REAL, 1, false},
 };
 
-static const char SQL_WORKERS[] =
-    "WITH " SEL_JOBS("")
-    ", att AS (SELECT w.name AS worker, max(a.started_at, :since) AS s,"
-    " min(coalesce(a.ended_at, :now), :until) AS e"
-    " FROM sel j JOIN attempts a ON a.job_id = j.id JOIN workers w ON w.id = a.worker_id)"
-    /* Busy time is the union of the attempt intervals: islands of
-     * overlapping intervals, each starting where one begins after the
-     * latest end so far. */
-    ", ord AS (SELECT worker, s, e, max(e) OVER (PARTITION BY worker ORDER BY s, e"
-    " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev FROM att WHERE e > s)"
-    ", isl AS (SELECT worker, s, e, sum(prev IS NULL OR s > prev) OVER (PARTITION BY worker"
-    " ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS k FROM ord)"
-    ", busy AS (SELECT worker, sum(e1 - s1) AS busy_ms, sum(job_ms) AS job_ms"
-    " FROM (SELECT worker, min(s) AS s1, max(e) AS e1, sum(e - s) AS job_ms"
-    " FROM isl GROUP BY worker, k) GROUP BY worker)"
-    ", flt AS (SELECT w.name AS worker, count(*) AS faults"
-    " FROM sel j JOIN attempts a ON a.job_id = j.id JOIN workers w ON w.id = a.worker_id"
-    " WHERE a.outcome IN ('lost', 'failed') GROUP BY w.name)"
-    ", done AS (SELECT w.name AS worker, count(*) AS jobs, sum(r.prompt_tokens) AS pt,"
-    " sum(r.generated_tokens) AS gt, sum(r.prefill_ms) AS pms, sum(r.decode_ms) AS dms"
-    " FROM sel j JOIN results r ON r.job_id = j.id JOIN workers w ON w.id = r.worker_id"
-    " GROUP BY w.name)"
-    ", ses AS (SELECT name AS worker, count(*) AS sessions, max(host) AS host,"
-    " max(gpu_index) AS gpu_index, max(gpu_name) AS gpu_name, max(engine) AS engine,"
-    " max(slots) AS slots, sum(max(0, min(CASE WHEN state = 'alive' THEN :now"
-    " ELSE last_seen END, :until) - max(first_seen, :since))) AS online_ms"
-    " FROM workers WHERE" IN_LIST(":models", "model") " GROUP BY name)"
-    " SELECT ses.worker, host, CASE WHEN gpu_index < 0 THEN 'cpu'"
-    " ELSE 'gpu' || gpu_index || coalesce(' ' || gpu_name, '') END, engine, sessions, slots,"
-    " online_ms / 1000.0, coalesce(busy_ms, 0) / 1000.0,"
-    " 100.0 * coalesce(busy_ms, 0) / nullif(online_ms, 0), 1.0 * job_ms / nullif(busy_ms, 0),"
-    " coalesce(jobs, 0), coalesce(faults, 0), coalesce(pt, 0), coalesce(gt, 0),"
-    " 1000.0 * gt / nullif(busy_ms, 0), 1000.0 * pt / nullif(pms, 0),"
-    " 1000.0 * gt / nullif(dms, 0)"
-    " FROM ses LEFT JOIN busy USING (worker) LEFT JOIN done USING (worker)"
-    " LEFT JOIN flt USING (worker)"
-    " WHERE" IN_LIST(":workers", "ses.worker")
-    " AND (busy_ms IS NOT NULL OR jobs IS NOT NULL OR faults IS NOT NULL"
-    " OR (:batches IS NULL AND online_ms > 0))"
-    " ORDER BY ses.worker";
+static const char SQL_WORKERS[] = "WITH " SEL_JOBS(
+    "") ", att AS (SELECT w.name AS worker, max(a.started_at, :since) AS s,"
+        " min(coalesce(a.ended_at, :now), :until) AS e"
+        " FROM sel j JOIN attempts a ON a.job_id = j.id JOIN workers w ON w.id = a.worker_id)"
+        /* Busy time is the union of the attempt intervals: islands of
+         * overlapping intervals, each starting where one begins after the
+         * latest end so far. */
+        ", ord AS (SELECT worker, s, e, max(e) OVER (PARTITION BY worker ORDER BY s, e"
+        " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev FROM att WHERE e > s)"
+        ", isl AS (SELECT worker, s, e, sum(prev IS NULL OR s > prev) OVER (PARTITION BY worker"
+        " ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS k FROM ord)"
+        ", busy AS (SELECT worker, sum(e1 - s1) AS busy_ms, sum(job_ms) AS job_ms"
+        " FROM (SELECT worker, min(s) AS s1, max(e) AS e1, sum(e - s) AS job_ms"
+        " FROM isl GROUP BY worker, k) GROUP BY worker)"
+        ", flt AS (SELECT w.name AS worker, count(*) AS faults"
+        " FROM sel j JOIN attempts a ON a.job_id = j.id JOIN workers w ON w.id = a.worker_id"
+        " WHERE a.outcome IN ('lost', 'failed') GROUP BY w.name)"
+        ", done AS (SELECT w.name AS worker, count(*) AS jobs, sum(r.prompt_tokens) AS pt,"
+        " sum(r.cached_prompt_tokens) AS ct, sum(r.generated_tokens) AS gt,"
+        " sum(r.prefill_ms) AS pms, sum(r.decode_ms) AS dms"
+        " FROM sel j JOIN results r ON r.job_id = j.id JOIN workers w ON w.id = r.worker_id"
+        " GROUP BY w.name)"
+        ", ses AS (SELECT name AS worker, count(*) AS sessions, max(host) AS host,"
+        " max(gpu_index) AS gpu_index, max(gpu_name) AS gpu_name, max(engine) AS engine,"
+        " max(slots) AS slots, sum(max(0, min(CASE WHEN state = 'alive' THEN :now"
+        " ELSE last_seen END, :until) - max(first_seen, :since))) AS online_ms"
+        " FROM workers WHERE" IN_LIST(
+            ":models",
+            "model") " GROUP BY name)"
+                     " SELECT ses.worker, host, CASE WHEN gpu_index < 0 THEN 'cpu'"
+                     " ELSE 'gpu' || gpu_index || coalesce(' ' || gpu_name, '') END, engine, "
+                     "sessions, slots,"
+                     " online_ms / 1000.0, coalesce(busy_ms, 0) / 1000.0,"
+                     " 100.0 * coalesce(busy_ms, 0) / nullif(online_ms, 0), 1.0 * job_ms / "
+                     "nullif(busy_ms, 0),"
+                     " coalesce(jobs, 0), coalesce(faults, 0), coalesce(pt, 0), coalesce(ct, 0),"
+                     " " HIT_PCT(
+                         "ct",
+                         "pt") ", coalesce(gt, 0),"
+                               " 1000.0 * gt / nullif(busy_ms, 0), 1000.0 * pt / nullif(pms, 0),"
+                               " 1000.0 * gt / nullif(dms, 0)"
+                               " FROM ses LEFT JOIN busy USING (worker) LEFT JOIN done USING "
+                               "(worker)"
+                               " LEFT JOIN flt USING (worker)"
+                               " WHERE" IN_LIST(
+                                   ":workers",
+                                   "ses.worker") " AND (busy_ms IS NOT NULL OR jobs IS NOT NULL OR "
+                                                 "faults IS NOT NULL"
+                                                 " OR (:batches IS NULL AND online_ms > 0))"
+                                                 " ORDER BY ses.worker";
 
 static const table_col COLS_WORKERS[] = {
-    {"worker", TABLE_TEXT, 0, false},        {"host", TABLE_TEXT, 0, false},
-    {"device", TABLE_TEXT, 0, false},        {"engine", TABLE_TEXT, 0, false},
-    {"sessions", TABLE_INT, 0, false},       {"slots", TABLE_INT, 0, false},
-    {"online_s", TABLE_REAL, 2, false},      {"busy_s", TABLE_REAL, 2, false},
-    {"util_pct", TABLE_REAL, 1, false},      {"concurrency", TABLE_REAL, 2, false},
-    {"jobs", TABLE_INT, 0, false},           {"faults", TABLE_INT, 0, false},
-    {"prompt_tokens", TABLE_INT, 0, false},  {"gen_tokens", TABLE_INT, 0, false},
-    {"tok_s", TABLE_REAL, 1, false},         {"prefill_tok_s", TABLE_REAL, 1, false},
+    {"worker", TABLE_TEXT, 0, false},
+    {"host", TABLE_TEXT, 0, false},
+    {"device", TABLE_TEXT, 0, false},
+    {"engine", TABLE_TEXT, 0, false},
+    {"sessions", TABLE_INT, 0, false},
+    {"slots", TABLE_INT, 0, false},
+    {"online_s", TABLE_REAL, 2, false},
+    {"busy_s", TABLE_REAL, 2, false},
+    {"util_pct", TABLE_REAL, 1, false},
+    {"concurrency", TABLE_REAL, 2, false},
+    {"jobs", TABLE_INT, 0, false},
+    {"faults", TABLE_INT, 0, false},
+    {"prompt_tokens", TABLE_INT, 0, false},
+    {"cached_tokens", TABLE_INT, 0, false},
+    {"prefix_hit_pct", TABLE_REAL, 1, false},
+    {"gen_tokens", TABLE_INT, 0, false},
+    {"tok_s", TABLE_REAL, 1, false},
+    {"prefill_tok_s", TABLE_REAL, 1, false},
     {"decode_tok_s", TABLE_REAL, 1, false},
 };
 
@@ -200,20 +227,28 @@ static const table_col COLS_HISTOGRAM[] = {
 };
 
 static const char SQL_JOBS[] =
-    "WITH " SEL
-    " SELECT j.id, j.batch_id, j.client_key, j.state, j.worker, j.attempts,"
-    " r.prompt_tokens, r.generated_tokens, r.queue_wait_ms, r.prefill_tok_s, r.decode_tok_s,"
-    " r.total_ms, r.finish_reason, " ISO("j.submitted_at") ", " ISO("j.finished_at")
-    " FROM sel j LEFT JOIN results r ON r.job_id = j.id ORDER BY j.id";
+    "WITH " SEL " SELECT j.id, j.batch_id, j.client_key, j.state, j.worker, j.attempts,"
+    " r.prompt_tokens, r.cached_prompt_tokens, r.generated_tokens, r.queue_wait_ms,"
+    " r.prefill_tok_s, r.decode_tok_s,"
+    " r.total_ms, r.finish_reason, " ISO("j.submitted_at") ", " ISO(
+        "j.finished_at") " FROM sel j LEFT JOIN results r ON r.job_id = j.id ORDER BY j.id";
 
 static const table_col COLS_JOBS[] = {
-    {"id", TABLE_INT, 0, false},             {"batch", TABLE_TEXT, 0, false},
-    {"key", TABLE_TEXT, 0, false},           {"state", TABLE_TEXT, 0, false},
-    {"worker", TABLE_TEXT, 0, false},        {"attempts", TABLE_INT, 0, false},
-    {"prompt_tokens", TABLE_INT, 0, false},  {"gen_tokens", TABLE_INT, 0, false},
-    {"queue_wait_ms", TABLE_INT, 0, false},  {"prefill_tok_s", TABLE_REAL, 1, false},
-    {"decode_tok_s", TABLE_REAL, 1, false},  {"total_ms", TABLE_INT, 0, false},
-    {"finish", TABLE_TEXT, 0, false},        {"submitted", TABLE_TEXT, 0, false},
+    {"id", TABLE_INT, 0, false},
+    {"batch", TABLE_TEXT, 0, false},
+    {"key", TABLE_TEXT, 0, false},
+    {"state", TABLE_TEXT, 0, false},
+    {"worker", TABLE_TEXT, 0, false},
+    {"attempts", TABLE_INT, 0, false},
+    {"prompt_tokens", TABLE_INT, 0, false},
+    {"cached_tokens", TABLE_INT, 0, false},
+    {"gen_tokens", TABLE_INT, 0, false},
+    {"queue_wait_ms", TABLE_INT, 0, false},
+    {"prefill_tok_s", TABLE_REAL, 1, false},
+    {"decode_tok_s", TABLE_REAL, 1, false},
+    {"total_ms", TABLE_INT, 0, false},
+    {"finish", TABLE_TEXT, 0, false},
+    {"submitted", TABLE_TEXT, 0, false},
     {"finished", TABLE_TEXT, 0, false},
 };
 
@@ -310,6 +345,23 @@ static int table_exists(sqlite3 *db, const char *name, bool *yes, llmq_err *err)
     return 0;
 }
 
+/* A database from before version 6 has no results.cached_prompt_tokens: a
+ * temporary view of that name, which the reports' plain "results" finds
+ * before the table (SQLite looks in temp first), gives its results the 0
+ * that migration 6 gives them.  The file is not written: temp is the
+ * connection's own. */
+static int shim_old_results(report_db *r, llmq_err *err)
+{
+    if (r->version >= 6)
+        return 0;
+    if (sqlite3_exec(r->db,
+                     "CREATE TEMP VIEW results AS SELECT *, 0 AS cached_prompt_tokens"
+                     " FROM main.results",
+                     NULL, NULL, NULL) != SQLITE_OK)
+        return db_error(r->db, err, "reading a database of schema version < 6");
+    return 0;
+}
+
 /* An llmq database has user_version 1..STORE_SCHEMA_VERSION and the tables
  * the reports read. */
 static int check_schema(report_db *r, llmq_err *err)
@@ -353,7 +405,7 @@ static int open_steps(report_db *r, const char *path, llmq_err *err)
         return r->db ? db_error(r->db, err, "opening") : llmq_errf(err, "out of memory");
     /* The broker may hold the write lock for a moment (checkpoints). */
     sqlite3_busy_timeout(r->db, 5000);
-    if (check_schema(r, err))
+    if (check_schema(r, err) || shim_old_results(r, err))
         return -1;
     /* One read transaction: every report sees the same snapshot. */
     if (sqlite3_exec(r->db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK)
