@@ -13,9 +13,11 @@
 #      tokens (log-uniform, fixed seed)
 # Per run: total tok/s (prompt + generated over the wall time), generated
 # tok/s, jobs/s, job latency p50/p99 (finished - submitted, from the
-# database), mean GPU utilisation (nvidia-smi samples every 200 ms), and the
-# worker's start line.  Prompt ids are drawn from the ordinary-word range of
-# a 32,000-token vocabulary after BOS.  Not a test.
+# database), mean GPU utilisation (nvidia-smi samples every 200 ms), the
+# share of prompt tokens taken from the prefix cache (results'
+# cached_prompt_tokens), and the worker's start line.  Prompt ids are drawn
+# from the ordinary-word range of a 32,000-token vocabulary after BOS.  Not a
+# test.
 #
 #   bench/gpu-e2e.sh [-n JOBS] [-b BIN] [-o OUTDIR] [-m MODEL] [-w WORKLOADS]
 #     -n JOBS       jobs per workload (default 1024)
@@ -97,10 +99,10 @@ run() {
     wait "$smi" 2>/dev/null || :
     util=$(awk '$1 ~ /^[0-9]+$/ { s += $1; k++ } END { printf "%.0f", k ? s / k : -1 }' \
         "$cdir/util.txt")
-    # done, prompt tokens, generated tokens, cached prompt tokens are not in
-    # the results of this schema: the worker's log has its prefix cache figures.
+    # done, prompt tokens, generated tokens, prompt tokens from the prefix cache
     figures=$(sql "$cdir/llmq.db" "SELECT count(*), coalesce(sum(r.prompt_tokens), 0),
-        coalesce(sum(r.generated_tokens), 0) FROM results r JOIN jobs j ON j.id = r.job_id
+        coalesce(sum(r.generated_tokens), 0), coalesce(sum(r.cached_prompt_tokens), 0)
+        FROM results r JOIN jobs j ON j.id = r.job_id
         WHERE j.batch_id = '$name' AND j.state = 'done'")
     lat=$(sql "$cdir/llmq.db" "SELECT finished_at - submitted_at FROM jobs
         WHERE batch_id = '$name' AND state = 'done' ORDER BY 1" |
@@ -109,8 +111,9 @@ run() {
     echo "$figures" | awk -F '|' -v name="$name" -v n="$(wc -l <"$jobfile")" -v t0="$t0" \
         -v t1="$t1" -v lat="$lat" -v util="$util" -v rc="$rc" 'BEGIN { OFS = "\t" } {
         s = t1 - t0
-        printf "%s\t%d/%d\t%.2f\t%.0f\t%.0f\t%.2f\t%s\t%s\t%d\n", name, $1, n, s,
-            ($2 + $3) / s, $3 / s, $1 / s, lat, util, rc }' >>"$out/summary.tsv"
+        printf "%s\t%d/%d\t%.2f\t%.0f\t%.0f\t%.2f\t%s\t%s\t%.1f\t%d\n", name, $1, n, s,
+            ($2 + $3) / s, $3 / s, $1 / s, lat, util, $2 ? 100 * $4 / $2 : 0, rc }' \
+        >>"$out/summary.tsv"
     log "$name: $(tail -1 "$out/summary.tsv")"
     grep -m1 "slots" "$out/$name-worker.log" >>"$out/start-lines.txt" 2>/dev/null || :
     {
@@ -128,7 +131,7 @@ for r in sorted(rows, key=lambda r: r["id"]): print(r["id"], r.get("tokens"))' \
         "$dir/$1/results.jsonl"
 }
 
-printf 'run\tdone\tseconds\ttotal_tok_s\tgen_tok_s\tjobs_s\tp50_ms\tp99_ms\tgpu_util_pct\tsubmit_rc\n' \
+printf 'run\tdone\tseconds\ttotal_tok_s\tgen_tok_s\tjobs_s\tp50_ms\tp99_ms\tgpu_util_pct\tcached_pct\tsubmit_rc\n' \
     >"$out/summary.tsv"
 for w in $workloads; do
     case $w in
@@ -150,7 +153,7 @@ for w in $workloads; do
             # "N prompts, G tokens generated in S s: R tok/s; prefix cache: H of P prompt tokens"
             for (i = 1; i <= NF; i++) { if ($(i + 1) == "tokens" && $(i + 2) == "generated") g = $i
                 if ($(i + 1) == "s:") s = $i; if ($(i + 1) == "prompt" && $(i + 2) == "tokens") p = $i }
-            printf "a-engine\t-\t%.1f\t%.0f\t%.0f\t-\t-\t-\t-\t0\n", s, (p + g) / s, g / s }' \
+            printf "a-engine\t-\t%.1f\t%.0f\t%.0f\t-\t-\t-\t-\t-\t0\n", s, (p + g) / s, g / s }' \
             >>"$out/summary.tsv"
         log "a-engine: $(tail -1 "$out/summary.tsv")"
         ;;
