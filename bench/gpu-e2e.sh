@@ -46,12 +46,7 @@ pids=
 . bench/lib.sh
 trap 'stop_all; rm -rf "$dir"' EXIT INT TERM
 
-if [ ! -s "$model" ]; then
-    "$bin/llmq-mkmodel" --vocab tests/data/vocab/ggml-vocab-llama-spm.gguf --dim 4096 \
-        --layers 32 --heads 32 --kv-heads 32 --ff 11008 --ctx 4096 --mix q4_k_m --seed 1 \
-        -o "$model" >>"$out/log.txt" 2>&1
-fi
-log "model $(du -h "$model" | cut -f1)"
+model_7b "$model"
 
 # jobs NAME AWK-PROGRAM: the job file of a workload; the program gets n and
 # a seeded rand(), and prints one JSON line per job with ids(len) for a run

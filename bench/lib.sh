@@ -1,7 +1,8 @@
 # bench/lib.sh: what the fleet benchmarks share (sourced by scale-gpus.sh and
 # gpu-e2e.sh): read-only SQL on a broker's database, waiting for its workers,
-# stopping the processes a benchmark started.  The caller sets `out` (the
-# results folder, for log) and keeps the pids it starts in `pids`.
+# stopping the processes a benchmark started, writing the 7B model.  The
+# caller sets `out` (the results folder, for log) and `bin` (the programs),
+# and keeps the pids it starts in `pids`.
 
 log() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$out/log.txt"; }
 
@@ -39,3 +40,14 @@ wait_alive() {
 # utime + stime of a process, in clock ticks (fields 14 and 15 of stat;
 # the command name in field 2 has no spaces here).
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+# model_7b FILE: the 7B-shaped Q4_K_M (MHA, 32,000-token vocabulary) the GPU
+# benchmarks share, written by llmq-mkmodel ($bin) unless FILE is there.
+model_7b() {
+    if [ ! -s "$1" ]; then
+        "$bin/llmq-mkmodel" --vocab tests/data/vocab/ggml-vocab-llama-spm.gguf --dim 4096 \
+            --layers 32 --heads 32 --kv-heads 32 --ff 11008 --ctx 4096 --mix q4_k_m --seed 1 \
+            -o "$1" >>"$out/log.txt" 2>&1
+    fi
+    log "model $(du -h "$1" | cut -f1)"
+}

@@ -42,12 +42,7 @@ pids=
 . bench/lib.sh
 trap 'stop_all; rm -rf "$dir"' EXIT INT TERM
 
-if [ ! -s "$model" ]; then
-    "$bin/llmq-mkmodel" --vocab tests/data/vocab/ggml-vocab-llama-spm.gguf --dim 4096 \
-        --layers 32 --heads 32 --kv-heads 32 --ff 11008 --ctx 4096 --mix q4_k_m --seed 1 \
-        -o "$model" >>"$out/log.txt" 2>&1
-fi
-log "model $(du -h "$model" | cut -f1)"
+model_7b "$model"
 
 # BOS, then ids drawn from the ordinary-word range of a 32000-token
 # vocabulary; a different prompt per job, the same for every configuration.
