@@ -40,11 +40,8 @@ while getopts n:b:o:m:w: opt; do
     w) workloads=$OPTARG ;; *) exit 2 ;;
     esac
 done
-mkdir -p "$out"
-dir=$(mktemp -d "${TMPDIR:-/tmp}/gpu-e2e-XXXXXX")
-pids=
 . bench/lib.sh
-trap 'stop_all; rm -rf "$dir"' EXIT INT TERM
+bench_start gpu-e2e
 
 model_7b "$model"
 
@@ -148,7 +145,7 @@ for w in $workloads; do
             # "N prompts, G tokens generated in S s: R tok/s; prefix cache: H of P prompt tokens"
             for (i = 1; i <= NF; i++) { if ($(i + 1) == "tokens" && $(i + 2) == "generated") g = $i
                 if ($(i + 1) == "s:") s = $i; if ($(i + 1) == "prompt" && $(i + 2) == "tokens") p = $i }
-            printf "a-engine\t-\t%.1f\t%.0f\t%.0f\t-\t-\t-\t-\t-\t0\n", s, (p + g) / s, g / s }' \
+            printf "a-engine\t-\t%.1f\t%.0f\t%.0f\t-\t-\t-\t-\t-\t0\n", s, s > 0 ? (p + g) / s : 0, s > 0 ? g / s : 0 }' \
             >>"$out/summary.tsv"
         log "a-engine: $(tail -1 "$out/summary.tsv")"
         ;;

@@ -51,3 +51,12 @@ model_7b() {
     fi
     log "model $(du -h "$1" | cut -f1)"
 }
+
+# bench_start NAME: the results folder, and a scratch folder ($dir) that goes
+# at exit with every process in $pids.
+bench_start() {
+    mkdir -p "$out"
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/$1-XXXXXX")
+    pids=
+    trap 'stop_all; rm -rf "$dir"' EXIT INT TERM
+}

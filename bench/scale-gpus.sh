@@ -36,11 +36,8 @@ while getopts n:s:b:o:t:m: opt; do
 done
 prompt_len=256
 gen_len=128
-mkdir -p "$out"
-dir=$(mktemp -d "${TMPDIR:-/tmp}/scale-gpus-XXXXXX")
-pids=
 . bench/lib.sh
-trap 'stop_all; rm -rf "$dir"' EXIT INT TERM
+bench_start scale-gpus
 
 model_7b "$model"
 

@@ -677,17 +677,6 @@ static int take_string(void *ctx, sqlite3_stmt *s, llmq_err *err)
     return 0;
 }
 
-static int json_read_strings(store *st, const char *json, strlist *l,
-                             llmq_err *err)
-{
-    memset(l, 0, sizeof *l);
-    if (json && each_row(st, S_JSON_EACH, json, take_string, l, err)) {
-        strlist_free(l);
-        return -1;
-    }
-    return 0;
-}
-
 /* A chat job's messages read back, each string its own copy. */
 typedef struct msglist {
     wire_message *v;
@@ -718,17 +707,6 @@ static int take_message(void *ctx, sqlite3_stmt *s, llmq_err *err)
     m->content = strdup(content);
     if (!m->role || !m->content)
         return llmq_errf(err, "out of memory reading %zu messages", l->n);
-    return 0;
-}
-
-static int json_read_messages(store *st, const char *json, msglist *l,
-                              llmq_err *err)
-{
-    memset(l, 0, sizeof *l);
-    if (json && each_row(st, S_JSON_MESSAGES, json, take_message, l, err)) {
-        msglist_free(l);
-        return -1;
-    }
     return 0;
 }
 
@@ -1402,7 +1380,8 @@ static void job_arrays_free(job_arrays *a)
     strlist_free(&a->stop);
 }
 
-/* Fills job from a S_JOB_READ row; *a owns its arrays. */
+/* Fills job from a S_JOB_READ row; *a (zeroed by the caller) owns its
+ * arrays, also after a failure: the caller frees them either way. */
 static int job_from_row(store *st, sqlite3_stmt *s, store_job *job,
                         job_arrays *a, llmq_err *err)
 {
@@ -1419,11 +1398,14 @@ static int job_from_row(store *st, sqlite3_stmt *s, store_job *job,
                       &job->n_prompt_ids, err))
         return -1;
     job->prompt_ids = a->ids;
-    if (json_read_messages(st, col_text(s, JR_MESSAGES), &a->messages, err))
+    const char *messages = col_text(s, JR_MESSAGES),
+               *stop = col_text(s, JR_STOP);
+    if (messages && each_row(st, S_JSON_MESSAGES, messages, take_message,
+                             &a->messages, err))
         return llmq_err_prefix(err, "job %" PRId64, job->id);
     job->messages = a->messages.v;
     job->n_messages = a->messages.n;
-    if (json_read_strings(st, col_text(s, JR_STOP), &a->stop, err))
+    if (stop && each_row(st, S_JSON_EACH, stop, take_string, &a->stop, err))
         return -1;
     p->stop = (const char *const *)a->stop.v;
     p->n_stop = (uint32_t)a->stop.n;
