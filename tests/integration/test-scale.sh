@@ -35,6 +35,15 @@ cleanup_ns() {
     ip netns del "$ns" 2>/dev/null
 }
 trap 'cleanup_ns; it_cleanup' EXIT
+# A run of this test killed before its trap (kill -9) leaves its namespace and
+# the veth holding 10.213.7.1/30, which would take this run's traffic: the
+# ones whose process is gone are removed first.
+for stale in $(ip netns list 2>/dev/null | sed -n 's/^llmq-t\([0-9][0-9]*\).*/\1/p'); do
+    if [ ! -d "/proc/$stale" ]; then
+        ip link del "lq${stale}a" 2>/dev/null
+        ip netns del "llmq-t$stale" 2>/dev/null
+    fi
+done
 
 for k in broker w1 w2 w3 intruder alice mallory; do "$KEYGEN" "$k" || exit 99; done
 [ "$(stat -c %a alice.secret)" = 600 ] && [ "$(wc -c < alice.public)" = 41 ]
