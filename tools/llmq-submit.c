@@ -6,7 +6,7 @@
  * and the other lines run; with --strict any such line stops the file
  * before anything is sent.  Results are written in the order they complete.
  * A batch larger than the broker's queue has room for goes in parts as room
- * frees.  Exit status: 0 every line done; 1 some line failed, or a job
+ * frees, its results written as they complete while later parts wait.  Exit status: 0 every line done; 1 some line failed, or a job
  * failed, was cancelled or did not finish in time (reasons on stderr); 2 bad
  * usage or bad input (nothing was submitted); 3 the broker could not be
  * reached or refused the submit, or had no room for the rest in time. */
@@ -45,7 +45,7 @@ static const char USAGE[] =
     "\n"
     "Submits every line of JOBS.jsonl as one batch (in parts as room frees when\n"
     "the broker's queue has no room for all of it), waits for the results and\n"
-    "writes one JSON line per job as it completes.\n";
+    "writes one JSON line per job as it completes, also while later parts wait.\n";
 
 static const char EPILOG[] =
     "Job lines: {\"id\": ..., \"prompt\": \"...\", \"max_tokens\": N, \"temperature\": T,\n"
