@@ -19,7 +19,7 @@ it_worker w1 --slots 2
 it_wait_workers 1
 check $? "a broker and one worker are up"
 
-PYTHONPATH=$LLMQ_SRCDIR/proto/python "$PY" - "$clients" >"$dir/wait.log" 2>&1 <<'PYEOF'
+PYTHONPATH=$LLMQ_SRCDIR/proto/python "$PY" -B - "$clients" >"$dir/wait.log" 2>&1 <<'PYEOF'
 import sys
 import time
 
