@@ -6,10 +6,11 @@
  * and the other lines run; with --strict any such line stops the file
  * before anything is sent.  Results are written in the order they complete.
  * A batch larger than the broker's queue has room for goes in parts as room
- * frees, its results written as they complete while later parts wait.  Exit status: 0 every line done; 1 some line failed, or a job
- * failed, was cancelled or did not finish in time (reasons on stderr); 2 bad
- * usage or bad input (nothing was submitted); 3 the broker could not be
- * reached or refused the submit, or had no room for the rest in time. */
+ * frees, its results written as they complete while later parts wait.
+ * Exit status: 0 every line done; 1 some line failed, or a job failed, was
+ * cancelled or did not finish in time (reasons on stderr); 2 bad usage or
+ * bad input (nothing was submitted); 3 the broker could not be reached or
+ * refused the submit, or had no room for the rest in time. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
