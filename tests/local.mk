@@ -311,6 +311,9 @@ EXTRA_DIST += tests/unit/check.sh tests/integration/env.sh tests/integration/tes
 # worker with its prefix cache and one without
 TESTS += tests/integration/test-prefix-stats.sh
 EXTRA_DIST += tests/integration/test-prefix-stats.sh
+# The Python client: requests of its own between a wait's results
+TESTS += tests/integration/test-client-python.sh
+EXTRA_DIST += tests/integration/test-client-python.sh
 # llmq-submit and a batch larger than the broker's --max-queued
 TESTS += tests/integration/test-submit-queue.sh
 EXTRA_DIST += tests/integration/test-submit-queue.sh

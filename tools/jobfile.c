@@ -688,17 +688,39 @@ static int cmp_id(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Merges the sorted run at [at, n) into the sorted run before it. */
+static int merge_runs(by_id *a, size_t at, size_t n)
+{
+    if (at == 0 || at == n || cmp_id(&a[at - 1], &a[at]) < 0)
+        return 0; /* the ids a broker assigns grow: usually nothing to merge */
+    by_id *tmp = malloc(at * sizeof *tmp);
+    if (!tmp)
+        return -1;
+    memcpy(tmp, a, at * sizeof *tmp);
+    size_t i = 0, j = at, k = 0;
+    while (i < at && j < n)
+        a[k++] = cmp_id(&a[j], &tmp[i]) < 0 ? a[j++] : tmp[i++];
+    while (i < at)
+        a[k++] = tmp[i++];
+    free(tmp);
+    return 0;
+}
+
 int jobfile_set_ids(jobfile *jf, const uint64_t *ids, llmq_err *err)
 {
-    free(jf->by_id);
-    jf->by_id = calloc(jf->n_submitted ? jf->n_submitted : 1, sizeof *jf->by_id);
-    if (!jf->by_id)
-        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "out of memory for %zu job ids", jf->n_submitted);
+    if (!jf->by_id && !(jf->by_id = calloc(jf->n_jobs ? jf->n_jobs : 1, sizeof *jf->by_id)))
+        return llmq_errc(err, LLMQ_ERR_NO_ROOM, "out of memory for %zu job ids", jf->n_jobs);
+    const size_t before = jf->n_by_id;
     for (size_t k = 0; k < jf->n_submitted; k++) {
-        jf->jobs[jf->submitted[k]].job_id = ids[k];
-        jf->by_id[k] = (by_id){ids[k], jf->submitted[k]};
+        jobfile_job *j = &jf->jobs[jf->submitted[k]];
+        if (ids[k] == 0 || j->job_id != 0)
+            continue; /* not stored yet, or indexed by an earlier call */
+        j->job_id = ids[k];
+        jf->by_id[jf->n_by_id++] = (by_id){ids[k], jf->submitted[k]};
     }
-    qsort(jf->by_id, jf->n_submitted, sizeof *jf->by_id, cmp_id);
+    qsort(jf->by_id + before, jf->n_by_id - before, sizeof *jf->by_id, cmp_id);
+    if (merge_runs(jf->by_id, before, jf->n_by_id) < 0) /* slower, but needs no memory: */
+        qsort(jf->by_id, jf->n_by_id, sizeof *jf->by_id, cmp_id);
     return 0;
 }
 
@@ -870,16 +892,17 @@ static void forget_choices(jobfile_job *jobs, size_t n)
 jobfile_job *jobfile_job_of(const jobfile *jf, uint64_t job_id)
 {
     by_id key = {.job_id = job_id};
-    const by_id *hit = jf->by_id
-                           ? bsearch(&key, jf->by_id, jf->n_submitted, sizeof *jf->by_id, cmp_id)
-                           : NULL;
+    const by_id *hit = jf->by_id ? bsearch(&key, jf->by_id, jf->n_by_id, sizeof *jf->by_id, cmp_id)
+                                 : NULL;
     return hit ? &jf->jobs[hit->job] : NULL;
 }
 
 const jobfile_job *jobfile_take(jobfile *jf, const llmq_result *r, FILE *out, time_t created)
 {
     jobfile_job *j = jobfile_job_of(jf, r->id);
-    if (!j || j->final)
+    /* A line that failed after some of its jobs went in (the broker refused
+     * another of them) has its fault as its output line already. */
+    if (!j || j->final || jf->entries[j->entry].fault.fault != OPENAI_OK)
         return NULL;
     j->final = true;
     jobfile_entry *e = &jf->entries[j->entry];

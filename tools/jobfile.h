@@ -99,7 +99,8 @@ typedef struct jobfile {
     size_t *submitted;
     size_t n_submitted;
     struct jobfile_by_id *by_id; /* sorted job ids (jobfile_set_ids) */
-    bool shape_openai;           /* the shape of the file's first good line */
+    size_t n_by_id;
+    bool shape_openai; /* the shape of the file's first good line */
 } jobfile;
 
 /* Reads every line of `in` (called `name` in messages) into entries, with
@@ -127,7 +128,9 @@ int jobfile_jobs(jobfile *jf, llmq_job **jobs, size_t *n, llmq_err *err);
 jobfile_entry *jobfile_refuse(jobfile *jf, size_t k, const llmq_error *why);
 
 /* Records llmq_submit's ids for the last jobfile_jobs list (ids[k] is job
- * k's) and indexes them for jobfile_take. */
+ * k's; 0: not stored yet) and indexes them for jobfile_take.  Called again
+ * as more of the list is stored (a batch that goes in parts), it indexes
+ * the jobs stored since; a job keeps the id it was first given. */
 int jobfile_set_ids(jobfile *jf, const uint64_t *ids, llmq_err *err);
 
 /* The submitted job of that id (after jobfile_set_ids), or NULL. */
@@ -139,7 +142,7 @@ void jobfile_write_acks(FILE *out, const jobfile *jf, const bool *existing);
 
 /* A result arrived: writes its line (a native job's at once; an OpenAI
  * line's once every choice is final) and returns its job, or NULL when it
- * is no job of this file or came already.  `created` is the Unix time
+ * is no job of this file, came already, or is of a line that failed.  `created` is the Unix time
  * stamped in OpenAI bodies.
  *
  * Native lines: {"id", "index", "job_id", "state", "text", "finish_reason",

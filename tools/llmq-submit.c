@@ -6,10 +6,11 @@
  * and the other lines run; with --strict any such line stops the file
  * before anything is sent.  Results are written in the order they complete.
  * A batch larger than the broker's queue has room for goes in parts as room
- * frees.  Exit status: 0 every line done; 1 some line failed, or a job
- * failed, was cancelled or did not finish in time (reasons on stderr); 2 bad
- * usage or bad input (nothing was submitted); 3 the broker could not be
- * reached or refused the submit, or had no room for the rest in time. */
+ * frees, its results written as they complete while later parts wait.
+ * Exit status: 0 every line done; 1 some line failed, or a job failed, was
+ * cancelled or did not finish in time (reasons on stderr); 2 bad usage or
+ * bad input (nothing was submitted); 3 the broker could not be reached or
+ * refused the submit, or had no room for the rest in time. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -22,6 +23,7 @@
 
 #include "common/cli.h"
 #include "common/clock.h"
+#include "common/grow.h"
 #include "common/err.h"
 #include "proto/llmq.h"
 #include "tools/jobfile.h"
@@ -44,7 +46,7 @@ static const char USAGE[] =
     "\n"
     "Submits every line of JOBS.jsonl as one batch (in parts as room frees when\n"
     "the broker's queue has no room for all of it), waits for the results and\n"
-    "writes one JSON line per job as it completes.\n";
+    "writes one JSON line per job as it completes, also while later parts wait.\n";
 
 static const char EPILOG[] =
     "Job lines: {\"id\": ..., \"prompt\": \"...\", \"max_tokens\": N, \"temperature\": T,\n"
@@ -180,17 +182,15 @@ static void show(progress *p, bool final)
 }
 
 /* The broker's silence and its return, each said once: the library sends
- * the wait again by itself, and results already written are not written
+ * the waits again by itself, and results already written are not written
  * twice. */
-static void show_broker(progress *p, const llmq_wait *w, const char *broker)
+static void show_broker(progress *p, const llmq_wait_health *h, const char *broker)
 {
-    llmq_wait_health h;
-    llmq_wait_get_health(w, &h);
-    if (h.broker_lost == p->lost)
+    if (h->broker_lost == p->lost)
         return;
-    p->lost = h.broker_lost;
+    p->lost = h->broker_lost;
     const char *cr = p->tty ? "\r\033[K" : "";
-    if (p->lost && h.broker_stopping)
+    if (p->lost && h->broker_stopping)
         fprintf(stderr,
                 "%sllmq-submit: the broker at %s is stopping: waiting for the next one on its"
                 " database (%zu of %zu results in)\n",
@@ -199,7 +199,7 @@ static void show_broker(progress *p, const llmq_wait *w, const char *broker)
         fprintf(stderr,
                 "%sllmq-submit: no word from the broker at %s for %.0f s: waiting for it to"
                 " come back (%zu of %zu results in)\n",
-                cr, broker, h.silent_ms / 1e3, p->done, p->total);
+                cr, broker, h->silent_ms / 1e3, p->done, p->total);
     else
         fprintf(stderr,
                 "%sllmq-submit: the broker at %s answers again: waiting for the %zu"
@@ -208,7 +208,285 @@ static void show_broker(progress *p, const llmq_wait *w, const char *broker)
     fflush(stderr);
 }
 
-/* ---- submit and wait ---------------------------------------------------------------------- */
+static void pause_ms(double ms)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1e3), .tv_nsec = (long)(fmod(ms, 1e3) * 1e6)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* What is left of --timeout since t0_ms, for a wait (at most INT_MAX ms,
+ * the most libllmq takes: 24 days); -1: no limit. */
+static int wait_timeout_ms(const options *o, double t0_ms)
+{
+    if (o->timeout_s < 0)
+        return -1;
+    double left = o->timeout_s * 1e3 - (clock_mono_ms_f() - t0_ms);
+    return left <= 0 ? 0 : left >= INT_MAX ? INT_MAX : (int)left;
+}
+
+/* ---- results, as they come ---------------------------------------------------------------- */
+
+/* Results are waited for as their jobs are stored, not once the whole
+ * batch is: each is written as soon as it is final, also while later parts
+ * of a large batch wait for room in the queue, so that the output grows
+ * from the start and a run stopped half-way keeps every result it saw.
+ * The jobs stored since the last wait began get a wait of their own, at
+ * most one each GROUP_MS while parts go in (each wait holds a lease on the
+ * broker, heard from every second: parts of one job each must not open a
+ * wait each), and the rest one more once the last part is in.  A wait
+ * ends when all its jobs are final. */
+
+#define GROUP_MS 1000
+#define POLL_MS 50 /* the longest one wait blocks while others may have results */
+
+typedef struct sink {
+    llmq_client *c;
+    const options *o;
+    jobfile *jf;
+    FILE *out;
+    progress p;
+    time_t created;    /* stamped in OpenAI bodies */
+    llmq_wait **waits; /* open, oldest first */
+    size_t n_waits, cap_waits;
+    bool *waited;    /* per jf->jobs: in a wait already */
+    bool *earlier;   /* per jf->jobs: final before this run (no rate counts it) */
+    double began_ms; /* monotonic: when the last wait began; 0: none yet */
+    size_t pending;  /* jobs unfinished when their wait ended */
+    bool timed_out;
+    bool broken; /* a wait failed (err): no more results come */
+    llmq_error err;
+} sink;
+
+static int sink_init(sink *s, llmq_client *c, const options *o, jobfile *jf, FILE *out)
+{
+    *s = (sink){.c = c, .o = o, .jf = jf, .out = out, .created = time(NULL)};
+    s->p.tty = isatty(2);
+    s->waited = calloc(jf->n_jobs ? jf->n_jobs : 1, sizeof *s->waited);
+    s->earlier = calloc(jf->n_jobs ? jf->n_jobs : 1, sizeof *s->earlier);
+    if (!s->waited || !s->earlier) {
+        fprintf(stderr, "llmq-submit: out of memory for %zu jobs\n", jf->n_jobs);
+        return -1;
+    }
+    return 0;
+}
+
+static void sink_free(sink *s)
+{
+    for (size_t i = 0; i < s->n_waits; i++)
+        llmq_wait_free(s->waits[i]);
+    free(s->waits);
+    free(s->waited);
+    free(s->earlier);
+}
+
+static int sink_fail(sink *s, llmq_code code, const char *what)
+{
+    s->broken = true;
+    s->err.code = code;
+    s->err.field[0] = '\0';
+    snprintf(s->err.message, sizeof s->err.message, "%s", what);
+    return -1;
+}
+
+/* Which of ids (jobs known from an earlier submit) are final already:
+ * their results were computed before this run and count in no rate of
+ * it.  0, or -1 with s->err. */
+static int mark_earlier(sink *s, const uint64_t *ids, size_t n)
+{
+    enum { IDS_PER_REQUEST = 100000 }; /* docs/PROTOCOL.md: status selects at most this many */
+    for (size_t at = 0; at < n; at += IDS_PER_REQUEST) {
+        llmq_select sel = {.ids = ids + at,
+                           .n_ids = n - at < IDS_PER_REQUEST ? n - at : IDS_PER_REQUEST};
+        llmq_status *st;
+        if (llmq_get_status(s->c, &sel, &st, &s->err) < 0) {
+            s->broken = true;
+            return -1;
+        }
+        for (size_t k = 0; k < st->n_jobs; k++) {
+            llmq_state state = st->jobs[k].state;
+            const jobfile_job *j = jobfile_job_of(s->jf, st->jobs[k].id);
+            if (j && (state == LLMQ_STATE_DONE || state == LLMQ_STATE_FAILED ||
+                      state == LLMQ_STATE_CANCELLED))
+                s->earlier[j - s->jf->jobs] = true;
+        }
+        llmq_status_free(st);
+    }
+    return 0;
+}
+
+/* Opens a wait for the m jobs of ids: 0, or -1 with s->err. */
+static int begin_wait(sink *s, const uint64_t *ids, size_t m)
+{
+    const llmq_select sel = {.ids = ids, .n_ids = m};
+    if (grow_reserve(&s->waits, &s->cap_waits, s->n_waits + 1, sizeof *s->waits) < 0)
+        return sink_fail(s, LLMQ_E_INTERNAL, "out of memory for a wait");
+    if (llmq_wait_begin(s->c, &sel, wait_timeout_ms(s->o, s->p.t0_ms), &s->waits[s->n_waits],
+                        &s->err) < 0) {
+        s->broken = true;
+        return -1;
+    }
+    s->n_waits++;
+    s->began_ms = clock_mono_ms_f();
+    return 0;
+}
+
+/* A wait for the jobs of the last jobfile_jobs list that are stored (ids[k]
+ * not 0; existing[k]: known from an earlier submit) and in no wait yet,
+ * unless one began within GROUP_MS and this is not the last part.  0, or -1
+ * with s->err. */
+static int sink_open(sink *s, const uint64_t *ids, const bool *existing, bool last)
+{
+    jobfile *jf = s->jf;
+    llmq_err lerr;
+    if (s->broken)
+        return -1;
+    if (!last && s->began_ms > 0 && clock_mono_ms_f() - s->began_ms < GROUP_MS)
+        return 0;
+    if (jobfile_set_ids(jf, ids, &lerr) < 0)
+        return sink_fail(s, LLMQ_E_INTERNAL, lerr.msg);
+    const size_t n = jf->n_submitted;
+    uint64_t *group = malloc((n ? n : 1) * sizeof *group);
+    uint64_t *known = malloc((n ? n : 1) * sizeof *known);
+    if (!group || !known) {
+        free(group);
+        free(known);
+        return sink_fail(s, LLMQ_E_INTERNAL, "out of memory for a wait");
+    }
+    size_t m = 0, n_known = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (ids[k] == 0 || s->waited[jf->submitted[k]])
+            continue;
+        group[m++] = jf->jobs[jf->submitted[k]].job_id;
+        if (existing[k])
+            known[n_known++] = group[m - 1];
+    }
+    int rc = 0;
+    if (m > 0 && ((n_known && mark_earlier(s, known, n_known) < 0) || begin_wait(s, group, m) < 0))
+        rc = -1;
+    for (size_t k = 0; rc == 0 && k < n; k++)
+        s->waited[jf->submitted[k]] |= ids[k] != 0;
+    s->p.total = n;
+    free(group);
+    free(known);
+    return rc;
+}
+
+static void report_failure(const jobfile_job *j, const jobfile *jf, const llmq_result *r)
+{
+    fprintf(stderr, "%sllmq-submit: line %zu (job %" PRIu64 ") %s: %s\n", isatty(2) ? "\r" : "",
+            jf->entries[j->entry].line, r->id, llmq_state_name(r->state),
+            r->error ? r->error : "no reason given");
+}
+
+/* A result: its line written (flushed, so that the output file holds it
+ * at once) and counted. */
+static void sink_take(sink *s, const llmq_result *r)
+{
+    const jobfile_job *j = jobfile_take(s->jf, r, s->out, s->created);
+    if (!j)
+        return; /* not a job of this file: nothing to write it to */
+    fflush(s->out);
+    s->p.done++;
+    if (s->earlier[j - s->jf->jobs])
+        s->p.stored++;
+    else
+        s->p.tokens += r->gen_tokens;
+    if (r->state != LLMQ_STATE_DONE) {
+        s->p.failed++;
+        report_failure(j, s->jf, r);
+    }
+}
+
+/* Wait i's events within step_ms, then what has arrived for it: 1 when
+ * it ended (it is closed, the later ones move up), 0, or -1 with s->err. */
+static int sink_poll(sink *s, size_t i, int step_ms)
+{
+    llmq_wait *w = s->waits[i];
+    for (;;) {
+        llmq_result r;
+        int ev = llmq_wait_next(w, step_ms, &r, &s->err);
+        if (ev < 0) {
+            s->broken = true;
+            return -1;
+        }
+        if (ev == LLMQ_WAIT_IDLE)
+            return 0;
+        if (ev == LLMQ_WAIT_END) {
+            size_t pending;
+            bool timed_out;
+            llmq_wait_summary(w, NULL, &pending, &timed_out);
+            s->pending += pending;
+            s->timed_out |= timed_out;
+            llmq_wait_free(w);
+            memmove(&s->waits[i], &s->waits[i + 1], (s->n_waits - i - 1) * sizeof *s->waits);
+            s->n_waits--;
+            return 1;
+        }
+        sink_take(s, &r);
+        step_ms = 0;
+    }
+}
+
+/* The broker's health for the progress output: lost while any wait is. */
+static void sink_health(sink *s)
+{
+    llmq_wait_health all = {0}, h;
+    for (size_t i = 0; i < s->n_waits; i++) {
+        llmq_wait_get_health(s->waits[i], &h);
+        all.broker_lost |= h.broker_lost;
+        all.broker_stopping |= h.broker_stopping;
+        all.silent_ms = fmax(all.silent_ms, h.silent_ms);
+    }
+    if (s->n_waits)
+        show_broker(&s->p, &all, s->o->broker);
+}
+
+/* Every open wait's events for ms (0: only what has arrived), or until
+ * the last one ends; results written as they come.  Blocks on the oldest
+ * wait, at most POLL_MS at a time while others are open (their messages
+ * are kept for them meanwhile).  0, or -1 with s->err. */
+static int sink_pump(sink *s, double ms)
+{
+    const double end = clock_mono_ms_f() + ms;
+    const bool had = s->n_waits > 0;
+    if (s->broken)
+        return -1;
+    for (;;) {
+        for (size_t i = 0; i < s->n_waits;) {
+            int rc = sink_poll(s, i, 0);
+            if (rc < 0)
+                return -1;
+            i += rc == 0;
+        }
+        sink_health(s);
+        double left = end - clock_mono_ms_f();
+        if (left <= 0 || (had && s->n_waits == 0))
+            return 0;
+        if (s->n_waits == 0)
+            pause_ms(left);
+        else if (sink_poll(s, 0, (int)(s->n_waits == 1 ? left : fmin(left, POLL_MS))) < 0)
+            return -1;
+    }
+}
+
+/* After the last part: every result, with progress; the number of jobs not
+ * done, or -1. */
+static long sink_drain(sink *s)
+{
+    while (s->n_waits > 0 && sink_pump(s, s->p.tty ? STEP_MS : LOG_EVERY_MS) == 0)
+        show(&s->p, false);
+    if (s->broken) {
+        fprintf(stderr, "%sllmq-submit: waiting for results from %s failed (%s): %s\n",
+                s->p.tty ? "\n" : "", s->o->broker, llmq_code_name(s->err.code), s->err.message);
+        return -1;
+    }
+    show(&s->p, true);
+    if (s->pending)
+        fprintf(stderr, "llmq-submit: %zu jobs unfinished%s\n", s->pending,
+                s->timed_out ? " when the wait timed out" : "");
+    return (long)(s->p.failed + s->pending);
+}
 
 /* ---- submit, as the queue has room ------------------------------------------------------- */
 
@@ -224,6 +502,7 @@ static void show_broker(progress *p, const llmq_wait *w, const char *broker)
 typedef struct flow {
     llmq_client *c;
     const options *o;
+    sink *s; /* NULL: no results are waited for (--no-wait) */
     const char *batch;
     llmq_job *jobs;
     uint64_t *ids; /* 0 until the job is stored */
@@ -236,8 +515,9 @@ typedef struct flow {
     bool tty, told;
 } flow;
 
-/* "12/40 jobs submitted, waiting for room in the queue", redrawn on a
- * terminal, every LOG_EVERY_MS otherwise; final clears a terminal's line. */
+/* "12/40 jobs submitted, 5 results in, waiting for room in the queue",
+ * redrawn on a terminal, every LOG_EVERY_MS otherwise; final clears a
+ * terminal's line. */
 static void flow_show(flow *f, bool final)
 {
     double now = clock_mono_ms_f();
@@ -249,21 +529,18 @@ static void flow_show(flow *f, bool final)
     if (now - f->last_ms < (f->tty ? STEP_MS : LOG_EVERY_MS))
         return;
     f->last_ms = now;
-    fprintf(stderr, "%sllmq-submit: %zu/%zu jobs submitted, waiting for room in the queue%s",
-            f->tty ? "\r" : "", f->sent, f->n, f->tty ? "\033[K" : "\n");
+    char results[48] = "";
+    if (f->s)
+        snprintf(results, sizeof results, ", %zu results in", f->s->p.done);
+    fprintf(stderr, "%sllmq-submit: %zu/%zu jobs submitted%s, waiting for room in the queue%s",
+            f->tty ? "\r" : "", f->sent, f->n, results, f->tty ? "\033[K" : "\n");
     fflush(stderr);
 }
 
-static void pause_ms(double ms)
-{
-    struct timespec ts = {.tv_sec = (time_t)(ms / 1e3), .tv_nsec = (long)(fmod(ms, 1e3) * 1e6)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 /* Before a refused part of one job is tried again: a pause, twice as long
- * each time (up to ROOM_POLL_MAX_MS) while the queue stays full; -1 with
- * err when it would pass the deadline. */
+ * each time (up to ROOM_POLL_MAX_MS) while the queue stays full, spent
+ * writing the results of the jobs stored so far; -1 with err when it would
+ * pass the deadline, or a wait failed. */
 static int pause_for_room(flow *f, llmq_error *err)
 {
     if (f->deadline_ms && clock_mono_ms_f() + f->pause_ms > f->deadline_ms) {
@@ -274,7 +551,13 @@ static int pause_for_room(flow *f, llmq_error *err)
         return -1;
     }
     flow_show(f, false);
-    pause_ms(f->pause_ms);
+    if (!f->s) {
+        pause_ms(f->pause_ms);
+    } else if (sink_open(f->s, f->ids, f->existing, false) < 0 ||
+               sink_pump(f->s, f->pause_ms) < 0) {
+        *err = f->s->err;
+        return -1;
+    }
     f->pause_ms = fmin(f->pause_ms * 2, ROOM_POLL_MAX_MS);
     return 0;
 }
@@ -403,16 +686,20 @@ static bool refuse_line(const options *o, jobfile *jf, const flow *f, const llmq
 }
 
 /* Submits the jobs of the lines that have not failed; *existing[k] for
- * the k-th of them.  *n: how many. */
-static int submit(llmq_client *c, const options *o, const char *batch, jobfile *jf, FILE *out,
-                  bool **existing, size_t *n, double *t0_ms)
+ * the k-th of them.  *n: how many.  With a sink, their results are waited
+ * for as they are stored. */
+static int submit(llmq_client *c, const options *o, sink *s, jobfile *jf, FILE *out,
+                  bool **existing, size_t *n)
 {
     flow f = {.c = c,
               .o = o,
-              .batch = batch,
+              .s = s,
+              .batch = o->batch,
               .tty = isatty(2),
               .t0_ms = clock_mono_ms_f(),
               .pause_ms = ROOM_POLL_MIN_MS};
+    if (s)
+        s->p.t0_ms = f.t0_ms;
     if (o->timeout_s >= 0)
         f.deadline_ms = f.t0_ms + o->timeout_s * 1e3;
     int rc = -1;
@@ -435,8 +722,9 @@ static int submit(llmq_client *c, const options *o, const char *batch, jobfile *
         if (f.n == 0 || send_all(&f, &err) == 0)
             break;
         if (!refuse_line(o, jf, &f, &err, out)) {
-            fprintf(stderr, "%sllmq-submit: submit to %s failed (%s): %s\n",
-                    f.tty && f.told ? "\n" : "", o->broker, llmq_code_name(err.code), err.message);
+            fprintf(stderr, "%sllmq-submit: %s %s failed (%s): %s\n", f.tty && f.told ? "\n" : "",
+                    s && s->broken ? "waiting for results from" : "submit to", o->broker,
+                    llmq_code_name(err.code), err.message);
             if (f.sent)
                 fprintf(stderr,
                         "llmq-submit: %zu of the %zu jobs were submitted; the same command"
@@ -446,134 +734,20 @@ static int submit(llmq_client *c, const options *o, const char *batch, jobfile *
         }
     }
     *n = f.n;
-    if (f.n && jobfile_set_ids(jf, f.ids, &lerr) < 0) {
+    if (f.n && s && sink_open(s, f.ids, f.existing, true) < 0) {
+        fprintf(stderr, "llmq-submit: waiting for results from %s failed (%s): %s\n", o->broker,
+                llmq_code_name(s->err.code), s->err.message);
+        goto out;
+    }
+    if (f.n && !s && jobfile_set_ids(jf, f.ids, &lerr) < 0) {
         fprintf(stderr, "llmq-submit: %s\n", lerr.msg);
         goto out;
     }
-    *t0_ms = f.t0_ms;
     rc = 0;
 out:
     free(f.jobs);
     free(f.ids);
     return rc;
-}
-
-/* Which of the jobs known from an earlier submit are final already: their
- * results were computed before this run and count in no rate of it.  0,
- * or -1 with err. */
-static int stored_before(llmq_client *c, const jobfile *jf, const bool *existing, bool *stored,
-                         llmq_error *err)
-{
-    enum { IDS_PER_REQUEST = 100000 }; /* docs/PROTOCOL.md: status selects at most this many */
-    const size_t total = jf->n_submitted;
-    uint64_t *ids = malloc((total ? total : 1) * sizeof *ids);
-    if (!ids) {
-        err->code = LLMQ_E_INTERNAL;
-        snprintf(err->message, sizeof err->message, "out of memory");
-        return -1;
-    }
-    size_t n = 0;
-    int rc = 0;
-    for (size_t k = 0; k < total; k++)
-        if (existing[k])
-            ids[n++] = jf->jobs[jf->submitted[k]].job_id;
-    for (size_t at = 0; at < n && rc == 0; at += IDS_PER_REQUEST) {
-        llmq_select sel = {.ids = ids + at,
-                           .n_ids = n - at < IDS_PER_REQUEST ? n - at : IDS_PER_REQUEST};
-        llmq_status *st;
-        rc = llmq_get_status(c, &sel, &st, err);
-        for (size_t k = 0; rc == 0 && k < st->n_jobs; k++) {
-            llmq_state s = st->jobs[k].state;
-            const jobfile_job *j = jobfile_job_of(jf, st->jobs[k].id);
-            if (j && (s == LLMQ_STATE_DONE || s == LLMQ_STATE_FAILED || s == LLMQ_STATE_CANCELLED))
-                stored[j->order] = true;
-        }
-        if (rc == 0)
-            llmq_status_free(st);
-    }
-    free(ids);
-    return rc;
-}
-
-static void report_failure(const jobfile_job *j, const jobfile *jf, const llmq_result *r)
-{
-    fprintf(stderr, "%sllmq-submit: line %zu (job %" PRIu64 ") %s: %s\n", isatty(2) ? "\r" : "",
-            jf->entries[j->entry].line, r->id, llmq_state_name(r->state),
-            r->error ? r->error : "no reason given");
-}
-
-/* What is left of --timeout since t0_ms, for the wait (at most INT_MAX ms,
- * the most libllmq takes: 24 days); -1: no limit. */
-static int wait_timeout_ms(const options *o, double t0_ms)
-{
-    if (o->timeout_s < 0)
-        return -1;
-    double left = o->timeout_s * 1e3 - (clock_mono_ms_f() - t0_ms);
-    return left <= 0 ? 0 : left >= INT_MAX ? INT_MAX : (int)left;
-}
-
-/* Writes each result as it comes; returns the number of jobs not done, or -1.
- * stored[k]: submitted job k was final before this run (t0_ms: when it
- * submitted). */
-static long wait_all(llmq_client *c, const options *o, jobfile *jf, const bool *stored,
-                     double t0_ms, FILE *out)
-{
-    const size_t n = jf->n_submitted;
-    uint64_t *ids = calloc(n ? n : 1, sizeof *ids);
-    if (!ids) {
-        fprintf(stderr, "llmq-submit: out of memory\n");
-        return -1;
-    }
-    for (size_t k = 0; k < n; k++)
-        ids[k] = jf->jobs[jf->submitted[k]].job_id;
-    progress p = {.total = n, .tty = isatty(2), .t0_ms = t0_ms};
-    llmq_select sel = {.ids = ids, .n_ids = n};
-    llmq_wait *w = NULL;
-    llmq_error err;
-    long not_done = -1;
-    time_t created = time(NULL);
-    if (llmq_wait_begin(c, &sel, wait_timeout_ms(o, t0_ms), &w, &err) < 0)
-        goto out;
-    for (;;) {
-        llmq_result r;
-        int ev = llmq_wait_next(w, p.tty ? STEP_MS : LOG_EVERY_MS, &r, &err);
-        if (ev < 0)
-            goto out;
-        if (ev == LLMQ_WAIT_END)
-            break;
-        if (ev == LLMQ_WAIT_RESULT) {
-            const jobfile_job *j = jobfile_take(jf, &r, out, created);
-            if (!j)
-                continue; /* not a job of this file: nothing to write it to */
-            fflush(out);
-            p.done++;
-            if (stored[j->order])
-                p.stored++;
-            else
-                p.tokens += r.gen_tokens;
-            if (r.state != LLMQ_STATE_DONE) {
-                p.failed++;
-                report_failure(j, jf, &r);
-            }
-        }
-        show_broker(&p, w, o->broker);
-        show(&p, false);
-    }
-    show(&p, true);
-    size_t pending;
-    bool timed_out;
-    llmq_wait_summary(w, NULL, &pending, &timed_out);
-    if (pending)
-        fprintf(stderr, "llmq-submit: %zu jobs unfinished%s\n", pending,
-                timed_out ? " when the wait timed out" : "");
-    not_done = (long)(p.failed + pending);
-out:
-    if (not_done < 0)
-        fprintf(stderr, "%sllmq-submit: waiting for results from %s failed (%s): %s\n",
-                p.tty ? "\n" : "", o->broker, llmq_code_name(err.code), err.message);
-    llmq_wait_free(w);
-    free(ids);
-    return not_done;
 }
 
 /* ---- main ---------------------------------------------------------------------------------- */
@@ -619,34 +793,49 @@ static int read_jobs(const options *o, const char *batch, jobfile *jf)
     return rc;
 }
 
-/* After the submit: the acks, or the results. */
-static int collect(llmq_client *c, const options *o, jobfile *jf, const bool *existing, size_t n,
-                   double t0_ms, FILE *out)
+/* After the submit: the acks, or the rest of the results. */
+static int collect(const options *o, sink *s, jobfile *jf, const bool *existing, size_t n,
+                   FILE *out)
 {
     size_t old = 0;
-    llmq_error err;
     for (size_t i = 0; i < n; i++)
         old += existing[i];
     fprintf(stderr, "llmq-submit: batch %s: %zu jobs submitted%s", o->batch, n - old,
             old ? "" : "\n");
     if (old)
         fprintf(stderr, ", %zu already known from an earlier submit\n", old);
-    if (o->no_wait) {
+    if (!s) {
         jobfile_write_acks(out, jf, existing);
         return 0;
     }
-    bool *stored = calloc(n ? n : 1, sizeof *stored);
+    long not_done = sink_drain(s);
+    return not_done < 0 ? EXIT_BROKER : not_done > 0 ? EXIT_FAILED : 0;
+}
+
+/* Submits, then waits for what is left (unless --no-wait): the results of
+ * jobs stored early come while later parts wait for room. */
+static int submit_and_wait(llmq_client *c, const options *o, jobfile *jf, FILE *out)
+{
+    sink sk, *s = o->no_wait ? NULL : &sk;
+    bool *existing = NULL;
+    size_t n = 0;
     int status = EXIT_BROKER;
-    if (!stored) {
-        fprintf(stderr, "llmq-submit: out of memory\n");
-    } else if (old && stored_before(c, jf, existing, stored, &err) < 0) {
-        fprintf(stderr, "llmq-submit: asking %s for the state of the known jobs failed (%s): %s\n",
-                o->broker, llmq_code_name(err.code), err.message);
-    } else {
-        long not_done = wait_all(c, o, jf, stored, t0_ms, out);
-        status = not_done < 0 ? EXIT_BROKER : not_done > 0 ? EXIT_FAILED : 0;
+    if (s && sink_init(s, c, o, jf, out) < 0) {
+        sink_free(s);
+        return EXIT_BROKER;
     }
-    free(stored);
+    if (submit(c, o, s, jf, out, &existing, &n) < 0) {
+        if (s)
+            sink_pump(s, 0); /* the results that came before it failed */
+    } else if (n > 0) {
+        status = collect(o, s, jf, existing, n, out);
+    } else {
+        fprintf(stderr, "llmq-submit: every line failed: nothing was submitted\n");
+        status = EXIT_FAILED;
+    }
+    if (s)
+        sink_free(s);
+    free(existing);
     return status;
 }
 
@@ -661,21 +850,9 @@ static int run(const options *o, jobfile *jf, FILE *out)
         fprintf(stderr, "llmq-submit: %s\n", err.message);
         return EXIT_BROKER;
     }
-    bool *existing = NULL;
-    size_t n = 0;
-    double t0_ms = 0;
-    int status = EXIT_BROKER;
-    if (submit(c, o, o->batch, jf, out, &existing, &n, &t0_ms) == 0) {
-        if (n > 0) {
-            status = collect(c, o, jf, existing, n, t0_ms, out);
-        } else {
-            fprintf(stderr, "llmq-submit: every line failed: nothing was submitted\n");
-            status = EXIT_FAILED;
-        }
-    }
+    int status = submit_and_wait(c, o, jf, out);
     if (status == 0 && jf->n_faults)
         status = EXIT_FAILED;
-    free(existing);
     llmq_close(c);
     return status;
 }

@@ -20,7 +20,10 @@ with its model's chat template):
 
 A wait outlives its broker: killed, restarted or stopped, it is noticed by
 the silence of the wait's heartbeats and the wait is sent again (on a fresh
-socket) until a broker answers; each job's result is yielded once.
+socket) until a broker answers; each job's result is yielded once.  Other
+requests on the same client between a wait's results (a status() while
+iterating wait()) take none of its messages: what comes for an open wait
+meanwhile is kept for it.
 
 As a program (prints JSON on stdout; exit 1 on a broker error, printed as
 {"error": {...}}):
@@ -35,6 +38,7 @@ As a program (prints JSON on stdout; exit 1 on a broker error, printed as
 """
 
 import argparse
+import collections
 import itertools
 import json
 import sys
@@ -98,6 +102,10 @@ class Client:
         self.heartbeat_ms = heartbeat_ms
         self.dead_after_ms = dead_after_ms
         self.reqs = itertools.count(1)
+        # req -> messages that came for it while another request was read: kept
+        # for each open wait, so that a status() between two of a wait's results
+        # takes none of them away.
+        self.kept = {}
 
     def _open(self):
         sock = self.ctx.socket(zmq.DEALER)
@@ -138,19 +146,45 @@ class Client:
         self.send_raw(msgpack.packb(body, use_bin_type=True))
         return req
 
-    def reply(self, req, timeout_ms=None):
-        """The next message for request `req`; raises LlmqError for "error"."""
-        timeout = self.timeout_ms if timeout_ms is None else timeout_ms
+    def keep(self, req):
+        """Messages for request `req` read while another request is answered
+        are kept for it (until forget(req)) instead of dropped."""
+        self.kept.setdefault(req, collections.deque())
+
+    def forget(self, req):
+        """No one reads request `req`'s messages any more: those kept go too."""
+        self.kept.pop(req, None)
+
+    def take(self, reqs, timeout_ms):
+        """The next message for one of the requests `reqs` within timeout_ms,
+        or None: first those kept for them, then from the socket, keeping
+        what comes for another kept request and dropping the rest (a late
+        reply to a request given up on)."""
+        for req in reqs:
+            if self.kept.get(req):
+                return self.kept[req].popleft()
+        end = time.monotonic() + timeout_ms / 1000
         while True:
-            msg = self.recv(timeout)
+            msg = self.recv(max(0, int((end - time.monotonic()) * 1000)))
             if msg is None:
-                self.reconnect()
-                raise LlmqError("timeout", f"no reply within {timeout} ms")
-            if msg.get("req") != req:
-                continue  # a late reply to an earlier request
-            if msg.get("type") == "error":
-                raise LlmqError(msg.get("code"), msg.get("message"), msg.get("field"))
-            return msg
+                return None
+            req = msg.get("req")
+            if req in reqs:
+                return msg
+            if req in self.kept:
+                self.kept[req].append(msg)
+
+    def reply(self, req, timeout_ms=None):
+        """The next message for request `req`; raises LlmqError for "error".
+        What comes meanwhile for an open wait is kept for it."""
+        timeout = self.timeout_ms if timeout_ms is None else timeout_ms
+        msg = self.take((req,), timeout)
+        if msg is None:
+            self.reconnect()
+            raise LlmqError("timeout", f"no reply within {timeout} ms")
+        if msg.get("type") == "error":
+            raise LlmqError(msg.get("code"), msg.get("message"), msg.get("field"))
+        return msg
 
     def request(self, msg_type, **fields):
         return self.reply(self.send(msg_type, **fields))
@@ -217,7 +251,12 @@ class _Wait:
         left = max(0, int((self.end - time.monotonic()) * 1000))
         req = self.c.send("wait", timeout_ms=min(left, 2**32 - 1), stream=True,
                           heartbeat_ms=beat, **sel)
+        self.c.keep(req)
         self.open[req] = [i, beat is not None, time.monotonic(), False]
+
+    def close(self, req):
+        del self.open[req]
+        self.c.forget(req)
 
     def lease_due(self):
         dues = [0 if dropped else heard + self.patience
@@ -236,7 +275,8 @@ class _Wait:
         self.lost = True
         self.patience = min(self.patience * 2, max(MAX_PATIENCE_MS, self.c.dead_after_ms) / 1000)
         chunks = [v[0] for v in self.open.values()]
-        self.open.clear()
+        for req in list(self.open):
+            self.close(req)
         self.c.reconnect()
         for i in chunks:
             self.send(i)
@@ -253,13 +293,13 @@ class _Wait:
         if entry[1] and msg["pending"] and not msg["timed_out"]:
             entry[3] = True  # only a stopping broker ends it so: the next one gets it
             return
-        del self.open[req]
+        self.close(req)
         self.ended += 1
         self.pending += msg["pending"]
         self.timed_out = self.timed_out or msg["timed_out"]
 
     def on_error(self, req, entry, msg):
-        del self.open[req]
+        self.close(req)
         if entry[1] and msg.get("code") == "unknown_field" and msg.get("field") == "heartbeat_ms":
             self.c.heartbeat_ms = 0  # a broker older than leases: wait as before
             self.send(entry[0])
@@ -267,19 +307,26 @@ class _Wait:
         raise LlmqError(msg.get("code"), msg.get("message"), msg.get("field"))
 
     def run(self):
+        try:
+            yield from self.events()
+        finally:  # done, failed, or left by the caller: its messages are no one's now
+            for req in list(self.open):
+                self.close(req)
+
+    def events(self):
         for i in range(len(self.chunks)):
             self.send(i)
         while self.ended < len(self.chunks):
             now = time.monotonic()
             if now >= self.deadline:
                 raise LlmqError("timeout", "the broker did not end the wait in time")
-            msg = self.c.recv(int(max(0, min(self.lease_due(), self.deadline) - now) * 1000) + 1)
+            # Those kept for it while the caller made other requests come first.
+            msg = self.c.take(self.open,
+                              int(max(0, min(self.lease_due(), self.deadline) - now) * 1000) + 1)
             if msg is None:
                 self.renew()
                 continue
-            entry = self.open.get(msg.get("req"))
-            if entry is None:
-                continue  # for a request given up on
+            entry = self.open[msg["req"]]
             self.heard(entry)
             kind = msg.get("type")
             if kind == "result" and msg["id"] not in self.reported:

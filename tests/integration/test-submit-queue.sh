@@ -5,7 +5,10 @@
 #
 # Pins: llmq-submit streams a 30-job batch into a queue of 4 as the worker
 # frees room (says so on stderr) and writes all 30 results, each job stored
-# once; lines without an "id" (no client key) are not stored twice either;
+# once; results stream: with the worker frozen while later parts still wait
+# for room, the output already holds the result of every job done so far,
+# and the run ends with one line per job, none twice; lines without an
+# "id" (no client key) are not stored twice either;
 # the broker's refusal says how many new jobs fit now and the most one
 # submit can ever hold; with no worker taking jobs, --timeout ends the
 # streaming with status 3, naming how many jobs went in, and running the
@@ -44,6 +47,43 @@ grep -q "sending them in parts as room frees" "$dir/big.log"
 check $? "it says the batch goes in parts as room frees"
 grep -q "queue is full (.*limit 4): none of the 30 jobs was stored; [0-4] new jobs fit now and no submit of more than 4 ever does" "$dir/big.log"
 check $? "the broker's refusal says what fits now and the most one submit can hold"
+
+# Streaming: the first 4 jobs of a 40-job batch are short, the rest long
+# (256 tokens, seconds in all), so that jobs are done while later parts still
+# wait for room; then the worker is frozen (SIGSTOP): the queue stays full,
+# the batch cannot all go in, and the output must hold the results of the
+# jobs done so far meanwhile.
+done_in() { count "SELECT count(*) FROM jobs WHERE batch_id = '$1' AND state = 'done'"; }
+done_at_least() { [ "$(done_in "$1")" -ge "$2" ]; }
+lines_are() { [ "$(wc -l <"$1")" -eq "$2" ]; }
+# The output holds a line for each job done (a result the worker sent just
+# before it froze may still be stored after the freeze: counted anew).
+all_done_out() { lines_are "$dir/stream.out" "$(done_in stream)"; }
+for i in $(seq 40); do
+    [ "$i" -le 4 ] && n=6 || n=256
+    printf '{"id": "s-%d", "prompt": "Once upon a time %d", "max_tokens": %d, "ignore_eos": true}\n' \
+        "$i" "$i" "$n"
+done >"$dir/stream.jsonl"
+: >"$dir/stream.out"
+"$SUBMIT" --broker "$clients" -i "$dir/stream.jsonl" -o "$dir/stream.out" --batch stream \
+    2>"$dir/stream.log" &
+submit_pid=$!
+it_pids="$it_pids $submit_pid"
+it_eventually done_at_least stream 2
+check $? "the first jobs of the streamed batch are done"
+kill -STOP "$w1"
+it_eventually all_done_out
+check $? "with the worker frozen, the output holds the $(done_in stream) results done so far"
+stored=$(count "SELECT count(*) FROM jobs WHERE batch_id = 'stream'")
+[ "$stored" -lt 40 ] && kill -0 "$submit_pid" && grep -q "waiting for room in the queue" "$dir/stream.log"
+check $? "meanwhile llmq-submit is still waiting for room: $stored of 40 jobs stored"
+kill -CONT "$w1"
+wait "$submit_pid"
+check $? "llmq-submit completes the streamed batch"
+lines_are "$dir/stream.out" 40 &&
+    [ "$("$PY" -c 'import json, sys
+print(len({json.loads(l)["id"] for l in open(sys.argv[1])}))' "$dir/stream.out")" -eq 40 ]
+check $? "40 result lines, one per job, none twice"
 
 jobs "$dir/nokey.jsonl" 12 ""
 timeout 120 "$SUBMIT" --broker "$clients" -i "$dir/nokey.jsonl" -o "$dir/nokey.out" \

@@ -801,6 +801,47 @@ static void test_output_faults(void)
     jobfile_free(&jf);
 }
 
+/* A batch stored in parts: jobfile_set_ids is called again as each part
+ * is stored (ids 0: not yet), indexes the jobs stored since, in whatever
+ * order their ids come, and keeps the id a job was first given; the result
+ * of a job whose line failed later (the broker refused a sibling) is not
+ * taken: that line's output is its fault. */
+static void test_ids_in_parts(void)
+{
+    jobfile jf;
+    llmq_err err;
+    llmq_job *jobs;
+    size_t n;
+    const char *text = "{\"id\":\"a\",\"prompt\":\"x\"}\n{\"id\":\"b\",\"prompt\":\"x\"}\n"
+                       "{\"id\":\"c\",\"prompt\":\"x\",\"n\":2}\n";
+    if (read_text(text, &jf, &err) < 0 || jobfile_jobs(&jf, &jobs, &n, &err) < 0) {
+        CHECK(0, "parts fixtures: %s", err.msg);
+        return;
+    }
+    free(jobs);
+    const uint64_t first[] = {0, 0, 70, 71}, all[] = {30, 31, 70, 99};
+    CHECK(n == 4 && jobfile_set_ids(&jf, first, &err) == 0 && jobfile_job_of(&jf, 70) &&
+              jobfile_job_of(&jf, 71) && !jobfile_job_of(&jf, 30),
+          "the first part's jobs are indexed, the others not yet");
+    CHECK(jobfile_set_ids(&jf, all, &err) == 0 && jobfile_job_of(&jf, 30) == &jf.jobs[0] &&
+              jobfile_job_of(&jf, 31) == &jf.jobs[1] && jobfile_job_of(&jf, 70) == &jf.jobs[2] &&
+              jobfile_job_of(&jf, 71) == &jf.jobs[3] && !jobfile_job_of(&jf, 99),
+          "the next part's lower ids are merged in; a job keeps its first id");
+    llmq_error why = {.code = LLMQ_E_BAD_VALUE, .field = "jobs[3].model"};
+    snprintf(why.message, sizeof why.message, "no worker serves it");
+    jobfile_refuse(&jf, 3, &why);
+    sink s;
+    sink_open(&s);
+    llmq_result r = DONE;
+    r.id = 70;
+    CHECK(jobfile_take(&jf, &r, s.f, 1) == NULL,
+          "a stored job of a line failed since is not taken");
+    r.id = 30;
+    CHECK(jobfile_take(&jf, &r, s.f, 1) == &jf.jobs[0], "another line's job is");
+    json_free(sink_line(&s));
+    jobfile_free(&jf);
+}
+
 int main(void)
 {
     test_native();
@@ -818,5 +859,6 @@ int main(void)
     test_output_openai();
     test_output_logprobs();
     test_output_faults();
+    test_ids_in_parts();
     return check_done();
 }

@@ -1,0 +1,54 @@
+#!/bin/sh
+# test-client-python: the Python client (proto/python/llmq_client.py) with
+# requests of its own between a wait's results, against a real llmq-broker
+# and llmq-worker (CPU engine, stories260K).
+#
+# Pins: a status() on the client while its wait() is being iterated takes
+# none of the wait's messages: with every other job of the batch done (so
+# their results and the wait's end are already on the way to the client
+# when status() reads its reply), the wait still yields each of the 6
+# results, once, and ends with its counts (6 done, none pending), without
+# presuming its broker lost (a lost message is not made good by the wait's
+# lease sending it again: the broker answered every message).
+
+. "$LLMQ_SRCDIR/tests/integration/env.sh"
+
+it_init client-python
+it_broker
+it_worker w1 --slots 2
+it_wait_workers 1
+check $? "a broker and one worker are up"
+
+PYTHONPATH=$LLMQ_SRCDIR/proto/python "$PY" -B - "$clients" >"$dir/wait.log" 2>&1 <<'PYEOF'
+import sys
+import time
+
+import llmq_client
+
+c = llmq_client.Client(sys.argv[1], timeout_ms=5000)
+watch = llmq_client.Client(sys.argv[1], timeout_ms=5000)
+jobs = [{"prompt": f"Once upon a time {i}", "max_tokens": 6} for i in range(6)]
+ids = c.submit(jobs, batch="py")["ids"]
+losses = []
+results = c.wait(ids=ids, timeout_ms=20000, on_broker=lambda *a: losses.append(a))
+got = [next(results)["id"]]
+# Every job done: the broker has pushed the other results (and the wait's
+# end) to c before it answers c's status below, on the same connection.
+deadline = time.monotonic() + 60
+while watch.status(ids=ids)["counts"]["done"] < len(ids):
+    if time.monotonic() > deadline:
+        sys.exit("the jobs did not finish within 60 s")
+    time.sleep(0.05)
+status = c.status(ids=ids)
+print("status between results:", status["counts"])
+got += [r["id"] for r in results]
+print("results:", got, "end:", c.last_wait_end, "broker lost:", losses)
+ok = (sorted(got) == sorted(ids) and not losses and c.last_wait_end["done"] == len(ids)
+      and c.last_wait_end["pending"] == 0 and status["counts"]["done"] == len(ids))
+sys.exit(0 if ok else 1)
+PYEOF
+rc=$?
+cat "$dir/wait.log"
+[ "$rc" -eq 0 ]
+check $? "a wait with a status() between two results yields all 6 results, once each"
+it_done
