@@ -24,6 +24,8 @@ fi
 
 . "$LLMQ_SRCDIR/tests/unit/check.sh"
 PY=/usr/bin/python3
+# The Python client is imported from the source tree: no __pycache__ there.
+export PYTHONDONTWRITEBYTECODE=1
 MODEL=$LLMQ_TEST_DATA/models/stories260K.gguf
 it_pids=""
 
