@@ -20,7 +20,11 @@
  * ids, more cached prompt tokens than prompt tokens, a prompt count
  * unlike the job's) are refused (bad_result), not stored nor counted, the
  * job runs elsewhere and the sender gets no more jobs, and an honest
- * worker's cached prompt tokens are stored as sent; jobs left running by a
+ * worker's cached prompt tokens are stored as sent; a result that does
+ * not decode (a count sent as a str, a negative count) is refused the same
+ * way (bad_result at the field), its attempt ended with why, the job run
+ * elsewhere and finished once, while one naming another session's job or
+ * no readable job changes no job; jobs left running by a
  * killed broker run again after the restart;
  * SIGTERM drains (submits refused, running job may finish, unfinished job
  * back in the queue after the grace period); heartbeats go out to idle
@@ -30,6 +34,7 @@
  * refuses submits as unavailable and starts no job, while status is served
  * and the running job's result is stored and pushed, and the broker does
  * not exit. */
+#include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -608,6 +613,174 @@ static void test_forged_results(void)
     teardown(&h, c, ws, 2);
 }
 
+/* A job_result that does not decode, in the ways a worker's bug could
+ * make one: a count sent as a str, a negative count, an id that is not
+ * an int.  Sent as raw msgpack, since proto/wire refuses to encode them. */
+typedef enum garble { GEN_AS_STR, GEN_NEGATIVE, ID_AS_STR } garble;
+
+static void pk_str(msgpack_packer *pk, const char *s)
+{
+    msgpack_pack_str_with_body(pk, s, strlen(s));
+}
+
+static void garbled_result(void *w, uint64_t id, uint32_t attempt, garble g)
+{
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 11);
+    pk_str(&pk, "v");
+    msgpack_pack_int(&pk, 1);
+    pk_str(&pk, "type");
+    pk_str(&pk, "job_result");
+    pk_str(&pk, "gen_tokens");
+    if (g == GEN_AS_STR)
+        pk_str(&pk, "2");
+    else
+        msgpack_pack_int(&pk, g == GEN_NEGATIVE ? -2 : 2);
+    pk_str(&pk, "id");
+    if (g == ID_AS_STR)
+        pk_str(&pk, "1");
+    else
+        msgpack_pack_uint64(&pk, id);
+    pk_str(&pk, "attempt");
+    msgpack_pack_uint32(&pk, attempt);
+    pk_str(&pk, "text");
+    pk_str(&pk, "garbled");
+    pk_str(&pk, "tokens");
+    msgpack_pack_array(&pk, 2);
+    msgpack_pack_int(&pk, 11);
+    msgpack_pack_int(&pk, 12);
+    pk_str(&pk, "finish");
+    pk_str(&pk, "length");
+    pk_str(&pk, "prompt_tokens");
+    msgpack_pack_int(&pk, 5);
+    pk_str(&pk, "prefill_ms");
+    msgpack_pack_double(&pk, 1.0);
+    pk_str(&pk, "decode_ms");
+    msgpack_pack_double(&pk, 1.0);
+    h_send_raw(w, sb.data, sb.size);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+/* The reply to a garbled result: bad_result at field, naming what (a job
+ * attempt) in its message. */
+static bool refused_as_bad_result(void *w, const char *field, const char *what)
+{
+    wire_msg m;
+    if (await(w, WIRE_T_ERROR, T_REPLY, &m) != 0)
+        return false;
+    bool ok = m.error.code == WIRE_E_BAD_RESULT && m.error.field &&
+              strcmp(m.error.field, field) == 0 && strstr(m.error.message, what);
+    if (!ok)
+        fprintf(stderr, "  got %s at %s: %s\n", wire_code_name(m.error.code),
+                m.error.field ? m.error.field : "-", m.error.message);
+    wire_msg_free(&m);
+    return ok;
+}
+
+/* A worker's result that does not decode must not leave its job running
+ * on a session that believes it finished: it is refused as bad_result,
+ * its attempt ends (failed, why recorded), nothing is stored, the job runs
+ * on another worker, exactly one result at the end, the sender gets no
+ * more jobs and the broker stays up.  A garbled result naming another
+ * session's job, or no readable job, changes no job; the sender's jobs go
+ * back when its session ends. */
+static void test_undecoded_results(void)
+{
+    /* Workers wait in turn here, silent: none may be presumed dead. */
+    static const char *const flags[] = {"--heartbeat-ms", "100", "--worker-timeout-ms", "60000",
+                                        NULL};
+    harness h;
+    void *c;
+    setup(&h, "tbw-garbled", flags, &c);
+    uint64_t ids[4];
+    submit(c, NULL, 3, NULL, NULL, ids);
+    void *bad = worker_connect(&h, "w-garbled", "m", 3, NULL);
+    credit(bad, 3);
+    got_job j[3];
+    int took = 0;
+    for (int i = 0; i < 3; i++)
+        took += await_job(bad, T_REPLY, &j[i]) == 0 && j[i].id == ids[i];
+    submit(c, NULL, 1, NULL, NULL, &ids[3]);
+    void *other = worker_connect(&h, "w-bystander", "m", 1, NULL);
+    credit(other, 1);
+    got_job jo;
+    took += await_job(other, T_REPLY, &jo) == 0 && jo.id == ids[3];
+    CHECK(took == 4, "a worker takes three jobs, another one the fourth");
+
+    char what[64];
+    snprintf(what, sizeof what, "job %llu attempt 1", (unsigned long long)ids[0]);
+    garbled_result(bad, j[0].id, j[0].attempt, GEN_AS_STR);
+    CHECK(refused_as_bad_result(bad, "gen_tokens", what),
+          "a result whose gen_tokens is a str is refused: bad_result at gen_tokens, naming %s",
+          what);
+    snprintf(what, sizeof what, "job %llu attempt 1", (unsigned long long)ids[1]);
+    garbled_result(bad, j[1].id, j[1].attempt, GEN_NEGATIVE);
+    CHECK(refused_as_bad_result(bad, "gen_tokens", what),
+          "a result whose gen_tokens is negative is refused: bad_result at gen_tokens, naming %s",
+          what);
+    for (int i = 0; i < 2; i++)
+        CHECK(sqlf(&h,
+                   "SELECT count(*) FROM attempts WHERE job_id = %llu AND attempt = 1 AND"
+                   " outcome = 'failed' AND reason LIKE 'result did not decode: gen_tokens: %%'",
+                   ids[i]) == 1 &&
+                  sqlf(&h, "SELECT state = 'queued' AND faults = 1 FROM jobs WHERE id = %llu",
+                       ids[i]) == 1 &&
+                  sqlf(&h, "SELECT count(*) FROM results WHERE job_id = %llu", ids[i]) == 0,
+              "job %d: its attempt ended as failed, 'result did not decode: gen_tokens: ...';"
+              " nothing in results; back in the queue with a fault",
+              i + 1);
+
+    snprintf(what, sizeof what, "job %llu attempt 1", (unsigned long long)ids[3]);
+    garbled_result(bad, jo.id, jo.attempt, GEN_AS_STR);
+    CHECK(refused_as_bad_result(bad, "gen_tokens", what) &&
+              sqlf(&h, "SELECT state = 'running' AND faults = 0 FROM jobs WHERE id = %llu",
+                   ids[3]) == 1 &&
+              sqlf(&h, "SELECT count(*) FROM attempts WHERE job_id = %llu AND outcome IS NOT NULL",
+                   ids[3]) == 0,
+          "a garbled result naming another session's job is refused and changes nothing of it");
+    garbled_result(bad, j[2].id, j[2].attempt, ID_AS_STR);
+    CHECK(refused_as_bad_result(bad, "id", "no job attempt") &&
+              sqlf(&h, "SELECT state = 'running' AND faults = 0 FROM jobs WHERE id = %llu",
+                   ids[2]) == 1,
+          "one whose id is a str is refused (bad_result at id) and changes no job");
+
+    /* Were the garbling session still trusted, these credits would take
+     * the requeued jobs before the next worker could. */
+    credit(bad, 2);
+    void *good = worker_connect(&h, "w-good", "m", 3, NULL);
+    credit(good, 3);
+    got_job g[3];
+    int again = 0;
+    for (int i = 0; i < 2; i++)
+        again += await_job(good, T_REPLY, &g[i]) == 0 && g[i].attempt == 2 &&
+                 (g[i].id == ids[0] || g[i].id == ids[1]);
+    CHECK(again == 2, "the refused jobs run again on another worker, attempt 2 (%d of 2)", again);
+    send_simple(bad, WIRE_T_BYE);
+    again = await_job(good, T_REPLY, &g[2]) == 0 && g[2].id == ids[2] && g[2].attempt == 2;
+    CHECK(again, "the job the id-less result was about goes back when its session ends (bye)");
+    for (int i = 0; i < 3; i++)
+        result(good, g[i].id, g[i].attempt, "good", 2);
+    result(other, jo.id, jo.attempt, "bystander", 2);
+    send_wait(c, 9, ids, 4, T_REPLY);
+    int done = 0;
+    wire_msg m;
+    for (int i = 0; i < 4 && h_recv_type(c, T_REPLY, WIRE_T_RESULT, &m) == 0; i++) {
+        done += m.result.state == WIRE_STATE_DONE && strcmp(m.result.text, "garbled") != 0;
+        wire_msg_free(&m);
+    }
+    CHECK(done == 4 && h_sql(&h, "SELECT count(*) FROM results") == 4 &&
+              h_sql(&h, "SELECT count(DISTINCT job_id) FROM results") == 4 &&
+              h_sql(&h, "SELECT coalesce(sum(generated_tokens), 0) FROM v_worker_stats"
+                        " WHERE name = 'w-garbled'") == 0,
+          "all four finish, exactly one result row each, none the garbler's (%d done)", done);
+    CHECK(h.broker > 0 && waitpid(h.broker, NULL, WNOHANG) == 0, "the broker stays up throughout");
+    void *ws[3] = {bad, other, good};
+    teardown(&h, c, ws, 3);
+}
+
 static void test_broker_restart(void)
 {
     running r;
@@ -918,6 +1091,7 @@ int main(void)
     test_cancel_running();
     test_bye_and_second_hello();
     test_forged_results();
+    test_undecoded_results();
     test_broker_restart();
     test_sigterm_finishes();
     test_sigterm_grace_expires();
