@@ -364,14 +364,16 @@ static int refuse_result(broker *b, pool_worker *w, uint64_t id,
     return failed ? broker_job_final(b, (int64_t)id, err) : 0;
 }
 
-/* A result that does not decode is refused as one that contradicts its
- * job, the attempt it names ended: it would otherwise stay running on a
- * session that believes it finished, for as long as that session lives. */
+/* A job's result or failure that does not decode is refused as a result
+ * that contradicts its job, the attempt it names ended: it would otherwise
+ * stay running on a session that believes it over, for as long as that
+ * session lives. */
 static int on_undecoded_result(broker *b, pool_worker *w, const wire_error *we,
                                llmq_err *err)
 {
     char reason[WIRE_MAX_MESSAGE_BYTES];
-    snprintf(reason, sizeof reason, "result did not decode: %s", we->err.msg);
+    snprintf(reason, sizeof reason, "%s did not decode: %s",
+             we->type == WIRE_T_JOB_RESULT ? "result" : "failure", we->err.msg);
     /* The message starts with the field, which the reply carries apart. */
     size_t skip = strlen(we->field);
     const char *why = we->err.msg;
@@ -481,7 +483,8 @@ int on_worker(broker *b, const net_peer *from, const void *body, size_t len,
     wire_msg m;
     wire_error we;
     if (!broker_decode(b, b->workers, body, len, &m, &we))
-        return w && we.type == WIRE_T_JOB_RESULT
+        return w && (we.type == WIRE_T_JOB_RESULT ||
+                     we.type == WIRE_T_JOB_FAILURE)
                    ? on_undecoded_result(b, w, &we, err)
                    : broker_undecoded(b, b->workers, from, &we, err);
     int rc = !w && m.type != WIRE_T_HELLO

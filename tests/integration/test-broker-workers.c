@@ -21,10 +21,11 @@
  * unlike the job's) are refused (bad_result), not stored nor counted, the
  * job runs elsewhere and the sender gets no more jobs, and an honest
  * worker's cached prompt tokens are stored as sent; a result that does
- * not decode (a count sent as a str, a negative count) is refused the same
- * way (bad_result at the field), its attempt ended with why, the job run
- * elsewhere and finished once, while one naming another session's job or
- * no readable job changes no job; jobs left running by a
+ * not decode (a count sent as a str, a negative count), or a job_failure
+ * that does not, is refused the same way (bad_result at the field), its
+ * attempt ended with why, the job run elsewhere and finished once, while
+ * one naming another session's job or no readable job changes no job;
+ * jobs left running by a
  * killed broker run again after the restart;
  * SIGTERM drains (submits refused, running job may finish, unfinished job
  * back in the queue after the grace period); heartbeats go out to idle
@@ -618,53 +619,83 @@ static void test_forged_results(void)
  * an int.  Sent as raw msgpack, since proto/wire refuses to encode them. */
 typedef enum garble { GEN_AS_STR, GEN_NEGATIVE, ID_AS_STR } garble;
 
+typedef struct raw {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+} raw;
+
 static void pk_str(msgpack_packer *pk, const char *s)
 {
     msgpack_pack_str_with_body(pk, s, strlen(s));
 }
 
-static void garbled_result(void *w, uint64_t id, uint32_t attempt, garble g)
+/* A map of v, type, id (a str for ID_AS_STR), attempt and n more fields. */
+static msgpack_packer *raw_begin(raw *r, const char *type, uint64_t id, uint32_t attempt, garble g,
+                                 uint32_t n)
 {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-    msgpack_sbuffer_init(&sb);
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 11);
-    pk_str(&pk, "v");
-    msgpack_pack_int(&pk, 1);
-    pk_str(&pk, "type");
-    pk_str(&pk, "job_result");
-    pk_str(&pk, "gen_tokens");
-    if (g == GEN_AS_STR)
-        pk_str(&pk, "2");
-    else
-        msgpack_pack_int(&pk, g == GEN_NEGATIVE ? -2 : 2);
-    pk_str(&pk, "id");
+    msgpack_sbuffer_init(&r->sb);
+    msgpack_packer_init(&r->pk, &r->sb, msgpack_sbuffer_write);
+    msgpack_packer *pk = &r->pk;
+    msgpack_pack_map(pk, 4 + n);
+    pk_str(pk, "v");
+    msgpack_pack_int(pk, 1);
+    pk_str(pk, "type");
+    pk_str(pk, type);
+    pk_str(pk, "id");
     if (g == ID_AS_STR)
-        pk_str(&pk, "1");
+        pk_str(pk, "1");
     else
-        msgpack_pack_uint64(&pk, id);
-    pk_str(&pk, "attempt");
-    msgpack_pack_uint32(&pk, attempt);
-    pk_str(&pk, "text");
-    pk_str(&pk, "garbled");
-    pk_str(&pk, "tokens");
-    msgpack_pack_array(&pk, 2);
-    msgpack_pack_int(&pk, 11);
-    msgpack_pack_int(&pk, 12);
-    pk_str(&pk, "finish");
-    pk_str(&pk, "length");
-    pk_str(&pk, "prompt_tokens");
-    msgpack_pack_int(&pk, 5);
-    pk_str(&pk, "prefill_ms");
-    msgpack_pack_double(&pk, 1.0);
-    pk_str(&pk, "decode_ms");
-    msgpack_pack_double(&pk, 1.0);
-    h_send_raw(w, sb.data, sb.size);
-    msgpack_sbuffer_destroy(&sb);
+        msgpack_pack_uint64(pk, id);
+    pk_str(pk, "attempt");
+    msgpack_pack_uint32(pk, attempt);
+    return pk;
 }
 
-/* The reply to a garbled result: bad_result at field, naming what (a job
+static void raw_send(void *w, raw *r)
+{
+    h_send_raw(w, r->sb.data, r->sb.size);
+    msgpack_sbuffer_destroy(&r->sb);
+}
+
+static void garbled_result(void *w, uint64_t id, uint32_t attempt, garble g)
+{
+    raw r;
+    msgpack_packer *pk = raw_begin(&r, "job_result", id, attempt, g, 7);
+    pk_str(pk, "gen_tokens");
+    if (g == GEN_AS_STR)
+        pk_str(pk, "2");
+    else
+        msgpack_pack_int(pk, g == GEN_NEGATIVE ? -2 : 2);
+    pk_str(pk, "text");
+    pk_str(pk, "garbled");
+    pk_str(pk, "tokens");
+    msgpack_pack_array(pk, 2);
+    msgpack_pack_int(pk, 11);
+    msgpack_pack_int(pk, 12);
+    pk_str(pk, "finish");
+    pk_str(pk, "length");
+    pk_str(pk, "prompt_tokens");
+    msgpack_pack_int(pk, 5);
+    pk_str(pk, "prefill_ms");
+    msgpack_pack_double(pk, 1.0);
+    pk_str(pk, "decode_ms");
+    msgpack_pack_double(pk, 1.0);
+    raw_send(w, &r);
+}
+
+/* A job_failure whose retryable is a str. */
+static void garbled_failure(void *w, uint64_t id, uint32_t attempt)
+{
+    raw r;
+    msgpack_packer *pk = raw_begin(&r, "job_failure", id, attempt, GEN_NEGATIVE, 2);
+    pk_str(pk, "reason");
+    pk_str(pk, "out of memory");
+    pk_str(pk, "retryable");
+    pk_str(pk, "yes");
+    raw_send(w, &r);
+}
+
+/* The reply to a garbled message: bad_result at field, naming what (a job
  * attempt) in its message. */
 static bool refused_as_bad_result(void *w, const char *field, const char *what)
 {
@@ -680,6 +711,62 @@ static bool refused_as_bad_result(void *w, const char *field, const char *what)
     return ok;
 }
 
+static const char *attempt_1(uint64_t id)
+{
+    static char what[64];
+    snprintf(what, sizeof what, "job %llu attempt 1", (unsigned long long)id);
+    return what;
+}
+
+/* Attempt 1 of job id ended as failed for reason (a LIKE pattern), nothing
+ * in results, the job back in the queue with a fault. */
+static bool ended_for(const harness *h, uint64_t id, const char *reason)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM attempts WHERE job_id = %llu AND attempt = 1 AND"
+             " outcome = 'failed' AND reason LIKE '%s'",
+             (unsigned long long)id, reason);
+    return h_sql(h, sql) == 1 &&
+           sqlf(h, "SELECT state = 'queued' AND faults = 1 FROM jobs WHERE id = %llu", id) == 1 &&
+           sqlf(h, "SELECT count(*) FROM results WHERE job_id = %llu", id) == 0;
+}
+
+/* Still running where it was, its attempt not ended. */
+static bool untouched(const harness *h, uint64_t id)
+{
+    return sqlf(h, "SELECT state = 'running' AND faults = 0 FROM jobs WHERE id = %llu", id) == 1 &&
+           sqlf(h, "SELECT count(*) FROM attempts WHERE job_id = %llu AND outcome IS NOT NULL",
+                id) == 0;
+}
+
+/* The garbler (bad) holds ids[0..3], the bystander ids[4]: each garbled
+ * message is refused, and only the attempts of the garbler's it names end. */
+static void send_garbled(harness *h, void *bad, const uint64_t *ids, const got_job *j,
+                         const got_job *jo)
+{
+    garbled_result(bad, j[0].id, j[0].attempt, GEN_AS_STR);
+    CHECK(refused_as_bad_result(bad, "gen_tokens", attempt_1(ids[0])) &&
+              ended_for(h, ids[0], "result did not decode: gen_tokens: %"),
+          "a result whose gen_tokens is a str: bad_result at gen_tokens; its attempt ended"
+          " as failed, 'result did not decode: gen_tokens: ...'; nothing in results; the job"
+          " back in the queue with a fault");
+    garbled_result(bad, j[1].id, j[1].attempt, GEN_NEGATIVE);
+    CHECK(refused_as_bad_result(bad, "gen_tokens", attempt_1(ids[1])) &&
+              ended_for(h, ids[1], "result did not decode: gen_tokens: %"),
+          "the same for a negative gen_tokens");
+    garbled_failure(bad, j[2].id, j[2].attempt);
+    CHECK(refused_as_bad_result(bad, "retryable", attempt_1(ids[2])) &&
+              ended_for(h, ids[2], "failure did not decode: retryable: %"),
+          "and for a job_failure whose retryable is a str ('failure did not decode')");
+    garbled_result(bad, jo->id, jo->attempt, GEN_AS_STR);
+    CHECK(refused_as_bad_result(bad, "gen_tokens", attempt_1(ids[4])) && untouched(h, ids[4]),
+          "a garbled result naming another session's job is refused and changes nothing of it");
+    garbled_result(bad, j[3].id, j[3].attempt, ID_AS_STR);
+    CHECK(refused_as_bad_result(bad, "id", "no job attempt") && untouched(h, ids[3]),
+          "one whose id is a str is refused (bad_result at id) and changes no job");
+}
+
 /* A worker's result that does not decode must not leave its job running
  * on a session that believes it finished: it is refused as bad_result,
  * its attempt ends (failed, why recorded), nothing is stored, the job runs
@@ -692,90 +779,53 @@ static void test_undecoded_results(void)
     /* Workers wait in turn here, silent: none may be presumed dead. */
     static const char *const flags[] = {"--heartbeat-ms", "100", "--worker-timeout-ms", "60000",
                                         NULL};
+    enum { N = 5 };
     harness h;
     void *c;
     setup(&h, "tbw-garbled", flags, &c);
-    uint64_t ids[4];
-    submit(c, NULL, 3, NULL, NULL, ids);
-    void *bad = worker_connect(&h, "w-garbled", "m", 3, NULL);
-    credit(bad, 3);
-    got_job j[3];
+    uint64_t ids[N];
+    submit(c, NULL, N - 1, NULL, NULL, ids);
+    void *bad = worker_connect(&h, "w-garbled", "m", N - 1, NULL);
+    credit(bad, N - 1);
+    got_job j[N - 1], jo;
     int took = 0;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < N - 1; i++)
         took += await_job(bad, T_REPLY, &j[i]) == 0 && j[i].id == ids[i];
-    submit(c, NULL, 1, NULL, NULL, &ids[3]);
+    submit(c, NULL, 1, NULL, NULL, &ids[N - 1]);
     void *other = worker_connect(&h, "w-bystander", "m", 1, NULL);
     credit(other, 1);
-    got_job jo;
-    took += await_job(other, T_REPLY, &jo) == 0 && jo.id == ids[3];
-    CHECK(took == 4, "a worker takes three jobs, another one the fourth");
-
-    char what[64];
-    snprintf(what, sizeof what, "job %llu attempt 1", (unsigned long long)ids[0]);
-    garbled_result(bad, j[0].id, j[0].attempt, GEN_AS_STR);
-    CHECK(refused_as_bad_result(bad, "gen_tokens", what),
-          "a result whose gen_tokens is a str is refused: bad_result at gen_tokens, naming %s",
-          what);
-    snprintf(what, sizeof what, "job %llu attempt 1", (unsigned long long)ids[1]);
-    garbled_result(bad, j[1].id, j[1].attempt, GEN_NEGATIVE);
-    CHECK(refused_as_bad_result(bad, "gen_tokens", what),
-          "a result whose gen_tokens is negative is refused: bad_result at gen_tokens, naming %s",
-          what);
-    for (int i = 0; i < 2; i++)
-        CHECK(sqlf(&h,
-                   "SELECT count(*) FROM attempts WHERE job_id = %llu AND attempt = 1 AND"
-                   " outcome = 'failed' AND reason LIKE 'result did not decode: gen_tokens: %%'",
-                   ids[i]) == 1 &&
-                  sqlf(&h, "SELECT state = 'queued' AND faults = 1 FROM jobs WHERE id = %llu",
-                       ids[i]) == 1 &&
-                  sqlf(&h, "SELECT count(*) FROM results WHERE job_id = %llu", ids[i]) == 0,
-              "job %d: its attempt ended as failed, 'result did not decode: gen_tokens: ...';"
-              " nothing in results; back in the queue with a fault",
-              i + 1);
-
-    snprintf(what, sizeof what, "job %llu attempt 1", (unsigned long long)ids[3]);
-    garbled_result(bad, jo.id, jo.attempt, GEN_AS_STR);
-    CHECK(refused_as_bad_result(bad, "gen_tokens", what) &&
-              sqlf(&h, "SELECT state = 'running' AND faults = 0 FROM jobs WHERE id = %llu",
-                   ids[3]) == 1 &&
-              sqlf(&h, "SELECT count(*) FROM attempts WHERE job_id = %llu AND outcome IS NOT NULL",
-                   ids[3]) == 0,
-          "a garbled result naming another session's job is refused and changes nothing of it");
-    garbled_result(bad, j[2].id, j[2].attempt, ID_AS_STR);
-    CHECK(refused_as_bad_result(bad, "id", "no job attempt") &&
-              sqlf(&h, "SELECT state = 'running' AND faults = 0 FROM jobs WHERE id = %llu",
-                   ids[2]) == 1,
-          "one whose id is a str is refused (bad_result at id) and changes no job");
+    took += await_job(other, T_REPLY, &jo) == 0 && jo.id == ids[N - 1];
+    CHECK(took == N, "a worker takes four jobs, another one the fifth");
+    send_garbled(&h, bad, ids, j, &jo);
 
     /* Were the garbling session still trusted, these credits would take
      * the requeued jobs before the next worker could. */
-    credit(bad, 2);
-    void *good = worker_connect(&h, "w-good", "m", 3, NULL);
-    credit(good, 3);
-    got_job g[3];
+    credit(bad, 3);
+    void *good = worker_connect(&h, "w-good", "m", N - 1, NULL);
+    credit(good, N - 1);
+    got_job g[N - 1];
     int again = 0;
-    for (int i = 0; i < 2; i++)
-        again += await_job(good, T_REPLY, &g[i]) == 0 && g[i].attempt == 2 &&
-                 (g[i].id == ids[0] || g[i].id == ids[1]);
-    CHECK(again == 2, "the refused jobs run again on another worker, attempt 2 (%d of 2)", again);
-    send_simple(bad, WIRE_T_BYE);
-    again = await_job(good, T_REPLY, &g[2]) == 0 && g[2].id == ids[2] && g[2].attempt == 2;
-    CHECK(again, "the job the id-less result was about goes back when its session ends (bye)");
     for (int i = 0; i < 3; i++)
+        again += await_job(good, T_REPLY, &g[i]) == 0 && g[i].id == ids[i] && g[i].attempt == 2;
+    CHECK(again == 3, "the refused jobs run again on another worker, attempt 2 (%d of 3)", again);
+    send_simple(bad, WIRE_T_BYE);
+    again = await_job(good, T_REPLY, &g[3]) == 0 && g[3].id == ids[3] && g[3].attempt == 2;
+    CHECK(again, "the job the id-less result was about goes back when its session ends (bye)");
+    for (int i = 0; i < N - 1; i++)
         result(good, g[i].id, g[i].attempt, "good", 2);
     result(other, jo.id, jo.attempt, "bystander", 2);
-    send_wait(c, 9, ids, 4, T_REPLY);
+    send_wait(c, 9, ids, N, T_REPLY);
     int done = 0;
     wire_msg m;
-    for (int i = 0; i < 4 && h_recv_type(c, T_REPLY, WIRE_T_RESULT, &m) == 0; i++) {
+    for (int i = 0; i < N && h_recv_type(c, T_REPLY, WIRE_T_RESULT, &m) == 0; i++) {
         done += m.result.state == WIRE_STATE_DONE && strcmp(m.result.text, "garbled") != 0;
         wire_msg_free(&m);
     }
-    CHECK(done == 4 && h_sql(&h, "SELECT count(*) FROM results") == 4 &&
-              h_sql(&h, "SELECT count(DISTINCT job_id) FROM results") == 4 &&
+    CHECK(done == N && h_sql(&h, "SELECT count(*) FROM results") == N &&
+              h_sql(&h, "SELECT count(DISTINCT job_id) FROM results") == N &&
               h_sql(&h, "SELECT coalesce(sum(generated_tokens), 0) FROM v_worker_stats"
                         " WHERE name = 'w-garbled'") == 0,
-          "all four finish, exactly one result row each, none the garbler's (%d done)", done);
+          "all five finish, exactly one result row each, none the garbler's (%d done)", done);
     CHECK(h.broker > 0 && waitpid(h.broker, NULL, WNOHANG) == 0, "the broker stays up throughout");
     void *ws[3] = {bad, other, good};
     teardown(&h, c, ws, 3);
