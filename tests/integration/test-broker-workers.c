@@ -35,7 +35,6 @@
  * refuses submits as unavailable and starts no job, while status is served
  * and the running job's result is stored and pushed, and the broker does
  * not exit. */
-#include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -619,80 +618,62 @@ static void test_forged_results(void)
  * an int.  Sent as raw msgpack, since proto/wire refuses to encode them. */
 typedef enum garble { GEN_AS_STR, GEN_NEGATIVE, ID_AS_STR } garble;
 
-typedef struct raw {
-    msgpack_sbuffer sb;
-    msgpack_packer pk;
-} raw;
-
-static void pk_str(msgpack_packer *pk, const char *s)
-{
-    msgpack_pack_str_with_body(pk, s, strlen(s));
-}
-
 /* A map of v, type, id (a str for ID_AS_STR), attempt and n more fields. */
-static msgpack_packer *raw_begin(raw *r, const char *type, uint64_t id, uint32_t attempt, garble g,
-                                 uint32_t n)
+static msgpack_packer *raw_begin(h_body *r, const char *type, uint64_t id, uint32_t attempt,
+                                 garble g, uint32_t n)
 {
-    msgpack_sbuffer_init(&r->sb);
-    msgpack_packer_init(&r->pk, &r->sb, msgpack_sbuffer_write);
-    msgpack_packer *pk = &r->pk;
+    msgpack_packer *pk = h_body_start(r);
     msgpack_pack_map(pk, 4 + n);
-    pk_str(pk, "v");
+    h_pk_str(pk, "v");
     msgpack_pack_int(pk, 1);
-    pk_str(pk, "type");
-    pk_str(pk, type);
-    pk_str(pk, "id");
+    h_pk_str(pk, "type");
+    h_pk_str(pk, type);
+    h_pk_str(pk, "id");
     if (g == ID_AS_STR)
-        pk_str(pk, "1");
+        h_pk_str(pk, "1");
     else
         msgpack_pack_uint64(pk, id);
-    pk_str(pk, "attempt");
+    h_pk_str(pk, "attempt");
     msgpack_pack_uint32(pk, attempt);
     return pk;
 }
 
-static void raw_send(void *w, raw *r)
-{
-    h_send_raw(w, r->sb.data, r->sb.size);
-    msgpack_sbuffer_destroy(&r->sb);
-}
-
 static void garbled_result(void *w, uint64_t id, uint32_t attempt, garble g)
 {
-    raw r;
+    h_body r;
     msgpack_packer *pk = raw_begin(&r, "job_result", id, attempt, g, 7);
-    pk_str(pk, "gen_tokens");
+    h_pk_str(pk, "gen_tokens");
     if (g == GEN_AS_STR)
-        pk_str(pk, "2");
+        h_pk_str(pk, "2");
     else
         msgpack_pack_int(pk, g == GEN_NEGATIVE ? -2 : 2);
-    pk_str(pk, "text");
-    pk_str(pk, "garbled");
-    pk_str(pk, "tokens");
+    h_pk_str(pk, "text");
+    h_pk_str(pk, "garbled");
+    h_pk_str(pk, "tokens");
     msgpack_pack_array(pk, 2);
     msgpack_pack_int(pk, 11);
     msgpack_pack_int(pk, 12);
-    pk_str(pk, "finish");
-    pk_str(pk, "length");
-    pk_str(pk, "prompt_tokens");
+    h_pk_str(pk, "finish");
+    h_pk_str(pk, "length");
+    h_pk_str(pk, "prompt_tokens");
     msgpack_pack_int(pk, 5);
-    pk_str(pk, "prefill_ms");
+    h_pk_str(pk, "prefill_ms");
     msgpack_pack_double(pk, 1.0);
-    pk_str(pk, "decode_ms");
+    h_pk_str(pk, "decode_ms");
     msgpack_pack_double(pk, 1.0);
-    raw_send(w, &r);
+    h_body_send(w, &r);
 }
 
 /* A job_failure whose retryable is a str. */
 static void garbled_failure(void *w, uint64_t id, uint32_t attempt)
 {
-    raw r;
+    h_body r;
     msgpack_packer *pk = raw_begin(&r, "job_failure", id, attempt, GEN_NEGATIVE, 2);
-    pk_str(pk, "reason");
-    pk_str(pk, "out of memory");
-    pk_str(pk, "retryable");
-    pk_str(pk, "yes");
-    raw_send(w, &r);
+    h_pk_str(pk, "reason");
+    h_pk_str(pk, "out of memory");
+    h_pk_str(pk, "retryable");
+    h_pk_str(pk, "yes");
+    h_body_send(w, &r);
 }
 
 /* The reply to a garbled message: bad_result at field, naming what (a job
