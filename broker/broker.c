@@ -49,26 +49,27 @@ int broker_refuse(broker *b, void *sock, const net_peer *to, uint64_t req,
     return broker_reply(b, sock, to, &m, NULL);
 }
 
+bool broker_decode(const broker *b, void *sock, const void *body, size_t len,
+                   wire_msg *m, wire_error *we)
+{
+    return wire_decode(body, len,
+                       sock == b->workers ? WIRE_DIR_WORKER_TO_BROKER
+                                          : WIRE_DIR_CLIENT_TO_BROKER,
+                       m, we) == 0;
+}
+
 /* Bad client requests are the clients' business (logged when verbose); a
  * bad worker message is a bug worth a line. */
-int broker_decode(broker *b, void *sock, const net_peer *from, const void *body,
-                  size_t len, wire_msg *m, bool *ok, llmq_err *err)
+int broker_undecoded(broker *b, void *sock, const net_peer *to,
+                     const wire_error *we, llmq_err *err)
 {
     bool worker = sock == b->workers;
-    wire_error we;
-    memset(&we, 0, sizeof we);
-    *ok = wire_decode(body, len,
-                      worker ? WIRE_DIR_WORKER_TO_BROKER
-                             : WIRE_DIR_CLIENT_TO_BROKER,
-                      m, &we) == 0;
-    if (*ok)
-        return 0;
     if (worker || b->cfg.verbose)
         broker_log("bad %s message: %s: %s", worker ? "worker" : "client",
-                   wire_code_name(we.code), we.err.msg);
+                   wire_code_name(we->code), we->err.msg);
     wire_msg r;
-    wire_error_reply(&r, &we);
-    return broker_reply(b, sock, from, &r, err);
+    wire_error_reply(&r, we);
+    return broker_reply(b, sock, to, &r, err);
 }
 
 wire_state broker_wire_state(store_state s)

@@ -47,10 +47,13 @@ int broker_reply(broker *b, void *sock, const net_peer *to, const wire_msg *m,
 int broker_refuse(broker *b, void *sock, const net_peer *to, uint64_t req,
                   wire_code code, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 7, 8)));
-/* Decodes a body that came on sock (clients or workers); a body that does
- * not decode is answered with its typed error and *ok is false. */
-int broker_decode(broker *b, void *sock, const net_peer *from, const void *body,
-                  size_t len, wire_msg *m, bool *ok, llmq_err *err);
+/* Decodes a body that came on sock (clients or workers): true when it
+ * decoded, else *we says why and what it had read. */
+bool broker_decode(const broker *b, void *sock, const void *body, size_t len,
+                   wire_msg *m, wire_error *we);
+/* Answers a body that did not decode with its typed error. */
+int broker_undecoded(broker *b, void *sock, const net_peer *to,
+                     const wire_error *we, llmq_err *err);
 /* A job became final: push it to the clients waiting for it. */
 int broker_job_final(broker *b, int64_t job_id, llmq_err *err);
 wire_state broker_wire_state(store_state s);

@@ -832,11 +832,10 @@ int on_client(broker *b, const net_peer *from, const void *body, size_t len,
               llmq_err *err)
 {
     wire_msg m;
-    bool ok;
-    int rc = broker_decode(b, b->clients, from, body, len, &m, &ok, err);
-    if (rc || !ok)
-        return rc;
-    rc = handle(b, from, &m, err);
+    wire_error we;
+    if (!broker_decode(b, b->clients, body, len, &m, &we))
+        return broker_undecoded(b, b->clients, from, &we, err);
+    int rc = handle(b, from, &m, err);
     wire_msg_free(&m);
     return rc;
 }

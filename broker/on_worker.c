@@ -329,29 +329,59 @@ static bool contradicts(const store_job_facts *f, const pool_worker *w,
 
 /* The result is not recorded: the attempt ends with a fault, so that the
  * job runs again (or fails once out of attempts, every reason kept), and
- * the session gets no more jobs, so that it runs elsewhere. */
-static int refuse_result(broker *b, pool_worker *w, const wire_result *r,
-                         const verdict *v, llmq_err *err)
+ * the session gets no more jobs, so that it runs elsewhere.  Only an
+ * attempt running on this session is touched (id and attempt 0: the
+ * result named none that could be read): a session cannot end another's.
+ * why: what is wrong at field, for the worker; reason: for the attempt. */
+static int refuse_result(broker *b, pool_worker *w, uint64_t id,
+                         uint32_t attempt, const char *field, const char *why,
+                         const char *reason, llmq_err *err)
+{
+    store_change ch = STORE_UNKNOWN;
+    bool failed = false;
+    if (id && attempt &&
+        store_fault(b->st, (int64_t)id, w->id, (int32_t)attempt, reason, false,
+                    b->wall, &ch, &failed, err))
+        return -1;
+    bool ended = ch == STORE_APPLIED;
+    if (ended)
+        job_left(w);
+    w->distrusted = true;
+    char job[64] = "a result naming no job attempt";
+    if (id && attempt)
+        snprintf(job, sizeof job, "job %" PRIu64 " attempt %u", id, attempt);
+    broker_log("worker %s (session %" PRId64 "): %s: %s; %s; this session gets"
+               " no more jobs",
+               w->name, w->id, job, reason,
+               !ended   ? "no job changed (none of this session's was named)"
+               : failed ? "the job failed (out of attempts)"
+                        : "the job goes back to the queue");
+    if (broker_refuse(b, b->workers, &w->peer, 0, WIRE_E_BAD_RESULT,
+                      field && field[0] ? field : NULL,
+                      "%s: %s: refused%s; this session gets no more jobs", job,
+                      why, ended ? ", the job runs elsewhere" : ""))
+        return -1;
+    return failed ? broker_job_final(b, (int64_t)id, err) : 0;
+}
+
+/* A job's result or failure that does not decode is refused as a result
+ * that contradicts its job, the attempt it names ended: it would otherwise
+ * stay running on a session that believes it over, for as long as that
+ * session lives. */
+static int on_undecoded_result(broker *b, pool_worker *w, const wire_error *we,
+                               llmq_err *err)
 {
     char reason[WIRE_MAX_MESSAGE_BYTES];
-    snprintf(reason, sizeof reason, "result refused: %s: %s", v->field, v->why);
-    store_change ch;
-    bool failed;
-    if (store_fault(b->st, (int64_t)r->id, w->id, (int32_t)r->attempt, reason,
-                    false, b->wall, &ch, &failed, err))
-        return -1;
-    job_left(w);
-    w->distrusted = true;
-    broker_log("worker %s (session %" PRId64 "): job %" PRIu64 " attempt %u:"
-               " %s; the job %s; this session gets no more jobs",
-               w->name, w->id, r->id, r->attempt, reason,
-               failed ? "failed (out of attempts)" : "goes back to the queue");
-    if (broker_refuse(b, b->workers, &w->peer, 0, WIRE_E_BAD_RESULT, v->field,
-                      "job %" PRIu64 " attempt %u: %s: refused, the job runs"
-                      " elsewhere; this session gets no more jobs",
-                      r->id, r->attempt, v->why))
-        return -1;
-    return failed ? broker_job_final(b, (int64_t)r->id, err) : 0;
+    snprintf(reason, sizeof reason, "%s did not decode: %s",
+             we->type == WIRE_T_JOB_RESULT ? "result" : "failure", we->err.msg);
+    /* The message starts with the field, which the reply carries apart. */
+    size_t skip = strlen(we->field);
+    const char *why = we->err.msg;
+    if (skip && strncmp(why, we->field, skip) == 0 &&
+        strncmp(why + skip, ": ", 2) == 0)
+        why += skip + 2;
+    return refuse_result(b, w, we->id, we->attempt, we->field, why, reason,
+                         err);
 }
 
 static int on_result(broker *b, pool_worker *w, const wire_result *r,
@@ -362,8 +392,13 @@ static int on_result(broker *b, pool_worker *w, const wire_result *r,
     if (store_job_facts_get(b->st, (int64_t)r->id, w->id, (int32_t)r->attempt,
                             &facts, err))
         return -1;
-    if (facts.current && contradicts(&facts, w, r, &v))
-        return refuse_result(b, w, r, &v, err);
+    if (facts.current && contradicts(&facts, w, r, &v)) {
+        char reason[WIRE_MAX_MESSAGE_BYTES];
+        snprintf(reason, sizeof reason, "result refused: %s: %s", v.field,
+                 v.why);
+        return refuse_result(b, w, r->id, r->attempt, v.field, v.why, reason,
+                             err);
+    }
     store_result sr = {.text = r->text,
                        .token_ids = r->tokens,
                        .n_token_ids = r->n_tokens,
@@ -446,13 +481,16 @@ int on_worker(broker *b, const net_peer *from, const void *body, size_t len,
     if (w)
         w->last_heard = b->now; /* any message, even a bad one, is a sign of life */
     wire_msg m;
-    bool ok;
-    int rc = broker_decode(b, b->workers, from, body, len, &m, &ok, err);
-    if (rc || !ok)
-        return rc;
-    rc = !w && m.type != WIRE_T_HELLO
+    wire_error we;
+    if (!broker_decode(b, b->workers, body, len, &m, &we))
+        return w && (we.type == WIRE_T_JOB_RESULT ||
+                     we.type == WIRE_T_JOB_FAILURE)
+                   ? on_undecoded_result(b, w, &we, err)
+                   : broker_undecoded(b, b->workers, from, &we, err);
+    int rc = !w && m.type != WIRE_T_HELLO
                  ? broker_refuse(b, b->workers, from, 0, WIRE_E_UNKNOWN_WORKER,
-                                 NULL, "this connection has no session (no hello,"
+                                 NULL,
+                                 "this connection has no session (no hello,"
                                  " or presumed dead): send hello again")
                  : handle(b, from, w, &m, err);
     wire_msg_free(&m);

@@ -1245,6 +1245,25 @@ static const msgpack_object *map_get(const msgpack_object *o, const char *key)
     return NULL;
 }
 
+static uint32_t map_count(const msgpack_object *o, const char *key)
+{
+    size_t klen = strlen(key);
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < o->via.map.size; i++) {
+        const msgpack_object *k = &o->via.map.ptr[i].key;
+        n += k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen &&
+             memcmp(str_ptr(k), key, klen) == 0;
+    }
+    return n;
+}
+
+/* A positive int in 1..max under a key given once, else 0. */
+static uint64_t peek_count(const msgpack_object *o, const char *key, uint64_t max)
+{
+    const msgpack_object *v = map_count(o, key) == 1 ? map_get(o, key) : NULL;
+    return v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 <= max ? v->via.u64 : 0;
+}
+
 static int read_header(rd *r, const msgpack_object *o, unsigned dirs, wire_msg *m)
 {
     const msgpack_object *req = map_get(o, "req");
@@ -1274,6 +1293,10 @@ static int read_header(rd *r, const msgpack_object *o, unsigned dirs, wire_msg *
     if (!(MSGS[m->type].dirs & dirs))
         return rd_fail(r, WIRE_E_UNKNOWN_TYPE, "\"%s\" is not accepted here", name);
     path_pop(r, saved);
+    /* So that a refusal can name the job attempt the message is about. */
+    r->err->type = m->type;
+    r->err->id = peek_count(o, "id", UINT64_MAX);
+    r->err->attempt = (uint32_t)peek_count(o, "attempt", UINT32_MAX);
     if (req) {
         path_key(r, "req", &saved);
         if (!has_req(m->type))
@@ -1291,14 +1314,7 @@ static int check_common_dups(rd *r, const msgpack_object *o)
 {
     static const char *const COMMON[] = {"v", "type", "req"};
     for (size_t c = 0; c < N(COMMON); c++) {
-        int count = 0;
-        size_t klen = strlen(COMMON[c]);
-        for (uint32_t i = 0; i < o->via.map.size; i++) {
-            const msgpack_object *k = &o->via.map.ptr[i].key;
-            count += k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen &&
-                     memcmp(str_ptr(k), COMMON[c], klen) == 0;
-        }
-        if (count > 1) {
+        if (map_count(o, COMMON[c]) > 1) {
             size_t saved;
             path_key(r, COMMON[c], &saved);
             return rd_fail(r, WIRE_E_BAD_VALUE, "key given twice");

@@ -149,11 +149,17 @@ wire_finish wire_finish_from_name(const char *name);
 unsigned wire_type_dirs(wire_type t);
 
 /* ---- a decoding (or broker-side) error ------------------------------------------ */
+/* A failed decoding still tells what it had read of the message, so that
+ * the receiver can answer for it: the request a client is waiting on, the
+ * job attempt a worker's result was about. */
 typedef struct wire_error {
     wire_code code;
     char field[128];   /* "jobs[3].temperature"; "" when the error is not about one field */
     llmq_err err;      /* full message, starting with the field when there is one */
     uint64_t req;      /* the request's "req" when it could be read, else 0 */
+    wire_type type;    /* the message's type once read and accepted here, else WIRE_T_NONE */
+    uint64_t id;       /* with type: its "id" (>= 1) when given once as an int in range, else 0 */
+    uint32_t attempt;  /* with type: its "attempt" (>= 1), the same way, else 0 */
 } wire_error;
 
 /* ---- the parts of messages ------------------------------------------------------ */

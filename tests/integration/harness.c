@@ -134,6 +134,25 @@ int h_send_raw(void *sock, const void *body, size_t len)
     return zmq_send(sock, body, len, 0) < 0 ? -1 : 0;
 }
 
+msgpack_packer *h_body_start(h_body *b)
+{
+    msgpack_sbuffer_init(&b->buf);
+    msgpack_packer_init(&b->pk, &b->buf, msgpack_sbuffer_write);
+    return &b->pk;
+}
+
+void h_pk_str(msgpack_packer *pk, const char *s)
+{
+    msgpack_pack_str_with_body(pk, s, strlen(s));
+}
+
+int h_body_send(void *sock, h_body *b)
+{
+    int rc = h_send_raw(sock, b->buf.data, b->buf.size);
+    msgpack_sbuffer_destroy(&b->buf);
+    return rc;
+}
+
 int h_send(void *sock, const wire_msg *m)
 {
     char *body;

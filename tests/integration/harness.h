@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <msgpack.h>
+
 #include "proto/wire.h"
 
 typedef struct harness {
@@ -45,6 +47,16 @@ void h_close(void *sock);
 /* Sends m as one frame; 0 or -1. */
 int h_send(void *sock, const wire_msg *m);
 int h_send_raw(void *sock, const void *body, size_t len);
+/* A body packed by hand, for the messages proto/wire will not encode (a
+ * field of the wrong type, a value out of range): h_body_start, pack into
+ * pk, h_body_send (which frees it). */
+typedef struct h_body {
+    msgpack_sbuffer buf;
+    msgpack_packer pk;
+} h_body;
+msgpack_packer *h_body_start(h_body *b);
+void h_pk_str(msgpack_packer *pk, const char *s);
+int h_body_send(void *sock, h_body *b);
 /* Receives and decodes one message within timeout_ms: 0, or -1 on timeout
  * or a body that does not decode (message in stderr). */
 int h_recv(void *sock, int timeout_ms, wire_msg *m);

@@ -20,7 +20,12 @@
  * ids, more cached prompt tokens than prompt tokens, a prompt count
  * unlike the job's) are refused (bad_result), not stored nor counted, the
  * job runs elsewhere and the sender gets no more jobs, and an honest
- * worker's cached prompt tokens are stored as sent; jobs left running by a
+ * worker's cached prompt tokens are stored as sent; a result that does
+ * not decode (a count sent as a str, a negative count), or a job_failure
+ * that does not, is refused the same way (bad_result at the field), its
+ * attempt ended with why, the job run elsewhere and finished once, while
+ * one naming another session's job or no readable job changes no job;
+ * jobs left running by a
  * killed broker run again after the restart;
  * SIGTERM drains (submits refused, running job may finish, unfinished job
  * back in the queue after the grace period); heartbeats go out to idle
@@ -608,6 +613,205 @@ static void test_forged_results(void)
     teardown(&h, c, ws, 2);
 }
 
+/* A job_result that does not decode, in the ways a worker's bug could
+ * make one: a count sent as a str, a negative count, an id that is not
+ * an int.  Sent as raw msgpack, since proto/wire refuses to encode them. */
+typedef enum garble { GEN_AS_STR, GEN_NEGATIVE, ID_AS_STR } garble;
+
+/* A map of v, type, id (a str for ID_AS_STR), attempt and n more fields. */
+static msgpack_packer *raw_begin(h_body *r, const char *type, uint64_t id, uint32_t attempt,
+                                 garble g, uint32_t n)
+{
+    msgpack_packer *pk = h_body_start(r);
+    msgpack_pack_map(pk, 4 + n);
+    h_pk_str(pk, "v");
+    msgpack_pack_int(pk, 1);
+    h_pk_str(pk, "type");
+    h_pk_str(pk, type);
+    h_pk_str(pk, "id");
+    if (g == ID_AS_STR)
+        h_pk_str(pk, "1");
+    else
+        msgpack_pack_uint64(pk, id);
+    h_pk_str(pk, "attempt");
+    msgpack_pack_uint32(pk, attempt);
+    return pk;
+}
+
+static void garbled_result(void *w, uint64_t id, uint32_t attempt, garble g)
+{
+    h_body r;
+    msgpack_packer *pk = raw_begin(&r, "job_result", id, attempt, g, 7);
+    h_pk_str(pk, "gen_tokens");
+    if (g == GEN_AS_STR)
+        h_pk_str(pk, "2");
+    else
+        msgpack_pack_int(pk, g == GEN_NEGATIVE ? -2 : 2);
+    h_pk_str(pk, "text");
+    h_pk_str(pk, "garbled");
+    h_pk_str(pk, "tokens");
+    msgpack_pack_array(pk, 2);
+    msgpack_pack_int(pk, 11);
+    msgpack_pack_int(pk, 12);
+    h_pk_str(pk, "finish");
+    h_pk_str(pk, "length");
+    h_pk_str(pk, "prompt_tokens");
+    msgpack_pack_int(pk, 5);
+    h_pk_str(pk, "prefill_ms");
+    msgpack_pack_double(pk, 1.0);
+    h_pk_str(pk, "decode_ms");
+    msgpack_pack_double(pk, 1.0);
+    h_body_send(w, &r);
+}
+
+/* A job_failure whose retryable is a str. */
+static void garbled_failure(void *w, uint64_t id, uint32_t attempt)
+{
+    h_body r;
+    msgpack_packer *pk = raw_begin(&r, "job_failure", id, attempt, GEN_NEGATIVE, 2);
+    h_pk_str(pk, "reason");
+    h_pk_str(pk, "out of memory");
+    h_pk_str(pk, "retryable");
+    h_pk_str(pk, "yes");
+    h_body_send(w, &r);
+}
+
+/* The reply to a garbled message: bad_result at field, naming what (a job
+ * attempt) in its message. */
+static bool refused_as_bad_result(void *w, const char *field, const char *what)
+{
+    wire_msg m;
+    if (await(w, WIRE_T_ERROR, T_REPLY, &m) != 0)
+        return false;
+    bool ok = m.error.code == WIRE_E_BAD_RESULT && m.error.field &&
+              strcmp(m.error.field, field) == 0 && strstr(m.error.message, what);
+    if (!ok)
+        fprintf(stderr, "  got %s at %s: %s\n", wire_code_name(m.error.code),
+                m.error.field ? m.error.field : "-", m.error.message);
+    wire_msg_free(&m);
+    return ok;
+}
+
+static const char *attempt_1(uint64_t id)
+{
+    static char what[64];
+    snprintf(what, sizeof what, "job %llu attempt 1", (unsigned long long)id);
+    return what;
+}
+
+/* Attempt 1 of job id ended as failed for reason (a LIKE pattern), nothing
+ * in results, the job back in the queue with a fault. */
+static bool ended_for(const harness *h, uint64_t id, const char *reason)
+{
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM attempts WHERE job_id = %llu AND attempt = 1 AND"
+             " outcome = 'failed' AND reason LIKE '%s'",
+             (unsigned long long)id, reason);
+    return h_sql(h, sql) == 1 &&
+           sqlf(h, "SELECT state = 'queued' AND faults = 1 FROM jobs WHERE id = %llu", id) == 1 &&
+           sqlf(h, "SELECT count(*) FROM results WHERE job_id = %llu", id) == 0;
+}
+
+/* Still running where it was, its attempt not ended. */
+static bool untouched(const harness *h, uint64_t id)
+{
+    return sqlf(h, "SELECT state = 'running' AND faults = 0 FROM jobs WHERE id = %llu", id) == 1 &&
+           sqlf(h, "SELECT count(*) FROM attempts WHERE job_id = %llu AND outcome IS NOT NULL",
+                id) == 0;
+}
+
+/* The garbler (bad) holds ids[0..3], the bystander ids[4]: each garbled
+ * message is refused, and only the attempts of the garbler's it names end. */
+static void send_garbled(harness *h, void *bad, const uint64_t *ids, const got_job *j,
+                         const got_job *jo)
+{
+    garbled_result(bad, j[0].id, j[0].attempt, GEN_AS_STR);
+    CHECK(refused_as_bad_result(bad, "gen_tokens", attempt_1(ids[0])) &&
+              ended_for(h, ids[0], "result did not decode: gen_tokens: %"),
+          "a result whose gen_tokens is a str: bad_result at gen_tokens; its attempt ended"
+          " as failed, 'result did not decode: gen_tokens: ...'; nothing in results; the job"
+          " back in the queue with a fault");
+    garbled_result(bad, j[1].id, j[1].attempt, GEN_NEGATIVE);
+    CHECK(refused_as_bad_result(bad, "gen_tokens", attempt_1(ids[1])) &&
+              ended_for(h, ids[1], "result did not decode: gen_tokens: %"),
+          "the same for a negative gen_tokens");
+    garbled_failure(bad, j[2].id, j[2].attempt);
+    CHECK(refused_as_bad_result(bad, "retryable", attempt_1(ids[2])) &&
+              ended_for(h, ids[2], "failure did not decode: retryable: %"),
+          "and for a job_failure whose retryable is a str ('failure did not decode')");
+    garbled_result(bad, jo->id, jo->attempt, GEN_AS_STR);
+    CHECK(refused_as_bad_result(bad, "gen_tokens", attempt_1(ids[4])) && untouched(h, ids[4]),
+          "a garbled result naming another session's job is refused and changes nothing of it");
+    garbled_result(bad, j[3].id, j[3].attempt, ID_AS_STR);
+    CHECK(refused_as_bad_result(bad, "id", "no job attempt") && untouched(h, ids[3]),
+          "one whose id is a str is refused (bad_result at id) and changes no job");
+}
+
+/* A worker's result that does not decode must not leave its job running
+ * on a session that believes it finished: it is refused as bad_result,
+ * its attempt ends (failed, why recorded), nothing is stored, the job runs
+ * on another worker, exactly one result at the end, the sender gets no
+ * more jobs and the broker stays up.  A garbled result naming another
+ * session's job, or no readable job, changes no job; the sender's jobs go
+ * back when its session ends. */
+static void test_undecoded_results(void)
+{
+    /* Workers wait in turn here, silent: none may be presumed dead. */
+    static const char *const flags[] = {"--heartbeat-ms", "100", "--worker-timeout-ms", "60000",
+                                        NULL};
+    enum { N = 5 };
+    harness h;
+    void *c;
+    setup(&h, "tbw-garbled", flags, &c);
+    uint64_t ids[N];
+    submit(c, NULL, N - 1, NULL, NULL, ids);
+    void *bad = worker_connect(&h, "w-garbled", "m", N - 1, NULL);
+    credit(bad, N - 1);
+    got_job j[N - 1], jo;
+    int took = 0;
+    for (int i = 0; i < N - 1; i++)
+        took += await_job(bad, T_REPLY, &j[i]) == 0 && j[i].id == ids[i];
+    submit(c, NULL, 1, NULL, NULL, &ids[N - 1]);
+    void *other = worker_connect(&h, "w-bystander", "m", 1, NULL);
+    credit(other, 1);
+    took += await_job(other, T_REPLY, &jo) == 0 && jo.id == ids[N - 1];
+    CHECK(took == N, "a worker takes four jobs, another one the fifth");
+    send_garbled(&h, bad, ids, j, &jo);
+
+    /* Were the garbling session still trusted, these credits would take
+     * the requeued jobs before the next worker could. */
+    credit(bad, 3);
+    void *good = worker_connect(&h, "w-good", "m", N - 1, NULL);
+    credit(good, N - 1);
+    got_job g[N - 1];
+    int again = 0;
+    for (int i = 0; i < 3; i++)
+        again += await_job(good, T_REPLY, &g[i]) == 0 && g[i].id == ids[i] && g[i].attempt == 2;
+    CHECK(again == 3, "the refused jobs run again on another worker, attempt 2 (%d of 3)", again);
+    send_simple(bad, WIRE_T_BYE);
+    again = await_job(good, T_REPLY, &g[3]) == 0 && g[3].id == ids[3] && g[3].attempt == 2;
+    CHECK(again, "the job the id-less result was about goes back when its session ends (bye)");
+    for (int i = 0; i < N - 1; i++)
+        result(good, g[i].id, g[i].attempt, "good", 2);
+    result(other, jo.id, jo.attempt, "bystander", 2);
+    send_wait(c, 9, ids, N, T_REPLY);
+    int done = 0;
+    wire_msg m;
+    for (int i = 0; i < N && h_recv_type(c, T_REPLY, WIRE_T_RESULT, &m) == 0; i++) {
+        done += m.result.state == WIRE_STATE_DONE && strcmp(m.result.text, "garbled") != 0;
+        wire_msg_free(&m);
+    }
+    CHECK(done == N && h_sql(&h, "SELECT count(*) FROM results") == N &&
+              h_sql(&h, "SELECT count(DISTINCT job_id) FROM results") == N &&
+              h_sql(&h, "SELECT coalesce(sum(generated_tokens), 0) FROM v_worker_stats"
+                        " WHERE name = 'w-garbled'") == 0,
+          "all five finish, exactly one result row each, none the garbler's (%d done)", done);
+    CHECK(h.broker > 0 && waitpid(h.broker, NULL, WNOHANG) == 0, "the broker stays up throughout");
+    void *ws[3] = {bad, other, good};
+    teardown(&h, c, ws, 3);
+}
+
 static void test_broker_restart(void)
 {
     running r;
@@ -918,6 +1122,7 @@ int main(void)
     test_cancel_running();
     test_bye_and_second_hello();
     test_forged_results();
+    test_undecoded_results();
     test_broker_restart();
     test_sigterm_finishes();
     test_sigterm_grace_expires();

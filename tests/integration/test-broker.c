@@ -364,59 +364,50 @@ static void test_cancel_queued(void *c)
 
 /* ---- bad inputs ---------------------------------------------------------------------------- */
 
-typedef struct body {
-    msgpack_sbuffer buf;
-    msgpack_packer pk;
-} body;
-
-static void pk_str(msgpack_packer *pk, const char *s)
-{
-    msgpack_pack_str_with_body(pk, s, strlen(s));
-}
-
 /* A map of n_extra fields after "v", "type", "req" (each optional). */
-static void head(body *b, int v, const char *type, int n_extra)
+static void head(h_body *b, int v, const char *type, int n_extra)
 {
-    msgpack_sbuffer_init(&b->buf);
-    msgpack_packer_init(&b->pk, &b->buf, msgpack_sbuffer_write);
+    h_body_start(b);
     msgpack_pack_map(&b->pk, (v ? 1 : 0) + (type ? 1 : 0) + 1 + n_extra);
     if (v) {
-        pk_str(&b->pk, "v");
+        h_pk_str(&b->pk, "v");
         msgpack_pack_int(&b->pk, v);
     }
     if (type) {
-        pk_str(&b->pk, "type");
-        pk_str(&b->pk, type);
+        h_pk_str(&b->pk, "type");
+        h_pk_str(&b->pk, type);
     }
-    pk_str(&b->pk, "req");
+    h_pk_str(&b->pk, "req");
     msgpack_pack_int(&b->pk, 42);
 }
 
 /* "jobs": [ {prompt..., <one more field from fn>} ] */
 typedef void (*field_fn)(msgpack_packer *pk);
 
-static void submit_with(body *b, bool with_prompt, field_fn extra)
+static void submit_with(h_body *b, bool with_prompt, field_fn extra)
 {
     head(b, 1, "submit", 1);
-    pk_str(&b->pk, "jobs");
+    h_pk_str(&b->pk, "jobs");
     msgpack_pack_array(&b->pk, 1);
     msgpack_pack_map(&b->pk, (with_prompt ? 1 : 0) + (extra ? 1 : 0));
     if (with_prompt) {
-        pk_str(&b->pk, "prompt");
-        pk_str(&b->pk, "hello");
+        h_pk_str(&b->pk, "prompt");
+        h_pk_str(&b->pk, "hello");
     }
     if (extra)
         extra(&b->pk);
 }
 
-static void f_prompt_int(msgpack_packer *pk) { pk_str(pk, "prompt"); msgpack_pack_int(pk, 5); }
-static void f_neg_max(msgpack_packer *pk) { pk_str(pk, "max_tokens"); msgpack_pack_int(pk, -1); }
-static void f_nan_temp(msgpack_packer *pk) { pk_str(pk, "temperature"); msgpack_pack_double(pk, NAN); }
-static void f_neg_top_p(msgpack_packer *pk) { pk_str(pk, "top_p"); msgpack_pack_double(pk, -0.5); }
-static void f_typo(msgpack_packer *pk) { pk_str(pk, "temprature"); msgpack_pack_double(pk, 0.5); }
+/* clang-format off */
+static void f_prompt_int(msgpack_packer *pk) { h_pk_str(pk, "prompt"); msgpack_pack_int(pk, 5); }
+static void f_neg_max(msgpack_packer *pk) { h_pk_str(pk, "max_tokens"); msgpack_pack_int(pk, -1); }
+static void f_nan_temp(msgpack_packer *pk) { h_pk_str(pk, "temperature"); msgpack_pack_double(pk, NAN); }
+static void f_neg_top_p(msgpack_packer *pk) { h_pk_str(pk, "top_p"); msgpack_pack_double(pk, -0.5); }
+static void f_typo(msgpack_packer *pk) { h_pk_str(pk, "temprature"); msgpack_pack_double(pk, 0.5); }
+/* clang-format on */
 static void f_tokens_too(msgpack_packer *pk)
 {
-    pk_str(pk, "tokens");
+    h_pk_str(pk, "tokens");
     msgpack_pack_array(pk, 1);
     msgpack_pack_int(pk, 1);
 }
@@ -426,13 +417,13 @@ static void f_long_key(msgpack_packer *pk)
     char key[301];
     memset(key, 'k', 300);
     key[300] = 0;
-    pk_str(pk, "key");
-    pk_str(pk, key);
+    h_pk_str(pk, "key");
+    h_pk_str(pk, key);
 }
 
 static void f_bad_utf8(msgpack_packer *pk)
 {
-    pk_str(pk, "prompt");
+    h_pk_str(pk, "prompt");
     msgpack_pack_str_with_body(pk, "caf\xc3", 4);
 }
 
@@ -441,14 +432,14 @@ static void f_huge_prompt(msgpack_packer *pk)
     size_t n = WIRE_MAX_PROMPT_BYTES + 1;
     char *p = malloc(n);
     memset(p, 'a', n);
-    pk_str(pk, "prompt");
+    h_pk_str(pk, "prompt");
     msgpack_pack_str_with_body(pk, p, n);
     free(p);
 }
 
 static void f_many_tokens(msgpack_packer *pk)
 {
-    pk_str(pk, "tokens");
+    h_pk_str(pk, "tokens");
     msgpack_pack_array(pk, WIRE_MAX_PROMPT_TOKENS + 1);
     for (uint32_t i = 0; i <= WIRE_MAX_PROMPT_TOKENS; i++)
         msgpack_pack_uint32(pk, 1);
@@ -503,16 +494,16 @@ static const bad_case cases[] = {
      "ids[0]"},
 };
 
-static void ids_field(body *b, const char *key, uint64_t a, uint64_t c)
+static void ids_field(h_body *b, const char *key, uint64_t a, uint64_t c)
 {
-    pk_str(&b->pk, key);
+    h_pk_str(&b->pk, key);
     msgpack_pack_array(&b->pk, c ? 2 : 1);
     msgpack_pack_uint64(&b->pk, a);
     if (c)
         msgpack_pack_uint64(&b->pk, c);
 }
 
-static void build_case(body *b, const bad_case *k, uint64_t good_id)
+static void build_case(h_body *b, const bad_case *k, uint64_t good_id)
 {
     switch (k->kind) {
     case K_RAW_GARBAGE:
@@ -520,8 +511,7 @@ static void build_case(body *b, const bad_case *k, uint64_t good_id)
         msgpack_sbuffer_write(&b->buf, "\xc1\x00\x01", 3);
         return;
     case K_ARRAY:
-        msgpack_sbuffer_init(&b->buf);
-        msgpack_packer_init(&b->pk, &b->buf, msgpack_sbuffer_write);
+        h_body_start(b);
         msgpack_pack_array(&b->pk, 2);
         msgpack_pack_int(&b->pk, 1);
         msgpack_pack_int(&b->pk, 2);
@@ -533,12 +523,12 @@ static void build_case(body *b, const bad_case *k, uint64_t good_id)
     case K_NO_JOBS: head(b, 1, "submit", 0); return;
     case K_JOBS_STR:
         head(b, 1, "submit", 1);
-        pk_str(&b->pk, "jobs");
-        pk_str(&b->pk, "abc");
+        h_pk_str(&b->pk, "jobs");
+        h_pk_str(&b->pk, "abc");
         return;
     case K_JOBS_EMPTY:
         head(b, 1, "submit", 1);
-        pk_str(&b->pk, "jobs");
+        h_pk_str(&b->pk, "jobs");
         msgpack_pack_array(&b->pk, 0);
         return;
     case K_JOB_WITH: submit_with(b, true, k->extra); return;
@@ -549,8 +539,8 @@ static void build_case(body *b, const bad_case *k, uint64_t good_id)
         return;
     case K_WAIT_NO_BATCH:
         head(b, 1, "wait", 1);
-        pk_str(&b->pk, "batch");
-        pk_str(&b->pk, "no-such-batch");
+        h_pk_str(&b->pk, "batch");
+        h_pk_str(&b->pk, "no-such-batch");
         return;
     case K_CANCEL_UNKNOWN:
         head(b, 1, "cancel", 1);
@@ -560,22 +550,21 @@ static void build_case(body *b, const bad_case *k, uint64_t good_id)
         msgpack_sbuffer_init(&b->buf);
         msgpack_packer_init(&b->pk, &b->buf, msgpack_sbuffer_write);
         msgpack_pack_map(&b->pk, 3);
-        pk_str(&b->pk, "v");
+        h_pk_str(&b->pk, "v");
         msgpack_pack_int(&b->pk, 1);
-        pk_str(&b->pk, "type");
-        pk_str(&b->pk, "stats");
-        pk_str(&b->pk, "req");
-        pk_str(&b->pk, "seven");
+        h_pk_str(&b->pk, "type");
+        h_pk_str(&b->pk, "stats");
+        h_pk_str(&b->pk, "req");
+        h_pk_str(&b->pk, "seven");
         return;
     }
 }
 
 static void check_case(void *bad, const bad_case *k, uint64_t good_id)
 {
-    body b;
+    h_body b;
     build_case(&b, k, good_id);
-    h_send_raw(bad, b.buf.data, b.buf.size);
-    msgpack_sbuffer_destroy(&b.buf);
+    h_body_send(bad, &b);
     wire_msg m;
     int rc = h_recv(bad, T_REPLY, &m);
     bool typed = rc == 0 && m.type == WIRE_T_ERROR;

@@ -6,7 +6,8 @@
  * heartbeat_ms key, and a job_result without cached prompt tokens without
  * the cached_prompt_tokens key, so that brokers older than them (which
  * refuse unknown keys) read them as before; a job_result without the key
- * reads as 0 cached tokens. */
+ * reads as 0 cached tokens.  A refusal names the type, job id and attempt
+ * of the message when they read (given once, in range). */
 #include <math.h>
 #include <msgpack.h>
 #include <stdlib.h>
@@ -775,6 +776,56 @@ static void test_req_zero(void)
     wire_msg_free(&back);
 }
 
+/* A job_result that does not decode still names its type, job id and
+ * attempt when they read, so that the broker can end that attempt; an id
+ * of the wrong type, out of range or given twice names none. */
+static void test_refusal_names_job(void)
+{
+    static const struct {
+        const char *body;
+        wire_type type;
+        uint64_t id;
+        uint32_t attempt;
+        const char *what;
+    } cases[] = {
+        {"{\"v\": 1, \"type\": \"job_result\", \"id\": 7, \"attempt\": 2,"
+         " \"gen_tokens\": \"4\"}",
+         WIRE_T_JOB_RESULT, 7, 2, "a str gen_tokens"},
+        {"{\"v\": 1, \"type\": \"job_result\", \"gen_tokens\": -1, \"attempt\": 1,"
+         " \"id\": 9}",
+         WIRE_T_JOB_RESULT, 9, 1, "a negative gen_tokens before the id"},
+        {"{\"v\": 1, \"type\": \"job_result\", \"id\": \"7\", \"attempt\": 1}", WIRE_T_JOB_RESULT,
+         0, 1, "a str id"},
+        {"{\"v\": 1, \"type\": \"job_result\", \"id\": 7, \"attempt\": 4294967296}",
+         WIRE_T_JOB_RESULT, 7, 0, "an attempt past 2^32-1"},
+        {"{\"v\": 1, \"type\": \"job\", \"id\": 7, \"attempt\": 1}", WIRE_T_NONE, 0, 0,
+         "a type not accepted here"},
+        {"{\"v\": 2, \"type\": \"job_result\", \"id\": 7, \"attempt\": 1}", WIRE_T_NONE, 0, 0,
+         "another version"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        wire_msg m;
+        wire_error e;
+        int rc = decode_json(cases[i].body, WIRE_DIR_WORKER_TO_BROKER, &m, &e);
+        CHECK(rc < 0 && e.type == cases[i].type && e.id == cases[i].id &&
+                  e.attempt == cases[i].attempt,
+              "%s: refused naming type %s, job %llu attempt %u (got %s, %llu, %u: %s)",
+              cases[i].what, wire_type_name(cases[i].type) ? wire_type_name(cases[i].type) : "none",
+              (unsigned long long)cases[i].id, cases[i].attempt,
+              wire_type_name(e.type) ? wire_type_name(e.type) : "none", (unsigned long long)e.id,
+              e.attempt, e.err.msg);
+    }
+    static const char twice[] = "\x85\xa1v\x01\xa4type\xaajob_result\xa2id\x07\xa2id\x08"
+                                "\xa7"
+                                "attempt\x01";
+    wire_msg m;
+    wire_error e;
+    int rc = wire_decode(twice, sizeof twice - 1, WIRE_DIR_WORKER_TO_BROKER, &m, &e);
+    CHECK(rc < 0 && e.code == WIRE_E_BAD_VALUE && e.type == WIRE_T_JOB_RESULT && e.id == 0 &&
+              e.attempt == 1,
+          "an id given twice: refused naming no job (%s)", e.err.msg);
+}
+
 /* The result of a job that did not finish has no counts or timings to
  * report: they are left out, not sent as zeros. */
 static void test_unfinished_results(void)
@@ -1053,6 +1104,7 @@ int main(void)
     test_exact_numbers();
     test_unfinished_results();
     test_req_zero();
+    test_refusal_names_job();
     test_too_many_jobs();
     test_message_limits();
     test_encode_refusals();
