@@ -111,6 +111,18 @@ static int drain(engine *e, outcome *out)
     return 0;
 }
 
+/* The engine of cfg on the fixture's model, or NULL (the reason printed). */
+static engine *engine_of(const fixture *fx, const engine_config *cfg)
+{
+    engine *e;
+    llmq_err err;
+    if (engine_create(&e, fx->m, fx->vocab, cfg, &err) != 0) {
+        printf("# engine_create: %s\n", err.msg);
+        return NULL;
+    }
+    return e;
+}
+
 static engine *make_engine(const fixture *fx, int32_t max_seqs, int32_t n_blocks, int32_t n_ctx)
 {
     engine_config cfg = engine_default_config();
@@ -118,13 +130,7 @@ static engine *make_engine(const fixture *fx, int32_t max_seqs, int32_t n_blocks
     cfg.n_blocks = n_blocks;
     cfg.n_ctx = n_ctx;
     cfg.max_batch_tokens = 32;
-    engine *e;
-    llmq_err err;
-    if (engine_create(&e, fx->m, fx->vocab, &cfg, &err) != 0) {
-        printf("# engine_create: %s\n", err.msg);
-        return NULL;
-    }
-    return e;
+    return engine_of(fx, &cfg);
 }
 
 static void add_all(const fixture *fx, engine *e, float temp, int32_t max_tokens)
@@ -225,8 +231,8 @@ static void check_prefill_first(const fixture *fx)
     cfg.max_batch_tokens = 32;
     cfg.prefill_first = true;
     llmq_err err;
-    if (engine_create(&e, fx->m, fx->vocab, &cfg, &err) != 0) {
-        CHECK(false, "engine_create with prefill_first: %s", err.msg);
+    if (!(e = engine_of(fx, &cfg))) {
+        CHECK(false, "engine_create with prefill_first");
         return;
     }
     add_all(fx, e, 0.0f, 20);
@@ -674,12 +680,12 @@ static void run_shared(const fixture *fx, bool cache, float temp, outcome *out,
     cfg.n_ctx = 256;
     cfg.max_batch_tokens = 32;
     cfg.prefix_cache = cache;
-    engine *e;
-    llmq_err err;
-    if (engine_create(&e, fx->m, fx->vocab, &cfg, &err) != 0) {
-        CHECK(false, "engine_create: %s", err.msg);
+    engine *e = engine_of(fx, &cfg);
+    if (!e) {
+        CHECK(false, "engine_create");
         return;
     }
+    llmq_err err;
     engine_set_logits_observer(e, digest_logits, digest);
     int32_t *first = NULL, n_first = 0;
     *common = INT32_MAX;
@@ -776,12 +782,12 @@ static void check_siblings(const fixture *fx)
         cfg.n_ctx = 256;
         cfg.max_batch_tokens = 64;
         cfg.prefix_cache = cache;
-        engine *e;
-        llmq_err err;
-        if (engine_create(&e, fx->m, fx->vocab, &cfg, &err) != 0) {
-            CHECK(false, "engine_create: %s", err.msg);
+        engine *e = engine_of(fx, &cfg);
+        if (!e) {
+            CHECK(false, "engine_create");
             return;
         }
+        llmq_err err;
         for (int i = 0; i < 4; i++) {
             engine_request req;
             int32_t *ids;
