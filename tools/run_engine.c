@@ -300,13 +300,16 @@ int run_perplexity(const run_gen_opts *o, model *m, const tok_vocab *v)
         return fail("perplexity", &err);
     ppl_result r;
     const double t0 = clock_mono_ms_f();
-    int rc = ppl_compute(m, v, text, len, o->ppl_ctx, ppl_progress, NULL, &r, &err);
+    int rc = ppl_compute(m, v, text, len, o->ppl_ctx, o->engine.kv_type, ppl_progress, NULL, &r, &err);
     free(text);
     if (rc != 0)
         return fail("perplexity", &err);
     printf("PPL = %.4f\n", r.ppl);
-    fprintf(stderr, "llmq-run: %d chunks of %d tokens (%lld scored) in %.2f s\n", r.n_chunks,
-            o->ppl_ctx, (long long)r.n_scored, (clock_mono_ms_f() - t0) / 1e3);
+    const model_config *c = model_get_config(m);
+    fprintf(stderr, "llmq-run: %d chunks of %d tokens (%lld scored, KV cache %s) in %.2f s\n",
+            r.n_chunks, o->ppl_ctx, (long long)r.n_scored,
+            be_kv_type_name(engine_kv_type(o->engine.kv_type, c->n_head_kv * c->head_dim)),
+            (clock_mono_ms_f() - t0) / 1e3);
     return 0;
 }
 

@@ -364,7 +364,7 @@ static void check_perplexity(fixture *fx)
         double want = atof(at + 6);
         ppl_result res;
         llmq_err err;
-        int rc = ppl_compute(fx->m, fx->vocab, story, len, 128, NULL, NULL, &res, &err);
+        int rc = ppl_compute(fx->m, fx->vocab, story, len, 128, BE_KV_F16, NULL, NULL, &res, &err);
         if (rc != 0)
             CHECK(0, "%s: perplexity: %s", fx->name, err.msg);
         else
