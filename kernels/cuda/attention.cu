@@ -59,7 +59,8 @@
 #define ATT_THREADS 128
 
 struct attn_args {
-    const __half *kc, *vc; /* this layer's cache */
+    const void *kc, *vc;   /* this layer's cached values: __half, or int8_t (q8_0) */
+    const __half *ks, *vs; /* this layer's q8_0 scales, value e's at e / 32; else NULL */
     int32_t kv_dim, block_size, max_blocks, n_rows, n_head, group, head_dim;
     const float *q;
     const int32_t *row_seq, *pos, *btab;
@@ -73,20 +74,101 @@ static __device__ __forceinline__ bool row_decode(const attn_args &p, int x)
     return p.first_gen && p.pos[x] >= p.first_gen[p.row_seq[x]];
 }
 
-template <int D>
-static constexpr size_t tc_smem(void)
+/* Value e (an index into the layer's plane) of the cache.  A q8_0 value is
+ * q * d, exact in f32 as on the CPU. */
+template <bool Q8>
+static __device__ __forceinline__ float kv_at(const void *plane, const __half *scales, int64_t e)
 {
-    return (size_t)5 * ATT_TILE * (D + 8) * sizeof(__half);
+    if constexpr (Q8)
+        return (float)((const int8_t *)plane)[e] * __half2float(scales[e / QK8_0]);
+    else
+        return __half2float(((const __half *)plane)[e]);
 }
 
-template <int D>
+/* Byte j of w as a signed value. */
+static __device__ __forceinline__ int i8_of(uint32_t w, int j)
+{
+    return (int)(int8_t)(uint8_t)(w >> (8 * j));
+}
+
+/* Eight values e .. e + 7 (e a multiple of 8, so of one q8_0 block): the
+ * raw bytes, loaded before they are unpacked so that many loads fly. */
+template <bool Q8>
+struct kv_chunk {
+    uint4 v;
+};
+template <>
+struct kv_chunk<true> {
+    uint2 v;
+    __half d;
+};
+
+template <bool Q8>
+static __device__ __forceinline__ kv_chunk<Q8> kv_load8(const void *plane, const __half *scales,
+                                                        int64_t e)
+{
+    kv_chunk<Q8> c;
+    if constexpr (Q8) {
+        c.v = __ldg((const uint2 *)((const int8_t *)plane + e));
+        c.d = scales[e / QK8_0];
+    } else {
+        c.v = __ldg((const uint4 *)((const __half *)plane + e));
+    }
+    return c;
+}
+
+/* Eight int8 values times d, rounded to f16 (the tile kernel's operands). */
+static __device__ __forceinline__ uint4 q8_to_f16x8(uint2 q, float d)
+{
+    uint32_t h[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const uint32_t w = j < 2 ? q.x : q.y;
+        h[j] = pack_half2((float)i8_of(w, 2 * (j % 2)) * d, (float)i8_of(w, 2 * (j % 2) + 1) * d);
+    }
+    return make_uint4(h[0], h[1], h[2], h[3]);
+}
+
+template <bool Q8>
+static __device__ __forceinline__ void kv_unpack8(const kv_chunk<Q8> &c, float f[8])
+{
+    if constexpr (Q8) {
+        const float d = __half2float(c.d);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            f[j] = (float)i8_of(c.v.x, j) * d;
+            f[4 + j] = (float)i8_of(c.v.y, j) * d;
+        }
+    } else {
+        const __half2 *h2 = (const __half2 *)&c.v;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float2 v = __half22float2(h2[j]);
+            f[2 * j] = v.x;
+            f[2 * j + 1] = v.y;
+        }
+    }
+}
+
+/* f16: Q, 2 x K, 2 x V tiles; q8_0: Q, K, V tiles and the int8 K and V
+ * tiles of two stages. */
+template <int D, bool Q8>
+static constexpr size_t tc_smem(void)
+{
+    return Q8 ? (size_t)3 * ATT_TILE * (D + 8) * sizeof(__half) + (size_t)4 * ATT_TILE * D
+              : (size_t)5 * ATT_TILE * (D + 8) * sizeof(__half);
+}
+
+template <int D, bool Q8>
 __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float scale_log2)
 {
-    constexpr int LD = D + 8, CH = D / 8; /* 16-byte chunks per row */
+    constexpr int LD = D + 8, CH = D / 8; /* 8-value chunks per row (16 bytes of f16) */
+    constexpr int KT = Q8 ? 1 : 2;        /* f16 tiles of K (and of V) */
     extern __shared__ __align__(16) unsigned char smem[];
     __half *sq = (__half *)smem;
-    __half *sk = sq + ATT_TILE * LD;     /* [2][64][LD] */
-    __half *sv = sk + 2 * ATT_TILE * LD; /* [2][64][LD] */
+    __half *sk = sq + ATT_TILE * LD;      /* [KT][64][LD] */
+    __half *sv = sk + KT * ATT_TILE * LD; /* [KT][64][LD] */
+    int8_t *st = (int8_t *)(sv + KT * ATT_TILE * LD); /* q8_0: [2 stages][K, V][64][D] */
     const int x = blockIdx.x, h = blockIdx.y;
     const int seq = p.row_seq[x], p0 = p.pos[x];
     if (x > 0 && p.row_seq[x - 1] == seq && p0 % ATT_TILE != 0)
@@ -103,19 +185,47 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
     const int hk = h / p.group;
     const int32_t *blocks = p.btab + (int64_t)seq * p.max_blocks;
 
+    /* Value e of key kp's head row in the layer's planes. */
+    auto key_at = [&](int kp, int e) {
+        return ((int64_t)blocks[kp / p.block_size] * p.block_size + kp % p.block_size) * p.kv_dim +
+               (int64_t)hk * D + e;
+    };
+    /* Tile kt into stage buf: f16 chunks of 8 values, int8 chunks of 16. */
     auto load_kv = [&](int kt, int buf) {
-        for (int i = tid; i < ATT_TILE * CH; i += ATT_THREADS) {
-            const int key = i / CH, c = i % CH, kp = kt * ATT_TILE + key;
+        constexpr int VPC = Q8 ? 16 : 8, NCH = D / VPC;
+        for (int i = tid; i < ATT_TILE * NCH; i += ATT_THREADS) {
+            const int key = i / NCH, c = i % NCH, kp = kt * ATT_TILE + key;
             const bool ok = kp < n_keys;
-            int64_t off = 0;
-            if (ok)
-                off = ((int64_t)blocks[kp / p.block_size] * p.block_size + kp % p.block_size) *
-                          p.kv_dim + (int64_t)hk * D + 8 * c;
-            const int dst = (buf * ATT_TILE + key) * LD + 8 * c;
-            cp_async16(sk + dst, p.kc + off, ok ? 16 : 0);
-            cp_async16(sv + dst, p.vc + off, ok ? 16 : 0);
+            const int64_t off = ok ? key_at(kp, VPC * c) : 0;
+            if constexpr (Q8) {
+                int8_t *dst = st + ((buf * 2) * ATT_TILE + key) * D + VPC * c;
+                cp_async16(dst, (const int8_t *)p.kc + off, ok ? 16 : 0);
+                cp_async16(dst + ATT_TILE * D, (const int8_t *)p.vc + off, ok ? 16 : 0);
+            } else {
+                const int dst = (buf * ATT_TILE + key) * LD + VPC * c;
+                cp_async16(sk + dst, (const __half *)p.kc + off, ok ? 16 : 0);
+                cp_async16(sv + dst, (const __half *)p.vc + off, ok ? 16 : 0);
+            }
         }
         cp_async_commit();
+    };
+    /* q8_0: stage buf's tile kt dequantized into the f16 K and V tiles (keys
+     * past the last are zero, as their bytes are). */
+    auto unpack_kv = [&](int kt, int buf) {
+#pragma unroll
+        for (int it = 0; it < ATT_TILE * CH / ATT_THREADS; it++) {
+            const int i = tid + it * ATT_THREADS, key = i / CH, c = i % CH;
+            const int kp = kt * ATT_TILE + key;
+            const int8_t *src = st + ((buf * 2) * ATT_TILE + key) * D + 8 * c;
+            float dk = 0.0f, dv = 0.0f;
+            if (kp < n_keys) {
+                const int64_t e = key_at(kp, 8 * c) / QK8_0;
+                dk = __half2float(p.ks[e]);
+                dv = __half2float(p.vs[e]);
+            }
+            *(uint4 *)(sk + key * LD + 8 * c) = q8_to_f16x8(*(const uint2 *)src, dk);
+            *(uint4 *)(sv + key * LD + 8 * c) = q8_to_f16x8(*(const uint2 *)(src + ATT_TILE * D), dv);
+        }
     };
     load_kv(0, 0);
 
@@ -161,8 +271,13 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
             cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
-        if (active) { /* every warp reaches both barriers of the loop */
-            const __half *tk = sk + buf * ATT_TILE * LD, *tv = sv + buf * ATT_TILE * LD;
+        if constexpr (Q8) {
+            unpack_kv(kt, buf);
+            __syncthreads();
+        }
+        if (active) { /* every warp reaches every barrier of the loop */
+            const __half *tk = sk + (KT - 1) * buf * ATT_TILE * LD;
+            const __half *tv = sv + (KT - 1) * buf * ATT_TILE * LD;
 
             float s[8][4];
 #pragma unroll
@@ -269,7 +384,7 @@ static __device__ __forceinline__ int dec_splits(int n_keys)
  * With one split the row's output is written; otherwise the partial record
  * [o (D floats, unnormalized), max (log2 units), sum] at
  * part[((z * n_head + h) * max_split + split) * (D + 2)]. */
-template <int D, int HG>
+template <int D, int HG, bool Q8>
 __global__ void __launch_bounds__(DEC_THREADS)
     attn_decode_kernel(attn_args p, const int32_t *rows, float scale_log2, float *part,
                        int max_split)
@@ -308,7 +423,8 @@ __global__ void __launch_bounds__(DEC_THREADS)
      * entries first, then the 16-byte chunks), so a warp has BATCH chunks in
      * flight: with few rows in the batch there are few CTAs to hide the
      * latency behind. */
-    auto load_batch = [&](const __half *cache, int st0, uint4 raw[BATCH]) {
+    auto load_batch = [&](const void *cache, const __half *scales, int st0,
+                          kv_chunk<Q8> raw[BATCH]) {
         int64_t at[BATCH];
 #pragma unroll
         for (int i = 0; i < BATCH; i++) {
@@ -317,29 +433,28 @@ __global__ void __launch_bounds__(DEC_THREADS)
         }
 #pragma unroll
         for (int i = 0; i < BATCH; i++)
-            raw[i] = __ldg((const uint4 *)(cache + at[i] * p.kv_dim + head_off));
+            raw[i] = kv_load8<Q8>(cache, scales, at[i] * p.kv_dim + head_off);
     };
 
     /* Scores: each key's LPK lanes dot 8 dims each, then sum by shuffles.
      * Keys past nk load key nk - 1 again and are not stored. */
     for (int st0 = 0; st0 < STEPS; st0 += BATCH) {
-        uint4 raw[BATCH];
-        load_batch(p.kc, st0, raw);
+        kv_chunk<Q8> raw[BATCH];
+        load_batch(p.kc, p.ks, st0, raw);
 #pragma unroll
         for (int i = 0; i < BATCH; i++) {
             const int k = ((st0 + i) * DEC_WARPS + warp) * KPI + sub;
-            const __half2 *h2 = (const __half2 *)&raw[i];
+            float f[8];
+            kv_unpack8<Q8>(raw[i], f);
             float acc[HG];
 #pragma unroll
             for (int g = 0; g < HG; g++)
                 acc[g] = 0.0f;
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const float2 f = __half22float2(h2[j]);
+            for (int j = 0; j < 4; j++)
 #pragma unroll
                 for (int g = 0; g < HG; g++)
-                    acc[g] = fmaf(qr[g][2 * j + 1], f.y, fmaf(qr[g][2 * j], f.x, acc[g]));
-            }
+                    acc[g] = fmaf(qr[g][2 * j + 1], f[2 * j + 1], fmaf(qr[g][2 * j], f[2 * j], acc[g]));
 #pragma unroll
             for (int g = 0; g < HG; g++)
 #pragma unroll
@@ -383,24 +498,23 @@ __global__ void __launch_bounds__(DEC_THREADS)
         for (int j = 0; j < 8; j++)
             o[g][j] = 0.0f;
     for (int st0 = 0; st0 < STEPS; st0 += BATCH) {
-        uint4 raw[BATCH];
-        load_batch(p.vc, st0, raw);
+        kv_chunk<Q8> raw[BATCH];
+        load_batch(p.vc, p.vs, st0, raw);
 #pragma unroll
         for (int i = 0; i < BATCH; i++) {
             const int k = ((st0 + i) * DEC_WARPS + warp) * KPI + sub;
             if (k >= nk)
                 continue;
-            const __half2 *h2 = (const __half2 *)&raw[i];
+            float f[8];
+            kv_unpack8<Q8>(raw[i], f);
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const float2 f = __half22float2(h2[j]);
+            for (int j = 0; j < 4; j++)
 #pragma unroll
                 for (int g = 0; g < HG; g++) {
                     const float pk = s_p[g][k];
-                    o[g][2 * j] = fmaf(pk, f.x, o[g][2 * j]);
-                    o[g][2 * j + 1] = fmaf(pk, f.y, o[g][2 * j + 1]);
+                    o[g][2 * j] = fmaf(pk, f[2 * j], o[g][2 * j]);
+                    o[g][2 * j + 1] = fmaf(pk, f[2 * j + 1], o[g][2 * j + 1]);
                 }
-            }
         }
     }
 #pragma unroll
@@ -461,7 +575,7 @@ __global__ void __launch_bounds__(D)
     p.out[((int64_t)x * p.n_head + h) * D + d] = num / den;
 }
 
-template <int D, int HG>
+template <int D, int HG, bool Q8>
 static void launch_decode_hg(cuda_backend *cb, const attn_args &a, const be_attn_batch *b,
                              float scale_log2)
 {
@@ -472,7 +586,7 @@ static void launch_decode_hg(cuda_backend *cb, const attn_args &a, const be_attn
                                                    (D + 2) * sizeof(float))))
         return;
     dim3 grid(max_split, a.n_head / HG, b->n_decode);
-    attn_decode_kernel<D, HG>
+    attn_decode_kernel<D, HG, Q8>
         <<<grid, DEC_THREADS, 0, cb->stream>>>(a, b->decode_rows_dev, scale_log2, part, max_split);
     if (max_split > 1)
         attn_decode_merge_kernel<D><<<dim3(b->n_decode, a.n_head), D, 0, cb->stream>>>(
@@ -480,19 +594,20 @@ static void launch_decode_hg(cuda_backend *cb, const attn_args &a, const be_attn
 }
 
 /* Query heads per CTA: as many of a KV head's group as fit the registers (4). */
-template <int D>
+template <int D, bool Q8>
 static void launch_decode(cuda_backend *cb, const attn_args &a, const be_attn_batch *b,
                           float scale_log2)
 {
     if (a.group % 4 == 0)
-        launch_decode_hg<D, 4>(cb, a, b, scale_log2);
+        launch_decode_hg<D, 4, Q8>(cb, a, b, scale_log2);
     else if (a.group % 2 == 0)
-        launch_decode_hg<D, 2>(cb, a, b, scale_log2);
+        launch_decode_hg<D, 2, Q8>(cb, a, b, scale_log2);
     else
-        launch_decode_hg<D, 1>(cb, a, b, scale_log2);
+        launch_decode_hg<D, 1, Q8>(cb, a, b, scale_log2);
 }
 
 /* Any head dim: one warp per (row, head), as the CPU backend computes it. */
+template <bool Q8>
 __global__ void attn_plain_kernel(attn_args p, float scale)
 {
     extern __shared__ float scores[];
@@ -506,10 +621,10 @@ __global__ void attn_plain_kernel(attn_args p, float scale)
     };
     float mx = -INFINITY;
     for (int kp = lane; kp < n; kp += 32) {
-        const __half *k = p.kc + at(kp);
+        const int64_t k = at(kp);
         float s = 0.0f;
         for (int i = 0; i < D; i++)
-            s = __fadd_rn(s, __fmul_rn(q[i], __half2float(k[i])));
+            s = __fadd_rn(s, __fmul_rn(q[i], kv_at<Q8>(p.kc, p.ks, k + i)));
         scores[kp] = s * scale;
         mx = fmaxf(mx, scores[kp]);
     }
@@ -527,28 +642,77 @@ __global__ void attn_plain_kernel(attn_args p, float scale)
     for (int i = lane; i < D; i += 32) {
         float acc = 0.0f;
         for (int kp = 0; kp < n; kp++)
-            acc = __fadd_rn(acc, __fmul_rn(scores[kp] * inv, __half2float(p.vc[at(kp) + i])));
+            acc = __fadd_rn(acc, __fmul_rn(scores[kp] * inv, kv_at<Q8>(p.vc, p.vs, at(kp) + i)));
         p.out[((int64_t)x * p.n_head + h) * D + i] = acc;
     }
 }
 
 #define PLAIN_MAX_SMEM (200 * 1024)
 
+template <bool Q8>
+static cudaError_t configure_kv(void)
+{
+    cudaError_t e = cudaSuccess;
+    auto tc = [&](auto kernel, size_t smem) {
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    };
+    tc(attn_tc_kernel<128, Q8>, tc_smem<128, Q8>());
+    tc(attn_tc_kernel<96, Q8>, tc_smem<96, Q8>());
+    tc(attn_tc_kernel<64, Q8>, tc_smem<64, Q8>());
+    tc(attn_plain_kernel<Q8>, PLAIN_MAX_SMEM);
+    return e;
+}
+
 cudaError_t attention_configure(void)
 {
-    cudaError_t e = cudaFuncSetAttribute(attn_tc_kernel<128>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)tc_smem<128>());
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(attn_tc_kernel<96>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)tc_smem<96>());
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(attn_tc_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)tc_smem<64>());
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(attn_plain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 PLAIN_MAX_SMEM);
-    return e;
+    const cudaError_t e = configure_kv<false>();
+    return e == cudaSuccess ? configure_kv<true>() : e;
+}
+
+/* The prompt rows of a batch (all rows but the decode rows). */
+template <bool Q8>
+static void launch_prompt(cuda_backend *cb, const attn_args &a, const be_attn_batch *b,
+                          float scale, float scale_log2)
+{
+    dim3 grid(b->n_rows, a.n_head);
+    cudaStream_t s = cb->stream;
+    switch (a.head_dim) {
+    case 16: attn_tc_kernel<16, Q8><<<grid, ATT_THREADS, tc_smem<16, Q8>(), s>>>(a, scale_log2); break;
+    case 32: attn_tc_kernel<32, Q8><<<grid, ATT_THREADS, tc_smem<32, Q8>(), s>>>(a, scale_log2); break;
+    case 64: attn_tc_kernel<64, Q8><<<grid, ATT_THREADS, tc_smem<64, Q8>(), s>>>(a, scale_log2); break;
+    case 96: attn_tc_kernel<96, Q8><<<grid, ATT_THREADS, tc_smem<96, Q8>(), s>>>(a, scale_log2); break;
+    case 128: attn_tc_kernel<128, Q8><<<grid, ATT_THREADS, tc_smem<128, Q8>(), s>>>(a, scale_log2); break;
+    default: {
+        /* 16 bytes of slack: ptxas merges the guarded loads of the last
+         * scores into one wider load that may reach past the last one. */
+        const size_t smem = (size_t)b->max_seq_len * sizeof(float) + 16;
+        if (smem > PLAIN_MAX_SMEM) {
+            cuda_fail(cb, "attention: head dim %d takes the plain kernel, which holds at most "
+                          "%d positions (%d asked)", a.head_dim, PLAIN_MAX_SMEM / 4, b->max_seq_len);
+            return;
+        }
+        attn_plain_kernel<Q8><<<grid, 32, smem, s>>>(a, scale);
+    }
+    }
+    cuda_check_launch(cb, "attention");
+}
+
+template <bool Q8>
+static void launch_kv(cuda_backend *cb, const attn_args &a, const be_attn_batch *b)
+{
+    const float scale = 1.0f / sqrtf((float)a.head_dim);
+    const float scale_log2 = scale * 1.4426950408889634f;
+    if (a.first_gen) {
+        if (a.head_dim == 64)
+            launch_decode<64, Q8>(cb, a, b, scale_log2);
+        else
+            launch_decode<128, Q8>(cb, a, b, scale_log2);
+        cuda_check_launch(cb, "attention (decode rows)");
+        if (b->n_decode == b->n_rows)
+            return;
+    }
+    launch_prompt<Q8>(cb, a, b, scale, scale_log2);
 }
 
 void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const float *q,
@@ -560,10 +724,14 @@ void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const fl
                   sh->n_head_kv, D, kv->kv_dim);
         return;
     }
+    const bool q8 = kv->type == BE_KV_Q8_0;
     const int64_t layer_off = (int64_t)layer * kv->n_blocks * kv->block_size * kv->kv_dim;
+    const size_t elem = q8 ? sizeof(int8_t) : sizeof(__half);
     const bool decode = (D == 64 || D == 128) && b->n_decode > 0;
-    attn_args a = {kv->k + layer_off,
-                   kv->v + layer_off,
+    attn_args a = {(const char *)kv->k + layer_off * elem,
+                   (const char *)kv->v + layer_off * elem,
+                   q8 ? kv->ks + layer_off / QK8_0 : NULL,
+                   q8 ? kv->vs + layer_off / QK8_0 : NULL,
                    kv->kv_dim,
                    kv->block_size,
                    b->max_blocks,
@@ -577,36 +745,8 @@ void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const fl
                    b->block_table_dev,
                    out,
                    decode ? b->first_generated_dev : NULL};
-    const float scale = 1.0f / sqrtf((float)D);
-    const float scale_log2 = scale * 1.4426950408889634f;
-    if (decode) {
-        if (D == 64)
-            launch_decode<64>(cb, a, b, scale_log2);
-        else
-            launch_decode<128>(cb, a, b, scale_log2);
-        cuda_check_launch(cb, "attention (decode rows)");
-        if (b->n_decode == b->n_rows)
-            return;
-    }
-    dim3 grid(b->n_rows, sh->n_head);
-    cudaStream_t s = cb->stream;
-    switch (D) {
-    case 16: attn_tc_kernel<16><<<grid, ATT_THREADS, tc_smem<16>(), s>>>(a, scale_log2); break;
-    case 32: attn_tc_kernel<32><<<grid, ATT_THREADS, tc_smem<32>(), s>>>(a, scale_log2); break;
-    case 64: attn_tc_kernel<64><<<grid, ATT_THREADS, tc_smem<64>(), s>>>(a, scale_log2); break;
-    case 96: attn_tc_kernel<96><<<grid, ATT_THREADS, tc_smem<96>(), s>>>(a, scale_log2); break;
-    case 128: attn_tc_kernel<128><<<grid, ATT_THREADS, tc_smem<128>(), s>>>(a, scale_log2); break;
-    default: {
-        /* 16 bytes of slack: ptxas merges the guarded loads of the last
-         * scores into one wider load that may reach past the last one. */
-        const size_t smem = (size_t)b->max_seq_len * sizeof(float) + 16;
-        if (smem > PLAIN_MAX_SMEM) {
-            cuda_fail(cb, "attention: head dim %d takes the plain kernel, which holds at most "
-                          "%d positions (%d asked)", D, PLAIN_MAX_SMEM / 4, b->max_seq_len);
-            return;
-        }
-        attn_plain_kernel<<<grid, 32, smem, s>>>(a, scale);
-    }
-    }
-    cuda_check_launch(cb, "attention");
+    if (q8)
+        launch_kv<true>(cb, a, b);
+    else
+        launch_kv<false>(cb, a, b);
 }

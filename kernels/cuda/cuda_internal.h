@@ -18,7 +18,9 @@
  *   (cuda_actq) is f16 rows in step order (numerics.cuh: act_step_pos),
  *   padded with zeros to a multiple of 64 columns, for mmv and the GEMM
  *   alike.
- * - KV cache: f16, [layer][block * block_size + offset][kv_dim], as the CPU.
+ * - KV cache: [layer][block * block_size + offset][kv_dim] values, f16 or
+ *   (q8_0) int8, and for q8_0 a plane of f16 scales [layer][slot][kv_dim /
+ *   32]: value e of a slot's row is q[e] * d[e / 32].
  *
  * Every op runs on the backend's one stream.  Launch errors and refused
  * shapes are kept as the backend's first error (naming the op) and
@@ -91,7 +93,9 @@ struct be_weight {
 
 struct be_kv {
     int32_t n_layers, n_blocks, block_size, kv_dim;
-    __half *k, *v;
+    be_kv_type type; /* BE_KV_F16 or BE_KV_Q8_0 */
+    void *k, *v;     /* the values: __half or int8_t */
+    __half *ks, *vs; /* q8_0: the scales; NULL for f16 */
 };
 
 /* be_act.q of this backend (host struct, device planes). */

@@ -243,7 +243,7 @@ void launch_add_bias(cuda_backend *cb, float *x, const float *bias, int32_t rows
     cuda_check_launch(cb, "add_bias");
 }
 
-/* ---- kv_write: f32 rows into the f16 cache at their slots ---- */
+/* ---- kv_write: f32 rows into the cache at their slots ---- */
 
 __global__ void kv_write_kernel(__half *kc, __half *vc, int64_t layer_off, int32_t kv_dim,
                                 const float *k, const float *v, const int32_t *slot)
@@ -256,11 +256,48 @@ __global__ void kv_write_kernel(__half *kc, __half *vc, int64_t layer_off, int32
     }
 }
 
+/* Value x of a 32-value block held by the warp's lane of the same index,
+ * quantized as the CPU's quant_quantize_kv_q8_0 (bit for bit: the max is
+ * exact in any order and the divisions are IEEE), the scale stored by lane
+ * 0. */
+static __device__ __forceinline__ void kv_q8_put(float x, int8_t *q, __half *d)
+{
+    float amax = fabsf(x);
+    const bool finite = __all_sync(0xffffffffu, isfinite(x));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float db = amax / 127.0f;
+    const float id = db != 0.0f ? 1.0f / db : 0.0f;
+    const float r = roundf(x * id);
+    *q = (int8_t)(r >= -127.0f && r <= 127.0f ? r : r > 0.0f ? 127.0f : r < 0.0f ? -127.0f : 0.0f);
+    if (threadIdx.x % 32 == 0)
+        *d = __float2half_rn(finite ? db : NAN);
+}
+
+/* ROW_THREADS (a multiple of 32) per row: each warp takes whole blocks. */
+__global__ void kv_write_q8_kernel(int8_t *kc, int8_t *vc, __half *ks, __half *vs,
+                                   int64_t layer_off, int32_t kv_dim, const float *k,
+                                   const float *v, const int32_t *slot)
+{
+    const int64_t r = blockIdx.x;
+    const int64_t dst = layer_off + (int64_t)slot[r] * kv_dim;
+    for (int32_t e = threadIdx.x; e < kv_dim; e += blockDim.x) {
+        kv_q8_put(k[r * kv_dim + e], kc + dst + e, ks + (dst + e) / QK8_0);
+        kv_q8_put(v[r * kv_dim + e], vc + dst + e, vs + (dst + e) / QK8_0);
+    }
+}
+
 void launch_kv_write(cuda_backend *cb, be_kv *kv, int32_t layer, const float *k, const float *v,
                      const int32_t *slot, int32_t rows)
 {
+    static_assert(ROW_THREADS % 32 == 0, "kv_write_q8_kernel: whole warps per block");
     const int64_t layer_off = (int64_t)layer * kv->n_blocks * kv->block_size * kv->kv_dim;
-    kv_write_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>(kv->k, kv->v, layer_off, kv->kv_dim, k,
-                                                          v, slot);
+    if (kv->type == BE_KV_Q8_0)
+        kv_write_q8_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>(
+            (int8_t *)kv->k, (int8_t *)kv->v, kv->ks, kv->vs, layer_off, kv->kv_dim, k, v, slot);
+    else
+        kv_write_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>(
+            (__half *)kv->k, (__half *)kv->v, layer_off, kv->kv_dim, k, v, slot);
     cuda_check_launch(cb, "kv_write");
 }
