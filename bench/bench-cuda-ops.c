@@ -189,10 +189,11 @@ static void att_call(backend *be, void *arg, int call)
     be->ops->attention(be, a->kv, 0, a->q, &a->b, &a->sh, a->out);
 }
 
-/* n_seqs sequences of ctx cached tokens; each has `rows` query rows at its
- * last positions (1: decode, ctx: a whole prefill). */
-static void bench_attention(backend *be, int n_head, int n_head_kv, int hd, int n_seqs, int ctx,
-                            int rows)
+/* n_seqs sequences of ctx cached tokens in a cache of type kt; each has
+ * `rows` query rows at its last positions (1: decode, ctx: a whole
+ * prefill). */
+static void bench_attention(backend *be, be_kv_type kt, int n_head, int n_head_kv, int hd,
+                            int n_seqs, int ctx, int rows)
 {
     enum { BS = 16 };
     const int per_seq = (ctx + BS - 1) / BS, n_blocks = per_seq * n_seqs, kv_dim = n_head_kv * hd;
@@ -206,7 +207,7 @@ static void bench_attention(backend *be, int n_head, int n_head_kv, int hd, int 
     int32_t *slot = malloc((size_t)BS * 4);
     void *dev[7] = {NULL};
     if (!table || !len || !rs || !rp || !slot ||
-        be->ops->kv_create(be, 1, n_blocks, BS, kv_dim, BE_KV_F16, &kv, &err) != 0 ||
+        be->ops->kv_create(be, 1, n_blocks, BS, kv_dim, kt, &kv, &err) != 0 ||
         be->ops->act_create(be, n_rows, n_head * hd, &out, &err) != 0)
         goto done;
     have_out = true;
@@ -269,12 +270,12 @@ static void bench_attention(backend *be, int n_head, int n_head_kv, int hd, int 
         {n_head, n_head_kv, hd},
         &out};
     char shape[96];
-    snprintf(shape, sizeof shape, "%d seqs x %d ctx, %d heads (%d kv) of %d", n_seqs, ctx, n_head,
-             n_head_kv, hd);
+    snprintf(shape, sizeof shape, "%s KV, %d seqs x %d ctx, %d heads (%d kv) of %d",
+             be_kv_type_name(kt), n_seqs, ctx, n_head, n_head_kv, hd);
     /* Bytes: every row reads its keys and values (decode); a prefill reads
      * the cache once per 64-row tile. */
     const double tiles = rows == 1 ? 1.0 : ceil(rows / 64.0);
-    const double bytes = (double)n_seqs * tiles * ctx * kv_dim * 2 * 2;
+    const double bytes = (double)n_seqs * tiles * ctx * 2 * (double)be_kv_row_bytes(kt, kv_dim);
     const double flops = 4.0 * n_head * hd * n_seqs *
                          (rows == 1 ? (double)ctx : (double)rows * (rows + 1) / 2);
     print_row("attention", shape, n_rows, time_op(be, att_call, &a), bytes, flops);
@@ -406,10 +407,13 @@ int main(int argc, char **argv)
             bench_role(be, f, roles[r], types[t], (int)n_layers);
     bench_floor(be);
     const int hd = (int)(dim / heads);
-    bench_attention(be, (int)heads, (int)heads_kv, hd, 1, 576, 1);
-    bench_attention(be, (int)heads, (int)heads_kv, hd, 64, 576, 1);
-    bench_attention(be, (int)heads, (int)heads_kv, hd, 256, 576, 1);
-    bench_attention(be, (int)heads, (int)heads_kv, hd, 1, 512, 512);
+    static const be_kv_type kv_types[] = {BE_KV_F16, BE_KV_Q8_0};
+    for (size_t t = 0; t < sizeof kv_types / sizeof kv_types[0]; t++) {
+        bench_attention(be, kv_types[t], (int)heads, (int)heads_kv, hd, 1, 576, 1);
+        bench_attention(be, kv_types[t], (int)heads, (int)heads_kv, hd, 64, 576, 1);
+        bench_attention(be, kv_types[t], (int)heads, (int)heads_kv, hd, 256, 576, 1);
+        bench_attention(be, kv_types[t], (int)heads, (int)heads_kv, hd, 1, 512, 512);
+    }
     bench_rows(be, "rmsnorm", norm_call, 1, (int)dim, false);
     bench_rows(be, "rmsnorm", norm_call, 512, (int)dim, false);
     bench_rows(be, "swiglu", swiglu_call, 1, 11008, true);

@@ -95,14 +95,16 @@ static void print_timing(const char *label, const engine_timing *t)
             t->n_generated, decode, decode > 0 ? (t->n_generated - 1) * 1e3 / decode : 0.0);
 }
 
-/* What the engine was made with: --batch and --parallel as it took them. */
+/* What the engine was made with: --batch and --parallel as it took them,
+ * and the KV cache it built. */
 static void print_engine(const engine *e)
 {
     const engine_config *c = engine_get_config(e);
     fprintf(stderr,
             "llmq-run: engine: %d tokens per forward pass, %d sequence%s at once, %d tokens of"
-            " context each\n",
-            c->max_batch_tokens, c->max_seqs, c->max_seqs == 1 ? "" : "s", c->n_ctx);
+            " context each, a KV cache of %lld tokens in %s\n",
+            c->max_batch_tokens, c->max_seqs, c->max_seqs == 1 ? "" : "s", c->n_ctx,
+            (long long)c->n_blocks * c->block_size, be_kv_type_name(c->kv_type));
 }
 
 /* ---- generate: one prompt, streamed ---- */

@@ -354,13 +354,13 @@ static void say_ready(const options *o, const parts *p)
                  (long long)(kv_tokens / (slots ? slots : 1)));
     log_line("llmq-worker", p->id.worker,
              "%s (%s, %d layers, %.1f MB %s, %s) on %s, %u slots of %d tokens%s,"
-             " a %s KV cache of %lld tokens (%s)%s, chat template %s; broker %s",
+             " a KV cache of %lld tokens in %s (%s)%s, chat template %s; broker %s",
              o->model, c->name, c->n_layers, c->weight_bytes / 1e6, quant_type_name(c->weight_type),
              p->id.model_hash, where, slots, ec->n_ctx,
              o->slots > 0        ? ""
              : p->gpu_index >= 0 ? " (the GPU default)"
                                  : " (the CPU default)",
-             be_kv_type_name(ec->kv_type), (long long)kv_tokens, kv, ec->prefix_cache ? ", prefix cache on" : "",
+             (long long)kv_tokens, be_kv_type_name(ec->kv_type), kv, ec->prefix_cache ? ", prefix cache on" : "",
              p->chat ? chat_template_name(p->chat) : "none", o->broker);
 }
 

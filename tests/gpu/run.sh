@@ -9,7 +9,8 @@
 #
 # usage: tests/gpu/run.sh [BIN]        (default .gpu-bin)
 # Knobs (environment): GQA=0 skips the GQA shape, BASELINE=DIR benches DIR's
-# llmq-run too, NCU=1 and SANITIZE=0 (sections 4-5).
+# llmq-run too, KVF16=1 benches llmq-run --kv-f16 too (bench/cuda.sh), NCU=1
+# and SANITIZE=0 (sections 4-5).
 # Through the device tool, which brings back only a few files, keep OUT off
 # its folder and bring one archive back:
 #   OUT=/tmp/res sh tests/gpu/run.sh; tar czf "$OUT/results.tgz" -C /tmp/res .
@@ -117,6 +118,7 @@ fi
 
 echo "== parity"; grep -E "FAIL|passed" "$OUT/parity.md" | head -40
 echo "== ops"; cat "$OUT/ops.md" 2>/dev/null
-echo "== bench"; cat "$OUT/bench.md" "$OUT/bench-base.md" "$OUT/bench-gqa.md" 2>/dev/null
+echo "== bench"; cat "$OUT/bench.md" "$OUT/bench-base.md" "$OUT/bench-kvf16.md" "$OUT/bench-gqa.md" \
+    "$OUT/bench-kvf16-gqa.md" 2>/dev/null
 echo "== sanitizer"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed," "$OUT/sanitizer.txt" 2>/dev/null
 cat "$OUT/log.txt"
