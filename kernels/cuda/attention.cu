@@ -1,5 +1,14 @@
 /* attention: causal attention of each batch row over its sequence's paged
- * f16 KV cache.
+ * KV cache, f16 or q8_0 (every kernel is built for both: Q8 below).
+ *
+ * A q8_0 cache holds int8 values and an f16 scale per 32 values of a row
+ * (cuda_internal.h); a value is q * d, which the kernels form in f32 (exact,
+ * as on the CPU) and, in the tensor-core kernel, round to the f16 its
+ * operands are.  The decode kernel loads 8 bytes and one scale where it
+ * loaded 16 bytes of f16: half the bytes, the same lanes and order.  The
+ * tensor-core kernel copies the int8 tiles with cp.async into two stages
+ * and, once a stage has landed, dequantizes it into the K and V tiles (one
+ * f16 tile each instead of two: smem 84,992 B at D = 128).
  *
  * The tensor-core kernel (head dims 16, 32, 64, 96 for Phi-3-mini, 128) is
  * flash attention with mma.sync m16n8k16: a CTA of 4 warps takes one query
@@ -29,7 +38,8 @@
  * Roofline: decode reads each cached key and value once per (row, head):
  * 0.5 MB per token of context at 7B (32 heads x 128 x 2 x 2 B), so B = 64
  * sequences at 576 tokens read 18.9 GB, 4.5 ms at 4.24 TB/s (measured: 60%
- * of that, 2 CTAs of 4 warps per SM, docs/perf/02).  Prefill of
+ * of that, 2 CTAs of 4 warps per SM, docs/perf/02); a q8_0 cache 0.27 MB a
+ * token, 10.0 GB, 2.4 ms (docs/perf/08).  Prefill of
  * 512 rows is 2.1 GFLOP per layer of causal QK^T + PV, a few us on tensor
  * cores; it is bound by the KV tile loads (each tile read by up to 8 query
  * tiles, from L2).

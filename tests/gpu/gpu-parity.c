@@ -15,8 +15,12 @@
  *     activations and f16 weight tiles): 2e-3; f16/bf16/f32 weights, <= 8 rows:
  *     1e-5.  Against the CPU (whose own q8_K activations carry ~0.7%):
  *     3e-2 quantized, 1e-5 / 2e-3 float weights;
- *   attention: tensor-core kernel (f16 Q and P) 5e-3, split-KV decode
- *     kernel (f32 scores and P) and plain kernel 1e-5;
+ *   attention, over an f16 and over a q8_0 cache (both backends quantize
+ *     a q8_0 cache to the same bits, so the bounds are the same):
+ *     tensor-core kernel (f16 Q and P, and f16 K and V) 5e-3, split-KV
+ *     decode kernel (f32 scores and P) and plain kernel 1e-5; head dims
+ *     8 (plain), 16, 32, 64, 96, 128 (tensor cores), 64 and 128 (decode),
+ *     MHA and GQA;
  *   argmax: the same ids; matmul_many: the same bits as one matmul per
  *     weight followed by one float add of its bias (where it has one).
  * Models (tests/data/models and any GGUF given as an argument): teacher-
@@ -24,8 +28,9 @@
  * steps, within 5e-2 of the CPU; a top-1 disagreement passes only where the
  * CPU's top-2 margin is within twice the row's largest logit difference;
  * greedy generation through the engine, token by token (reported with the
- * CPU margin where it first diverges); perplexity on story.txt within 0.5%
- * of llama.cpp's (where a reference exists) and of the CPU's; batch
+ * CPU margin where it first diverges); perplexity on story.txt with the f16
+ * and the q8_0 cache, each within 0.5% of the CPU's, f16's within 0.5% of
+ * llama.cpp's (where a reference exists), q8_0's within 0.5% of f16's; batch
  * invariance: one job alone vs in a batch of 4 and of 64.
  *
  * usage: gpu-parity [--ops | --ops-small | --models] [MODEL.gguf...]
