@@ -93,7 +93,8 @@ static int score_chunk(model *m, ppl_run *r, int32_t *chunk, double *nll, llmq_e
 }
 
 int ppl_compute(model *m, const tok_vocab *vocab, const char *text, size_t len, int32_t n_ctx,
-                be_kv_type kv_type, ppl_progress_fn progress, void *progress_ctx, ppl_result *out, llmq_err *err)
+                be_kv_type kv_type, ppl_progress_fn progress, void *progress_ctx, ppl_result *out,
+                llmq_err *err)
 {
     const model_config *c = model_get_config(m);
     if (n_ctx < 4 || n_ctx > c->n_ctx_train)

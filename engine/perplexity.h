@@ -29,6 +29,7 @@ typedef struct ppl_result {
 } ppl_result;
 
 int ppl_compute(model *m, const tok_vocab *vocab, const char *text, size_t len, int32_t n_ctx,
-                be_kv_type kv_type, ppl_progress_fn progress, void *progress_ctx, ppl_result *out, llmq_err *err);
+                be_kv_type kv_type, ppl_progress_fn progress, void *progress_ctx, ppl_result *out,
+                llmq_err *err);
 
 #endif

@@ -302,7 +302,8 @@ int run_perplexity(const run_gen_opts *o, model *m, const tok_vocab *v)
         return fail("perplexity", &err);
     ppl_result r;
     const double t0 = clock_mono_ms_f();
-    int rc = ppl_compute(m, v, text, len, o->ppl_ctx, o->engine.kv_type, ppl_progress, NULL, &r, &err);
+    int rc = ppl_compute(m, v, text, len, o->ppl_ctx, o->engine.kv_type, ppl_progress, NULL, &r,
+                         &err);
     free(text);
     if (rc != 0)
         return fail("perplexity", &err);

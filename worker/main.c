@@ -360,7 +360,8 @@ static void say_ready(const options *o, const parts *p)
              o->slots > 0        ? ""
              : p->gpu_index >= 0 ? " (the GPU default)"
                                  : " (the CPU default)",
-             (long long)kv_tokens, be_kv_type_name(ec->kv_type), kv, ec->prefix_cache ? ", prefix cache on" : "",
+             (long long)kv_tokens, be_kv_type_name(ec->kv_type), kv,
+             ec->prefix_cache ? ", prefix cache on" : "",
              p->chat ? chat_template_name(p->chat) : "none", o->broker);
 }
 

@@ -700,7 +700,8 @@ static kv_rows kv_head_rows(const attn_job *j, const uint8_t *plane, size_t off,
         for (int32_t e = e0; e < e0 + hd;) {
             const block_q8_0 *blk = row + e / QK8_0;
             const float d = quant_f16_to_f32(blk->d);
-            const int32_t end = (e / QK8_0 + 1) * QK8_0 < e0 + hd ? (e / QK8_0 + 1) * QK8_0 : e0 + hd;
+            const int32_t end = (e / QK8_0 + 1) * QK8_0 < e0 + hd ? (e / QK8_0 + 1) * QK8_0
+                                                                  : e0 + hd;
             for (; e < end; e++)
                 dst[e] = (float)blk->qs[e % QK8_0] * d;
         }
@@ -723,8 +724,8 @@ static void scores_span(const attn_job *j, int32_t p, int32_t np, size_t off, vo
         else
             for (int32_t h = 0; h < a->nh; h++)
                 for (int r = 0; r < nw; r++)
-                    a->s[h * a->stride + p + c + r] =
-                        dot_row_f32(k.t, k.p + (c + r) * k.row_bytes, a->q + h * hd, hd);
+                    a->s[h * a->stride + p + c + r] = dot_row_f32(k.t, k.p + (c + r) * k.row_bytes,
+                                                                  a->q + h * hd, hd);
     }
 }
 

@@ -176,8 +176,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
     constexpr int KT = Q8 ? 1 : 2;        /* f16 tiles of K (and of V) */
     extern __shared__ __align__(16) unsigned char smem[];
     __half *sq = (__half *)smem;
-    __half *sk = sq + ATT_TILE * LD;      /* [KT][64][LD] */
-    __half *sv = sk + KT * ATT_TILE * LD; /* [KT][64][LD] */
+    __half *sk = sq + ATT_TILE * LD;                  /* [KT][64][LD] */
+    __half *sv = sk + KT * ATT_TILE * LD;             /* [KT][64][LD] */
     int8_t *st = (int8_t *)(sv + KT * ATT_TILE * LD); /* q8_0: [2 stages][K, V][64][D] */
     const int x = blockIdx.x, h = blockIdx.y;
     const int seq = p.row_seq[x], p0 = p.pos[x];
@@ -234,7 +234,8 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
                 dv = __half2float(p.vs[e]);
             }
             *(uint4 *)(sk + key * LD + 8 * c) = q8_to_f16x8(*(const uint2 *)src, dk);
-            *(uint4 *)(sv + key * LD + 8 * c) = q8_to_f16x8(*(const uint2 *)(src + ATT_TILE * D), dv);
+            *(uint4 *)(sv + key * LD + 8 * c) = q8_to_f16x8(*(const uint2 *)(src + ATT_TILE * D),
+                                                            dv);
         }
     };
     load_kv(0, 0);
@@ -464,7 +465,8 @@ __global__ void __launch_bounds__(DEC_THREADS)
             for (int j = 0; j < 4; j++)
 #pragma unroll
                 for (int g = 0; g < HG; g++)
-                    acc[g] = fmaf(qr[g][2 * j + 1], f[2 * j + 1], fmaf(qr[g][2 * j], f[2 * j], acc[g]));
+                    acc[g] = fmaf(qr[g][2 * j + 1], f[2 * j + 1],
+                                  fmaf(qr[g][2 * j], f[2 * j], acc[g]));
 #pragma unroll
             for (int g = 0; g < HG; g++)
 #pragma unroll
@@ -665,7 +667,8 @@ static cudaError_t configure_kv(void)
     cudaError_t e = cudaSuccess;
     auto tc = [&](auto kernel, size_t smem) {
         if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)smem);
     };
     tc(attn_tc_kernel<128, Q8>, tc_smem<128, Q8>());
     tc(attn_tc_kernel<96, Q8>, tc_smem<96, Q8>());
@@ -682,24 +685,29 @@ cudaError_t attention_configure(void)
 
 /* The prompt rows of a batch (all rows but the decode rows). */
 template <bool Q8>
-static void launch_prompt(cuda_backend *cb, const attn_args &a, const be_attn_batch *b,
-                          float scale, float scale_log2)
+static void launch_prompt(cuda_backend *cb, const attn_args &a, const be_attn_batch *b, float scale,
+                          float scale_log2)
 {
     dim3 grid(b->n_rows, a.n_head);
     cudaStream_t s = cb->stream;
+    auto tc = [&](auto kernel, size_t smem) {
+        kernel<<<grid, ATT_THREADS, smem, s>>>(a, scale_log2);
+    };
     switch (a.head_dim) {
-    case 16: attn_tc_kernel<16, Q8><<<grid, ATT_THREADS, tc_smem<16, Q8>(), s>>>(a, scale_log2); break;
-    case 32: attn_tc_kernel<32, Q8><<<grid, ATT_THREADS, tc_smem<32, Q8>(), s>>>(a, scale_log2); break;
-    case 64: attn_tc_kernel<64, Q8><<<grid, ATT_THREADS, tc_smem<64, Q8>(), s>>>(a, scale_log2); break;
-    case 96: attn_tc_kernel<96, Q8><<<grid, ATT_THREADS, tc_smem<96, Q8>(), s>>>(a, scale_log2); break;
-    case 128: attn_tc_kernel<128, Q8><<<grid, ATT_THREADS, tc_smem<128, Q8>(), s>>>(a, scale_log2); break;
+    case 16: tc(attn_tc_kernel<16, Q8>, tc_smem<16, Q8>()); break;
+    case 32: tc(attn_tc_kernel<32, Q8>, tc_smem<32, Q8>()); break;
+    case 64: tc(attn_tc_kernel<64, Q8>, tc_smem<64, Q8>()); break;
+    case 96: tc(attn_tc_kernel<96, Q8>, tc_smem<96, Q8>()); break;
+    case 128: tc(attn_tc_kernel<128, Q8>, tc_smem<128, Q8>()); break;
     default: {
         /* 16 bytes of slack: ptxas merges the guarded loads of the last
          * scores into one wider load that may reach past the last one. */
         const size_t smem = (size_t)b->max_seq_len * sizeof(float) + 16;
         if (smem > PLAIN_MAX_SMEM) {
-            cuda_fail(cb, "attention: head dim %d takes the plain kernel, which holds at most "
-                          "%d positions (%d asked)", a.head_dim, PLAIN_MAX_SMEM / 4, b->max_seq_len);
+            cuda_fail(cb,
+                      "attention: head dim %d takes the plain kernel, which holds at most "
+                      "%d positions (%d asked)",
+                      a.head_dim, PLAIN_MAX_SMEM / 4, b->max_seq_len);
             return;
         }
         attn_plain_kernel<Q8><<<grid, 32, smem, s>>>(a, scale);

@@ -392,8 +392,10 @@ static int kv_row_bytes(be_kv_type type, int32_t kv_dim, size_t *values, size_t 
                         llmq_err *err)
 {
     if (type != BE_KV_F16 && type != BE_KV_Q8_0)
-        return llmq_errf(err, "cuda backend: the KV cache is f16 or q8_0 (%s was asked; drop "
-                              "--kv-f32)", be_kv_type_name(type));
+        return llmq_errf(err,
+                         "cuda backend: the KV cache is f16 or q8_0 (%s was asked; drop "
+                         "--kv-f32)",
+                         be_kv_type_name(type));
     if (be_kv_row_bytes(type, kv_dim) == 0)
         return llmq_errf(err, "cuda backend: a %s KV cache cannot hold rows of %d values",
                          be_kv_type_name(type), kv_dim);

@@ -297,7 +297,7 @@ void launch_kv_write(cuda_backend *cb, be_kv *kv, int32_t layer, const float *k,
         kv_write_q8_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>(
             (int8_t *)kv->k, (int8_t *)kv->v, kv->ks, kv->vs, layer_off, kv->kv_dim, k, v, slot);
     else
-        kv_write_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>(
-            (__half *)kv->k, (__half *)kv->v, layer_off, kv->kv_dim, k, v, slot);
+        kv_write_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>((__half *)kv->k, (__half *)kv->v,
+                                                              layer_off, kv->kv_dim, k, v, slot);
     cuda_check_launch(cb, "kv_write");
 }

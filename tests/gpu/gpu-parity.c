@@ -1590,11 +1590,12 @@ static void test_perplexity(ctx *c, loaded *l, const char *name, const char *dat
         const double base = t == 0 ? ref : r[0][1].ppl;
         const double d_base = base > 0 ? fabs(r[t][1].ppl - base) / base : 0;
         const bool pass = d_cpu <= 0.005 && d_base <= 0.005;
-        printf("| %s | perplexity story.txt -c 128, %s KV | GPU %.4f, CPU %.4f (%.3f%%) | %s %s%.4f "
-               "(%.3f%%) | %s |\n",
-               name, be_kv_type_name(kt[t]), r[t][1].ppl, r[t][0].ppl, 100 * d_cpu,
-               t == 0 ? "llama.cpp" : "GPU f16 KV", base > 0 ? "" : "n/a ", base, 100 * d_base,
-               pass ? "ok" : "FAIL");
+        printf(
+            "| %s | perplexity story.txt -c 128, %s KV | GPU %.4f, CPU %.4f (%.3f%%) | %s %s%.4f "
+            "(%.3f%%) | %s |\n",
+            name, be_kv_type_name(kt[t]), r[t][1].ppl, r[t][0].ppl, 100 * d_cpu,
+            t == 0 ? "llama.cpp" : "GPU f16 KV", base > 0 ? "" : "n/a ", base, 100 * d_base,
+            pass ? "ok" : "FAIL");
         pass ? c->passed++ : c->failed++;
     }
 }

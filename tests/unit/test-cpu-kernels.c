@@ -2,8 +2,8 @@
  * logits with every kernel set this CPU runs (LLMQ_CPU_KERNELS = generic,
  * avx2, avx512), on a model of each weight type the kernels cover (f32,
  * f16, q8_0, q4_K/q6_K), with the f16 and the q8_0 KV cache: a prompt
- * prefilled in one batch, every row's logits, then two decode steps.  test-dot pins each kernel; this pins that
- * the backend wires them so that nothing else differs. */
+ * prefilled in one batch, every row's logits, then two decode steps.  test-dot pins each kernel;
+ * this pins that the backend wires them so that nothing else differs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +39,8 @@ static float *run(const char *path, const char *set, be_kv_type kv_type, int32_t
     const model_config *c = model_get_config(m);
     *n_vocab = c->n_vocab;
     if (model_state_create(&st, m, PROMPT, 1, BLOCKS, PROMPT, &err) != 0 ||
-        be->ops->kv_create(be, c->n_layers, BLOCKS, BLOCK, c->n_head_kv * c->head_dim, kv_type,
-                           &kv, &err) != 0) {
+        be->ops->kv_create(be, c->n_layers, BLOCKS, BLOCK, c->n_head_kv * c->head_dim, kv_type, &kv,
+                           &err) != 0) {
         printf("# %s: %s\n", path, err.msg);
         goto done;
     }
@@ -105,7 +105,8 @@ int main(void)
                 CHECK(nv == n_vocab &&
                           memcmp(ref, got, (size_t)(PROMPT + STEPS) * n_vocab * sizeof *ref) == 0,
                       "%s, %s KV: %s gives the generic kernels' logits bit for bit (%d prefill "
-                      "rows, %d decode steps)", models[i], kv, sets[s], PROMPT, STEPS);
+                      "rows, %d decode steps)",
+                      models[i], kv, sets[s], PROMPT, STEPS);
                 free(got);
             }
             free(ref);

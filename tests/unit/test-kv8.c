@@ -19,9 +19,10 @@
  *    gives bit-identical logits on its prompt rows and on two decode steps
  *    after: attention reads the chunk's own keys from the quantized cache,
  *    so the cache holds the same bits however the prompt came in;
- *  - the f16 cache gives the bits it gave before q8_0 existed: the FNV-1a of
- *    those logits with BE_KV_F16 is the one this test printed at commit
- *    9edd409 (the tree before the q8_0 cache). */
+ *  - the f16 cache gives the bits it gave before q8_0 existed: the
+ *    fingerprint (check_hash64) of those logits with BE_KV_F16 is the one
+ *    this test's f16 run gives built on commit 9edd409 (the tree before the
+ *    q8_0 cache). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,9 +42,11 @@ static void check_sizing(backend *be)
     size_t q8 = 0, f16 = 0;
     const int rc = be->ops->kv_block_bytes(be, 32, 16, 4096, BE_KV_Q8_0, &q8, &err) |
                    be->ops->kv_block_bytes(be, 32, 16, 4096, BE_KV_F16, &f16, &err);
-    CHECK(rc == 0 && q8 == (size_t)2 * 32 * 16 * 4096 / 32 * 34 && f16 == (size_t)2 * 32 * 16 * 4096 * 2,
+    CHECK(rc == 0 && q8 == (size_t)2 * 32 * 16 * 4096 / 32 * 34 &&
+              f16 == (size_t)2 * 32 * 16 * 4096 * 2,
           "a block of 16 tokens x 32 layers x 4096 values: q8_0 %zu bytes (34 per 32 values), "
-          "f16 %zu (2 a value)", q8, f16);
+          "f16 %zu (2 a value)",
+          q8, f16);
     be_kv *kv = NULL;
     size_t bytes = 0;
     CHECK(be->ops->kv_block_bytes(be, 2, 16, 48, BE_KV_Q8_0, &bytes, &err) != 0 &&
@@ -51,7 +54,8 @@ static void check_sizing(backend *be)
           "kv_block_bytes refuses q8_0 rows of 48 values, naming both (%s)", err.msg);
     CHECK(be->ops->kv_create(be, 2, 4, 16, 48, BE_KV_Q8_0, &kv, &err) != 0 && !kv,
           "kv_create refuses q8_0 rows of 48 values (%s)", err.msg);
-    CHECK(engine_kv_type(BE_KV_Q8_0, 48) == BE_KV_F16 && engine_kv_type(BE_KV_Q8_0, 64) == BE_KV_Q8_0 &&
+    CHECK(engine_kv_type(BE_KV_Q8_0, 48) == BE_KV_F16 &&
+              engine_kv_type(BE_KV_Q8_0, 64) == BE_KV_Q8_0 &&
               engine_kv_type(BE_KV_F16, 64) == BE_KV_F16,
           "the engine takes f16 where q8_0 cannot hold the rows, else what was asked");
 }
@@ -135,9 +139,8 @@ static float *attend(backend *be, const att_case *c, be_kv_type t, const float *
         return NULL;
     }
     be->ops->kv_write(be, kv, 1, k, v, c->slot, c->n_slots);
-    const be_attn_batch b = {c->n_rows, NSEQ,   c->row_seq,   c->row_pos, c->table,
-                             c->seq_len, MAXB,  70,           c->first_gen, c->decode,
-                             c->n_decode};
+    const be_attn_batch b = {c->n_rows, NSEQ, c->row_seq,   c->row_pos, c->table,   c->seq_len,
+                             MAXB,      70,   c->first_gen, c->decode,  c->n_decode};
     be->ops->attention(be, kv, 1, c->q, &b, &c->sh, &out);
     const size_t n = (size_t)c->n_rows * c->sh.n_head * c->sh.head_dim;
     float *res = malloc(n * sizeof *res);
@@ -212,7 +215,8 @@ static void check_non_finite(backend *be)
             }
         CHECK(got && reading > 0 && nan_where_read == reading && finite_elsewhere == others,
               "a cached key holding %s: the %d (row, head) pairs attending to it read NaN, the "
-              "%d others stay finite", i ? "inf" : "NaN", reading, others);
+              "%d others stay finite",
+              i ? "inf" : "NaN", reading, others);
         free(got);
         att_case_free(&c);
     }
@@ -235,8 +239,7 @@ typedef struct fwd {
 /* Rows [first, first + n) of the prompt (sequence 0), and when `other` the
  * OTHER rows of a second sequence after them; the prompt rows' logits into
  * out (n rows). */
-static int fwd_step(fwd *f, const int32_t *tokens, int32_t first, int32_t n, bool other,
-                    float *out)
+static int fwd_step(fwd *f, const int32_t *tokens, int32_t first, int32_t n, bool other, float *out)
 {
     const model_config *c = model_get_config(f->fx->m);
     int32_t tok[PROMPT + OTHER], pos[PROMPT + OTHER], slot[PROMPT + OTHER], seq[PROMPT + OTHER],
@@ -256,9 +259,17 @@ static int fwd_step(fwd *f, const int32_t *tokens, int32_t first, int32_t n, boo
         slot[m] = f->table[1][i / 16] * 16 + i % 16;
     }
     memcpy(table, f->table, sizeof table);
-    const model_batch b = {.n_rows = m, .tokens = tok, .pos = pos, .slot = slot, .row_seq = seq,
-                           .n_seqs = other ? 2 : 1, .block_table = table, .seq_len = len,
-                           .max_blocks = 4, .n_logits = n, .logit_rows = rows};
+    const model_batch b = {.n_rows = m,
+                           .tokens = tok,
+                           .pos = pos,
+                           .slot = slot,
+                           .row_seq = seq,
+                           .n_seqs = other ? 2 : 1,
+                           .block_table = table,
+                           .seq_len = len,
+                           .max_blocks = 4,
+                           .n_logits = n,
+                           .logit_rows = rows};
     llmq_err err;
     if (model_forward(f->fx->m, f->st, f->kv, &b, out, &err) != 0) {
         printf("# forward: %s\n", err.msg);
@@ -281,8 +292,8 @@ static float *run_prompt(const model_fixture *fx, be_kv_type t, const int32_t *c
     for (int32_t i = 0; i < PROMPT + STEPS; i++)
         tokens[i] = (int32_t)((i * 7919u + 13u) % (uint32_t)c->n_vocab);
     int rc = !logits ||
-             be->ops->kv_create(be, c->n_layers, MBLOCKS, 16, c->n_head_kv * c->head_dim, t,
-                                &f.kv, &err) != 0 ||
+             be->ops->kv_create(be, c->n_layers, MBLOCKS, 16, c->n_head_kv * c->head_dim, t, &f.kv,
+                                &err) != 0 ||
              model_state_create(&f.st, fx->m, PROMPT + OTHER, 2, 4, PROMPT, &err) != 0;
     int32_t done = 0;
     for (int i = 0; rc == 0 && done < PROMPT; i++) {
@@ -304,17 +315,8 @@ static float *run_prompt(const model_fixture *fx, be_kv_type t, const int32_t *c
     return logits;
 }
 
-static uint64_t fnv1a(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
-/* What run_prompt(BE_KV_F16, one pass) hashed to at commit 9edd409. */
-#define F16_LOGITS_FNV 0xe200b5f5c67cd179ull
+/* What run_prompt(BE_KV_F16, one pass) gives at commit 9edd409. */
+#define F16_LOGITS_HASH 0xe200b5f5c67cd179ull
 
 static void check_model(const model_fixture *fx)
 {
@@ -335,16 +337,19 @@ static void check_model(const model_fixture *fx)
         float *got = run_prompt(fx, BE_KV_Q8_0, ways[i].chunks, ways[i].other);
         CHECK(got && memcmp(got, ref, bytes) == 0,
               "q8_0 cache: the prompt %s gives the logits of one pass alone, bit for bit (%d "
-              "prompt rows, %d decode steps)", ways[i].what, PROMPT, STEPS);
+              "prompt rows, %d decode steps)",
+              ways[i].what, PROMPT, STEPS);
         free(got);
     }
     float *f16 = run_prompt(fx, BE_KV_F16, whole, false);
-    const uint64_t h = f16 ? fnv1a(f16, bytes) : 0;
-    printf("# f16 cache logits FNV-1a %016llx\n", (unsigned long long)h);
-    CHECK(f16 && h == F16_LOGITS_FNV,
-          "the f16 cache gives the logits it gave before the q8_0 cache (FNV-1a %016llx, want "
-          "%016llx)", (unsigned long long)h, (unsigned long long)F16_LOGITS_FNV);
-    CHECK(f16 && ref && memcmp(f16, ref, bytes) != 0, "the q8_0 and f16 caches are different caches");
+    const uint64_t h = f16 ? check_hash64(f16, bytes) : 0;
+    printf("# f16 cache logits: fingerprint %016llx\n", (unsigned long long)h);
+    CHECK(f16 && h == F16_LOGITS_HASH,
+          "the f16 cache gives the logits it gave before the q8_0 cache (fingerprint %016llx, want "
+          "%016llx)",
+          (unsigned long long)h, (unsigned long long)F16_LOGITS_HASH);
+    CHECK(f16 && ref && memcmp(f16, ref, bytes) != 0,
+          "the q8_0 and f16 caches are different caches");
     free(f16);
     free(ref);
 }

@@ -244,22 +244,13 @@ typedef struct run_log {
     uint64_t sums[MAX_PROMPTS * 64];
 } run_log;
 
-static uint64_t fnv(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 static void log_logits(void *ctx, uint64_t id, int32_t step, const float *logits, int32_t n_vocab)
 {
     run_log *lg = ctx;
     if (lg->n < (int32_t)(sizeof lg->ids / sizeof lg->ids[0])) {
         lg->ids[lg->n] = id;
         lg->steps[lg->n] = step;
-        lg->sums[lg->n] = fnv(logits, (size_t)n_vocab * sizeof(float));
+        lg->sums[lg->n] = check_hash64(logits, (size_t)n_vocab * sizeof(float));
         lg->n++;
     }
 }
@@ -363,8 +354,10 @@ static void check_greedy(fixture *fx)
                fx->name, p, s, margin, explained ? "within the bound" : "NOT explained");
         unexplained += !explained;
     }
-    CHECK(unexplained == 0, "%s, f16 KV cache: batched greedy equals llama.cpp on %d of %d "
-          "prompts, the rest diverge only at low-margin steps", fx->name, exact, fx->n_refs);
+    CHECK(unexplained == 0,
+          "%s, f16 KV cache: batched greedy equals llama.cpp on %d of %d "
+          "prompts, the rest diverge only at low-margin steps",
+          fx->name, exact, fx->n_refs);
     if (fx->greedy_exact)
         CHECK(exact == fx->n_refs, "%s: all 32 greedy tokens identical on every prompt", fx->name);
 }
@@ -486,7 +479,7 @@ static int synth_path(const fixture *fx, char *path, size_t cap)
     check_build_path(path, cap, rel);
     size_t len;
     char *bytes = slurp(path, &len);
-    const uint64_t h = bytes ? fnv(bytes, len) : 0;
+    const uint64_t h = bytes ? check_hash64(bytes, len) : 0;
     free(bytes);
     CHECK(h == fx->synth_fnv,
           "%s: the model make check wrote is the one the references were "
