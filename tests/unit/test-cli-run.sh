@@ -45,10 +45,11 @@ r = json.load(open(sys.argv[1]))
 want = {"pp512", "tg128", "decode_b1", "decode_b8", "decode_b64"}
 ok = r["backend"] == "cpu" and set(r["results"]) == want and all(v > 0 for v in r["results"].values())
 ok = ok and r["decode_order"] == "prefill_first" and set(r["samples"]) == want
+ok = ok and r["kv_cache"] == "q8_0"
 ok = ok and all(len(v) == r["reps"] and v[0] == r["results"][k] for k, v in r["samples"].items())
 sys.exit(0 if ok else 1)
 PY
-check $? "--json writes the backend, the decode order and the same five cases, all positive, each with its one sample"
+check $? "--json writes the backend, the decode order, the KV cache (q8_0) and the same five cases, all positive, each with its one sample"
 
 grep -q "warm-up (not counted)" "$TMP/err"
 check $? "an unmeasured warm-up runs first and says so"
