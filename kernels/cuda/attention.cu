@@ -2,13 +2,19 @@
  * KV cache, f16 or q8_0 (every kernel is built for both: Q8 below).
  *
  * A q8_0 cache holds int8 values and an f16 scale per 32 values of a row
- * (cuda_internal.h); a value is q * d, which the kernels form in f32 (exact,
- * as on the CPU) and, in the tensor-core kernel, round to the f16 its
- * operands are.  The decode kernel loads 8 bytes and one scale where it
- * loaded 16 bytes of f16: half the bytes, the same lanes and order.  The
- * tensor-core kernel copies the int8 tiles with cp.async into two stages
- * and, once a stage has landed, dequantizes it into the K and V tiles (one
- * f16 tile each instead of two: smem 84,992 B at D = 128).
+ * (cuda_internal.h); a value is q * d.  The int8 values become exact halves
+ * by numerics.cuh's byte-to-half trick (an xor, two logic ops and an f16
+ * subtract per 4 values): an int-to-float conversion runs at a quarter of
+ * the rate, and at 8 conversions per 8 bytes it made the decode kernel
+ * compute-bound (checkpoint 1: slower than f16 at 64 and 256 sequences).
+ * The decode kernel loads 8 bytes and one scale where it loaded 16 bytes
+ * of f16 (same lanes and order), sums q . k over the chunk and applies the
+ * chunk's scale once (a chunk of 8 values lies in one block), and weighs V
+ * by p * d.  The tensor-core kernel copies the int8 tiles with cp.async
+ * into two stages and, once a stage has landed, turns it into the f16 K and
+ * V tiles (q * d in one f16 multiply, rounded once; one f16 tile each
+ * instead of two: smem 84,992 B at D = 128).  The plain kernel reads q * d
+ * in f32 as the CPU does.
  *
  * The tensor-core kernel (head dims 16, 32, 64, 96 for Phi-3-mini, 128) is
  * flash attention with mma.sync m16n8k16: a CTA of 4 warps takes one query
@@ -62,6 +68,7 @@
  * Other head dims (8 in the smallest test model) take a plain kernel: one
  * warp per (row, head), scores in shared memory, as the CPU computes them. */
 #include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/numerics.cuh"
 
 #include <math.h>
 
@@ -95,10 +102,13 @@ static __device__ __forceinline__ float kv_at(const void *plane, const __half *s
         return __half2float(((const __half *)plane)[e]);
 }
 
-/* Byte j of w as a signed value. */
-static __device__ __forceinline__ int i8_of(uint32_t w, int j)
+/* Four int8 values (the bytes of w) as exact halves, (q0, q2) and (q1,
+ * q3): biased to unsigned bytes and through numerics.cuh's byte-to-half
+ * trick, integer and f16 adds where a conversion instruction would run at
+ * a quarter of the rate. */
+static __device__ __forceinline__ void q8x4_to_half2(uint32_t w, __half2 *even, __half2 *odd)
 {
-    return (int)(int8_t)(uint8_t)(w >> (8 * j));
+    bytes_to_half2(w ^ 0x80808080u, __float2half2_rn(1152.0f), even, odd);
 }
 
 /* Eight values e .. e + 7 (e a multiple of 8, so of one q8_0 block): the
@@ -127,29 +137,42 @@ static __device__ __forceinline__ kv_chunk<Q8> kv_load8(const void *plane, const
     return c;
 }
 
-/* Eight int8 values times d, rounded to f16 (the tile kernel's operands). */
-static __device__ __forceinline__ uint4 q8_to_f16x8(uint2 q, float d)
+/* Eight int8 values times d, rounded to f16 (the tile kernel's operands):
+ * q is an exact half, so the f16 product is q * d rounded once. */
+static __device__ __forceinline__ uint4 q8_to_f16x8(uint2 q, __half2 d)
 {
     uint32_t h[4];
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const uint32_t w = j < 2 ? q.x : q.y;
-        h[j] = pack_half2((float)i8_of(w, 2 * (j % 2)) * d, (float)i8_of(w, 2 * (j % 2) + 1) * d);
+    for (int j = 0; j < 2; j++) {
+        __half2 e, o;
+        q8x4_to_half2(j ? q.y : q.x, &e, &o);
+        const uint32_t ue = *(const uint32_t *)&e, uo = *(const uint32_t *)&o;
+        const uint32_t p01 = __byte_perm(ue, uo, 0x5410), p23 = __byte_perm(ue, uo, 0x7632);
+        const __half2 h01 = __hmul2(*(const __half2 *)&p01, d);
+        const __half2 h23 = __hmul2(*(const __half2 *)&p23, d);
+        h[2 * j] = *(const uint32_t *)&h01;
+        h[2 * j + 1] = *(const uint32_t *)&h23;
     }
     return make_uint4(h[0], h[1], h[2], h[3]);
 }
 
+/* A chunk's eight values as f32: f16 values as they are; q8_0 values as the
+ * integers q (exact), their scale in *d for the caller to apply once per
+ * product (the f16 path never multiplies, so its bits are what they were). */
 template <bool Q8>
-static __device__ __forceinline__ void kv_unpack8(const kv_chunk<Q8> &c, float f[8])
+static __device__ __forceinline__ void kv_unpack8(const kv_chunk<Q8> &c, float f[8], float *d)
 {
     if constexpr (Q8) {
-        const float d = __half2float(c.d);
+        *d = __half2float(c.d);
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            f[j] = (float)i8_of(c.v.x, j) * d;
-            f[4 + j] = (float)i8_of(c.v.y, j) * d;
+        for (int j = 0; j < 2; j++) {
+            __half2 e, o;
+            q8x4_to_half2(j ? c.v.y : c.v.x, &e, &o);
+            const float2 fe = __half22float2(e), fo = __half22float2(o);
+            f[4 * j] = fe.x, f[4 * j + 1] = fo.x, f[4 * j + 2] = fe.y, f[4 * j + 3] = fo.y;
         }
     } else {
+        *d = 1.0f;
         const __half2 *h2 = (const __half2 *)&c.v;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -227,11 +250,11 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
             const int i = tid + it * ATT_THREADS, key = i / CH, c = i % CH;
             const int kp = kt * ATT_TILE + key;
             const int8_t *src = st + ((buf * 2) * ATT_TILE + key) * D + 8 * c;
-            float dk = 0.0f, dv = 0.0f;
+            __half2 dk = __float2half2_rn(0.0f), dv = dk;
             if (kp < n_keys) {
                 const int64_t e = key_at(kp, 8 * c) / QK8_0;
-                dk = __half2float(p.ks[e]);
-                dv = __half2float(p.vs[e]);
+                dk = __half2half2(p.ks[e]);
+                dv = __half2half2(p.vs[e]);
             }
             *(uint4 *)(sk + key * LD + 8 * c) = q8_to_f16x8(*(const uint2 *)src, dk);
             *(uint4 *)(sv + key * LD + 8 * c) = q8_to_f16x8(*(const uint2 *)(src + ATT_TILE * D),
@@ -455,8 +478,8 @@ __global__ void __launch_bounds__(DEC_THREADS)
 #pragma unroll
         for (int i = 0; i < BATCH; i++) {
             const int k = ((st0 + i) * DEC_WARPS + warp) * KPI + sub;
-            float f[8];
-            kv_unpack8<Q8>(raw[i], f);
+            float f[8], d;
+            kv_unpack8<Q8>(raw[i], f, &d);
             float acc[HG];
 #pragma unroll
             for (int g = 0; g < HG; g++)
@@ -467,6 +490,10 @@ __global__ void __launch_bounds__(DEC_THREADS)
                 for (int g = 0; g < HG; g++)
                     acc[g] = fmaf(qr[g][2 * j + 1], f[2 * j + 1],
                                   fmaf(qr[g][2 * j], f[2 * j], acc[g]));
+            if constexpr (Q8) /* a chunk is one block: its scale once */
+#pragma unroll
+                for (int g = 0; g < HG; g++)
+                    acc[g] *= d;
 #pragma unroll
             for (int g = 0; g < HG; g++)
 #pragma unroll
@@ -517,15 +544,18 @@ __global__ void __launch_bounds__(DEC_THREADS)
             const int k = ((st0 + i) * DEC_WARPS + warp) * KPI + sub;
             if (k >= nk)
                 continue;
-            float f[8];
-            kv_unpack8<Q8>(raw[i], f);
+            float f[8], d;
+            kv_unpack8<Q8>(raw[i], f, &d);
+            float pk[HG]; /* q8_0: the weight times the block's scale */
+#pragma unroll
+            for (int g = 0; g < HG; g++)
+                pk[g] = Q8 ? s_p[g][k] * d : s_p[g][k];
 #pragma unroll
             for (int j = 0; j < 4; j++)
 #pragma unroll
                 for (int g = 0; g < HG; g++) {
-                    const float pk = s_p[g][k];
-                    o[g][2 * j] = fmaf(pk, f[2 * j], o[g][2 * j]);
-                    o[g][2 * j + 1] = fmaf(pk, f[2 * j + 1], o[g][2 * j + 1]);
+                    o[g][2 * j] = fmaf(pk[g], f[2 * j], o[g][2 * j]);
+                    o[g][2 * j + 1] = fmaf(pk[g], f[2 * j + 1], o[g][2 * j + 1]);
                 }
         }
     }

@@ -275,17 +275,20 @@ static __device__ __forceinline__ void kv_q8_put(float x, int8_t *q, __half *d)
         *d = __float2half_rn(finite ? db : NAN);
 }
 
-/* ROW_THREADS (a multiple of 32) per row: each warp takes whole blocks. */
+/* A thread per value, a warp per block: grid (rows, kv_dim / ROW_THREADS
+ * rounded up), so that a decode step's one row is 16 CTAs of one pass
+ * instead of one CTA looping over the row's blocks one reduction at a time. */
 __global__ void kv_write_q8_kernel(int8_t *kc, int8_t *vc, __half *ks, __half *vs,
                                    int64_t layer_off, int32_t kv_dim, const float *k,
                                    const float *v, const int32_t *slot)
 {
     const int64_t r = blockIdx.x;
-    const int64_t dst = layer_off + (int64_t)slot[r] * kv_dim;
-    for (int32_t e = threadIdx.x; e < kv_dim; e += blockDim.x) {
-        kv_q8_put(k[r * kv_dim + e], kc + dst + e, ks + (dst + e) / QK8_0);
-        kv_q8_put(v[r * kv_dim + e], vc + dst + e, vs + (dst + e) / QK8_0);
-    }
+    const int32_t e = blockIdx.y * blockDim.x + threadIdx.x;
+    if (e >= kv_dim) /* kv_dim % 32 == 0: whole warps leave */
+        return;
+    const int64_t dst = layer_off + (int64_t)slot[r] * kv_dim + e;
+    kv_q8_put(k[r * kv_dim + e], kc + dst, ks + dst / QK8_0);
+    kv_q8_put(v[r * kv_dim + e], vc + dst, vs + dst / QK8_0);
 }
 
 void launch_kv_write(cuda_backend *cb, be_kv *kv, int32_t layer, const float *k, const float *v,
@@ -294,8 +297,9 @@ void launch_kv_write(cuda_backend *cb, be_kv *kv, int32_t layer, const float *k,
     static_assert(ROW_THREADS % 32 == 0, "kv_write_q8_kernel: whole warps per block");
     const int64_t layer_off = (int64_t)layer * kv->n_blocks * kv->block_size * kv->kv_dim;
     if (kv->type == BE_KV_Q8_0)
-        kv_write_q8_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>(
-            (int8_t *)kv->k, (int8_t *)kv->v, kv->ks, kv->vs, layer_off, kv->kv_dim, k, v, slot);
+        kv_write_q8_kernel<<<dim3(rows, (kv->kv_dim + ROW_THREADS - 1) / ROW_THREADS), ROW_THREADS,
+                             0, cb->stream>>>((int8_t *)kv->k, (int8_t *)kv->v, kv->ks, kv->vs,
+                                              layer_off, kv->kv_dim, k, v, slot);
     else
         kv_write_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>((__half *)kv->k, (__half *)kv->v,
                                                               layer_off, kv->kv_dim, k, v, slot);
