@@ -127,8 +127,8 @@ static int parse_args(int argc, char **argv, options *o)
          CLI_INT32(&o->kv_blocks, 1, INT32_MAX)},
         {"kv-f16", 0, NULL,
          "keep the KV cache in f16, 2 bytes a value (default q8_0: 34 bytes per 32 values, so"
-         " twice the tokens in the same memory; f16 where a model's KV rows are no multiple of"
-         " 32)",
+         " 1.88 times the tokens in the same memory; f16 where a model's KV rows are no multiple"
+         " of 32)",
          CLI_SWITCH(&o->kv_f16)},
         {"no-prefix-cache", 0, NULL,
          "compute every prompt in full, even the KV blocks it shares with an earlier job's"

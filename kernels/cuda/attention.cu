@@ -242,26 +242,41 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
         }
         cp_async_commit();
     };
-    /* q8_0: stage buf's tile kt dequantized into the f16 K and V tiles (keys
-     * past the last are zero, as their bytes are). */
-    auto unpack_kv = [&](int kt, int buf) {
+    /* q8_0: the scales of tile kt's chunks this thread unpacks, (k, v) per
+     * chunk, zero past the last key.  They are loaded a tile ahead, into
+     * registers, so that their latency hides behind the tile's mma work
+     * instead of stalling the unpacking (cp.async moves 4 bytes at least,
+     * and a head's scales are 2 x D / 32 bytes, not always 4-aligned). */
+    constexpr int UNPACK_IT = ATT_TILE * CH / ATT_THREADS;
+    __half2 scale[Q8 ? UNPACK_IT : 1];
+    auto load_scales = [&](int kt) {
 #pragma unroll
-        for (int it = 0; it < ATT_TILE * CH / ATT_THREADS; it++) {
+        for (int it = 0; it < UNPACK_IT; it++) {
             const int i = tid + it * ATT_THREADS, key = i / CH, c = i % CH;
             const int kp = kt * ATT_TILE + key;
-            const int8_t *src = st + ((buf * 2) * ATT_TILE + key) * D + 8 * c;
-            __half2 dk = __float2half2_rn(0.0f), dv = dk;
+            scale[it] = __float2half2_rn(0.0f);
             if (kp < n_keys) {
                 const int64_t e = key_at(kp, 8 * c) / QK8_0;
-                dk = __half2half2(p.ks[e]);
-                dv = __half2half2(p.vs[e]);
+                scale[it] = __halves2half2(p.ks[e], p.vs[e]);
             }
-            *(uint4 *)(sk + key * LD + 8 * c) = q8_to_f16x8(*(const uint2 *)src, dk);
+        }
+    };
+    /* q8_0: stage buf's tile into the f16 K and V tiles (keys past the last
+     * are zero, as their bytes and scales are). */
+    auto unpack_kv = [&](int buf) {
+#pragma unroll
+        for (int it = 0; it < UNPACK_IT; it++) {
+            const int i = tid + it * ATT_THREADS, key = i / CH, c = i % CH;
+            const int8_t *src = st + ((buf * 2) * ATT_TILE + key) * D + 8 * c;
+            *(uint4 *)(sk + key * LD + 8 * c) = q8_to_f16x8(*(const uint2 *)src,
+                                                            __low2half2(scale[it]));
             *(uint4 *)(sv + key * LD + 8 * c) = q8_to_f16x8(*(const uint2 *)(src + ATT_TILE * D),
-                                                            dv);
+                                                            __high2half2(scale[it]));
         }
     };
     load_kv(0, 0);
+    if constexpr (Q8)
+        load_scales(0);
 
     /* Q tile in f16; rows past nq are zero. */
     for (int i = tid; i < ATT_TILE * D / 4; i += ATT_THREADS) {
@@ -306,7 +321,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
         cp_async_wait<1>();
         __syncthreads();
         if constexpr (Q8) {
-            unpack_kv(kt, buf);
+            unpack_kv(buf);
+            if (kt + 1 < n_tiles)
+                load_scales(kt + 1);
             __syncthreads();
         }
         if (active) { /* every warp reaches every barrier of the loop */
