@@ -7,14 +7,14 @@
  * subtract per 4 values): an int-to-float conversion runs at a quarter of
  * the rate, and at 8 conversions per 8 bytes it made the decode kernel
  * compute-bound (checkpoint 1: slower than f16 at 64 and 256 sequences).
- * The decode kernel loads 8 bytes and one scale where it loaded 16 bytes
- * of f16 (same lanes and order), sums q . k over the chunk and applies the
- * chunk's scale once (a chunk of 8 values lies in one block), and weighs V
- * by p * d.  The tensor-core kernel copies the int8 tiles with cp.async
- * into two stages and, once a stage has landed, turns it into the f16 K and
- * V tiles (q * d in one f16 multiply, rounded once; one f16 tile each
- * instead of two: smem 84,992 B at D = 128).  The plain kernel reads q * d
- * in f32 as the CPU does.
+ * The decode kernel gives a lane 16 values (one 16-byte load and their
+ * block's scale) where it gives it 8 f16 values, so a warp step covers
+ * twice the keys with the same loads; it sums q . k over the lane's values
+ * and applies the scale once, and weighs V by p * d.  (The first version
+ * kept f16's 8 values a lane: as many loads in flight, each half as wide.)  The tensor-core kernel
+ * copies the int8 tiles with cp.async into two stages and, once a stage has landed, turns it into
+ * the f16 K and V tiles (q * d in one f16 multiply, rounded once; one f16 tile each instead of two:
+ * smem 84,992 B at D = 128).  The plain kernel reads q * d in f32 as the CPU does.
  *
  * The tensor-core kernel (head dims 16, 32, 64, 96 for Phi-3-mini, 128) is
  * flash attention with mma.sync m16n8k16: a CTA of 4 warps takes one query
@@ -57,7 +57,8 @@
  * tile kernel gives such a row one CTA per head, of whose 4 warps 1 computes,
  * and fits 2 CTAs per SM, so 64 rows x 576 keys ran at 60% of bandwidth
  * (docs/perf/02).  Here a CTA of 4 warps takes DEC_KEYS keys of one row
- * for HG query heads sharing a KV head: 16-byte loads, D/8 lanes per key,
+ * for HG query heads sharing a KV head: 16-byte loads, D/8 lanes per key
+ * (D/16 for q8_0),
  * scores in f32 (q pre-scaled to log2 units), softmax of the split, P V with
  * the same lanes; splits write (o, max, sum) partials that a second kernel
  * merges in split order.  A row's splits depend only on its own length, so
@@ -111,7 +112,8 @@ static __device__ __forceinline__ void q8x4_to_half2(uint32_t w, __half2 *even, 
     bytes_to_half2(w ^ 0x80808080u, __float2half2_rn(1152.0f), even, odd);
 }
 
-/* Eight values e .. e + 7 (e a multiple of 8, so of one q8_0 block): the
+/* A lane's values of a key, 16 bytes: 8 f16 values, or 16 q8_0 values
+ * (e a multiple of 16, so within one block) and their block's scale; the
  * raw bytes, loaded before they are unpacked so that many loads fly. */
 template <bool Q8>
 struct kv_chunk {
@@ -119,17 +121,17 @@ struct kv_chunk {
 };
 template <>
 struct kv_chunk<true> {
-    uint2 v;
+    uint4 v;
     __half d;
 };
 
 template <bool Q8>
-static __device__ __forceinline__ kv_chunk<Q8> kv_load8(const void *plane, const __half *scales,
-                                                        int64_t e)
+static __device__ __forceinline__ kv_chunk<Q8> kv_load(const void *plane, const __half *scales,
+                                                       int64_t e)
 {
     kv_chunk<Q8> c;
     if constexpr (Q8) {
-        c.v = __ldg((const uint2 *)((const int8_t *)plane + e));
+        c.v = __ldg((const uint4 *)((const int8_t *)plane + e));
         c.d = scales[e / QK8_0];
     } else {
         c.v = __ldg((const uint4 *)((const __half *)plane + e));
@@ -156,18 +158,23 @@ static __device__ __forceinline__ uint4 q8_to_f16x8(uint2 q, __half2 d)
     return make_uint4(h[0], h[1], h[2], h[3]);
 }
 
-/* A chunk's eight values as f32: f16 values as they are; q8_0 values as the
- * integers q (exact), their scale in *d for the caller to apply once per
- * product (the f16 path never multiplies, so its bits are what they were). */
+/* A chunk's values as f32 (VPL<Q8> of them): f16 values as they are;
+ * q8_0 values as the integers q (exact), their scale in *d for the caller
+ * to apply once per product (the f16 path never multiplies, so its bits are
+ * what they were). */
 template <bool Q8>
-static __device__ __forceinline__ void kv_unpack8(const kv_chunk<Q8> &c, float f[8], float *d)
+constexpr int kv_vpl = Q8 ? 16 : 8;
+
+template <bool Q8>
+static __device__ __forceinline__ void kv_unpack(const kv_chunk<Q8> &c, float *f, float *d)
 {
     if constexpr (Q8) {
         *d = __half2float(c.d);
+        const uint32_t w[4] = {c.v.x, c.v.y, c.v.z, c.v.w};
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < 4; j++) {
             __half2 e, o;
-            q8x4_to_half2(j ? c.v.y : c.v.x, &e, &o);
+            q8x4_to_half2(w[j], &e, &o);
             const float2 fe = __half22float2(e), fo = __half22float2(o);
             f[4 * j] = fe.x, f[4 * j + 1] = fo.x, f[4 * j + 2] = fe.y, f[4 * j + 3] = fo.y;
         }
@@ -440,7 +447,8 @@ __global__ void __launch_bounds__(DEC_THREADS)
     attn_decode_kernel(attn_args p, const int32_t *rows, float scale_log2, float *part,
                        int max_split)
 {
-    constexpr int LPK = D / 8;                           /* lanes per key, 8 halves each */
+    constexpr int VPL = kv_vpl<Q8>;                      /* values per lane: 16 bytes */
+    constexpr int LPK = D / VPL;                         /* lanes per key */
     constexpr int KPI = 32 / LPK;                        /* keys per warp per step */
     constexpr int STEPS = DEC_KEYS / (DEC_WARPS * KPI);  /* steps per warp */
     constexpr int BATCH = STEPS < 8 ? STEPS : 8;         /* steps whose loads fly together */
@@ -457,17 +465,17 @@ __global__ void __launch_bounds__(DEC_THREADS)
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int sub = lane / LPK, cl = lane % LPK;
     const int32_t *blocks = p.btab + (int64_t)p.row_seq[x] * p.max_blocks;
-    const int64_t head_off = (int64_t)(h0 / p.group) * D + cl * 8;
+    const int64_t head_off = (int64_t)(h0 / p.group) * D + cl * VPL;
 
     for (int i = tid; i < HG * D; i += DEC_THREADS)
         s_q[i / D][i % D] = p.q[((int64_t)x * p.n_head + h0) * D + i] * scale_log2;
     __syncthreads();
-    float qr[HG][8];
+    float qr[HG][VPL];
 #pragma unroll
     for (int g = 0; g < HG; g++)
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            qr[g][j] = s_q[g][cl * 8 + j];
+        for (int j = 0; j < VPL; j++)
+            qr[g][j] = s_q[g][cl * VPL + j];
 
     /* Each warp takes keys (step * DEC_WARPS + warp) * KPI + sub.  The loads
      * of BATCH steps are issued before any of their math (block table
@@ -484,7 +492,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
         }
 #pragma unroll
         for (int i = 0; i < BATCH; i++)
-            raw[i] = kv_load8<Q8>(cache, scales, at[i] * p.kv_dim + head_off);
+            raw[i] = kv_load<Q8>(cache, scales, at[i] * p.kv_dim + head_off);
     };
 
     /* Scores: each key's LPK lanes dot 8 dims each, then sum by shuffles.
@@ -495,14 +503,14 @@ __global__ void __launch_bounds__(DEC_THREADS)
 #pragma unroll
         for (int i = 0; i < BATCH; i++) {
             const int k = ((st0 + i) * DEC_WARPS + warp) * KPI + sub;
-            float f[8], d;
-            kv_unpack8<Q8>(raw[i], f, &d);
+            float f[VPL], d;
+            kv_unpack<Q8>(raw[i], f, &d);
             float acc[HG];
 #pragma unroll
             for (int g = 0; g < HG; g++)
                 acc[g] = 0.0f;
 #pragma unroll
-            for (int j = 0; j < 4; j++)
+            for (int j = 0; j < VPL / 2; j++)
 #pragma unroll
                 for (int g = 0; g < HG; g++)
                     acc[g] = fmaf(qr[g][2 * j + 1], f[2 * j + 1],
@@ -547,11 +555,11 @@ __global__ void __launch_bounds__(DEC_THREADS)
 
     /* O = P V over the same keys and lanes (a key past nk weighs 0), then
      * over the KPI keys of a step and over the warps, in a fixed order. */
-    float o[HG][8];
+    float o[HG][VPL];
 #pragma unroll
     for (int g = 0; g < HG; g++)
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < VPL; j++)
             o[g][j] = 0.0f;
     for (int st0 = 0; st0 < STEPS; st0 += BATCH) {
         kv_chunk<Q8> raw[BATCH];
@@ -561,14 +569,14 @@ __global__ void __launch_bounds__(DEC_THREADS)
             const int k = ((st0 + i) * DEC_WARPS + warp) * KPI + sub;
             if (k >= nk)
                 continue;
-            float f[8], d;
-            kv_unpack8<Q8>(raw[i], f, &d);
+            float f[VPL], d;
+            kv_unpack<Q8>(raw[i], f, &d);
             float pk[HG]; /* q8_0: the weight times the block's scale */
 #pragma unroll
             for (int g = 0; g < HG; g++)
                 pk[g] = Q8 ? s_p[g][k] * d : s_p[g][k];
 #pragma unroll
-            for (int j = 0; j < 4; j++)
+            for (int j = 0; j < VPL / 2; j++)
 #pragma unroll
                 for (int g = 0; g < HG; g++) {
                     o[g][2 * j] = fmaf(pk[g], f[2 * j], o[g][2 * j]);
@@ -579,7 +587,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
 #pragma unroll
     for (int g = 0; g < HG; g++)
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < VPL; j++)
 #pragma unroll
             for (int off = LPK; off < 32; off <<= 1)
                 o[g][j] += __shfl_xor_sync(0xffffffffu, o[g][j], off);
@@ -587,8 +595,8 @@ __global__ void __launch_bounds__(DEC_THREADS)
 #pragma unroll
         for (int g = 0; g < HG; g++)
 #pragma unroll
-            for (int j = 0; j < 8; j++)
-                s_o[warp][g][cl * 8 + j] = o[g][j];
+            for (int j = 0; j < VPL; j++)
+                s_o[warp][g][cl * VPL + j] = o[g][j];
     __syncthreads();
 
     const bool whole = dec_splits(n_keys) == 1;
