@@ -354,6 +354,28 @@ static __device__ __forceinline__ void mmv_chunk(const be_weight &w, const int64
     }
 }
 
+/* Asks L2 for the bytes of weight rows [row0, row0 + rows) (clamped to the
+ * matrix), every plane of the type, so that a kernel started early (PDL,
+ * cuda_internal.h) reads its weights during its predecessor's tail. */
+template <int T>
+static __device__ void mmv_prefetch(const be_weight &w, int64_t row0, int rows)
+{
+    const int64_t n = min((int64_t)rows, w.rows - row0), first = row0 * w.nb, blocks = n * w.nb;
+    if constexpr (T == QUANT_Q4_K || T == QUANT_Q5_K) {
+        constexpr int64_t bytes = T == QUANT_Q4_K ? sizeof(block_q4_K) : sizeof(block_q5_K);
+        l2_prefetch(w.q + first * bytes, blocks * bytes);
+    } else if constexpr (T == QUANT_Q6_K) {
+        l2_prefetch(w.q + first * 128, blocks * 128);
+        l2_prefetch(w.qh + first * 64, blocks * 64);
+        l2_prefetch(w.sc + first * 16, blocks * 16);
+        l2_prefetch(w.d + first, blocks * sizeof(__half));
+    } else {
+        static_assert(T == QUANT_Q8_0, "mmv_prefetch: a type mmv does not take");
+        l2_prefetch(w.q + first * 32, blocks * 32);
+        l2_prefetch(w.d + first, blocks * sizeof(__half));
+    }
+}
+
 template <int T, bool WA>
 __global__ void __launch_bounds__(MMV_WARPS * 32)
     mmv_kernel(mmv_group grp, const __half *act, int64_t lda, int m, bool accumulate)
@@ -372,6 +394,10 @@ __global__ void __launch_bounds__(MMV_WARPS * 32)
     const int g = lane / 4, c = lane % 4;
     const int nkt = (int)(lda / MM_GROUP), chunks = (int)mm_chunks(lda);
     const int64_t row[2] = {min(row0 + g, w.rows - 1), min(row0 + g + 8, w.rows - 1)};
+    pdl_launch_next();
+    if (threadIdx.x == 0)
+        mmv_prefetch<T>(w, row0, L::rows);
+    pdl_wait();
     for (int ch = warp; ch < chunks; ch += warps) {
         float acc[4];
         const int kt0 = ch * (MM_CHUNK / MM_GROUP), kt1 = min(nkt, kt0 + MM_CHUNK / MM_GROUP);
@@ -455,8 +481,8 @@ static void launch_rows(cuda_backend *cb, const mmv_group &g, unsigned tiles, co
 {
     const cuda_actq *aq = (const cuda_actq *)in->q;
     const int64_t lda = act_f16_stride(in->cols);
-    mmv_kernel<T, WA><<<tiles, 32 * mmv_warps(lda), mmv_smem(lda), cb->stream>>>(
-        g, aq->h, lda, in->rows, accumulate);
+    cuda_launch(cb, mmv_kernel<T, WA>, tiles, 32 * mmv_warps(lda), mmv_smem(lda), g, aq->h, lda,
+                (int)in->rows, accumulate);
 }
 
 void launch_mmv_group(cuda_backend *cb, int n, const be_weight *const *w, const be_act *in,
