@@ -209,6 +209,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
     __half *sk = sq + ATT_TILE * LD;                  /* [KT][64][LD] */
     __half *sv = sk + KT * ATT_TILE * LD;             /* [KT][64][LD] */
     int8_t *st = (int8_t *)(sv + KT * ATT_TILE * LD); /* q8_0: [2 stages][K, V][64][D] */
+    pdl_begin();
     const int x = blockIdx.x, h = blockIdx.y;
     const int seq = p.row_seq[x], p0 = p.pos[x];
     if (x > 0 && p.row_seq[x - 1] == seq && p0 % ATT_TILE != 0)
@@ -457,6 +458,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
     __shared__ float s_o[DEC_WARPS][HG][D];
     __shared__ float s_ml[HG][2];
 
+    pdl_begin();
     const int split = blockIdx.x, h0 = blockIdx.y * HG, x = rows[blockIdx.z];
     const int n_keys = p.pos[x] + 1, k0 = split * DEC_KEYS;
     if (k0 >= n_keys)
@@ -625,6 +627,7 @@ template <int D>
 __global__ void __launch_bounds__(D)
     attn_decode_merge_kernel(attn_args p, const int32_t *rows, const float *part, int max_split)
 {
+    pdl_begin();
     const int x = rows[blockIdx.x], h = blockIdx.y, d = threadIdx.x;
     const int n_split = dec_splits(p.pos[x] + 1);
     if (n_split == 1)
@@ -653,11 +656,11 @@ static void launch_decode_hg(cuda_backend *cb, const attn_args &a, const be_attn
                                                    (D + 2) * sizeof(float))))
         return;
     dim3 grid(max_split, a.n_head / HG, b->n_decode);
-    attn_decode_kernel<D, HG, Q8>
-        <<<grid, DEC_THREADS, 0, cb->stream>>>(a, b->decode_rows_dev, scale_log2, part, max_split);
+    cuda_launch(cb, attn_decode_kernel<D, HG, Q8>, grid, DEC_THREADS, 0, a, b->decode_rows_dev,
+                scale_log2, part, max_split);
     if (max_split > 1)
-        attn_decode_merge_kernel<D><<<dim3(b->n_decode, a.n_head), D, 0, cb->stream>>>(
-            a, b->decode_rows_dev, part, max_split);
+        cuda_launch(cb, attn_decode_merge_kernel<D>, dim3(b->n_decode, a.n_head), D, 0, a,
+                    b->decode_rows_dev, part, max_split);
 }
 
 /* Query heads per CTA: as many of a KV head's group as fit the registers (4). */
@@ -678,6 +681,7 @@ template <bool Q8>
 __global__ void attn_plain_kernel(attn_args p, float scale)
 {
     extern __shared__ float scores[];
+    pdl_begin();
     const int x = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, D = p.head_dim;
     const int n = p.pos[x] + 1, hk = h / p.group;
     const int32_t *blocks = p.btab + (int64_t)p.row_seq[x] * p.max_blocks;
@@ -744,9 +748,8 @@ static void launch_prompt(cuda_backend *cb, const attn_args &a, const be_attn_ba
                           float scale_log2)
 {
     dim3 grid(b->n_rows, a.n_head);
-    cudaStream_t s = cb->stream;
     auto tc = [&](auto kernel, size_t smem) {
-        kernel<<<grid, ATT_THREADS, smem, s>>>(a, scale_log2);
+        cuda_launch(cb, kernel, grid, ATT_THREADS, smem, a, scale_log2);
     };
     switch (a.head_dim) {
     case 16: tc(attn_tc_kernel<16, Q8>, tc_smem<16, Q8>()); break;
@@ -765,7 +768,7 @@ static void launch_prompt(cuda_backend *cb, const attn_args &a, const be_attn_ba
                       a.head_dim, PLAIN_MAX_SMEM / 4, b->max_seq_len);
             return;
         }
-        attn_plain_kernel<Q8><<<grid, 32, smem, s>>>(a, scale);
+        cuda_launch(cb, attn_plain_kernel<Q8>, grid, 32, smem, a, scale);
     }
     }
     cuda_check_launch(cb, "attention");
