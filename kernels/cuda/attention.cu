@@ -3,10 +3,10 @@
  *
  * A q8_0 cache holds int8 values and an f16 scale per 32 values of a row
  * (cuda_internal.h); a value is q * d.  The int8 values become exact halves
- * by numerics.cuh's byte-to-half trick (an xor, two logic ops and an f16
- * subtract per 4 values): an int-to-float conversion runs at a quarter of
- * the rate, and at 8 conversions per 8 bytes it made the decode kernel
- * compute-bound (checkpoint 1: slower than f16 at 64 and 256 sequences).
+ * by byte permutes into the mantissa of 1024 (q8x4_to_half2): an
+ * int-to-float conversion runs at a quarter of the rate, and at 8
+ * conversions per 8 bytes it made the decode kernel compute-bound
+ * (checkpoint 1: slower than f16 at 64 and 256 sequences).
  * The decode kernel gives a lane 16 values (one 16-byte load and their
  * block's scale) where it gives it 8 f16 values, so a warp step covers
  * twice the keys with the same loads; it sums q . k over the lane's values
@@ -69,7 +69,6 @@
  * Other head dims (8 in the smallest test model) take a plain kernel: one
  * warp per (row, head), scores in shared memory, as the CPU computes them. */
 #include "kernels/cuda/cuda_internal.h"
-#include "kernels/cuda/numerics.cuh"
 
 #include <math.h>
 
@@ -103,13 +102,19 @@ static __device__ __forceinline__ float kv_at(const void *plane, const __half *s
         return __half2float(((const __half *)plane)[e]);
 }
 
-/* Four int8 values (the bytes of w) as exact halves, (q0, q2) and (q1,
- * q3): biased to unsigned bytes and through numerics.cuh's byte-to-half
- * trick, integer and f16 adds where a conversion instruction would run at
- * a quarter of the rate. */
-static __device__ __forceinline__ void q8x4_to_half2(uint32_t w, __half2 *even, __half2 *odd)
+/* Four int8 values (the bytes of w) as exact halves, (q0, q1) and (q2, q3):
+ * each byte, biased to unsigned, is put by a byte permute into the mantissa
+ * of 1024.0 (0x64XX, whose ulp is 1; the trick of numerics.cuh's
+ * bytes_to_half2, with the pairs in order), then 1152 = 1024 + 128 comes off
+ * exactly.  Per 4 values: an xor, 2 permutes, 2 f16 subtracts, where an
+ * int-to-float conversion would take 4 instructions at a quarter rate. */
+static __device__ __forceinline__ void q8x4_to_half2(uint32_t w, __half2 *lo, __half2 *hi)
 {
-    bytes_to_half2(w ^ 0x80808080u, __float2half2_rn(1152.0f), even, odd);
+    const uint32_t x = w ^ 0x80808080u;
+    const uint32_t a = __byte_perm(x, 0x64646464u, 0x5140), b = __byte_perm(x, 0x64646464u, 0x7362);
+    const __half2 bias = __float2half2_rn(1152.0f);
+    *lo = __hsub2(*(const __half2 *)&a, bias);
+    *hi = __hsub2(*(const __half2 *)&b, bias);
 }
 
 /* A lane's values of a key, 16 bytes: 8 f16 values, or 16 q8_0 values
@@ -146,14 +151,11 @@ static __device__ __forceinline__ uint4 q8_to_f16x8(uint2 q, __half2 d)
     uint32_t h[4];
 #pragma unroll
     for (int j = 0; j < 2; j++) {
-        __half2 e, o;
-        q8x4_to_half2(j ? q.y : q.x, &e, &o);
-        const uint32_t ue = *(const uint32_t *)&e, uo = *(const uint32_t *)&o;
-        const uint32_t p01 = __byte_perm(ue, uo, 0x5410), p23 = __byte_perm(ue, uo, 0x7632);
-        const __half2 h01 = __hmul2(*(const __half2 *)&p01, d);
-        const __half2 h23 = __hmul2(*(const __half2 *)&p23, d);
-        h[2 * j] = *(const uint32_t *)&h01;
-        h[2 * j + 1] = *(const uint32_t *)&h23;
+        __half2 lo, hi;
+        q8x4_to_half2(j ? q.y : q.x, &lo, &hi);
+        const __half2 a = __hmul2(lo, d), b = __hmul2(hi, d);
+        h[2 * j] = *(const uint32_t *)&a;
+        h[2 * j + 1] = *(const uint32_t *)&b;
     }
     return make_uint4(h[0], h[1], h[2], h[3]);
 }
@@ -173,10 +175,10 @@ static __device__ __forceinline__ void kv_unpack(const kv_chunk<Q8> &c, float *f
         const uint32_t w[4] = {c.v.x, c.v.y, c.v.z, c.v.w};
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            __half2 e, o;
-            q8x4_to_half2(w[j], &e, &o);
-            const float2 fe = __half22float2(e), fo = __half22float2(o);
-            f[4 * j] = fe.x, f[4 * j + 1] = fo.x, f[4 * j + 2] = fe.y, f[4 * j + 3] = fo.y;
+            __half2 lo, hi;
+            q8x4_to_half2(w[j], &lo, &hi);
+            const float2 a = __half22float2(lo), b = __half22float2(hi);
+            f[4 * j] = a.x, f[4 * j + 1] = a.y, f[4 * j + 2] = b.x, f[4 * j + 3] = b.y;
         }
     } else {
         *d = 1.0f;
