@@ -313,6 +313,9 @@ TESTS += tests/integration/test-prefix-stats.sh
 EXTRA_DIST += tests/integration/test-prefix-stats.sh
 TESTS += tests/integration/test-kv-cache.sh
 EXTRA_DIST += tests/integration/test-kv-cache.sh
+# The broker starts while another process holds a read lock on its database.
+TESTS += tests/integration/test-db-reader.sh
+EXTRA_DIST += tests/integration/test-db-reader.sh
 # The Python client: requests of its own between a wait's results
 TESTS += tests/integration/test-client-python.sh
 EXTRA_DIST += tests/integration/test-client-python.sh
