@@ -653,10 +653,11 @@ extern "C" int backend_cuda_create(backend **out, int gpu, llmq_err *err)
                          prop.name, prop.major, prop.minor);
     }
     cb->n_sm = prop.multiProcessorCount;
+    cb->gemm_sm90 = gemm_sm90_enabled();
     if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaMallocHost((void **)&cb->stage, cb->stage_size)) != cudaSuccess ||
-        (e = gemm_configure()) != cudaSuccess || (e = mmv_configure()) != cudaSuccess ||
-        (e = attention_configure()) != cudaSuccess)
+        (e = gemm_configure()) != cudaSuccess || (e = gemm_sm90_configure()) != cudaSuccess ||
+        (e = mmv_configure()) != cudaSuccess || (e = attention_configure()) != cudaSuccess)
         goto fail;
     cuda_graphs_init(cb);
     cb->base.ops = &cuda_ops;

@@ -77,6 +77,10 @@ static void for_each_weight_type(F f)
 #define MMV_MAX_ROWS 16
 /* The GEMM's k tile: one 64-value quarter of a 256-value super-block. */
 #define GEMM_BK 64
+/* Matmuls of at least this many rows take the wgmma GEMM (gemm_sm90.cu)
+ * where the build has it (sm_90a) and LLMQ_GEMM_SM90 is not 0; fewer rows,
+ * gemm.cu's mma.sync GEMM: a choice of speed only (numerics.cuh). */
+#define GEMM_SM90_MIN_ROWS 64
 
 struct be_weight {
     quant_type type;
@@ -118,6 +122,7 @@ struct cuda_backend {
     size_t stage_size, stage_off;
     float *part;          /* scratch: split-k sums, split-KV partials (cuda_scratch) */
     size_t part_bytes;
+    bool gemm_sm90; /* GEMMs of >= GEMM_SM90_MIN_ROWS rows take gemm_sm90.cu */
     bool failed;
     llmq_err first_err;
     /* graphs.cu */
@@ -192,6 +197,17 @@ void launch_mmv_group(cuda_backend *cb, int n, const be_weight *const *w, const 
 /* gemm.cu: out (rows x w->rows) from the f16 copy of in. */
 void launch_gemm(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
                  bool accumulate);
+/* gemm.cu: out (n floats) (+)= the sum of `splits` partials of n floats
+ * (part + s * n), added in split order. */
+void launch_split_sum(cuda_backend *cb, const float *part, int splits, int64_t n, float *out,
+                      bool accumulate);
+/* gemm_sm90.cu: whether this build has the wgmma GEMM and the environment
+ * (LLMQ_GEMM_SM90=0 turns it off) lets it run; its launcher, the same
+ * contract as launch_gemm. */
+cudaError_t gemm_sm90_configure(void);
+bool gemm_sm90_enabled(void);
+void launch_gemm_sm90(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
+                      bool accumulate);
 /* sampling.cu: the first maximum of each row (backend.h, argmax). */
 void launch_argmax(cuda_backend *cb, const float *x, int32_t rows, int32_t n, int32_t *out);
 /* sampling.cu: each row's k best (backend.h, top_k). */

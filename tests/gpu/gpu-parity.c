@@ -51,6 +51,7 @@
 
 typedef struct ctx {
     backend *cpu, *gpu;
+    backend *gpu_mma; /* a second CUDA backend, made with LLMQ_GEMM_SM90=0 */
     uint64_t rng;
     int failed, passed;
 } ctx;
@@ -776,6 +777,113 @@ out:
     free(og);
 }
 
+/* out (m x n, host) = x (m x k) . W^T on be, (+)= base when base is given;
+ * 0, or -1 after a failure. */
+static int gpu_matmul(backend *be, be_weight *w, const float *x, int32_t m, int32_t k, int64_t n,
+                      const float *base, float *out)
+{
+    const size_t no = (size_t)m * n;
+    llmq_err err;
+    be_act a;
+    if (be->ops->act_create(be, m, k, &a, &err) != 0)
+        return -1;
+    float *d = base ? dev_copy(be, base, no * sizeof *base) : dev_poison(be, no);
+    int rc = -1;
+    if (d && be->ops->upload(be, a.x, x, (size_t)m * k * sizeof *x, &err) == 0) {
+        a.rows = m;
+        a.cols = k;
+        a.q_valid = false;
+        be->ops->matmul(be, w, &a, d, base != NULL);
+        rc = fetch(be, out, d, no);
+    }
+    be->ops->free(be, d);
+    be->ops->act_destroy(be, &a);
+    return rc;
+}
+
+static size_t count_nonfinite(const float *x, size_t n)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += !isfinite(x[i]);
+    return bad;
+}
+
+/* The wgmma GEMM (gemm_sm90.cu, >= 64 rows) against the other matmul
+ * kernels, bit for bit (numerics.cuh: one definition of the bits): at each
+ * row count, every output against gemm.cu's mma.sync GEMM (the backend made
+ * with LLMQ_GEMM_SM90=0), its first 16 rows against a 16-row matmul (mmv
+ * for k-quants and q8_0), and with accumulate against out + y (one f32
+ * add).  n = 2200 (17 whole 128-column tiles and 24 columns) and k over
+ * three chunks of MM_CHUNK, the last partial, so that at 132 SMs 64-200 rows
+ * take 64-row tiles split by chunks, 512 rows unsplit 64-row tiles and 1000
+ * rows (a partial last tile) 128-row tiles. */
+static void test_matmul_sm90(ctx *c, quant_type t, int64_t n, int64_t k)
+{
+    static const int32_t ms[] = {64, 128, 200, 512, 1000};
+    const int32_t m_max = 1000, m_mmv = 16;
+    size_t bytes;
+    uint8_t *w = make_weight(c, t, n, k, &bytes);
+    be_weight *wg = NULL, *wm = NULL;
+    llmq_err err;
+    float *x = malloc((size_t)m_max * k * sizeof *x), *base = malloc((size_t)m_max * n * 4);
+    float *o16 = malloc((size_t)m_mmv * n * 4), *onew = malloc((size_t)m_max * n * 4);
+    float *oold = malloc((size_t)m_max * n * 4), *oacc = malloc((size_t)m_max * n * 4);
+    char what[96];
+    snprintf(what, sizeof what, "%s %lld x %lld", quant_type_name(t), (long long)n, (long long)k);
+    if (!c->gpu_mma || !w || !x || !base || !o16 || !onew || !oold || !oacc ||
+        c->gpu->ops->weight_load(c->gpu, t, n, k, w, &wg, &err) ||
+        c->gpu_mma->ops->weight_load(c->gpu_mma, t, n, k, w, &wm, &err)) {
+        fail_row(c, "matmul sm90", what, "setup failed (second backend, memory or weight load)");
+        goto out;
+    }
+    fill_random(c, x, (size_t)m_max * k, 1.0f);
+    fill_random(c, base, (size_t)m_max * n, 1.0f);
+    if (gpu_matmul(c->gpu, wg, x, m_mmv, (int32_t)k, n, NULL, o16) != 0) {
+        fail_row(c, "matmul sm90", what, "16-row run failed");
+        goto out;
+    }
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        const int32_t m = ms[i];
+        const size_t no = (size_t)m * n;
+        char rows[128];
+        snprintf(rows, sizeof rows, "%s, %d rows", what, m);
+        if (gpu_matmul(c->gpu, wg, x, m, (int32_t)k, n, NULL, onew) != 0 ||
+            gpu_matmul(c->gpu_mma, wm, x, m, (int32_t)k, n, NULL, oold) != 0 ||
+            gpu_matmul(c->gpu, wg, x, m, (int32_t)k, n, base, oacc) != 0) {
+            fail_row(c, "matmul sm90", rows, "run failed");
+            continue;
+        }
+        size_t acc_differ = 0;
+        for (size_t j = 0; j < no; j++) {
+            const float want = base[j] + onew[j];
+            acc_differ += memcmp(&want, &oacc[j], sizeof want) != 0;
+        }
+        const size_t bad = count_nonfinite(onew, no);
+        const bool vs_old = memcmp(onew, oold, no * sizeof *onew) == 0;
+        const bool vs_16 = memcmp(onew, o16, (size_t)m_mmv * n * sizeof *onew) == 0;
+        const bool ok = bad == 0 && vs_old && vs_16 && acc_differ == 0;
+        printf("| matmul sm90 | %s | vs mma.sync GEMM: %s; rows 0..15 vs 16 rows: %s; "
+               "accumulate: %zu of %zu differ from out + y | | | %zu | %s |\n",
+               rows, vs_old ? "bit-identical" : "differs", vs_16 ? "bit-identical" : "differs",
+               acc_differ, no, bad, ok ? "ok" : "FAIL");
+        fflush(stdout);
+        ok ? c->passed++ : c->failed++;
+    }
+out:
+    if (wg)
+        c->gpu->ops->weight_free(c->gpu, wg);
+    if (wm)
+        c->gpu_mma->ops->weight_free(c->gpu_mma, wm);
+    free(w);
+    free(x);
+    free(base);
+    free(o16);
+    free(onew);
+    free(oold);
+    free(oacc);
+}
+
 /* Both rope layouts, with and without Llama 3.1-like frequency divisors
  * (1 to 8, drawn at random). */
 static void test_rope(ctx *c, be_rope_mode mode, int32_t rope_dim, float base, bool factors)
@@ -1163,6 +1271,17 @@ static void test_ops(ctx *c, bool large)
     for (size_t i = 0; i < sizeof mms / sizeof mms[0]; i++)
         if (large || !mms[i].big)
             test_matmul(c, &mms[i]);
+    /* the wgmma GEMM, every type; k a whole number of blocks (q8_0: 71,
+     * the last k tile half full), of 8 f16 or 4 f32 values */
+    test_matmul_sm90(c, QUANT_Q4_K, 2200, 2304);
+    if (large) {
+        test_matmul_sm90(c, QUANT_Q5_K, 2200, 2304);
+        test_matmul_sm90(c, QUANT_Q6_K, 2200, 2304);
+        test_matmul_sm90(c, QUANT_Q8_0, 2200, 2272);
+        test_matmul_sm90(c, QUANT_F16, 2200, 2248);
+        test_matmul_sm90(c, QUANT_F32, 2200, 2260);
+        test_matmul_sm90(c, QUANT_BF16, 2200, 2260);
+    }
     const int n_mixed = (int)(sizeof att_mixed / sizeof *att_mixed);
     const int n_decode = (int)(sizeof att_decode / sizeof *att_decode);
     test_attention(c, 32, 32, 128, att_mixed, n_mixed, 5e-3);
@@ -1641,15 +1760,24 @@ int main(int argc, char **argv)
         fprintf(stderr, "gpu-parity: set LLMQ_TEST_DATA to tests/data\n");
         return 2;
     }
-    ctx c = {NULL, NULL, 0, 0, 0};
+    ctx c = {NULL, NULL, NULL, 0, 0, 0};
     llmq_err err;
     if (backend_cuda_create(&c.gpu, 0, &err) != 0) {
         printf("gpu-parity: skipped: %s\n", err.msg);
         return 77;
     }
+    /* the same GPU with the wgmma GEMM off (its rows say so if this fails) */
+    const char *sm90 = getenv("LLMQ_GEMM_SM90");
+    char *saved = sm90 ? strdup(sm90) : NULL;
+    setenv("LLMQ_GEMM_SM90", "0", 1);
+    if (backend_cuda_create(&c.gpu_mma, 0, &err) != 0)
+        fprintf(stderr, "gpu-parity: second CUDA backend: %s\n", err.msg);
+    saved ? setenv("LLMQ_GEMM_SM90", saved, 1) : unsetenv("LLMQ_GEMM_SM90");
+    free(saved);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (backend_cpu_create(&c.cpu, cores > 0 ? (int)cores : 1, &err) != 0) {
         fprintf(stderr, "gpu-parity: %s\n", err.msg);
+        backend_destroy(c.gpu_mma);
         backend_destroy(c.gpu);
         return 1;
     }
@@ -1665,6 +1793,7 @@ int main(int argc, char **argv)
         test_models(&c, data, argv + 1 + (mode[0] == '-'), argc - 1 - (mode[0] == '-'));
     printf("\n%d passed, %d failed\n", c.passed, c.failed);
     backend_destroy(c.cpu);
+    backend_destroy(c.gpu_mma);
     backend_destroy(c.gpu);
     return c.failed ? 1 : 0;
 }
