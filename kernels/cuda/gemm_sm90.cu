@@ -353,8 +353,10 @@ static void sm90_launch_tile(cuda_backend *cb, const be_weight *w, const be_act 
         launch_split_sum(cb, part, splits, m * n, out, accumulate);
 }
 
-/* 128-row tiles when they give every SM a CTA, else 64-row tiles, split by
- * chunks when even those are too few (as gemm.cu chooses: speed only). */
+/* 128-row tiles (two consumers) when they give at least half the SMs a CTA
+ * (one wave of them is no slower than two of 64-row tiles); else 64-row
+ * tiles, split by chunks when even those leave half the SMs idle.  Speed
+ * only: every choice gives the same bits. */
 void launch_gemm_sm90(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
                       bool accumulate)
 {
@@ -362,10 +364,10 @@ void launch_gemm_sm90(cuda_backend *cb, const be_weight *w, const be_act *in, fl
     auto ctas = [&](int bm) { return ((m + bm - 1) / bm) * ((n + SM90_BN - 1) / SM90_BN); };
     const bool known = with_weight_type(w->type, [&](auto t) {
         constexpr int T = decltype(t)::value;
-        if (ctas(128) >= cb->n_sm)
+        if (2 * ctas(128) >= cb->n_sm)
             sm90_launch_tile<T, 2>(cb, w, in, out, accumulate, false);
         else
-            sm90_launch_tile<T, 1>(cb, w, in, out, accumulate, ctas(64) < cb->n_sm);
+            sm90_launch_tile<T, 1>(cb, w, in, out, accumulate, 2 * ctas(64) <= cb->n_sm);
     });
     if (!known)
         cuda_fail(cb, "matmul: type %s", quant_type_name(w->type));
