@@ -34,17 +34,19 @@ log() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/log.txt"; }
     "$BIN/llmq-run" --help >/dev/null && echo "llmq-run starts"
     cuobjdump --dump-resource-usage "$BIN/llmq-run" 2>&1 | grep -E "Function|REG" | paste - - |
         sed -E 's/Resource usage://; s/[[:space:]]+/ /g'
-    # SASS census of the main kernels: wide loads, tensor and dp4a instructions.
-    echo "function LDG.128 LDG.64 LDG(other) LDS/LDSM STS HMMA IDP4A"
+    # SASS census of the main kernels: wide loads, tensor and dp4a instructions
+    # (HGMMA: wgmma, gemm_sm90_kernel).
+    echo "function LDG.128 LDG.64 LDG(other) LDS/LDSM STS HMMA IDP4A HGMMA"
     cuobjdump -sass "$BIN/llmq-run" 2>/dev/null | awk '
         /Function :/ { f = $3 }
-        f ~ /mmv_kernel|gemm_kernel|attn_tc/ {
+        f ~ /mmv_kernel|gemm_kernel|gemm_sm90_kernel|attn_tc/ {
             if ($0 ~ /LDG\.E\.128/) c[f, 1]++; else if ($0 ~ /LDG\.E\.64/) c[f, 2]++;
             else if ($0 ~ /LDG/) c[f, 3]++;
             if ($0 ~ /LDSM|LDS/) c[f, 4]++; if ($0 ~ /STS/) c[f, 5]++;
-            if ($0 ~ /HMMA/) c[f, 6]++; if ($0 ~ /IDP/) c[f, 7]++; seen[f] = 1 }
-        END { for (f in seen) printf "%s %d %d %d %d %d %d %d\n", f, c[f,1], c[f,2], c[f,3],
-              c[f,4], c[f,5], c[f,6], c[f,7] }'
+            if ($0 ~ /HMMA/) c[f, 6]++; if ($0 ~ /IDP/) c[f, 7]++;
+            if ($0 ~ /HGMMA/) c[f, 8]++; seen[f] = 1 }
+        END { for (f in seen) printf "%s %d %d %d %d %d %d %d %d\n", f, c[f,1], c[f,2], c[f,3],
+              c[f,4], c[f,5], c[f,6], c[f,7], c[f,8] }'
 } > "$OUT/env.txt" 2>&1
 log "build check done"
 
@@ -93,10 +95,12 @@ if [ "${GQA:-1}" = 1 ]; then
     rm -f /tmp/m8b-gqa.gguf
 fi
 
-# 4. Nsight Compute on three kernels of bench-cuda-ops (clocks left alone):
-#    the q4_K mmv at 1 row, the GEMM at 512 rows, decode attention at 64.
+# 4. Nsight Compute on four kernels of bench-cuda-ops (clocks left alone):
+#    the q4_K mmv at 1 row, both GEMMs at 512 rows (the wgmma one on the
+#    default backend, the mma.sync one on its LLMQ_GEMM_SM90=0 twin), decode
+#    attention at 64.
 if [ "${NCU:-0}" = 1 ]; then
-    for k in "mmv_kernel 3" "gemm_kernel 290" "attn_tc_kernel 290"; do
+    for k in "mmv_kernel 3" "gemm_sm90_kernel 290" "gemm_kernel 290" "attn_tc_kernel 290"; do
         set -- $k
         timeout 120 ncu --clock-control none -k "regex:$1" --launch-skip "$2" --launch-count 1 \
             --section SpeedOfLight --section Occupancy --section LaunchStats \
