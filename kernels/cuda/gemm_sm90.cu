@@ -283,17 +283,31 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
     sm90_consume<NC>(wg - 1, kt0, nk, smem, full, empty, tot);
 
     /* the wgmma accumulator layout: register j of thread (warp v, lane l)
-     * is row 16v + l/4 + 8 ((j/2) % 2), column 8 (j/4) + 2 (l%4) + j%2 */
+     * is row 16v + l/4 + 8 ((j/2) % 2), column 8 (j/4) + 2 (l%4) + j%2; a
+     * pair (j even, j + 1) is two adjacent columns, stored as one float2
+     * where both are in range and aligned (n even) */
     const int v = (tid / 32) % 4, lane = tid % 32;
-    float *dst = part ? part + (int64_t)blockIdx.z * m * w.rows : out;
-    const bool add = part ? false : accumulate;
+    const int64_t n = w.rows;
+    float *dst = part ? part + (int64_t)blockIdx.z * m * n : out;
+    const bool add = part ? false : accumulate, pairs = n % 2 == 0;
 #pragma unroll
-    for (int j = 0; j < 64; j++) {
+    for (int j = 0; j < 64; j += 2) {
         const int64_t row = m0 + 64 * (wg - 1) + 16 * v + lane / 4 + 8 * ((j / 2) % 2);
-        const int64_t col = n0 + 8 * (j / 4) + 2 * (lane % 4) + j % 2;
-        if (row < m && col < w.rows) {
-            float *o = dst + row * w.rows + col;
-            *o = add ? *o + tot[j] : tot[j];
+        const int64_t col = n0 + 8 * (j / 4) + 2 * (lane % 4);
+        if (row >= m || col >= n)
+            continue;
+        float *o = dst + row * n + col;
+        if (pairs) {
+            float2 y = make_float2(tot[j], tot[j + 1]);
+            if (add) {
+                const float2 x = *(const float2 *)o;
+                y = make_float2(x.x + y.x, x.y + y.y);
+            }
+            *(float2 *)o = y;
+        } else {
+            o[0] = add ? o[0] + tot[j] : tot[j];
+            if (col + 1 < n)
+                o[1] = add ? o[1] + tot[j + 1] : tot[j + 1];
         }
     }
 #endif
