@@ -10,7 +10,7 @@ if HAVE_CUDA
 noinst_LIBRARIES += kernels/libllmq_cuda.a
 kernels_libllmq_cuda_a_SOURCES = \
 	kernels/cuda/cuda_internal.h kernels/cuda/numerics.cuh kernels/cuda/blocks.cuh \
-	kernels/cuda/dequant.cuh \
+	kernels/cuda/dequant.cuh kernels/cuda/sm90.cuh \
 	kernels/cuda/cuda_backend.cu \
 	kernels/cuda/elementwise.cu \
 	kernels/cuda/mmv.cu \

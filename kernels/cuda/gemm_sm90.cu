@@ -31,122 +31,14 @@
  * Small grids split k by chunks as gemm.cu does (one CTA per chunk,
  * partials folded in chunk order by split_sum). */
 #include "kernels/cuda/dequant.cuh"
+#include "kernels/cuda/sm90.cuh"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define SM90_BN 128
 #define SM90_STAGES 4
-#define SM90_ROW_BYTES (GEMM_BK * 2)
-static_assert(SM90_ROW_BYTES == 128, "a k tile row is one 128-byte swizzle row");
-
-/* Byte offset of 16-byte unit u (k positions 8u..8u+7) of row r in a
- * 128-byte-swizzled tile (what cp.async and dequant.cuh's tile_row write). */
-static __device__ __forceinline__ uint32_t sm90_unit_off(int r, int u)
-{
-    return (uint32_t)(r * SM90_ROW_BYTES + ((u ^ (r & 7)) << 4));
-}
-
-/* The wgmma descriptor of a K-major operand in that layout, starting at
- * shared address `start`: the start (bits 0-13, in 16-byte units), the
- * leading byte offset (unused by swizzled K-major layouts: 1), the stride
- * byte offset between 8-row groups (1024 bytes), base offset 0 (the tile is
- * 1024-byte aligned) and the 128-byte swizzle mode (1 in bits 62-63).  k16
- * step s of a tile starts at row 0 + 32 s bytes: the swizzle is a function
- * of the address bits, so stepping along k within a row is a plain add. */
-static __device__ __forceinline__ uint64_t sm90_desc(uint32_t start)
-{
-    return (uint64_t)((start & 0x3ffff) >> 4) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 |
-           (uint64_t)1 << 62;
-}
-
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-static __device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count)
-                 : "memory");
-}
-
-static __device__ __forceinline__ void mbar_arrive(uint64_t *bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-
-/* Until the phase of parity `parity` of bar has completed. */
-static __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
-{
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(smem_addr(bar)), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-
-/* This thread's shared-memory writes become visible to the tensor cores
- * (the async proxy) once a barrier orders them before the wgmma. */
-static __device__ __forceinline__ void fence_proxy_async(void)
-{
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_fence(void)
-{
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-
-static __device__ __forceinline__ void wgmma_commit(void)
-{
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-
-template <int N>
-static __device__ __forceinline__ void wgmma_wait(void)
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-
-/* Keeps the compiler from moving reads or writes of the accumulators across
- * a wgmma wait (it does not know that wgmma writes them asynchronously). */
-static __device__ __forceinline__ void fence_acc(float (&d)[64])
-{
-#pragma unroll
-    for (int i = 0; i < 64; i++)
-        asm volatile("" : "+f"(d[i])::"memory");
-}
-
-/* d (64 x 128 f32, the warpgroup's fragment layout) += A (64 x 16) . B^T
- * (B 128 x 16), both K-major in shared memory (descriptors da, db). */
-/* 64 accumulator operands, laid out by hand: */
-/* clang-format off */
-static __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db)
-{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, "
-                 "%8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, "
-                 "%24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, "
-                 "%40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, "
-                 "%56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "%64, %65, 1, 1, 1, 0, 0;\n"
-                 :
-                   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db));
-}
-/* clang-format on */
-
 /* Warpgroup 0: stages the k tiles [kt0, kt0 + nk) in order. */
 template <int T, int NC>
 static __device__ __forceinline__ void sm90_produce(const be_weight &w, const __half *a,
@@ -172,7 +64,7 @@ static __device__ __forceinline__ void sm90_produce(const be_weight &w, const __
         const int s = i % SM90_STAGES, kt = kt0 + i;
         unsigned char *st = smem + s * STAGE;
         if (i >= SM90_STAGES)
-            mbar_wait(&empty[s], (unsigned)(i / SM90_STAGES - 1) & 1);
+            sm90_mbar_wait(&empty[s], (unsigned)(i / SM90_STAGES - 1) & 1);
 #pragma unroll
         for (int q = 0; q < BM * 8 / 128; q++) {
             const int r = (p + 128 * q) / 8, u = p % 8;
@@ -191,15 +83,15 @@ static __device__ __forceinline__ void sm90_produce(const be_weight &w, const __
         }
         if (i > 0) {
             cp_async_wait<1>(); /* tile i - 1's activations */
-            fence_proxy_async();
-            mbar_arrive(&full[(i - 1) % SM90_STAGES]);
+            sm90_fence_proxy_async();
+            sm90_mbar_arrive(&full[(i - 1) % SM90_STAGES]);
         }
         f[0] = g[0];
         f[1] = g[1];
     }
     cp_async_wait<0>();
-    fence_proxy_async();
-    mbar_arrive(&full[(nk - 1) % SM90_STAGES]);
+    sm90_fence_proxy_async();
+    sm90_mbar_arrive(&full[(nk - 1) % SM90_STAGES]);
 }
 
 /* Warpgroup 1 + c: rows 64c..64c+63 of the tile over the same k tiles;
@@ -218,20 +110,20 @@ static __device__ __forceinline__ void sm90_consume(int c, int kt0, int nk, unsi
     int pending = -1; /* a tile whose stage is read but not yet released */
     for (int i = 0; i < nk; i++) {
         const int s = i % SM90_STAGES, kt = kt0 + i;
-        mbar_wait(&full[s], (unsigned)(i / SM90_STAGES) & 1);
+        sm90_mbar_wait(&full[s], (unsigned)(i / SM90_STAGES) & 1);
         const uint32_t sa = smem_addr(smem + s * STAGE) + c * 64 * SM90_ROW_BYTES;
         const uint32_t sb = smem_addr(smem + s * STAGE + A_BYTES);
-        wgmma_fence();
+        sm90_wgmma_fence();
 #pragma unroll
         for (int step = 0; step < GEMM_BK / 16; step++)
-            wgmma_m64n128k16(acc, sm90_desc(sa + 32 * step), sm90_desc(sb + 32 * step));
-        wgmma_commit();
+            sm90_wgmma_m64n128k16(acc, sm90_desc(sa + 32 * step), sm90_desc(sb + 32 * step));
+        sm90_wgmma_commit();
         if ((kt + 1) % GEMM_CHUNK_KT == 0 || i + 1 == nk) {
-            wgmma_wait<0>();
-            fence_acc(acc);
+            sm90_wgmma_wait<0>();
+            sm90_fence_acc(acc);
             if (pending >= 0)
-                mbar_arrive(&empty[pending % SM90_STAGES]);
-            mbar_arrive(&empty[s]);
+                sm90_mbar_arrive(&empty[pending % SM90_STAGES]);
+            sm90_mbar_arrive(&empty[s]);
             pending = -1;
 #pragma unroll
             for (int j = 0; j < 64; j++) {
@@ -239,15 +131,15 @@ static __device__ __forceinline__ void sm90_consume(int c, int kt0, int nk, unsi
                 acc[j] = 0.0f;
             }
         } else {
-            wgmma_wait<1>(); /* the tile before this one */
+            sm90_wgmma_wait<1>(); /* the tile before this one */
             if (pending >= 0)
-                mbar_arrive(&empty[pending % SM90_STAGES]);
+                sm90_mbar_arrive(&empty[pending % SM90_STAGES]);
             pending = i;
         }
     }
     /* a no-op (the last tile ends a chunk), which ptxas cannot see */
-    wgmma_wait<0>();
-    fence_acc(acc);
+    sm90_wgmma_wait<0>();
+    sm90_fence_acc(acc);
 }
 #endif
 
@@ -271,8 +163,8 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
     const int nk = min((int)(lda / GEMM_BK), kt0 + kt_per) - kt0;
     if (tid == 0)
         for (int s = 0; s < SM90_STAGES; s++) {
-            mbar_init(&full[s], 128);
-            mbar_init(&empty[s], 128 * NC);
+            sm90_mbar_init(&full[s], 128);
+            sm90_mbar_init(&empty[s], 128 * NC);
         }
     __syncthreads();
     if (wg == 0) {
