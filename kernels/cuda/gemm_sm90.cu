@@ -11,22 +11,25 @@
  * order.  gpu-mma-numerics measured that a k16 step gives the same bits
  * under wgmma as under mma.sync.
  *
- * Warp specialization: a CTA is 1 + NC warpgroups for a BM = 64 NC by
- * BN = 128 tile.  Warpgroup 0 produces: for each k tile (GEMM_BK = 64 k) it
- * copies the BM x 64 activation tile with cp.async and dequantizes the 128 x
- * 64 weight tile (dequant.cuh's tasks, two per thread, fetched into
- * registers one k tile ahead) into a stage of shared memory.  Warpgroups
- * 1..NC consume: each owns 64 rows and runs 4 wgmma m64n128k16 per k tile
- * on its rows.  SM90_STAGES stages ring between them through two mbarriers
- * each: `full` (the 128 producer threads arrive once their writes to the
- * stage are done and fenced for the async proxy), `empty` (every consumer
- * thread arrives once the wgmma that read the stage completed).  A
- * producer thread arrives on tile i's `full` one tile late, after issuing
- * tile i + 1's copies, so that waiting for tile i's cp.async costs nothing.
+ * Warp specialization: a CTA is SM90_NP + NC warpgroups for a BM = 64 NC by
+ * BN = 128 tile.  The first SM90_NP produce: for each k tile (GEMM_BK = 64
+ * k) they copy the BM x 64 activation tile with cp.async and dequantize the
+ * 128 x 64 weight tile (dequant.cuh's 256 tasks of 32 weights, fetched into
+ * registers one k tile ahead) into a stage of shared memory.  The NC others
+ * consume: each owns 64 rows and runs 4 wgmma m64n128k16 per k tile on
+ * them, acc in registers, tot in shared memory (folded once a chunk).
+ * SM90_STAGES stages ring between them through two mbarriers each: `full`
+ * (every producer thread arrives once its writes to the stage are done and
+ * fenced for the async proxy), `empty` (every consumer thread arrives once
+ * the wgmma that read the stage completed).  A producer thread arrives on
+ * tile i's `full` one tile late, after issuing tile i + 1's copies, so that
+ * waiting for tile i's cp.async costs nothing.
  *
  * Layout: a stage is {A: BM rows, B: 128 rows} of 128 bytes (64 f16 of k),
  * 16-byte unit u of row r at unit u ^ (r % 8) (the 128-byte swizzle:
  * sm90_unit_off), 1024-byte aligned; wgmma reads it through sm90_desc.
+ * Shared memory: 4 stages of 24 or 32 KB and 32 KB of tot per consumer:
+ * 129 KB (NC 1) or 193 KB (NC 2), one CTA per SM.
  *
  * Small grids split k by chunks as gemm.cu does (one CTA per chunk,
  * partials folded in chunk order by split_sum). */
@@ -38,27 +41,49 @@
 
 #define SM90_BN 128
 #define SM90_STAGES 4
+/* Producer warpgroups: two, so that dequantizing a weight tile (~115
+ * instructions a task, 256 tasks; docs/perf/07) keeps pace with the
+ * consumers' wgmma.  With two consumers that is 512 threads, 128 registers
+ * each: the consumers keep acc in registers and tot in shared memory (with
+ * both in registers they need ~150, and setmaxnreg did not lift ptxas's
+ * cap). */
+#define SM90_NP 2
+/* One stage: the activation tile (64 NC rows) and the weight tile. */
+#define SM90_STAGE_BYTES(NC) ((64 * (NC) + SM90_BN) * SM90_ROW_BYTES)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* Warpgroup 0: stages the k tiles [kt0, kt0 + nk) in order. */
-template <int T, int NC>
+/* Warpgroups 0..NP-1 (PT = 128 NP threads): stage the k tiles [kt0, kt0 +
+ * nk) in order.  Thread p copies unit p % 8 of activation rows (p + PT q) / 8
+ * and dequantizes weight tasks p + PT t (row task / 2, half task % 2). */
+template <int T, int NP, int NC>
 static __device__ __forceinline__ void sm90_produce(const be_weight &w, const __half *a,
                                                     int64_t lda, int m, int64_t m0, int64_t n0,
                                                     int kt0, int nk, unsigned char *smem,
                                                     uint64_t *full, uint64_t *empty)
 {
-    constexpr int BM = 64 * NC, A_BYTES = BM * SM90_ROW_BYTES;
-    constexpr int STAGE = A_BYTES + SM90_BN * SM90_ROW_BYTES;
+    constexpr int BM = 64 * NC, A_BYTES = BM * SM90_ROW_BYTES, PT = 128 * NP;
+    constexpr int STAGE = SM90_STAGE_BYTES(NC);
+    constexpr int TASKS = 2 * SM90_BN / PT, COPIES = BM * 8 / PT;
+    static_assert(TASKS * PT == 2 * SM90_BN && COPIES * PT == BM * 8, "whole tasks per thread");
     typedef typename frag_of<T>::type frag;
-    const int p = threadIdx.x; /* 0..127 */
+    const int p = threadIdx.x;
+    /* the thread's activation rows, fixed over k (NULL: a row >= m, zeros) */
+    const __half *row[COPIES];
+    uint32_t dst[COPIES];
+#pragma unroll
+    for (int q = 0; q < COPIES; q++) {
+        const int r = (p + PT * q) / 8, u = p % 8;
+        row[q] = m0 + r < m ? a + (m0 + r) * lda + 8 * u : NULL;
+        dst[q] = sm90_unit_off(r, u);
+    }
     auto fetch = [&](int kt, frag *f) {
 #pragma unroll
-        for (int t = 0; t < 2; t++) {
-            const int task = p + 128 * t;
+        for (int t = 0; t < TASKS; t++) {
+            const int task = p + PT * t;
             const int64_t n = n0 + task / 2 < w.rows ? n0 + task / 2 : w.rows - 1;
             fetch_any<T>(w, n, kt, task % 2, &f[t]);
         }
     };
-    frag f[2], g[2];
+    frag f[TASKS], g[TASKS];
     fetch(kt0, f);
     for (int i = 0; i < nk; i++) {
         const int s = i % SM90_STAGES, kt = kt0 + i;
@@ -66,19 +91,15 @@ static __device__ __forceinline__ void sm90_produce(const be_weight &w, const __
         if (i >= SM90_STAGES)
             sm90_mbar_wait(&empty[s], (unsigned)(i / SM90_STAGES - 1) & 1);
 #pragma unroll
-        for (int q = 0; q < BM * 8 / 128; q++) {
-            const int r = (p + 128 * q) / 8, u = p % 8;
-            const bool ok = m0 + r < m;
-            const __half *src = ok ? a + (m0 + r) * lda + (int64_t)kt * GEMM_BK + 8 * u : a;
-            cp_async16(st + sm90_unit_off(r, u), src, ok ? 16 : 0);
-        }
+        for (int q = 0; q < COPIES; q++)
+            cp_async16(st + dst[q], row[q] ? row[q] + (int64_t)kt * GEMM_BK : a, row[q] ? 16 : 0);
         cp_async_commit();
         if (i + 1 < nk)
             fetch(kt + 1, g);
         __half *sb = (__half *)(st + A_BYTES);
 #pragma unroll
-        for (int t = 0; t < 2; t++) {
-            const int task = p + 128 * t, r = task / 2;
+        for (int t = 0; t < TASKS; t++) {
+            const int task = p + PT * t, r = task / 2;
             dequant_any<T>(f[t], kt, task % 2, tile_row{sb + r * GEMM_BK, r & 7});
         }
         if (i > 0) {
@@ -86,27 +107,30 @@ static __device__ __forceinline__ void sm90_produce(const be_weight &w, const __
             sm90_fence_proxy_async();
             sm90_mbar_arrive(&full[(i - 1) % SM90_STAGES]);
         }
-        f[0] = g[0];
-        f[1] = g[1];
+#pragma unroll
+        for (int t = 0; t < TASKS; t++)
+            f[t] = g[t];
     }
     cp_async_wait<0>();
     sm90_fence_proxy_async();
     sm90_mbar_arrive(&full[(nk - 1) % SM90_STAGES]);
 }
 
-/* Warpgroup 1 + c: rows 64c..64c+63 of the tile over the same k tiles;
- * tot gets the chunks' chains in chunk order. */
+/* Consumer warpgroup c: rows 64c..64c+63 of the tile over the same k tiles.
+ * tot (this thread's 64 sums, tot[128 j] for register j: a word of its own
+ * in each row of the warpgroup's 32 KB, so no two threads share a bank)
+ * gets the chunks' chains in chunk order, from +0. */
 template <int NC>
 static __device__ __forceinline__ void sm90_consume(int c, int kt0, int nk, unsigned char *smem,
-                                                    uint64_t *full, uint64_t *empty,
-                                                    float (&tot)[64])
+                                                    uint64_t *full, uint64_t *empty, float *tot)
 {
-    constexpr int BM = 64 * NC, A_BYTES = BM * SM90_ROW_BYTES;
-    constexpr int STAGE = A_BYTES + SM90_BN * SM90_ROW_BYTES;
+    constexpr int A_BYTES = 64 * NC * SM90_ROW_BYTES, STAGE = SM90_STAGE_BYTES(NC);
     float acc[64];
 #pragma unroll
-    for (int j = 0; j < 64; j++)
-        acc[j] = tot[j] = 0.0f;
+    for (int j = 0; j < 64; j++) {
+        acc[j] = 0.0f;
+        tot[128 * j] = 0.0f;
+    }
     int pending = -1; /* a tile whose stage is read but not yet released */
     for (int i = 0; i < nk; i++) {
         const int s = i % SM90_STAGES, kt = kt0 + i;
@@ -127,7 +151,7 @@ static __device__ __forceinline__ void sm90_consume(int c, int kt0, int nk, unsi
             pending = -1;
 #pragma unroll
             for (int j = 0; j < 64; j++) {
-                tot[j] += acc[j];
+                tot[128 * j] += acc[j];
                 acc[j] = 0.0f;
             }
         } else {
@@ -141,12 +165,45 @@ static __device__ __forceinline__ void sm90_consume(int c, int kt0, int nk, unsi
     sm90_wgmma_wait<0>();
     sm90_fence_acc(acc);
 }
+
+/* The consumer's 64 x 128 block at (r0, n0) of dst (m x n): = tot, or +=
+ * tot when add (tot as sm90_consume leaves it).  The wgmma accumulator
+ * layout: register j of thread (warp v, lane l) is row 16v + l/4 +
+ * 8 ((j/2) % 2), column 8 (j/4) + 2 (l%4) + j%2; a pair (j even, j + 1) is
+ * two adjacent columns, stored as one float2 where both are in range and
+ * aligned (n even). */
+static __device__ __forceinline__ void sm90_store(const float *tot, int64_t r0, int64_t n0, int m,
+                                                  int64_t n, float *dst, bool add)
+{
+    const int v = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const bool pairs = n % 2 == 0;
+#pragma unroll
+    for (int j = 0; j < 64; j += 2) {
+        const int64_t row = r0 + 16 * v + lane / 4 + 8 * ((j / 2) % 2);
+        const int64_t col = n0 + 8 * (j / 4) + 2 * (lane % 4);
+        if (row >= m || col >= n)
+            continue;
+        float *o = dst + row * n + col;
+        if (pairs) {
+            float2 y = make_float2(tot[128 * j], tot[128 * (j + 1)]);
+            if (add) {
+                const float2 x = *(const float2 *)o;
+                y = make_float2(x.x + y.x, x.y + y.y);
+            }
+            *(float2 *)o = y;
+        } else {
+            o[0] = add ? o[0] + tot[128 * j] : tot[128 * j];
+            if (col + 1 < n)
+                o[1] = add ? o[1] + tot[128 * (j + 1)] : tot[128 * (j + 1)];
+        }
+    }
+}
 #endif
 
 /* part == NULL: out (+)= the tile over all of k.  Otherwise CTA z sums k
  * tiles [z * kt_per, (z + 1) * kt_per) into part + z * m * n. */
-template <int T, int NC>
-__global__ void __launch_bounds__(128 * (NC + 1), 1)
+template <int T, int NP, int NC>
+__global__ void __launch_bounds__(128 * (NP + NC), 1)
     gemm_sm90_kernel(be_weight w, const __half *a, int64_t lda, int m, float *out, bool accumulate,
                      int kt_per, float *part)
 {
@@ -163,58 +220,35 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
     const int nk = min((int)(lda / GEMM_BK), kt0 + kt_per) - kt0;
     if (tid == 0)
         for (int s = 0; s < SM90_STAGES; s++) {
-            sm90_mbar_init(&full[s], 128);
+            sm90_mbar_init(&full[s], 128 * NP);
             sm90_mbar_init(&empty[s], 128 * NC);
         }
     __syncthreads();
-    if (wg == 0) {
-        sm90_produce<T, NC>(w, a, lda, m, m0, n0, kt0, nk, smem, full, empty);
-        return;
-    }
-    float tot[64];
-    sm90_consume<NC>(wg - 1, kt0, nk, smem, full, empty, tot);
-
-    /* the wgmma accumulator layout: register j of thread (warp v, lane l)
-     * is row 16v + l/4 + 8 ((j/2) % 2), column 8 (j/4) + 2 (l%4) + j%2; a
-     * pair (j even, j + 1) is two adjacent columns, stored as one float2
-     * where both are in range and aligned (n even) */
-    const int v = (tid / 32) % 4, lane = tid % 32;
-    const int64_t n = w.rows;
-    float *dst = part ? part + (int64_t)blockIdx.z * m * n : out;
-    const bool add = part ? false : accumulate, pairs = n % 2 == 0;
-#pragma unroll
-    for (int j = 0; j < 64; j += 2) {
-        const int64_t row = m0 + 64 * (wg - 1) + 16 * v + lane / 4 + 8 * ((j / 2) % 2);
-        const int64_t col = n0 + 8 * (j / 4) + 2 * (lane % 4);
-        if (row >= m || col >= n)
-            continue;
-        float *o = dst + row * n + col;
-        if (pairs) {
-            float2 y = make_float2(tot[j], tot[j + 1]);
-            if (add) {
-                const float2 x = *(const float2 *)o;
-                y = make_float2(x.x + y.x, x.y + y.y);
-            }
-            *(float2 *)o = y;
-        } else {
-            o[0] = add ? o[0] + tot[j] : tot[j];
-            if (col + 1 < n)
-                o[1] = add ? o[1] + tot[j + 1] : tot[j + 1];
-        }
+    if (wg < NP) {
+        sm90_produce<T, NP, NC>(w, a, lda, m, m0, n0, kt0, nk, smem, full, empty);
+    } else {
+        const int c = wg - NP;
+        float *tot = (float *)(smem + SM90_STAGES * SM90_STAGE_BYTES(NC)) + c * 64 * 128 +
+                     tid % 128;
+        sm90_consume<NC>(c, kt0, nk, smem, full, empty, tot);
+        float *dst = part ? part + (int64_t)blockIdx.z * m * w.rows : out;
+        sm90_store(tot, m0 + 64 * c, n0, m, w.rows, dst, part ? false : accumulate);
     }
 #endif
 }
 
+/* The stages, then each consumer's 64 x 128 sums (tot), + alignment slack. */
 template <int NC>
 static constexpr size_t sm90_smem(void)
 {
-    return (size_t)SM90_STAGES * (64 * NC + SM90_BN) * SM90_ROW_BYTES + 1024; /* + alignment */
+    return (size_t)SM90_STAGES * SM90_STAGE_BYTES(NC) + (size_t)NC * 64 * 128 * sizeof(float) +
+           1024;
 }
 
 template <int T, int NC>
 static cudaError_t sm90_configure_one(void)
 {
-    return cudaFuncSetAttribute(gemm_sm90_kernel<T, NC>,
+    return cudaFuncSetAttribute(gemm_sm90_kernel<T, SM90_NP, NC>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm90_smem<NC>());
 }
 
@@ -253,7 +287,7 @@ static void sm90_launch_tile(cuda_backend *cb, const be_weight *w, const be_act 
         return;
     dim3 grid((unsigned)((n + SM90_BN - 1) / SM90_BN), (unsigned)((m + 64 * NC - 1) / (64 * NC)),
               (unsigned)splits);
-    gemm_sm90_kernel<T, NC><<<grid, 128 * (NC + 1), sm90_smem<NC>(), cb->stream>>>(
+    gemm_sm90_kernel<T, SM90_NP, NC><<<grid, 128 * (SM90_NP + NC), sm90_smem<NC>(), cb->stream>>>(
         *w, aq->h, lda, (int)m, out, accumulate, kt_per, part);
     if (part)
         launch_split_sum(cb, part, splits, m * n, out, accumulate);
