@@ -18,7 +18,10 @@
  *   attention: tensor-core kernel (f16 Q and P) 5e-3, split-KV decode
  *     kernel (f32 scores and P) and plain kernel 1e-5;
  *   argmax: the same ids; matmul_many: the same bits as one matmul per
- *     weight followed by one float add of its bias (where it has one).
+ *     weight followed by one float add of its bias (where it has one);
+ *   matmul sm90 (the wgmma GEMM, 64-1000 rows, every weight type): the same
+ *     bits as the mma.sync GEMM (a second backend, LLMQ_GEMM_SM90=0), as a
+ *     16-row matmul on its first 16 rows, and under accumulate as out + y.
  * Models (tests/data/models and any GGUF given as an argument): teacher-
  * forced logits of one sequence, as one prefill and as single-row decode
  * steps, within 5e-2 of the CPU; a top-1 disagreement passes only where the
