@@ -39,6 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
+
 #define SM90_BN 128
 #define SM90_STAGES 4
 /* Producer warpgroups: two, so that dequantizing a weight tile (~115
@@ -293,21 +295,40 @@ static void sm90_launch_tile(cuda_backend *cb, const be_weight *w, const be_act 
         launch_split_sum(cb, part, splits, m * n, out, accumulate);
 }
 
-/* 128-row tiles (two consumers) when they give at least half the SMs a CTA
- * (one wave of them is no slower than two of 64-row tiles); else 64-row
- * tiles, split by chunks when even those leave half the SMs idle.  Speed
- * only: every choice gives the same bits. */
+/* A grid: 64 NC-row tiles, k split by chunks or not. */
+struct sm90_plan {
+    int nc;
+    bool split;
+};
+
+/* The grid of least time, counted in k-tile times: waves (CTAs over SMs,
+ * one CTA an SM) x k tiles a CTA.  A k tile costs about the same at either
+ * tile height (the producers' dequantization of the weight tile is the
+ * bound, docs/perf/07), so 128-row tiles win whenever M fills them; a split
+ * must save a fifth (its partials are written, read and folded by a second
+ * kernel).  Speed only: every plan gives the same bits. */
+static sm90_plan sm90_choose(int64_t m, int64_t n, int64_t kt, int n_sm)
+{
+    const int64_t n_tiles = (n + SM90_BN - 1) / SM90_BN, chunks = mm_chunks(kt * GEMM_BK);
+    auto cost = [&](int nc, bool split) {
+        const int64_t ctas = (m + 64 * nc - 1) / (64 * nc) * n_tiles * (split ? chunks : 1);
+        return (ctas + n_sm - 1) / n_sm * (split ? std::min<int64_t>(kt, GEMM_CHUNK_KT) : kt);
+    };
+    const int nc = m <= 64 ? 1 : 2;
+    return {nc, chunks > 1 && 5 * cost(nc, true) <= 4 * cost(nc, false)};
+}
+
 void launch_gemm_sm90(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
                       bool accumulate)
 {
-    const int64_t m = in->rows, n = w->rows;
-    auto ctas = [&](int bm) { return ((m + bm - 1) / bm) * ((n + SM90_BN - 1) / SM90_BN); };
+    const sm90_plan plan = sm90_choose(in->rows, w->rows, act_f16_stride(in->cols) / GEMM_BK,
+                                       cb->n_sm);
     const bool known = with_weight_type(w->type, [&](auto t) {
         constexpr int T = decltype(t)::value;
-        if (2 * ctas(128) >= cb->n_sm)
-            sm90_launch_tile<T, 2>(cb, w, in, out, accumulate, false);
+        if (plan.nc == 2)
+            sm90_launch_tile<T, 2>(cb, w, in, out, accumulate, plan.split);
         else
-            sm90_launch_tile<T, 1>(cb, w, in, out, accumulate, 2 * ctas(64) <= cb->n_sm);
+            sm90_launch_tile<T, 1>(cb, w, in, out, accumulate, plan.split);
     });
     if (!known)
         cuda_fail(cb, "matmul: type %s", quant_type_name(w->type));
