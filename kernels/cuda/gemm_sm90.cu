@@ -50,6 +50,12 @@
  * both in registers they need ~150, and setmaxnreg did not lift ptxas's
  * cap). */
 #define SM90_NP 2
+/* k tiles of weights a producer thread holds in registers ahead of the one
+ * it dequantizes: 3 for the quantized types (8-12 registers a task), 1 for
+ * f16/f32 (32 registers a task).  Checkpoint 1 measured ~1.4 us a k tile
+ * with 1 ahead, far above the dequant's instruction count: the loads'
+ * latency, which more tiles in flight hide. */
+#define SM90_AHEAD(frag_bytes) ((frag_bytes) <= 48 ? 3 : 1)
 /* One stage: the activation tile (64 NC rows) and the weight tile. */
 #define SM90_STAGE_BYTES(NC) ((64 * (NC) + SM90_BN) * SM90_ROW_BYTES)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -85,34 +91,42 @@ static __device__ __forceinline__ void sm90_produce(const be_weight &w, const __
             fetch_any<T>(w, n, kt, task % 2, &f[t]);
         }
     };
-    frag f[TASKS], g[TASKS];
-    fetch(kt0, f);
-    for (int i = 0; i < nk; i++) {
-        const int s = i % SM90_STAGES, kt = kt0 + i;
-        unsigned char *st = smem + s * STAGE;
-        if (i >= SM90_STAGES)
-            sm90_mbar_wait(&empty[s], (unsigned)(i / SM90_STAGES - 1) & 1);
+    /* f[d] holds tile i's weights for i % D == d, fetched D tiles ahead; the
+     * loop is unrolled by D so that d is a constant (registers) */
+    constexpr int D = SM90_AHEAD(sizeof(frag));
+    frag f[D][TASKS];
 #pragma unroll
-        for (int q = 0; q < COPIES; q++)
-            cp_async16(st + dst[q], row[q] ? row[q] + (int64_t)kt * GEMM_BK : a, row[q] ? 16 : 0);
-        cp_async_commit();
-        if (i + 1 < nk)
-            fetch(kt + 1, g);
-        __half *sb = (__half *)(st + A_BYTES);
+    for (int d = 0; d < D; d++)
+        if (d < nk)
+            fetch(kt0 + d, f[d]);
+    for (int i0 = 0; i0 < nk; i0 += D)
 #pragma unroll
-        for (int t = 0; t < TASKS; t++) {
-            const int task = p + PT * t, r = task / 2;
-            dequant_any<T>(f[t], kt, task % 2, tile_row{sb + r * GEMM_BK, r & 7});
+        for (int d = 0; d < D; d++) {
+            const int i = i0 + d, s = i % SM90_STAGES, kt = kt0 + i;
+            if (i >= nk)
+                break;
+            unsigned char *st = smem + s * STAGE;
+            if (i >= SM90_STAGES)
+                sm90_mbar_wait(&empty[s], (unsigned)(i / SM90_STAGES - 1) & 1);
+#pragma unroll
+            for (int q = 0; q < COPIES; q++)
+                cp_async16(st + dst[q], row[q] ? row[q] + (int64_t)kt * GEMM_BK : a,
+                           row[q] ? 16 : 0);
+            cp_async_commit();
+            __half *sb = (__half *)(st + A_BYTES);
+#pragma unroll
+            for (int t = 0; t < TASKS; t++) {
+                const int task = p + PT * t, r = task / 2;
+                dequant_any<T>(f[d][t], kt, task % 2, tile_row{sb + r * GEMM_BK, r & 7});
+            }
+            if (i + D < nk)
+                fetch(kt + D, f[d]);
+            if (i > 0) {
+                cp_async_wait<1>(); /* tile i - 1's activations */
+                sm90_fence_proxy_async();
+                sm90_mbar_arrive(&full[(i - 1) % SM90_STAGES]);
+            }
         }
-        if (i > 0) {
-            cp_async_wait<1>(); /* tile i - 1's activations */
-            sm90_fence_proxy_async();
-            sm90_mbar_arrive(&full[(i - 1) % SM90_STAGES]);
-        }
-#pragma unroll
-        for (int t = 0; t < TASKS; t++)
-            f[t] = g[t];
-    }
     cp_async_wait<0>();
     sm90_fence_proxy_async();
     sm90_mbar_arrive(&full[(nk - 1) % SM90_STAGES]);

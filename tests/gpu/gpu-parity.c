@@ -819,10 +819,11 @@ static size_t count_nonfinite(const float *x, size_t n)
  * for k-quants and q8_0), and with accumulate against out + y (one f32
  * add).  n = 2200 (17 whole 128-column tiles and 24 columns; 2201 once,
  * for the epilogue's odd-width stores) and k over
- * three chunks of MM_CHUNK, the last partial, so that at 132 SMs (the tile
- * choice of gemm_sm90.cu) 64 and 128 rows take 64-row tiles split by chunks,
- * 200 rows 64-row tiles unsplit, 512 and 1000 rows (a partial last tile)
- * 128-row tiles. */
+ * three chunks of MM_CHUNK, the last partial, so that at 132 SMs (the plan
+ * of gemm_sm90.cu) 64 rows take 64-row tiles split by chunks, 128 and 200
+ * rows 128-row tiles split, 512 and 1000 rows (a partial last tile) 128-row
+ * tiles unsplit; test_matmul's one-chunk shapes at 64 rows take 64-row
+ * tiles unsplit. */
 static void test_matmul_sm90(ctx *c, quant_type t, int64_t n, int64_t k)
 {
     static const int32_t ms[] = {64, 128, 200, 512, 1000};
