@@ -9,7 +9,8 @@
 #
 # usage: tests/gpu/run.sh [BIN]        (default .gpu-bin)
 # Knobs (environment): GQA=0 skips the GQA shape, BASELINE=DIR benches DIR's
-# llmq-run too, NCU=1 and SANITIZE=0 (sections 4-5).
+# llmq-run too, GEMM_AB=1 benches it again without the wgmma GEMM, NCU=1 and
+# SANITIZE=0 (sections 4-5).
 # Through the device tool, which brings back only a few files, keep OUT off
 # its folder and bring one archive back:
 #   OUT=/tmp/res sh tests/gpu/run.sh; tar czf "$OUT/results.tgz" -C /tmp/res .
@@ -81,6 +82,13 @@ if [ "${GQA:-1}" = 1 ]; then
     MK8=$!
 fi
 sh bench/cuda.sh "$BIN" /tmp/m7b.gguf "$OUT"
+# GEMM_AB=1: the same llmq-run --bench with the wgmma GEMM off (LLMQ_GEMM_SM90=0,
+# gemm.cu for every GEMM): the end-to-end A/B of docs/perf/07 in one run.
+if [ "${GEMM_AB:-0}" = 1 ]; then
+    LLMQ_GEMM_SM90=0 timeout 240 "$BIN/llmq-run" -m /tmp/m7b.gguf --bench --reps "${REPS:-3}" \
+        --json "$OUT/bench-mma.json" > "$OUT/bench-mma.md" 2>> "$OUT/log.txt"
+    log "LLMQ_GEMM_SM90=0 llmq-run --bench exit $?"
+fi
 # BASELINE=DIR: the same llmq-run --bench with DIR's llmq-run, on this machine
 # in this run (an A/B of a round's change free of machine-to-machine spread).
 if [ -n "${BASELINE:-}" ]; then
@@ -121,6 +129,6 @@ fi
 
 echo "== parity"; grep -E "FAIL|passed" "$OUT/parity.md" | head -40
 echo "== ops"; cat "$OUT/ops.md" 2>/dev/null
-echo "== bench"; cat "$OUT/bench.md" "$OUT/bench-base.md" "$OUT/bench-gqa.md" 2>/dev/null
+echo "== bench"; cat "$OUT/bench.md" "$OUT/bench-mma.md" "$OUT/bench-base.md" "$OUT/bench-gqa.md" 2>/dev/null
 echo "== sanitizer"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed," "$OUT/sanitizer.txt" 2>/dev/null
 cat "$OUT/log.txt"
