@@ -157,26 +157,37 @@ static __device__ __forceinline__ void dequant(const chunk_q6k &f, int, int h, t
     });
 }
 
-/* q8_0: the task is block 2kt + h, k = 32h + 8c + 4t + i: positions
- * 32h + 16t + 4c + [0, 4), from word 2c + t of its 32 bytes. */
-static __device__ __forceinline__ void dequant(const frag_q8 &f, int, int h, tile_row row)
+/* A task of 32 values in block order (q8_0 and the floats): with c the
+ * 8-value word group (k = 32h + 8c + 4t + i) and t its half, pair(c, t)
+ * gives the (i0, i2), (i1, i3) pairs, and unit 32h + 16t + 8c2 of the row
+ * holds those of groups 2c2 and 2c2 + 1: k = 32h + 8c + 4t + i at positions
+ * 32h + 16t + 4c + [0, 4). */
+template <typename F>
+static __device__ __forceinline__ void store_block_task(tile_row row, int h, F pair)
 {
-    const uint32_t w[8] = {f.q0.x, f.q0.y, f.q0.z, f.q0.w, f.q1.x, f.q1.y, f.q1.z, f.q1.w};
-    const __half2 d = __half2half2(__float2half_rn(f.d));
 #pragma unroll
     for (int t = 0; t < 2; t++)
 #pragma unroll
         for (int c2 = 0; c2 < 2; c2++) {
             __half2 p[4];
 #pragma unroll
-            for (int u = 0; u < 2; u++) {
-                bytes_to_half2(w[2 * (2 * c2 + u) + t] ^ 0x80808080u, half2_of(MM_BIAS_Q8),
-                               &p[2 * u], &p[2 * u + 1]);
-                p[2 * u] = q8_value(p[2 * u], d);
-                p[2 * u + 1] = q8_value(p[2 * u + 1], d);
-            }
+            for (int u = 0; u < 2; u++)
+                pair(2 * c2 + u, t, &p[2 * u], &p[2 * u + 1]);
             store_pairs(row, 32 * h + 16 * t + 8 * c2, p[0], p[1], p[2], p[3]);
         }
+}
+
+/* q8_0: the task is block 2kt + h; group c, half t is word 2c + t of its 32
+ * bytes. */
+static __device__ __forceinline__ void dequant(const frag_q8 &f, int, int h, tile_row row)
+{
+    const uint32_t w[8] = {f.q0.x, f.q0.y, f.q0.z, f.q0.w, f.q1.x, f.q1.y, f.q1.z, f.q1.w};
+    const __half2 d = __half2half2(__float2half_rn(f.d));
+    store_block_task(row, h, [&](int c, int t, __half2 *e, __half2 *o) {
+        bytes_to_half2(w[2 * c + t] ^ 0x80808080u, half2_of(MM_BIAS_Q8), e, o);
+        *e = q8_value(*e, d);
+        *o = q8_value(*o, d);
+    });
 }
 
 /* f16 / f32: the task is k = 32h + [0, 32) in natural order (v[c] the 8
@@ -208,17 +219,9 @@ static __device__ __forceinline__ void dequant_raw(const frag_raw &f, int h, til
                 v[c][j] = pack_half2(x[2 * j], x[2 * j + 1]);
         }
     }
-#pragma unroll
-    for (int t = 0; t < 2; t++)
-#pragma unroll
-        for (int c2 = 0; c2 < 2; c2++) {
-            __half2 p[4];
-#pragma unroll
-            for (int u = 0; u < 2; u++)
-                pair_halves(v[2 * c2 + u][2 * t], v[2 * c2 + u][2 * t + 1], &p[2 * u],
-                            &p[2 * u + 1]);
-            store_pairs(row, 32 * h + 16 * t + 8 * c2, p[0], p[1], p[2], p[3]);
-        }
+    store_block_task(row, h, [&](int c, int t, __half2 *e, __half2 *o) {
+        pair_halves(v[c][2 * t], v[c][2 * t + 1], e, o);
+    });
 }
 
 template <int T>
