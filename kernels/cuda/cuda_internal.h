@@ -201,6 +201,17 @@ void launch_gemm(cuda_backend *cb, const be_weight *w, const be_act *in, float *
  * (part + s * n), added in split order. */
 void launch_split_sum(cuda_backend *cb, const float *part, int splits, int64_t n, float *out,
                       bool accumulate);
+/* The k loop of a GEMM of w by in: unsplit (one CTA runs every k tile) or
+ * split (one CTA a chunk of MM_CHUNK, kt_per k tiles, partials in part,
+ * scratch of splits x rows x w->rows floats, for launch_split_sum); false
+ * after recording that the scratch could not be had. */
+struct gemm_split {
+    int64_t lda; /* the f16 activation copy's row stride */
+    int splits, kt_per;
+    float *part; /* NULL when splits is 1 */
+};
+bool gemm_split_plan(cuda_backend *cb, const be_weight *w, const be_act *in, bool split,
+                     gemm_split *g);
 /* gemm_sm90.cu: whether this build has the wgmma GEMM and the environment
  * (LLMQ_GEMM_SM90=0 turns it off) lets it run; its launcher, the same
  * contract as launch_gemm. */

@@ -228,22 +228,31 @@ cudaError_t gemm_configure(void)
 /* splits 1: every chunk in one CTA, folded in registers; otherwise one CTA
  * per chunk (blockIdx.z), whose partials split_sum_kernel folds in the same
  * order: both are numerics.cuh's sum. */
+bool gemm_split_plan(cuda_backend *cb, const be_weight *w, const be_act *in, bool split,
+                     gemm_split *g)
+{
+    const int64_t lda = act_f16_stride(in->cols);
+    g->lda = lda;
+    g->splits = split ? (int)mm_chunks(lda) : 1;
+    g->kt_per = split ? GEMM_CHUNK_KT : (int)(lda / GEMM_BK);
+    g->part = NULL;
+    const size_t bytes = (size_t)g->splits * in->rows * w->rows * sizeof(float);
+    return g->splits == 1 || (g->part = cuda_scratch(cb, "matmul", bytes)) != NULL;
+}
+
 template <int T, int BM, int BN>
 static void launch_tile(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
                         bool accumulate, bool split)
 {
-    const cuda_actq *aq = (const cuda_actq *)in->q;
-    const int64_t lda = act_f16_stride(in->cols), m = in->rows, n = w->rows;
-    const int splits = split ? (int)mm_chunks(lda) : 1;
-    const int kt_per = split ? GEMM_CHUNK_KT : (int)(lda / GEMM_BK);
-    float *part = NULL;
-    if (splits > 1 && !(part = cuda_scratch(cb, "matmul", (size_t)splits * m * n * sizeof(float))))
+    const int64_t m = in->rows, n = w->rows;
+    gemm_split g;
+    if (!gemm_split_plan(cb, w, in, split, &g))
         return;
-    dim3 grid((unsigned)((n + BN - 1) / BN), (unsigned)((m + BM - 1) / BM), (unsigned)splits);
+    dim3 grid((unsigned)((n + BN - 1) / BN), (unsigned)((m + BM - 1) / BM), (unsigned)g.splits);
     gemm_kernel<T, BM, BN><<<grid, BM * BN / 64, gemm_smem<BM, BN>(), cb->stream>>>(
-        *w, aq->h, lda, (int)m, out, accumulate, kt_per, part);
-    if (part)
-        launch_split_sum(cb, part, splits, m * n, out, accumulate);
+        *w, ((const cuda_actq *)in->q)->h, g.lda, (int)m, out, accumulate, g.kt_per, g.part);
+    if (g.part)
+        launch_split_sum(cb, g.part, g.splits, m * n, out, accumulate);
 }
 
 /* The largest tile that still gives every SM a CTA; when even 64 x 128

@@ -294,19 +294,16 @@ template <int T, int NC>
 static void sm90_launch_tile(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
                              bool accumulate, bool split)
 {
-    const cuda_actq *aq = (const cuda_actq *)in->q;
-    const int64_t lda = act_f16_stride(in->cols), m = in->rows, n = w->rows;
-    const int splits = split ? (int)mm_chunks(lda) : 1;
-    const int kt_per = split ? GEMM_CHUNK_KT : (int)(lda / GEMM_BK);
-    float *part = NULL;
-    if (splits > 1 && !(part = cuda_scratch(cb, "matmul", (size_t)splits * m * n * sizeof(float))))
+    const int64_t m = in->rows, n = w->rows;
+    gemm_split g;
+    if (!gemm_split_plan(cb, w, in, split, &g))
         return;
     dim3 grid((unsigned)((n + SM90_BN - 1) / SM90_BN), (unsigned)((m + 64 * NC - 1) / (64 * NC)),
-              (unsigned)splits);
+              (unsigned)g.splits);
     gemm_sm90_kernel<T, SM90_NP, NC><<<grid, 128 * (SM90_NP + NC), sm90_smem<NC>(), cb->stream>>>(
-        *w, aq->h, lda, (int)m, out, accumulate, kt_per, part);
-    if (part)
-        launch_split_sum(cb, part, splits, m * n, out, accumulate);
+        *w, ((const cuda_actq *)in->q)->h, g.lda, (int)m, out, accumulate, g.kt_per, g.part);
+    if (g.part)
+        launch_split_sum(cb, g.part, g.splits, m * n, out, accumulate);
 }
 
 /* A grid: 64 NC-row tiles, k split by chunks or not. */
