@@ -501,7 +501,7 @@ static void cu_matmul(backend *be, const be_weight *w, be_act *in, float *out, b
     if (mmv_takes(w, in))
         launch_mmv_group(cb, 1, &w, in, &out, NULL, accumulate);
     else
-        launch_gemm(cb, w, in, out, accumulate);
+        launch_gemm(cb, w, in, out, NULL, accumulate);
 }
 
 /* Runs of consecutive weights of one type and width that mmv takes go out
@@ -513,9 +513,8 @@ static void cu_matmul_many(backend *be, int n, const be_weight *const *w, be_act
     for (int i = 0, j; i < n; i = j) {
         j = i + 1;
         if (!mmv_takes(w[i], in)) {
-            cu_matmul(be, w[i], in, out[i], false);
-            if (bias && bias[i] && !cb->failed && in->rows > 0)
-                launch_add_bias(cb, out[i], bias[i], in->rows, (int32_t)w[i]->rows);
+            if (matmul_prepare(cb, w[i], in))
+                launch_gemm(cb, w[i], in, out[i], bias ? bias[i] : NULL, false);
             continue;
         }
         while (j < n && j - i < MMV_GROUP_MAX && w[j]->type == w[i]->type &&

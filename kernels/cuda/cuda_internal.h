@@ -172,7 +172,6 @@ void launch_swiglu(cuda_backend *cb, const float *g, const float *u, int32_t row
 void launch_act_quantize(cuda_backend *cb, be_act *a);
 void launch_rope(cuda_backend *cb, float *q, float *k, const int32_t *pos, int32_t rows,
                  const be_attn_shape *sh, const be_rope *rope, float theta_scale);
-void launch_add_bias(cuda_backend *cb, float *x, const float *bias, int32_t rows, int32_t n);
 void launch_kv_write(cuda_backend *cb, be_kv *kv, int32_t layer, const float *k, const float *v,
                      const int32_t *slot, int32_t rows);
 
@@ -194,13 +193,15 @@ bool mmv_takes(const be_weight *w, const be_act *in);
  * false: out = product + bias, one float add (backend.h, matmul_many). */
 void launch_mmv_group(cuda_backend *cb, int n, const be_weight *const *w, const be_act *in,
                       float *const *out, const float *const *bias, bool accumulate);
-/* gemm.cu: out (rows x w->rows) from the f16 copy of in. */
+/* gemm.cu: out (rows x w->rows) from the f16 copy of in; bias: NULL, or
+ * w->rows floats added to the product (one float add, before accumulate's:
+ * mmv's epilogue, backend.h matmul_many). */
 void launch_gemm(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
-                 bool accumulate);
-/* gemm.cu: out (n floats) (+)= the sum of `splits` partials of n floats
- * (part + s * n), added in split order. */
-void launch_split_sum(cuda_backend *cb, const float *part, int splits, int64_t n, float *out,
-                      bool accumulate);
+                 const float *bias, bool accumulate);
+/* gemm.cu: out (rows x cols) (+)= the sum of `splits` partials of as many
+ * floats (part + s * rows * cols), added in split order, + bias[col]. */
+void launch_split_sum(cuda_backend *cb, const float *part, int splits, int64_t rows, int64_t cols,
+                      const float *bias, float *out, bool accumulate);
 /* The k loop of a GEMM of w by in: unsplit (one CTA runs every k tile) or
  * split (one CTA a chunk of MM_CHUNK, kt_per k tiles, partials in part,
  * scratch of splits x rows x w->rows floats, for launch_split_sum); false
@@ -218,7 +219,7 @@ bool gemm_split_plan(cuda_backend *cb, const be_weight *w, const be_act *in, boo
 cudaError_t gemm_sm90_configure(void);
 bool gemm_sm90_enabled(void);
 void launch_gemm_sm90(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
-                      bool accumulate);
+                      const float *bias, bool accumulate);
 /* sampling.cu: the first maximum of each row (backend.h, argmax). */
 void launch_argmax(cuda_backend *cb, const float *x, int32_t rows, int32_t n, int32_t *out);
 /* sampling.cu: each row's k best (backend.h, top_k). */
@@ -229,6 +230,17 @@ void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const fl
                       const be_attn_batch *b, const be_attn_shape *sh, float *out);
 
 /* ---- device helpers shared by the kernel families ---- */
+
+/* What a GEMM epilogue stores for product y at column col of *o: y plus
+ * the column's bias (NULL: none; one float add, as mmv's epilogue), then
+ * added to *o when accumulating (the residual add). */
+static __device__ __forceinline__ float gemm_final(float y, const float *bias, int64_t col,
+                                                   const float *o, bool accumulate)
+{
+    if (bias)
+        y = __fadd_rn(y, bias[col]);
+    return accumulate ? *o + y : y;
+}
 
 /* Scale and min (6 bits each) of sub-block j (0..7) of a q4_K block whose
  * 12 scale bytes are the words s0, s1, s2 (ggml's get_scale_min_k4). */

@@ -1,5 +1,6 @@
 /* elementwise: the row-wise ops (embed, gather, rmsnorm, swiglu, rope,
- * add_bias, kv_write) and the activation quantizers.
+ * kv_write) and the activation quantizers.  (Biases are added in the
+ * matmuls' epilogues: mmv.cu, gemm.cu, gemm_sm90.cu.)
  *
  * Layout invariants: the row producers (rmsnorm, swiglu, the quantizers)
  * use blocks of 1024 threads; element e of a row is handled by thread
@@ -15,7 +16,7 @@
  * with the rounding intrinsics (__fmul_rn, ...), so that contraction into
  * FMA cannot change a result: embed, gather, kv_write and rmsnorm (whose sum
  * of squares is in double, as the CPU's) match the CPU to the bit or to the
- * last place, add_bias to the bit; rope and swiglu differ only where CUDA's sinf/cosf/expf round
+ * last place; rope and swiglu differ only where CUDA's sinf/cosf/expf round
  * differently from glibc's (an ulp or two).
  *
  * Roofline: these ops move a few MB per step (a 4096-wide row is 16 KB), so
@@ -226,21 +227,6 @@ void launch_rope(cuda_backend *cb, float *q, float *k, const int32_t *pos, int32
         q, k, pos, sh->n_head, sh->n_head_kv, sh->head_dim, rope->n_dims, halves ? 1 : 2,
         halves ? rope->n_dims / 2 : 1, theta_scale, rope->factors_dev);
     cuda_check_launch(cb, "rope");
-}
-
-/* ---- add_bias: x[r][i] += bias[i], the CPU's one float add ---- */
-
-__global__ void add_bias_kernel(float *x, const float *bias, int32_t n)
-{
-    const int64_t r = blockIdx.x;
-    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
-        x[r * n + i] = __fadd_rn(x[r * n + i], bias[i]);
-}
-
-void launch_add_bias(cuda_backend *cb, float *x, const float *bias, int32_t rows, int32_t n)
-{
-    add_bias_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>(x, bias, n);
-    cuda_check_launch(cb, "add_bias");
 }
 
 /* ---- kv_write: f32 rows into the f16 cache at their slots ---- */

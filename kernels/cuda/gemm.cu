@@ -51,9 +51,9 @@
 /* part == NULL: out (+)= the tile over all of k.  Otherwise CTA z sums k
  * tiles [z * kt_per, (z + 1) * kt_per) into part + z * m * n. */
 template <int T, int BM, int BN>
-__global__ void __launch_bounds__(BM * BN / 64)
-gemm_kernel(be_weight w, const __half *a, int64_t lda, int m, float *out, bool accumulate,
-            int kt_per, float *part)
+__global__ void __launch_bounds__(BM *BN / 64)
+    gemm_kernel(be_weight w, const __half *a, int64_t lda, int m, float *out, const float *bias,
+                bool accumulate, int kt_per, float *part)
 {
     constexpr int NT = BM * BN / 64, TB = 2 * BN / NT; /* W tasks per thread */
     typedef typename frag_of<T>::type frag;
@@ -168,29 +168,30 @@ gemm_kernel(be_weight w, const __half *a, int64_t lda, int m, float *out, bool a
                 const int64_t col = n0 + wn * 64 + ni * 8 + 2 * t4 + e % 2;
                 if (row < m && col < n_total) {
                     float *o = dst + row * n_total + col;
-                    *o = add ? *o + tot[mi][ni][e] : tot[mi][ni][e];
+                    *o = part ? tot[mi][ni][e] : gemm_final(tot[mi][ni][e], bias, col, o, add);
                 }
             }
 }
 
-/* out (+)= the splits' partial sums, added in split order. */
-__global__ void split_sum_kernel(const float *part, int splits, int64_t n, float *out,
-                                 bool accumulate)
+/* out (+)= the splits' partial sums, added in split order, + bias. */
+__global__ void split_sum_kernel(const float *part, int splits, int64_t n, int64_t cols,
+                                 const float *bias, float *out, bool accumulate)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         float v = 0.0f;
         for (int s = 0; s < splits; s++)
             v += part[(int64_t)s * n + i];
-        out[i] = accumulate ? out[i] + v : v;
+        out[i] = gemm_final(v, bias, i % cols, out + i, accumulate);
     }
 }
 
-void launch_split_sum(cuda_backend *cb, const float *part, int splits, int64_t n, float *out,
-                      bool accumulate)
+void launch_split_sum(cuda_backend *cb, const float *part, int splits, int64_t rows, int64_t cols,
+                      const float *bias, float *out, bool accumulate)
 {
+    const int64_t n = rows * cols;
     split_sum_kernel<<<(unsigned)std::min<int64_t>((n + 255) / 256, 4 * cb->n_sm), 256, 0,
-                       cb->stream>>>(part, splits, n, out, accumulate);
+                       cb->stream>>>(part, splits, n, cols, bias, out, accumulate);
 }
 
 template <int BM, int BN>
@@ -242,7 +243,7 @@ bool gemm_split_plan(cuda_backend *cb, const be_weight *w, const be_act *in, boo
 
 template <int T, int BM, int BN>
 static void launch_tile(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
-                        bool accumulate, bool split)
+                        const float *bias, bool accumulate, bool split)
 {
     const int64_t m = in->rows, n = w->rows;
     gemm_split g;
@@ -250,9 +251,9 @@ static void launch_tile(cuda_backend *cb, const be_weight *w, const be_act *in, 
         return;
     dim3 grid((unsigned)((n + BN - 1) / BN), (unsigned)((m + BM - 1) / BM), (unsigned)g.splits);
     gemm_kernel<T, BM, BN><<<grid, BM * BN / 64, gemm_smem<BM, BN>(), cb->stream>>>(
-        *w, ((const cuda_actq *)in->q)->h, g.lda, (int)m, out, accumulate, g.kt_per, g.part);
+        *w, ((const cuda_actq *)in->q)->h, g.lda, (int)m, out, bias, accumulate, g.kt_per, g.part);
     if (g.part)
-        launch_split_sum(cb, g.part, g.splits, m * n, out, accumulate);
+        launch_split_sum(cb, g.part, g.splits, m, n, bias, out, accumulate);
 }
 
 /* The largest tile that still gives every SM a CTA; when even 64 x 128
@@ -260,26 +261,26 @@ static void launch_tile(cuda_backend *cb, const be_weight *w, const be_act *in, 
  * choice, never a result. */
 template <int T>
 static void launch_type(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
-                        bool accumulate)
+                        const float *bias, bool accumulate)
 {
     const int64_t m = in->rows, n = w->rows;
     auto ctas = [&](int bm, int bn) { return ((m + bm - 1) / bm) * ((n + bn - 1) / bn); };
     if (ctas(128, 128) >= cb->n_sm)
-        launch_tile<T, 128, 128>(cb, w, in, out, accumulate, false);
+        launch_tile<T, 128, 128>(cb, w, in, out, bias, accumulate, false);
     else
-        launch_tile<T, 64, 128>(cb, w, in, out, accumulate, ctas(64, 128) < cb->n_sm);
+        launch_tile<T, 64, 128>(cb, w, in, out, bias, accumulate, ctas(64, 128) < cb->n_sm);
 }
 
 void launch_gemm(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
-                 bool accumulate)
+                 const float *bias, bool accumulate)
 {
     if (cb->gemm_sm90 && in->rows >= GEMM_SM90_MIN_ROWS) {
-        launch_gemm_sm90(cb, w, in, out, accumulate);
+        launch_gemm_sm90(cb, w, in, out, bias, accumulate);
         cuda_check_launch(cb, "matmul (gemm_sm90)");
         return;
     }
     const bool known = with_weight_type(w->type, [&](auto t) {
-        launch_type<decltype(t)::value>(cb, w, in, out, accumulate);
+        launch_type<decltype(t)::value>(cb, w, in, out, bias, accumulate);
     });
     if (!known) {
         cuda_fail(cb, "matmul: type %s", quant_type_name(w->type));

@@ -182,14 +182,15 @@ static __device__ __forceinline__ void sm90_consume(int c, int kt0, int nk, unsi
     sm90_fence_acc(acc);
 }
 
-/* The consumer's 64 x 128 block at (r0, n0) of dst (m x n): = tot, or +=
- * tot when add (tot as sm90_consume leaves it).  The wgmma accumulator
+/* The consumer's 64 x 128 block at (r0, n0) of dst (m x n): tot (as
+ * sm90_consume leaves it) through gemm_final (+ bias, += when add).  The wgmma accumulator
  * layout: register j of thread (warp v, lane l) is row 16v + l/4 +
  * 8 ((j/2) % 2), column 8 (j/4) + 2 (l%4) + j%2; a pair (j even, j + 1) is
  * two adjacent columns, stored as one float2 where both are in range and
  * aligned (n even). */
 static __device__ __forceinline__ void sm90_store(const float *tot, int64_t r0, int64_t n0, int m,
-                                                  int64_t n, float *dst, bool add)
+                                                  int64_t n, float *dst, const float *bias,
+                                                  bool add)
 {
     const int v = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const bool pairs = n % 2 == 0;
@@ -201,16 +202,13 @@ static __device__ __forceinline__ void sm90_store(const float *tot, int64_t r0, 
             continue;
         float *o = dst + row * n + col;
         if (pairs) {
-            float2 y = make_float2(tot[128 * j], tot[128 * (j + 1)]);
-            if (add) {
-                const float2 x = *(const float2 *)o;
-                y = make_float2(x.x + y.x, x.y + y.y);
-            }
-            *(float2 *)o = y;
+            const float2 x = add ? *(const float2 *)o : make_float2(0.0f, 0.0f);
+            *(float2 *)o = make_float2(gemm_final(tot[128 * j], bias, col, &x.x, add),
+                                       gemm_final(tot[128 * (j + 1)], bias, col + 1, &x.y, add));
         } else {
-            o[0] = add ? o[0] + tot[128 * j] : tot[128 * j];
+            o[0] = gemm_final(tot[128 * j], bias, col, o, add);
             if (col + 1 < n)
-                o[1] = add ? o[1] + tot[128 * (j + 1)] : tot[128 * (j + 1)];
+                o[1] = gemm_final(tot[128 * (j + 1)], bias, col + 1, o + 1, add);
         }
     }
 }
@@ -220,8 +218,8 @@ static __device__ __forceinline__ void sm90_store(const float *tot, int64_t r0, 
  * tiles [z * kt_per, (z + 1) * kt_per) into part + z * m * n. */
 template <int T, int NP, int NC>
 __global__ void __launch_bounds__(128 * (NP + NC), 1)
-    gemm_sm90_kernel(be_weight w, const __half *a, int64_t lda, int m, float *out, bool accumulate,
-                     int kt_per, float *part)
+    gemm_sm90_kernel(be_weight w, const __half *a, int64_t lda, int m, float *out,
+                     const float *bias, bool accumulate, int kt_per, float *part)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -248,7 +246,8 @@ __global__ void __launch_bounds__(128 * (NP + NC), 1)
                      tid % 128;
         sm90_consume<NC>(c, kt0, nk, smem, full, empty, tot);
         float *dst = part ? part + (int64_t)blockIdx.z * m * w.rows : out;
-        sm90_store(tot, m0 + 64 * c, n0, m, w.rows, dst, part ? false : accumulate);
+        sm90_store(tot, m0 + 64 * c, n0, m, w.rows, dst, part ? NULL : bias,
+                   part ? false : accumulate);
     }
 #endif
 }
@@ -292,7 +291,7 @@ bool gemm_sm90_enabled(void)
 
 template <int T, int NC>
 static void sm90_launch_tile(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
-                             bool accumulate, bool split)
+                             const float *bias, bool accumulate, bool split)
 {
     const int64_t m = in->rows, n = w->rows;
     gemm_split g;
@@ -301,9 +300,9 @@ static void sm90_launch_tile(cuda_backend *cb, const be_weight *w, const be_act 
     dim3 grid((unsigned)((n + SM90_BN - 1) / SM90_BN), (unsigned)((m + 64 * NC - 1) / (64 * NC)),
               (unsigned)g.splits);
     gemm_sm90_kernel<T, SM90_NP, NC><<<grid, 128 * (SM90_NP + NC), sm90_smem<NC>(), cb->stream>>>(
-        *w, ((const cuda_actq *)in->q)->h, g.lda, (int)m, out, accumulate, g.kt_per, g.part);
+        *w, ((const cuda_actq *)in->q)->h, g.lda, (int)m, out, bias, accumulate, g.kt_per, g.part);
     if (g.part)
-        launch_split_sum(cb, g.part, g.splits, m * n, out, accumulate);
+        launch_split_sum(cb, g.part, g.splits, m, n, bias, out, accumulate);
 }
 
 /* A grid: 64 NC-row tiles, k split by chunks or not. */
@@ -330,16 +329,16 @@ static sm90_plan sm90_choose(int64_t m, int64_t n, int64_t kt, int n_sm)
 }
 
 void launch_gemm_sm90(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
-                      bool accumulate)
+                      const float *bias, bool accumulate)
 {
     const sm90_plan plan = sm90_choose(in->rows, w->rows, act_f16_stride(in->cols) / GEMM_BK,
                                        cb->n_sm);
     const bool known = with_weight_type(w->type, [&](auto t) {
         constexpr int T = decltype(t)::value;
         if (plan.nc == 2)
-            sm90_launch_tile<T, 2>(cb, w, in, out, accumulate, plan.split);
+            sm90_launch_tile<T, 2>(cb, w, in, out, bias, accumulate, plan.split);
         else
-            sm90_launch_tile<T, 1>(cb, w, in, out, accumulate, plan.split);
+            sm90_launch_tile<T, 1>(cb, w, in, out, bias, accumulate, plan.split);
     });
     if (!known)
         cuda_fail(cb, "matmul: type %s", quant_type_name(w->type));

@@ -396,18 +396,19 @@ static void test_gather(ctx *c)
 /* matmul_many (q, k, v of mixed types; gate, up) against one matmul per
  * weight on the GPU followed by its bias added on the host (one float add,
  * what the CPU backend does): the same bits, at the row counts the matvec
- * groups and adds the bias in its epilogue (1, 2, 5) and one it does not
- * (20: one GEMM each, then the bias kernel).  Weights 0 and 2 have a bias,
- * weight 1 none (the gate/up case). */
-static void test_matmul_many(ctx *c)
+ * groups (1, 2, 5) and the GEMMs take one weight at a time (20: mma.sync;
+ * 64, 200: wgmma), each adding the bias in its epilogue: with K = 1024 (one
+ * chunk) the GEMMs' own, with K = 2048 their splits' fold (split_sum).
+ * Weights 0 and 2 have a bias, weight 1 none (the gate/up case). */
+static void test_matmul_many(ctx *c, int32_t K)
 {
-    enum { K = 1024, NW = 3 };
+    enum { NW = 3, M_MAX = 200 };
     static const struct { quant_type t; int64_t n; } ws[NW] = {
         {QUANT_Q4_K, 1000}, {QUANT_Q4_K, 600}, {QUANT_Q6_K, 300}};
-    static const int32_t row_counts[] = {1, 2, 5, 20};
+    static const int32_t row_counts[] = {1, 2, 5, 20, 64, M_MAX};
     be_weight *w[NW] = {NULL};
     float *bias_host[NW] = {NULL}, *bias_dev[NW] = {NULL};
-    float *x = malloc((size_t)20 * K * sizeof *x);
+    float *x = malloc((size_t)M_MAX * K * sizeof *x);
     bool ok = x != NULL;
     for (int i = 0; i < NW && ok; i++) {
         size_t bytes;
@@ -429,7 +430,7 @@ static void test_matmul_many(ctx *c)
         fail_row(c, "matmul_many", "setup", "out of memory or weight_load failed");
         goto out;
     }
-    fill_random(c, x, (size_t)20 * K, 1.0f);
+    fill_random(c, x, (size_t)M_MAX * K, 1.0f);
     for (size_t rc = 0; rc < sizeof row_counts / sizeof *row_counts; rc++) {
         const int32_t m = row_counts[rc];
         llmq_err err;
@@ -463,9 +464,9 @@ static void test_matmul_many(ctx *c)
         int same = 0;
         for (int i = 0; ran && i < NW; i++)
             same += memcmp(host[0][i], host[1][i], (size_t)m * ws[i].n * sizeof(float)) == 0;
-        printf("| matmul_many | q4_K 1000 + q4_K 600 + q6_K 300 (x 1024), biases on the first "
+        printf("| matmul_many | q4_K 1000 + q4_K 600 + q6_K 300 (x %d), biases on the first "
                "and last, %d rows | %s | | | | %s |\n",
-               m,
+               K, m,
                !ran         ? "run failed"
                : same == NW ? "bit-identical to one matmul + bias each"
                             : "DIFFERS",
@@ -1307,7 +1308,8 @@ static void test_ops(ctx *c, bool large)
     test_argmax(c, 5, 1001);
     test_top_k(c, 20, 32000);
     test_top_k(c, 10, 300);
-    test_matmul_many(c);
+    test_matmul_many(c, 1024);
+    test_matmul_many(c, 2048);
 }
 
 /* ---- whole models ---- */
