@@ -78,9 +78,12 @@ static void for_each_weight_type(F f)
 /* The GEMM's k tile: one 64-value quarter of a 256-value super-block. */
 #define GEMM_BK 64
 /* Matmuls of at least this many rows take the wgmma GEMM (gemm_sm90.cu)
- * where the build has it (sm_90a) and LLMQ_GEMM_SM90 is not 0; fewer rows,
- * gemm.cu's mma.sync GEMM: a choice of speed only (numerics.cuh). */
-#define GEMM_SM90_MIN_ROWS 64
+ * where the build has it (sm_90a) and LLMQ_GEMM_SM90 is not 0, else gemm.cu's
+ * mma.sync GEMM: a choice of speed only (numerics.cuh).  Every GEMM: at 64
+ * rows wgmma took 0.63-0.75 of mma.sync's time on every 7B shape
+ * (docs/perf/07, checkpoint 2), and below 64 both run the same 64-row
+ * tiles as at 64. */
+#define GEMM_SM90_MIN_ROWS (MMV_MAX_ROWS + 1)
 
 struct be_weight {
     quant_type type;

@@ -28,8 +28,8 @@
  * Layout: a stage is {A: BM rows, B: 128 rows} of 128 bytes (64 f16 of k),
  * 16-byte unit u of row r at unit u ^ (r % 8) (the 128-byte swizzle:
  * sm90_unit_off), 1024-byte aligned; wgmma reads it through sm90_desc.
- * Shared memory: 4 stages of 24 or 32 KB and 32 KB of tot per consumer:
- * 129 KB (NC 1) or 193 KB (NC 2), one CTA per SM.
+ * Shared memory: 4 stages of 24 or 32 KB (NC 1, 2) or 3 of 40 KB (NC 3)
+ * and 32 KB of tot per consumer: 129, 193 or 217 KB, one CTA per SM.
  *
  * Small grids split k by chunks as gemm.cu does (one CTA per chunk,
  * partials folded in chunk order by split_sum). */
@@ -42,7 +42,9 @@
 #include <algorithm>
 
 #define SM90_BN 128
-#define SM90_STAGES 4
+/* Stages: 4, 3 for 192-row tiles (3 x 40 KB + 3 x 32 KB of tot fits the
+ * 227 KB a CTA may have; 4 would not). */
+#define SM90_STAGES(NC) ((NC) == 3 ? 3 : 4)
 /* Producer warpgroups: two, so that dequantizing a weight tile (~115
  * instructions a task, 256 tasks; docs/perf/07) keeps pace with the
  * consumers' wgmma.  With two consumers that is 512 threads, 128 registers
@@ -69,7 +71,7 @@ static __device__ __forceinline__ void sm90_produce(const be_weight &w, const __
                                                     uint64_t *full, uint64_t *empty)
 {
     constexpr int BM = 64 * NC, A_BYTES = BM * SM90_ROW_BYTES, PT = 128 * NP;
-    constexpr int STAGE = SM90_STAGE_BYTES(NC);
+    constexpr int STAGE = SM90_STAGE_BYTES(NC), S = SM90_STAGES(NC);
     constexpr int TASKS = 2 * SM90_BN / PT, COPIES = BM * 8 / PT;
     static_assert(TASKS * PT == 2 * SM90_BN && COPIES * PT == BM * 8, "whole tasks per thread");
     typedef typename frag_of<T>::type frag;
@@ -102,12 +104,12 @@ static __device__ __forceinline__ void sm90_produce(const be_weight &w, const __
     for (int i0 = 0; i0 < nk; i0 += D)
 #pragma unroll
         for (int d = 0; d < D; d++) {
-            const int i = i0 + d, s = i % SM90_STAGES, kt = kt0 + i;
+            const int i = i0 + d, s = i % S, kt = kt0 + i;
             if (i >= nk)
                 break;
             unsigned char *st = smem + s * STAGE;
-            if (i >= SM90_STAGES)
-                sm90_mbar_wait(&empty[s], (unsigned)(i / SM90_STAGES - 1) & 1);
+            if (i >= S)
+                sm90_mbar_wait(&empty[s], (unsigned)(i / S - 1) & 1);
 #pragma unroll
             for (int q = 0; q < COPIES; q++)
                 cp_async16(st + dst[q], row[q] ? row[q] + (int64_t)kt * GEMM_BK : a,
@@ -124,12 +126,12 @@ static __device__ __forceinline__ void sm90_produce(const be_weight &w, const __
             if (i > 0) {
                 cp_async_wait<1>(); /* tile i - 1's activations */
                 sm90_fence_proxy_async();
-                sm90_mbar_arrive(&full[(i - 1) % SM90_STAGES]);
+                sm90_mbar_arrive(&full[(i - 1) % S]);
             }
         }
     cp_async_wait<0>();
     sm90_fence_proxy_async();
-    sm90_mbar_arrive(&full[(nk - 1) % SM90_STAGES]);
+    sm90_mbar_arrive(&full[(nk - 1) % S]);
 }
 
 /* Consumer warpgroup c: rows 64c..64c+63 of the tile over the same k tiles.
@@ -141,6 +143,7 @@ static __device__ __forceinline__ void sm90_consume(int c, int kt0, int nk, unsi
                                                     uint64_t *full, uint64_t *empty, float *tot)
 {
     constexpr int A_BYTES = 64 * NC * SM90_ROW_BYTES, STAGE = SM90_STAGE_BYTES(NC);
+    constexpr int S = SM90_STAGES(NC);
     float acc[64];
 #pragma unroll
     for (int j = 0; j < 64; j++) {
@@ -149,8 +152,8 @@ static __device__ __forceinline__ void sm90_consume(int c, int kt0, int nk, unsi
     }
     int pending = -1; /* a tile whose stage is read but not yet released */
     for (int i = 0; i < nk; i++) {
-        const int s = i % SM90_STAGES, kt = kt0 + i;
-        sm90_mbar_wait(&full[s], (unsigned)(i / SM90_STAGES) & 1);
+        const int s = i % S, kt = kt0 + i;
+        sm90_mbar_wait(&full[s], (unsigned)(i / S) & 1);
         const uint32_t sa = smem_addr(smem + s * STAGE) + c * 64 * SM90_ROW_BYTES;
         const uint32_t sb = smem_addr(smem + s * STAGE + A_BYTES);
         sm90_wgmma_fence();
@@ -162,7 +165,7 @@ static __device__ __forceinline__ void sm90_consume(int c, int kt0, int nk, unsi
             sm90_wgmma_wait<0>();
             sm90_fence_acc(acc);
             if (pending >= 0)
-                sm90_mbar_arrive(&empty[pending % SM90_STAGES]);
+                sm90_mbar_arrive(&empty[pending % S]);
             sm90_mbar_arrive(&empty[s]);
             pending = -1;
 #pragma unroll
@@ -173,7 +176,7 @@ static __device__ __forceinline__ void sm90_consume(int c, int kt0, int nk, unsi
         } else {
             sm90_wgmma_wait<1>(); /* the tile before this one */
             if (pending >= 0)
-                sm90_mbar_arrive(&empty[pending % SM90_STAGES]);
+                sm90_mbar_arrive(&empty[pending % S]);
             pending = i;
         }
     }
@@ -223,7 +226,8 @@ __global__ void __launch_bounds__(128 * (NP + NC), 1)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    __shared__ uint64_t full[SM90_STAGES], empty[SM90_STAGES];
+    constexpr int S = SM90_STAGES(NC);
+    __shared__ uint64_t full[S], empty[S];
     /* the swizzle pattern and the descriptors need 1024-byte aligned stages */
     unsigned char *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     /* the role as a warp-uniform value (a shuffle), so that ptxas sees the
@@ -233,7 +237,7 @@ __global__ void __launch_bounds__(128 * (NP + NC), 1)
     const int kt0 = (int)blockIdx.z * kt_per;
     const int nk = min((int)(lda / GEMM_BK), kt0 + kt_per) - kt0;
     if (tid == 0)
-        for (int s = 0; s < SM90_STAGES; s++) {
+        for (int s = 0; s < S; s++) {
             sm90_mbar_init(&full[s], 128 * NP);
             sm90_mbar_init(&empty[s], 128 * NC);
         }
@@ -242,8 +246,7 @@ __global__ void __launch_bounds__(128 * (NP + NC), 1)
         sm90_produce<T, NP, NC>(w, a, lda, m, m0, n0, kt0, nk, smem, full, empty);
     } else {
         const int c = wg - NP;
-        float *tot = (float *)(smem + SM90_STAGES * SM90_STAGE_BYTES(NC)) + c * 64 * 128 +
-                     tid % 128;
+        float *tot = (float *)(smem + S * SM90_STAGE_BYTES(NC)) + c * 64 * 128 + tid % 128;
         sm90_consume<NC>(c, kt0, nk, smem, full, empty, tot);
         float *dst = part ? part + (int64_t)blockIdx.z * m * w.rows : out;
         sm90_store(tot, m0 + 64 * c, n0, m, w.rows, dst, part ? NULL : bias,
@@ -256,7 +259,7 @@ __global__ void __launch_bounds__(128 * (NP + NC), 1)
 template <int NC>
 static constexpr size_t sm90_smem(void)
 {
-    return (size_t)SM90_STAGES * SM90_STAGE_BYTES(NC) + (size_t)NC * 64 * 128 * sizeof(float) +
+    return (size_t)SM90_STAGES(NC) * SM90_STAGE_BYTES(NC) + (size_t)NC * 64 * 128 * sizeof(float) +
            1024;
 }
 
@@ -275,6 +278,8 @@ cudaError_t gemm_sm90_configure(void)
             e = sm90_configure_one<decltype(t)::value, 1>();
         if (e == cudaSuccess)
             e = sm90_configure_one<decltype(t)::value, 2>();
+        if (e == cudaSuccess)
+            e = sm90_configure_one<decltype(t)::value, 3>();
     });
     return e;
 }
@@ -305,27 +310,47 @@ static void sm90_launch_tile(cuda_backend *cb, const be_weight *w, const be_act 
         launch_split_sum(cb, g.part, g.splits, m, n, bias, out, accumulate);
 }
 
-/* A grid: 64 NC-row tiles, k split by chunks or not. */
+/* A grid: 64 NC-row tiles (NC 1-3), k split by chunks or not. */
 struct sm90_plan {
     int nc;
     bool split;
 };
 
-/* The grid of least time, counted in k-tile times: waves (CTAs over SMs,
- * one CTA an SM) x k tiles a CTA.  A k tile costs about the same at either
- * tile height (the producers' dequantization of the weight tile is the
- * bound, docs/perf/07), so 128-row tiles win whenever M fills them; a split
- * must save a fifth (its partials are written, read and folded by a second
- * kernel).  Speed only: every plan gives the same bits. */
+/* Bytes a split's fold moves (the partials written by the GEMM, read and
+ * summed into out by split_sum) in the time of one k tile: ~3 TB/s x the
+ * 0.83 us a k tile took at checkpoint 2 (docs/perf/07). */
+#define SM90_FOLD_BYTES_PER_KTILE 2500000
+
+/* The grid of least time, counted in tenths of a k tile's time: waves (CTAs
+ * over SMs, one CTA an SM) x k tiles a CTA, plus a split's fold.  A k tile
+ * costs about the same at 64 and 128 rows (the producers' dequantization of
+ * the weight tile is the bound: checkpoints 1 and 2), a tenth more at 192
+ * (two more cp.async a producer thread, 1.5 M MAC for the consumers), so
+ * taller tiles win whenever M fills them without adding a wave.  Ties go to
+ * the shorter tile, then to no split.  Speed only: every plan gives the same
+ * bits. */
 static sm90_plan sm90_choose(int64_t m, int64_t n, int64_t kt, int n_sm)
 {
     const int64_t n_tiles = (n + SM90_BN - 1) / SM90_BN, chunks = mm_chunks(kt * GEMM_BK);
     auto cost = [&](int nc, bool split) {
         const int64_t ctas = (m + 64 * nc - 1) / (64 * nc) * n_tiles * (split ? chunks : 1);
-        return (ctas + n_sm - 1) / n_sm * (split ? std::min<int64_t>(kt, GEMM_CHUNK_KT) : kt);
+        const int64_t per = split ? std::min<int64_t>(kt, GEMM_CHUNK_KT) : kt;
+        const int64_t fold = split ? (2 * chunks + 1) * m * n * 4 * 10 / SM90_FOLD_BYTES_PER_KTILE
+                                   : 0;
+        return (ctas + n_sm - 1) / n_sm * per * (nc == 3 ? 11 : 10) + fold;
     };
-    const int nc = m <= 64 ? 1 : 2;
-    return {nc, chunks > 1 && 5 * cost(nc, true) <= 4 * cost(nc, false)};
+    sm90_plan best = {0, false};
+    int64_t best_cost = 0;
+    const int nc_lo = m <= 64 ? 1 : 2, nc_hi = m <= 64 ? 1 : 3;
+    for (int nc = nc_lo; nc <= nc_hi; nc++)
+        for (int split = 0; split <= (chunks > 1); split++) {
+            const int64_t c = cost(nc, split);
+            if (best.nc == 0 || c < best_cost) {
+                best = {nc, split != 0};
+                best_cost = c;
+            }
+        }
+    return best;
 }
 
 void launch_gemm_sm90(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
@@ -335,7 +360,9 @@ void launch_gemm_sm90(cuda_backend *cb, const be_weight *w, const be_act *in, fl
                                        cb->n_sm);
     const bool known = with_weight_type(w->type, [&](auto t) {
         constexpr int T = decltype(t)::value;
-        if (plan.nc == 2)
+        if (plan.nc == 3)
+            sm90_launch_tile<T, 3>(cb, w, in, out, bias, accumulate, plan.split);
+        else if (plan.nc == 2)
             sm90_launch_tile<T, 2>(cb, w, in, out, bias, accumulate, plan.split);
         else
             sm90_launch_tile<T, 1>(cb, w, in, out, bias, accumulate, plan.split);

@@ -19,7 +19,7 @@
  *     kernel (f32 scores and P) and plain kernel 1e-5;
  *   argmax: the same ids; matmul_many: the same bits as one matmul per
  *     weight followed by one float add of its bias (where it has one);
- *   matmul sm90 (the wgmma GEMM, 64-1000 rows, every weight type): the same
+ *   matmul sm90 (the wgmma GEMM, 17-1000 rows, every weight type): the same
  *     bits as the mma.sync GEMM (a second backend, LLMQ_GEMM_SM90=0), as a
  *     16-row matmul on its first 16 rows, and under accumulate as out + y.
  * Models (tests/data/models and any GGUF given as an argument): teacher-
@@ -813,7 +813,7 @@ static size_t count_nonfinite(const float *x, size_t n)
     return bad;
 }
 
-/* The wgmma GEMM (gemm_sm90.cu, >= 64 rows) against the other matmul
+/* The wgmma GEMM (gemm_sm90.cu, > 16 rows) against the other matmul
  * kernels, bit for bit (numerics.cuh: one definition of the bits): at each
  * row count, every output against gemm.cu's mma.sync GEMM (the backend made
  * with LLMQ_GEMM_SM90=0), its first 16 rows against a 16-row matmul (mmv
@@ -821,13 +821,13 @@ static size_t count_nonfinite(const float *x, size_t n)
  * add).  n = 2200 (17 whole 128-column tiles and 24 columns; 2201 once,
  * for the epilogue's odd-width stores) and k over
  * three chunks of MM_CHUNK, the last partial, so that at 132 SMs (the plan
- * of gemm_sm90.cu) 64 rows take 64-row tiles split by chunks, 128 and 200
- * rows 128-row tiles split, 512 and 1000 rows (a partial last tile) 128-row
- * tiles unsplit; test_matmul's one-chunk shapes at 64 rows take 64-row
- * tiles unsplit. */
+ * of gemm_sm90.cu) 17-64 rows take 64-row tiles split by chunks, 128 and
+ * 200 rows 128-row tiles split, 512 rows 128-row tiles unsplit, 1000 rows
+ * 192-row tiles unsplit (a partial last tile); test_matmul's one-chunk
+ * shapes at 64 rows take 64-row tiles unsplit. */
 static void test_matmul_sm90(ctx *c, quant_type t, int64_t n, int64_t k)
 {
-    static const int32_t ms[] = {64, 128, 200, 512, 1000};
+    static const int32_t ms[] = {17, 32, 64, 128, 200, 512, 1000};
     const int32_t m_max = 1000, m_mmv = 16;
     size_t bytes;
     uint8_t *w = make_weight(c, t, n, k, &bytes);
