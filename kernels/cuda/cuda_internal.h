@@ -149,7 +149,7 @@ void cuda_fail(cuda_backend *cb, const char *fmt, ...) __attribute__((format(pri
  * NULL after recording a failure that names op. */
 float *cuda_scratch(cuda_backend *cb, const char *op, size_t bytes);
 /* Whether a switch of the environment is on: unset or anything but "0"
- * (LLMQ_CUDA_GRAPHS, LLMQ_CUDA_PDL: for A/B runs). */
+ * (LLMQ_CUDA_GRAPHS, LLMQ_CUDA_PDL, LLMQ_GEMM_SM90: for A/B runs). */
 bool cuda_env_allows(const char *name);
 /* After a launch: a launch error becomes the backend's error, naming op. */
 void cuda_check_launch(cuda_backend *cb, const char *op);

@@ -36,9 +36,6 @@
 #include "kernels/cuda/dequant.cuh"
 #include "kernels/cuda/sm90.cuh"
 
-#include <stdlib.h>
-#include <string.h>
-
 #include <algorithm>
 
 #define SM90_BN 128
@@ -287,8 +284,7 @@ cudaError_t gemm_sm90_configure(void)
 bool gemm_sm90_enabled(void)
 {
 #ifdef LLMQ_CUDA_SM90A
-    const char *v = getenv("LLMQ_GEMM_SM90");
-    return !v || strcmp(v, "0") != 0;
+    return cuda_env_allows("LLMQ_GEMM_SM90");
 #else
     return false;
 #endif
