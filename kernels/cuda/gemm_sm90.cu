@@ -1,7 +1,8 @@
-/* gemm_sm90: the prefill matmul on Hopper's wgmma (sm_90a), out (M x N) =
- * A (M x K, the f16 step-ordered activation copy) . W^T (N x K, any weight
- * type), for M >= GEMM_SM90_MIN_ROWS; gemm.cu's mma.sync kernel takes the
- * rest, and all of it when LLMQ_GEMM_SM90=0 (cuda_backend.cu reads it once).
+/* gemm_sm90: the GEMM (prefill, decode batches beyond mmv) on Hopper's
+ * wgmma (sm_90a), out (M x N) = A (M x K, the f16 step-ordered activation
+ * copy) . W^T (N x K, any weight type), for M >= GEMM_SM90_MIN_ROWS;
+ * gemm.cu's mma.sync kernel takes the rest, and all of it when
+ * LLMQ_GEMM_SM90=0 (cuda_backend.cu reads it once).
  *
  * Same bits as gemm.cu and mmv.cu (numerics.cuh): per output, the k16 steps
  * of a chunk of MM_CHUNK k chained through the tensor cores from +0, in step
