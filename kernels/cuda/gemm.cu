@@ -177,6 +177,7 @@ __global__ void __launch_bounds__(BM *BN / 64)
 __global__ void split_sum_kernel(const float *part, int splits, int64_t n, int64_t cols,
                                  const float *bias, float *out, bool accumulate)
 {
+    pdl_begin(); /* launched by cuda_launch: the rule of cuda_internal.h */
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         float v = 0.0f;
@@ -190,8 +191,8 @@ void launch_split_sum(cuda_backend *cb, const float *part, int splits, int64_t r
                       const float *bias, float *out, bool accumulate)
 {
     const int64_t n = rows * cols;
-    split_sum_kernel<<<(unsigned)std::min<int64_t>((n + 255) / 256, 4 * cb->n_sm), 256, 0,
-                       cb->stream>>>(part, splits, n, cols, bias, out, accumulate);
+    cuda_launch(cb, split_sum_kernel, (unsigned)std::min<int64_t>((n + 255) / 256, 4 * cb->n_sm),
+                256, 0, part, splits, n, cols, bias, out, accumulate);
 }
 
 template <int BM, int BN>

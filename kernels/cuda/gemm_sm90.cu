@@ -223,6 +223,7 @@ __global__ void __launch_bounds__(128 * (NP + NC), 1)
                      const float *bias, bool accumulate, int kt_per, float *part)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    pdl_begin(); /* launched by cuda_launch: the rule of cuda_internal.h */
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     constexpr int S = SM90_STAGES(NC);
     __shared__ uint64_t full[S], empty[S];
@@ -301,8 +302,9 @@ static void sm90_launch_tile(cuda_backend *cb, const be_weight *w, const be_act 
         return;
     dim3 grid((unsigned)((n + SM90_BN - 1) / SM90_BN), (unsigned)((m + 64 * NC - 1) / (64 * NC)),
               (unsigned)g.splits);
-    gemm_sm90_kernel<T, SM90_NP, NC><<<grid, 128 * (SM90_NP + NC), sm90_smem<NC>(), cb->stream>>>(
-        *w, ((const cuda_actq *)in->q)->h, g.lda, (int)m, out, bias, accumulate, g.kt_per, g.part);
+    cuda_launch(cb, gemm_sm90_kernel<T, SM90_NP, NC>, grid, 128 * (SM90_NP + NC), sm90_smem<NC>(),
+                *w, ((const cuda_actq *)in->q)->h, g.lda, (int)m, out, bias, accumulate, g.kt_per,
+                g.part);
     if (g.part)
         launch_split_sum(cb, g.part, g.splits, m, n, bias, out, accumulate);
 }
