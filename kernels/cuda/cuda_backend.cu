@@ -526,7 +526,7 @@ static void cu_matmul(backend *be, const be_weight *w, be_act *in, float *out, b
     if (mmv_takes(w, in))
         launch_mmv_group(cb, 1, &w, in, &out, NULL, accumulate);
     else
-        launch_gemm(cb, w, in, out, accumulate);
+        launch_gemm(cb, w, in, out, NULL, accumulate);
 }
 
 /* Runs of consecutive weights of one type and width that mmv takes go out
@@ -538,9 +538,8 @@ static void cu_matmul_many(backend *be, int n, const be_weight *const *w, be_act
     for (int i = 0, j; i < n; i = j) {
         j = i + 1;
         if (!mmv_takes(w[i], in)) {
-            cu_matmul(be, w[i], in, out[i], false);
-            if (bias && bias[i] && !cb->failed && in->rows > 0)
-                launch_add_bias(cb, out[i], bias[i], in->rows, (int32_t)w[i]->rows);
+            if (matmul_prepare(cb, w[i], in))
+                launch_gemm(cb, w[i], in, out[i], bias ? bias[i] : NULL, false);
             continue;
         }
         while (j < n && j - i < MMV_GROUP_MAX && w[j]->type == w[i]->type &&
@@ -678,10 +677,11 @@ extern "C" int backend_cuda_create(backend **out, int gpu, llmq_err *err)
                          prop.name, prop.major, prop.minor);
     }
     cb->n_sm = prop.multiProcessorCount;
+    cb->gemm_sm90 = gemm_sm90_enabled();
     if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaMallocHost((void **)&cb->stage, cb->stage_size)) != cudaSuccess ||
-        (e = gemm_configure()) != cudaSuccess || (e = mmv_configure()) != cudaSuccess ||
-        (e = attention_configure()) != cudaSuccess)
+        (e = gemm_configure()) != cudaSuccess || (e = gemm_sm90_configure()) != cudaSuccess ||
+        (e = mmv_configure()) != cudaSuccess || (e = attention_configure()) != cudaSuccess)
         goto fail;
     cuda_graphs_init(cb);
     cb->pdl_on = cuda_env_allows("LLMQ_CUDA_PDL");

@@ -1,5 +1,6 @@
 /* elementwise: the row-wise ops (embed, gather, rmsnorm, swiglu, rope,
- * add_bias, kv_write) and the activation quantizers.
+ * kv_write) and the activation quantizers.  (Biases are added in the
+ * matmuls' epilogues: mmv.cu, gemm.cu, gemm_sm90.cu.)
  *
  * Layout invariants: the row producers (rmsnorm, swiglu, the quantizers)
  * use blocks of 1024 threads; element e of a row is handled by thread
@@ -10,14 +11,14 @@
  * over many SMs.  The f16 copy is written up to its padded width and not
  * one element further (rows are adjacent in that buffer).  Shared memory:
  * 32 doubles for the rmsnorm sum.  rope: a thread per pair, several heads
- * of a row per CTA; kv_write: 8 values a thread; embed, gather, add_bias: 256
- * threads per row.
+ * of a row per CTA; kv_write: 8 values a thread; embed, gather: 256 threads
+ * per row.
  *
  * Exactness: the arithmetic mirrors the CPU backend operation for operation
  * with the rounding intrinsics (__fmul_rn, ...), so that contraction into
  * FMA cannot change a result: embed, gather, kv_write and rmsnorm (whose sum
  * of squares is in double, as the CPU's) match the CPU to the bit or to the
- * last place, add_bias to the bit; rope and swiglu differ only where CUDA's sinf/cosf/expf round
+ * last place; rope and swiglu differ only where CUDA's sinf/cosf/expf round
  * differently from glibc's (an ulp or two).
  *
  * Roofline: these ops move a few MB per step (a 4096-wide row is 16 KB), so
@@ -203,7 +204,7 @@ void launch_act_quantize(cuda_backend *cb, be_act *a)
  * store overlap with every other pair's.  A CTA per row with threads
  * looping over the pairs, as before, paid a DRAM round trip per pair in
  * series (the store of one pair may alias the next one's load): 17 us a
- * decode row at 7B under ncu, for 4,096 pairs (docs/perf/07). ---- */
+ * decode row at 7B under ncu, for 4,096 pairs (docs/perf/09). ---- */
 
 __global__ void rope_kernel(float *q, float *k, const int32_t *pos, int32_t n_head,
                             int32_t n_head_kv, int32_t hd, int32_t step, int32_t offset,
@@ -244,26 +245,10 @@ void launch_rope(cuda_backend *cb, float *q, float *k, const int32_t *pos, int32
     cuda_check_launch(cb, "rope");
 }
 
-/* ---- add_bias: x[r][i] += bias[i], the CPU's one float add ---- */
-
-__global__ void add_bias_kernel(float *x, const float *bias, int32_t n)
-{
-    pdl_begin();
-    const int64_t r = blockIdx.x;
-    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
-        x[r * n + i] = __fadd_rn(x[r * n + i], bias[i]);
-}
-
-void launch_add_bias(cuda_backend *cb, float *x, const float *bias, int32_t rows, int32_t n)
-{
-    cuda_launch(cb, add_bias_kernel, rows, ROW_THREADS, 0, x, bias, n);
-    cuda_check_launch(cb, "add_bias");
-}
-
 /* ---- kv_write: f32 rows into the cache at their slots.  f16: each thread
  * converts 8 values of k and of v with 16-byte loads and stores, so a
  * 4096-wide decode row is one round trip of 512 threads instead of 16 in
- * series (17 ... 14 us under ncu before, docs/perf/07); rows of a width
+ * series (17 ... 14 us under ncu before, docs/perf/09); rows of a width
  * that is not a multiple of 8 take one value a thread.  q8_0: a thread per
  * value, a warp per block. ---- */
 

@@ -22,7 +22,10 @@
  *     8 (plain), 16, 32, 64, 96, 128 (tensor cores), 64 and 128 (decode),
  *     MHA and GQA;
  *   argmax: the same ids; matmul_many: the same bits as one matmul per
- *     weight followed by one float add of its bias (where it has one).
+ *     weight followed by one float add of its bias (where it has one);
+ *   matmul sm90 (the wgmma GEMM, 17-1000 rows, every weight type): the same
+ *     bits as the mma.sync GEMM (a second backend, LLMQ_GEMM_SM90=0), as a
+ *     16-row matmul on its first 16 rows, and under accumulate as out + y.
  * Models (tests/data/models and any GGUF given as an argument): teacher-
  * forced logits of one sequence, as one prefill and as single-row decode
  * steps, within 5e-2 of the CPU; a top-1 disagreement passes only where the
@@ -56,6 +59,7 @@
 
 typedef struct ctx {
     backend *cpu, *gpu;
+    backend *gpu_mma; /* a second CUDA backend, made with LLMQ_GEMM_SM90=0 */
     uint64_t rng;
     int failed, passed;
 } ctx;
@@ -397,18 +401,19 @@ static void test_gather(ctx *c)
 /* matmul_many (q, k, v of mixed types; gate, up) against one matmul per
  * weight on the GPU followed by its bias added on the host (one float add,
  * what the CPU backend does): the same bits, at the row counts the matvec
- * groups and adds the bias in its epilogue (1, 2, 5) and one it does not
- * (20: one GEMM each, then the bias kernel).  Weights 0 and 2 have a bias,
- * weight 1 none (the gate/up case). */
-static void test_matmul_many(ctx *c)
+ * groups (1, 2, 5) and the GEMMs take one weight at a time (20: mma.sync;
+ * 64, 200: wgmma), each adding the bias in its epilogue: with K = 1024 (one
+ * chunk) the GEMMs' own, with K = 2048 their splits' fold (split_sum).
+ * Weights 0 and 2 have a bias, weight 1 none (the gate/up case). */
+static void test_matmul_many(ctx *c, int32_t K)
 {
-    enum { K = 1024, NW = 3 };
+    enum { NW = 3, M_MAX = 200 };
     static const struct { quant_type t; int64_t n; } ws[NW] = {
         {QUANT_Q4_K, 1000}, {QUANT_Q4_K, 600}, {QUANT_Q6_K, 300}};
-    static const int32_t row_counts[] = {1, 2, 5, 20};
+    static const int32_t row_counts[] = {1, 2, 5, 20, 64, M_MAX};
     be_weight *w[NW] = {NULL};
     float *bias_host[NW] = {NULL}, *bias_dev[NW] = {NULL};
-    float *x = malloc((size_t)20 * K * sizeof *x);
+    float *x = malloc((size_t)M_MAX * K * sizeof *x);
     bool ok = x != NULL;
     for (int i = 0; i < NW && ok; i++) {
         size_t bytes;
@@ -430,7 +435,7 @@ static void test_matmul_many(ctx *c)
         fail_row(c, "matmul_many", "setup", "out of memory or weight_load failed");
         goto out;
     }
-    fill_random(c, x, (size_t)20 * K, 1.0f);
+    fill_random(c, x, (size_t)M_MAX * K, 1.0f);
     for (size_t rc = 0; rc < sizeof row_counts / sizeof *row_counts; rc++) {
         const int32_t m = row_counts[rc];
         llmq_err err;
@@ -464,9 +469,9 @@ static void test_matmul_many(ctx *c)
         int same = 0;
         for (int i = 0; ran && i < NW; i++)
             same += memcmp(host[0][i], host[1][i], (size_t)m * ws[i].n * sizeof(float)) == 0;
-        printf("| matmul_many | q4_K 1000 + q4_K 600 + q6_K 300 (x 1024), biases on the first "
+        printf("| matmul_many | q4_K 1000 + q4_K 600 + q6_K 300 (x %d), biases on the first "
                "and last, %d rows | %s | | | | %s |\n",
-               m,
+               K, m,
                !ran         ? "run failed"
                : same == NW ? "bit-identical to one matmul + bias each"
                             : "DIFFERS",
@@ -779,6 +784,116 @@ out:
         c->gpu->ops->weight_free(c->gpu, wg);
     free(w);
     free(og);
+}
+
+/* out (m x n, host) = x (m x k) . W^T on be, (+)= base when base is given;
+ * 0, or -1 after a failure. */
+static int gpu_matmul(backend *be, be_weight *w, const float *x, int32_t m, int32_t k, int64_t n,
+                      const float *base, float *out)
+{
+    const size_t no = (size_t)m * n;
+    llmq_err err;
+    be_act a;
+    if (be->ops->act_create(be, m, k, &a, &err) != 0)
+        return -1;
+    float *d = base ? dev_copy(be, base, no * sizeof *base) : dev_poison(be, no);
+    int rc = -1;
+    if (d && be->ops->upload(be, a.x, x, (size_t)m * k * sizeof *x, &err) == 0) {
+        a.rows = m;
+        a.cols = k;
+        a.q_valid = false;
+        be->ops->matmul(be, w, &a, d, base != NULL);
+        rc = fetch(be, out, d, no);
+    }
+    be->ops->free(be, d);
+    be->ops->act_destroy(be, &a);
+    return rc;
+}
+
+static size_t count_nonfinite(const float *x, size_t n)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += !isfinite(x[i]);
+    return bad;
+}
+
+/* The wgmma GEMM (gemm_sm90.cu, > 16 rows) against the other matmul
+ * kernels, bit for bit (numerics.cuh: one definition of the bits): at each
+ * row count, every output against gemm.cu's mma.sync GEMM (the backend made
+ * with LLMQ_GEMM_SM90=0), its first 16 rows against a 16-row matmul (mmv
+ * for k-quants and q8_0), and with accumulate against out + y (one f32
+ * add).  n = 2200 (17 whole 128-column tiles and 24 columns; 2201 once,
+ * for the epilogue's odd-width stores) and k over
+ * three chunks of MM_CHUNK, the last partial, so that at 132 SMs (the plan
+ * of gemm_sm90.cu) 17-64 rows take 64-row tiles split by chunks, 128 and
+ * 200 rows 128-row tiles split, 512 rows 128-row tiles unsplit, 1000 rows
+ * 192-row tiles unsplit (a partial last tile); test_matmul's one-chunk
+ * shapes at 64 rows take 64-row tiles unsplit. */
+static void test_matmul_sm90(ctx *c, quant_type t, int64_t n, int64_t k)
+{
+    static const int32_t ms[] = {17, 32, 64, 128, 200, 512, 1000};
+    const int32_t m_max = 1000, m_mmv = 16;
+    size_t bytes;
+    uint8_t *w = make_weight(c, t, n, k, &bytes);
+    be_weight *wg = NULL, *wm = NULL;
+    llmq_err err;
+    float *x = malloc((size_t)m_max * k * sizeof *x), *base = malloc((size_t)m_max * n * 4);
+    float *o16 = malloc((size_t)m_mmv * n * 4), *onew = malloc((size_t)m_max * n * 4);
+    float *oold = malloc((size_t)m_max * n * 4), *oacc = malloc((size_t)m_max * n * 4);
+    char what[96];
+    snprintf(what, sizeof what, "%s %lld x %lld", quant_type_name(t), (long long)n, (long long)k);
+    if (!c->gpu_mma || !w || !x || !base || !o16 || !onew || !oold || !oacc ||
+        c->gpu->ops->weight_load(c->gpu, t, n, k, w, &wg, &err) ||
+        c->gpu_mma->ops->weight_load(c->gpu_mma, t, n, k, w, &wm, &err)) {
+        fail_row(c, "matmul sm90", what, "setup failed (second backend, memory or weight load)");
+        goto out;
+    }
+    fill_random(c, x, (size_t)m_max * k, 1.0f);
+    fill_random(c, base, (size_t)m_max * n, 1.0f);
+    if (gpu_matmul(c->gpu, wg, x, m_mmv, (int32_t)k, n, NULL, o16) != 0) {
+        fail_row(c, "matmul sm90", what, "16-row run failed");
+        goto out;
+    }
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        const int32_t m = ms[i];
+        const size_t no = (size_t)m * n;
+        char rows[128];
+        snprintf(rows, sizeof rows, "%s, %d rows", what, m);
+        if (gpu_matmul(c->gpu, wg, x, m, (int32_t)k, n, NULL, onew) != 0 ||
+            gpu_matmul(c->gpu_mma, wm, x, m, (int32_t)k, n, NULL, oold) != 0 ||
+            gpu_matmul(c->gpu, wg, x, m, (int32_t)k, n, base, oacc) != 0) {
+            fail_row(c, "matmul sm90", rows, "run failed");
+            continue;
+        }
+        size_t acc_differ = 0;
+        for (size_t j = 0; j < no; j++) {
+            const float want = base[j] + onew[j];
+            acc_differ += memcmp(&want, &oacc[j], sizeof want) != 0;
+        }
+        const size_t bad = count_nonfinite(onew, no);
+        const bool vs_old = memcmp(onew, oold, no * sizeof *onew) == 0;
+        const bool vs_16 = memcmp(onew, o16, (size_t)m_mmv * n * sizeof *onew) == 0;
+        const bool ok = bad == 0 && vs_old && vs_16 && acc_differ == 0;
+        printf("| matmul sm90 | %s | vs mma.sync GEMM: %s; rows 0..15 vs 16 rows: %s; "
+               "accumulate: %zu of %zu differ from out + y | | | %zu | %s |\n",
+               rows, vs_old ? "bit-identical" : "differs", vs_16 ? "bit-identical" : "differs",
+               acc_differ, no, bad, ok ? "ok" : "FAIL");
+        fflush(stdout);
+        ok ? c->passed++ : c->failed++;
+    }
+out:
+    if (wg)
+        c->gpu->ops->weight_free(c->gpu, wg);
+    if (wm)
+        c->gpu_mma->ops->weight_free(c->gpu_mma, wm);
+    free(w);
+    free(x);
+    free(base);
+    free(o16);
+    free(onew);
+    free(oold);
+    free(oacc);
 }
 
 /* Both rope layouts, with and without Llama 3.1-like frequency divisors
@@ -1169,6 +1284,17 @@ static void test_ops(ctx *c, bool large)
     for (size_t i = 0; i < sizeof mms / sizeof mms[0]; i++)
         if (large || !mms[i].big)
             test_matmul(c, &mms[i]);
+    /* the wgmma GEMM, every type; k a whole number of blocks (q8_0: 71,
+     * the last k tile half full), of 8 f16 or 4 f32 values */
+    test_matmul_sm90(c, QUANT_Q4_K, 2200, 2304);
+    if (large) {
+        test_matmul_sm90(c, QUANT_Q5_K, 2200, 2304);
+        test_matmul_sm90(c, QUANT_Q6_K, 2200, 2304);
+        test_matmul_sm90(c, QUANT_Q8_0, 2200, 2272);
+        test_matmul_sm90(c, QUANT_F16, 2201, 2248); /* odd n: no float2 stores */
+        test_matmul_sm90(c, QUANT_F32, 2200, 2260);
+        test_matmul_sm90(c, QUANT_BF16, 2200, 2260);
+    }
     const int n_mixed = (int)(sizeof att_mixed / sizeof *att_mixed);
     const int n_decode = (int)(sizeof att_decode / sizeof *att_decode);
     /* Both caches: the GPU and the CPU quantize a q8_0 cache to the same
@@ -1195,7 +1321,8 @@ static void test_ops(ctx *c, bool large)
     test_argmax(c, 5, 1001);
     test_top_k(c, 20, 32000);
     test_top_k(c, 10, 300);
-    test_matmul_many(c);
+    test_matmul_many(c, 1024);
+    test_matmul_many(c, 2048);
 }
 
 /* ---- whole models ---- */
@@ -1677,15 +1804,24 @@ int main(int argc, char **argv)
         fprintf(stderr, "gpu-parity: set LLMQ_TEST_DATA to tests/data\n");
         return 2;
     }
-    ctx c = {NULL, NULL, 0, 0, 0};
+    ctx c = {NULL, NULL, NULL, 0, 0, 0};
     llmq_err err;
     if (backend_cuda_create(&c.gpu, 0, &err) != 0) {
         printf("gpu-parity: skipped: %s\n", err.msg);
         return 77;
     }
+    /* the same GPU with the wgmma GEMM off (its rows say so if this fails) */
+    const char *sm90 = getenv("LLMQ_GEMM_SM90");
+    char *saved = sm90 ? strdup(sm90) : NULL;
+    setenv("LLMQ_GEMM_SM90", "0", 1);
+    if (backend_cuda_create(&c.gpu_mma, 0, &err) != 0)
+        fprintf(stderr, "gpu-parity: second CUDA backend: %s\n", err.msg);
+    saved ? setenv("LLMQ_GEMM_SM90", saved, 1) : unsetenv("LLMQ_GEMM_SM90");
+    free(saved);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (backend_cpu_create(&c.cpu, cores > 0 ? (int)cores : 1, &err) != 0) {
         fprintf(stderr, "gpu-parity: %s\n", err.msg);
+        backend_destroy(c.gpu_mma);
         backend_destroy(c.gpu);
         return 1;
     }
@@ -1701,6 +1837,7 @@ int main(int argc, char **argv)
         test_models(&c, data, argv + 1 + (mode[0] == '-'), argc - 1 - (mode[0] == '-'));
     printf("\n%d passed, %d failed\n", c.passed, c.failed);
     backend_destroy(c.cpu);
+    backend_destroy(c.gpu_mma);
     backend_destroy(c.gpu);
     return c.failed ? 1 : 0;
 }
