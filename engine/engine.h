@@ -199,6 +199,10 @@ typedef struct engine_stats {
      * cache held (once per admission: a preempted sequence counts again). */
     uint64_t prefix_lookup_tokens;
     uint64_t prefix_hit_tokens;
+    /* Logit rows copied whole to the host to sample (a grammar, an
+     * observer, a NaN, or a sampler the backend cannot serve): the rest
+     * came back as ids, candidates or device draws. */
+    uint64_t logit_rows_copied;
     double issue_ms;
     double read_ms;
     double host_ms;

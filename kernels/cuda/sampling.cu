@@ -10,7 +10,53 @@
  * greater; a row of NaNs gives token 0 (as the CPU backend).
  *
  * Roofline: one read of the logits, 128 KB per row at 7B; 64 rows are
- * ~2 us of HBM time, so the kernel is a launch. */
+ * ~2 us of HBM time, so the kernel is a launch.
+ *
+ * sample: every other sampled row (top_k off: temperature alone, top-p,
+ * min-p, their mix, any penalties, temperature 0 with penalties), so that
+ * no decode step copies a logit row.  The choice is the draw on the GPU
+ * (design b): a candidate list (design a) is the whole vocabulary for the
+ * commonest setting, temperature alone (OpenAI's default), and top-p's
+ * nucleus at a flat distribution is thousands of tokens.  The host draws
+ * u = sampler_uniform(seed, step) and counts the penalty window into
+ * (token, count) pairs; one CTA per row then does engine/sampler.c's chain:
+ *   penalties in place (the sampler's float formula, unfused: the same
+ *     bits), the old logits saved and put back at the end;
+ *   the first maximum and a NaN check (a NaN row goes back to the host);
+ *   top-p: the row's softmax sum and a coarse histogram of its mass by the
+ *     sampler's buckets in one pass, the edge bucket bounded by it, the
+ *     mass ahead of that bucket summed, its tokens gathered (at most
+ *     EDGE_MAX, else the host takes the row), sorted and scanned: the
+ *     shortest prefix (value desc, id asc) with mass >= top_p * sum;
+ *   min-p: logit >= max + logf(min_p) (logf taken on the host);
+ *   the draw: weights exp(x / t - max / t) over the survivors, each thread
+ *     a contiguous run of ids, runs joined by a scan; the first survivor in
+ *     id order whose cumulative weight exceeds u * total.
+ * Per step: one launch; up 40 B per row plus 8 B per penalty pair, down
+ * 8 B per row (token and its raw logit, for logprobs), against 128 KB per
+ * row (512 KB at a 128k vocabulary) and a CPU scan before.  Work per row:
+ * 4 reads of the row without top-p, 7 with (L2-resident after the first).
+ *
+ * Batch invariance: every sum has a shape fixed by n (strided or run
+ * shares per thread, butterflies and scans of fixed width), the coarse
+ * histogram is exact integer arithmetic, and a CTA reads only its row: a
+ * row's token is a function of its logits, parameters and u alone.
+ *
+ * Bounds against the CPU sampler on the same logits: the truncation sets
+ * and the draw are the sampler's; only the rounding of the sums differs:
+ * the softmax terms are exp in double rounded to float, which glibc's
+ * expf matches but for ~1e-4 of arguments (one float ulp, 6e-8 relative),
+ * and the double sums (n terms) are grouped otherwise (~n * 2^-53
+ * relative).  A token can differ only where u * total, or top_p * sum,
+ * falls within that of a cumulative boundary: measured by gpu-parity as
+ * a count of differing draws (expected 0 in 10^4).  A row alone and in a
+ * batch of any size: bit-identical.
+ *
+ * log_norm: the log-softmax normalizer per row, so that logprobs need the
+ * chosen token's logit (from sample's output, top_k's candidates or the
+ * argmax's max) and top_k's candidates, never the row.  exp and log in
+ * double; the sum's grouping differs from the CPU's by ~n * 2^-53, so a
+ * logprob (a float) is the CPU's or one float ulp from it. */
 #include "kernels/cuda/cuda_internal.h"
 
 #include <limits.h>
@@ -141,6 +187,42 @@ static __device__ int block_rank(bool flag, int *s_warp, int *total)
     return rank;
 }
 
+/* Bitonic sort of val/id[0..count) in shared memory, best first, padded to
+ * a power of two (the arrays must have room for it) with entries worse than
+ * any real one.  Every thread of the block (TOPK_THREADS) calls it; it
+ * starts and ends with a barrier. */
+static __device__ void sort_best_first(float *val, int *id, int count)
+{
+    const int tid = threadIdx.x;
+    int p2 = 1;
+    while (p2 < count)
+        p2 <<= 1;
+    __syncthreads();
+    for (int i = count + tid; i < p2; i += TOPK_THREADS) {
+        val[i] = -INFINITY;
+        id[i] = INT_MAX;
+    }
+    for (int size = 2; size <= p2; size <<= 1)
+        for (int stride = size / 2; stride > 0; stride >>= 1) {
+            __syncthreads();
+            for (int i = tid; i < p2; i += TOPK_THREADS) {
+                const int j = i ^ stride;
+                if (j <= i)
+                    continue;
+                const bool best_first = (i & size) == 0;
+                const float va = val[i], vb = val[j];
+                const int ia = id[i], ib = id[j];
+                if (best_first ? topk_before(vb, ib, va, ia) : topk_before(va, ia, vb, ib)) {
+                    val[i] = vb;
+                    id[i] = ib;
+                    val[j] = va;
+                    id[j] = ia;
+                }
+            }
+        }
+    __syncthreads();
+}
+
 __global__ void __launch_bounds__(TOPK_THREADS)
     top_k_kernel(const float *x, int32_t n, int32_t k, int32_t *ids, float *vals)
 {
@@ -213,34 +295,7 @@ __global__ void __launch_bounds__(TOPK_THREADS)
         taken_at += total_at;
     }
 
-    /* Bitonic sort, best first, padded to a power of two with entries worse
-     * than any real one. */
-    int p2 = 1;
-    while (p2 < k)
-        p2 <<= 1;
-    for (int i = k + tid; i < p2; i += TOPK_THREADS) {
-        s_val[i] = -INFINITY;
-        s_id[i] = INT_MAX;
-    }
-    for (int size = 2; size <= p2; size <<= 1)
-        for (int stride = size / 2; stride > 0; stride >>= 1) {
-            __syncthreads();
-            for (int i = tid; i < p2; i += TOPK_THREADS) {
-                const int j = i ^ stride;
-                if (j <= i)
-                    continue;
-                const bool best_first = (i & size) == 0;
-                const float va = s_val[i], vb = s_val[j];
-                const int ia = s_id[i], ib = s_id[j];
-                if (best_first ? topk_before(vb, ib, va, ia) : topk_before(va, ia, vb, ib)) {
-                    s_val[i] = vb;
-                    s_id[i] = ib;
-                    s_val[j] = va;
-                    s_id[j] = ia;
-                }
-            }
-        }
-    __syncthreads();
+    sort_best_first(s_val, s_id, k);
     for (int i = tid; i < k; i += TOPK_THREADS) {
         ids[(int64_t)blockIdx.x * k + i] = s_id[i];
         vals[(int64_t)blockIdx.x * k + i] = s_val[i];
@@ -252,4 +307,372 @@ void launch_top_k(cuda_backend *cb, const float *x, int32_t rows, int32_t n, int
 {
     top_k_kernel<<<rows, TOPK_THREADS, 0, cb->stream>>>(x, n, k, ids, vals);
     cuda_check_launch(cb, "top_k");
+}
+
+/* ---- sample: the whole chain of a row without top-k (backend.h) ---- */
+
+/* sample: one CTA of 1024 threads per row (design and bounds in the header
+ * above).  Shared memory: the coarse histogram (4 KB), the nucleus edge's
+ * candidates (16 KB), per-warp partials; ~21 KB. */
+
+#define SAMPLE_THREADS TOPK_THREADS
+#define SAMPLE_WARPS TOPK_WARPS
+#define EDGE_MAX 2048          /* nucleus-edge candidates sorted in shared memory */
+#define TOP_P_BUCKETS 512      /* engine/sampler.c's buckets of distance to the max, */
+#define TOP_P_SPAN 32.0f       /* over this many nats */
+#define MASS_ONE 0x1p40        /* fixed-point unit of the coarse histogram */
+
+struct sample_smem {
+    unsigned long long hist[TOP_P_BUCKETS];
+    float val[EDGE_MAX];
+    int id[EDGE_MAX];
+    double dw[SAMPLE_WARPS];
+    float fw[SAMPLE_WARPS];
+    int iw[SAMPLE_WARPS];
+    int lo, hi;
+};
+
+/* expf as glibc rounds it nearly always: exp in double, rounded once. */
+static __device__ __forceinline__ float exp_f(float d)
+{
+    return (float)exp((double)d);
+}
+
+/* engine/sampler.c's penalized(), its float operations unfused. */
+static __device__ __forceinline__ float penalized(float l, int c, const be_sample_row &p)
+{
+    l = l <= 0.0f ? __fmul_rn(l, p.repeat_penalty) : __fdiv_rn(l, p.repeat_penalty);
+    return __fsub_rn(l, __fadd_rn(__fmul_rn((float)c, p.frequency_penalty), p.presence_penalty));
+}
+
+/* engine/sampler.c's bucket_of. */
+static __device__ __forceinline__ int bucket_of(float l, float max)
+{
+    const float d = __fmul_rn(__fsub_rn(max, l), (float)TOP_P_BUCKETS / TOP_P_SPAN);
+    return d < (float)(TOP_P_BUCKETS - 1) ? (int)d : TOP_P_BUCKETS - 1;
+}
+
+/* The block's sum of v: a butterfly in each warp, then warp 0 over the
+ * warps in order -- one order for every row.  Every thread calls it and
+ * gets the sum. */
+static __device__ double block_sum(double v, sample_smem &sm)
+{
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int o = 16; o > 0; o >>= 1)
+        v = __dadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0)
+        sm.dw[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = sm.dw[lane];
+        for (int o = 16; o > 0; o >>= 1)
+            v = __dadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (lane == 0)
+            sm.dw[0] = v;
+    }
+    __syncthreads();
+    v = sm.dw[0];
+    __syncthreads();
+    return v;
+}
+
+/* The sum of v over the threads before this one (thread order) and, in
+ * *total, over all: scans in fixed shapes.  Every thread calls it. */
+static __device__ double block_scan_excl(double v, sample_smem &sm, double *total)
+{
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    double incl = v;
+    for (int o = 1; o < 32; o <<= 1) {
+        const double t = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o)
+            incl = __dadd_rn(incl, t);
+    }
+    double excl = __shfl_up_sync(0xffffffffu, incl, 1);
+    if (lane == 0)
+        excl = 0.0;
+    if (lane == 31)
+        sm.dw[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        double wi = sm.dw[lane];
+        for (int o = 1; o < 32; o <<= 1) {
+            const double t = __shfl_up_sync(0xffffffffu, wi, o);
+            if (lane >= o)
+                wi = __dadd_rn(wi, t);
+        }
+        sm.dw[lane] = wi; /* inclusive over the warps */
+    }
+    __syncthreads();
+    const double before = warp ? sm.dw[warp - 1] : 0.0;
+    *total = sm.dw[SAMPLE_WARPS - 1];
+    __syncthreads();
+    return warp ? __dadd_rn(before, excl) : excl;
+}
+
+/* The block's least v.  Every thread calls it. */
+static __device__ int block_min(int v, sample_smem &sm)
+{
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int o = 16; o > 0; o >>= 1)
+        v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0)
+        sm.iw[warp] = v;
+    __syncthreads();
+    v = sm.iw[0];
+    for (int w = 1; w < SAMPLE_WARPS; w++)
+        v = min(v, sm.iw[w]);
+    __syncthreads();
+    return v;
+}
+
+/* The block's first maximum (argmax's order) into best, at.  Every thread
+ * calls it. */
+static __device__ void block_argmax(float &best, int &at, sample_smem &sm)
+{
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    warp_argmax(best, at);
+    if (lane == 0) {
+        sm.fw[warp] = best;
+        sm.iw[warp] = at;
+    }
+    __syncthreads();
+    best = sm.fw[lane];
+    at = sm.iw[lane];
+    warp_argmax(best, at);
+    __syncthreads();
+}
+
+/* Top-p over the whole row: the last token (value desc, id asc) of the
+ * shortest prefix whose mass reaches top_p of the row's, into *edge_v and
+ * *edge_id.  The row's sum and a coarse histogram over engine/sampler.c's
+ * buckets come from one pass (the histogram in integer units of 2^-40, so
+ * that its atomics add in any order to the same value); the histogram
+ * bounds the bucket holding the edge to [lo, hi], usually one bucket (its
+ * truncation is under n units); the mass ahead of lo is summed exactly
+ * (double, fixed order), the candidates of lo..hi are gathered in id
+ * order, sorted, and scanned.  false when more than EDGE_MAX are there. */
+static __device__ bool nucleus_edge(const float *row, int n, float max, float top_p,
+                                    sample_smem &sm, float *edge_v, int *edge_id)
+{
+    const int tid = threadIdx.x;
+    for (int b = tid; b < TOP_P_BUCKETS; b += SAMPLE_THREADS)
+        sm.hist[b] = 0;
+    __syncthreads();
+    double part = 0.0;
+    for (int i = tid; i < n; i += SAMPLE_THREADS) {
+        const float l = row[i], w = exp_f(__fsub_rn(l, max));
+        part = __dadd_rn(part, (double)w);
+        const unsigned long long q = (unsigned long long)((double)w * MASS_ONE);
+        if (q)
+            atomicAdd(&sm.hist[bucket_of(l, max)], q);
+    }
+    const double need = __dmul_rn((double)top_p, block_sum(part, sm));
+    if (tid == 0) {
+        /* Exact mass <= coarse + n units: slack for that and the rounding
+         * of the running count to double. */
+        const double need_q = need * MASS_ONE, slack = (double)n + 64.0;
+        unsigned long long cum = 0;
+        int lo = -1, hi = TOP_P_BUCKETS - 1;
+        for (int b = 0; b < TOP_P_BUCKETS; b++) {
+            cum += sm.hist[b];
+            if (lo < 0 && (double)cum + slack >= need_q)
+                lo = b;
+            if ((double)cum >= need_q + 64.0) {
+                hi = b;
+                break;
+            }
+        }
+        sm.lo = lo < 0 ? hi : lo;
+        sm.hi = hi;
+    }
+    __syncthreads();
+    const int lo = sm.lo, hi = sm.hi;
+    part = 0.0;
+    for (int i = tid; i < n; i += SAMPLE_THREADS) {
+        const float l = row[i];
+        if (bucket_of(l, max) < lo)
+            part = __dadd_rn(part, (double)exp_f(__fsub_rn(l, max)));
+    }
+    const double ahead = block_sum(part, sm);
+    int count = 0;
+    for (int base = 0; base < n; base += SAMPLE_THREADS) {
+        const int i = base + tid;
+        const float l = i < n ? row[i] : 0.0f;
+        const int b = bucket_of(l, max);
+        const bool in = i < n && b >= lo && b <= hi;
+        int total;
+        const int r = block_rank(in, sm.iw, &total);
+        if (in && count + r < EDGE_MAX) {
+            sm.val[count + r] = l;
+            sm.id[count + r] = i;
+        }
+        count += total;
+    }
+    if (count > EDGE_MAX)
+        return false;
+    if (count == 0) /* rounding: keep everything */
+        return true;
+    sort_best_first(sm.val, sm.id, count);
+    const int j0 = 2 * tid, j1 = j0 + 1;
+    const double w0 = j0 < count ? (double)exp_f(__fsub_rn(sm.val[j0], max)) : 0.0;
+    const double w1 = j1 < count ? (double)exp_f(__fsub_rn(sm.val[j1], max)) : 0.0;
+    double all;
+    const double excl = block_scan_excl(__dadd_rn(w0, w1), sm, &all);
+    const double c0 = __dadd_rn(excl, w0), c1 = __dadd_rn(c0, w1);
+    int hit = INT_MAX;
+    if (j0 < count && __dadd_rn(ahead, c0) >= need)
+        hit = j0;
+    else if (j1 < count && __dadd_rn(ahead, c1) >= need)
+        hit = j1;
+    hit = block_min(hit, sm);
+    if (hit == INT_MAX) /* rounding kept the mass short: all of them */
+        hit = count - 1;
+    *edge_v = sm.val[hit];
+    *edge_id = sm.id[hit];
+    __syncthreads();
+    return true;
+}
+
+/* Whether token i (logit l) survives top-p (edge) and min-p (cut). */
+static __device__ __forceinline__ bool survives(float l, int i, float edge_v, int edge_id,
+                                                float cut)
+{
+    return (topk_before(l, i, edge_v, edge_id) || i == edge_id) && l >= cut;
+}
+
+/* Truncation and the draw of a row with a finite max at a temperature > 0:
+ * the first survivor in id order whose cumulative weight exceeds u * total;
+ * first (the first maximum) if rounding leaves none; -1 if top-p's edge is
+ * too wide.  Each thread takes a contiguous run of ids, so a thread's
+ * running sum is in id order; the runs are joined by a fixed scan. */
+static __device__ int draw_row(const float *row, int n, const be_sample_row &p, float max,
+                               int first, sample_smem &sm)
+{
+    float edge_v = -INFINITY;
+    int edge_id = INT_MAX; /* keeps every token */
+    if (p.top_p < 1.0f && !nucleus_edge(row, n, max, p.top_p, sm, &edge_v, &edge_id))
+        return -1;
+    const float cut = __fadd_rn(max, p.log_min_p), t = p.temperature;
+    const float x_max = __fdiv_rn(max, t);
+    const int run = (n + SAMPLE_THREADS - 1) / SAMPLE_THREADS;
+    const int lo = min(n, (int)threadIdx.x * run), hi = min(n, lo + run);
+    double local = 0.0;
+    for (int i = lo; i < hi; i++) {
+        const float l = row[i];
+        if (survives(l, i, edge_v, edge_id, cut))
+            local = __dadd_rn(local, (double)exp_f(__fsub_rn(__fdiv_rn(l, t), x_max)));
+    }
+    double total;
+    const double before = block_scan_excl(local, sm, &total);
+    const double target = __dmul_rn(p.u, total);
+    int found = INT_MAX;
+    local = 0.0;
+    for (int i = lo; i < hi && found == INT_MAX; i++) {
+        const float l = row[i];
+        if (!survives(l, i, edge_v, edge_id, cut))
+            continue;
+        local = __dadd_rn(local, (double)exp_f(__fsub_rn(__fdiv_rn(l, t), x_max)));
+        if (__dadd_rn(before, local) > target)
+            found = i;
+    }
+    found = block_min(found, sm);
+    return found == INT_MAX ? first : found;
+}
+
+__global__ void __launch_bounds__(SAMPLE_THREADS)
+    sample_kernel(float *x, int32_t n, const be_sample_row *rows, const int32_t *pen, float *save,
+                  be_sample_out *out)
+{
+    __shared__ sample_smem sm;
+    const be_sample_row p = rows[blockIdx.x];
+    float *row = x + (int64_t)p.row * n;
+    const int tid = threadIdx.x;
+
+    /* The pairs name distinct tokens: no two threads write one logit. */
+    for (int j = tid; j < p.n_pen; j += SAMPLE_THREADS) {
+        const int at = p.pen_first + j, id = pen[2 * at];
+        const float l = row[id];
+        save[at] = l;
+        row[id] = penalized(l, pen[2 * at + 1], p);
+    }
+    __syncthreads();
+
+    bool nan = false;
+    float best = -INFINITY;
+    int at = INT_MAX;
+    for (int i = tid; i < n; i += SAMPLE_THREADS) {
+        const float v = row[i];
+        nan = nan || isnan(v);
+        if (argmax_before(v, i, best, at)) {
+            best = v;
+            at = i;
+        }
+    }
+    nan = __syncthreads_or(nan);
+    block_argmax(best, at, sm);
+    const int first = at == INT_MAX ? 0 : at;
+    int token;
+    if (nan) /* the host's sampler knows what a NaN does to each step */
+        token = -1;
+    else if (!(p.temperature > 0.0f) || !isfinite(best))
+        token = first;
+    else
+        token = draw_row(row, n, p, best, first, sm);
+
+    __syncthreads();
+    for (int j = tid; j < p.n_pen; j += SAMPLE_THREADS) {
+        const int at2 = p.pen_first + j;
+        row[pen[2 * at2]] = save[at2];
+    }
+    __syncthreads();
+    if (tid == 0)
+        out[blockIdx.x] = be_sample_out{token, token >= 0 ? row[token] : NAN};
+}
+
+void launch_sample(cuda_backend *cb, float *x, int32_t n, const be_sample_row *rows,
+                   int32_t n_rows, const int32_t *pen, float *save, be_sample_out *out)
+{
+    sample_kernel<<<n_rows, SAMPLE_THREADS, 0, cb->stream>>>(x, n, rows, pen, save, out);
+    cuda_check_launch(cb, "sample");
+}
+
+/* ---- log_norm: the log-softmax normalizer of each row (backend.h) ---- */
+
+/* One CTA of 1024 threads per row: the max (exact in any order), then the
+ * sum of exp(x - max) in double, each thread over a strided share in index
+ * order, the shares joined in a fixed order. */
+__global__ void __launch_bounds__(SAMPLE_THREADS)
+    log_norm_kernel(const float *x, int32_t n, double *out)
+{
+    __shared__ sample_smem sm;
+    const float *row = x + (int64_t)blockIdx.x * n;
+    const int tid = threadIdx.x;
+    float best = -INFINITY;
+    int at = INT_MAX;
+    for (int i = tid; i < n; i += SAMPLE_THREADS) {
+        const float v = row[i]; /* NaN never comes first: it counts as -inf */
+        if (argmax_before(v, i, best, at)) {
+            best = v;
+            at = i;
+        }
+    }
+    block_argmax(best, at, sm);
+    double part = 0.0;
+    for (int i = tid; best > -INFINITY && i < n; i += SAMPLE_THREADS) {
+        const float v = row[i];
+        if (!isnan(v))
+            part = __dadd_rn(part, exp(__dsub_rn((double)v, (double)best)));
+    }
+    const double sum = block_sum(part, sm);
+    if (tid == 0) {
+        out[2 * (int64_t)blockIdx.x] = best;
+        out[2 * (int64_t)blockIdx.x + 1] =
+            best > -INFINITY ? __dadd_rn((double)best, log(sum)) : INFINITY;
+    }
+}
+
+void launch_log_norm(cuda_backend *cb, const float *x, int32_t rows, int32_t n, double *out)
+{
+    log_norm_kernel<<<rows, SAMPLE_THREADS, 0, cb->stream>>>(x, n, out);
+    cuda_check_launch(cb, "log_norm");
 }
