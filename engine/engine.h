@@ -109,11 +109,12 @@ typedef struct engine_request {
 
 /* A token and its log-probability: ln of its softmax probability under the
  * model's raw logits, before penalties, temperature and truncation (what
- * the model predicts, not what the sampler drew from).  Computed on the
- * host from the whole row: on a GPU a sequence that asks for them copies
- * its logits back at every step, as a sampler without top_k does (a
- * reduction on the device is later work).  Below -9999 (an underflow, a
- * masked or NaN logit) it is -9999, OpenAI's "as good as impossible". */
+ * the model predicts, not what the sampler drew from).  On a backend with
+ * log_norm and top_k (CUDA) the normalizer and the best tokens come from the
+ * device and the row stays there; elsewhere, and for a row whose logits come
+ * back anyway (a grammar's), from the whole row on the host: the same values
+ * within a float ulp (kernels/cuda/sampling.cu).  Below -9999 (an underflow,
+ * a masked or NaN logit) it is -9999, OpenAI's "as good as impossible". */
 typedef struct engine_logprob {
     int32_t token;
     float logprob;
