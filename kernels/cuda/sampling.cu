@@ -32,10 +32,10 @@
  *   the draw: weights exp(x / t - max / t) over the survivors, each thread
  *     a contiguous run of ids, runs joined by a scan; the first survivor in
  *     id order whose cumulative weight exceeds u * total.
- * Per step: one launch; up 40 B per row plus 8 B per penalty pair, down
+ * Per step: one launch; up 48 B per row plus 8 B per penalty pair, down
  * 8 B per row (token and its raw logit, for logprobs), against 128 KB per
  * row (512 KB at a 128k vocabulary) and a CPU scan before.  Work per row:
- * 4 reads of the row without top-p, 7 with (L2-resident after the first).
+ * 3 reads of the row without top-p, 6 with (L2-resident after the first).
  *
  * Batch invariance: every sum has a shape fixed by n (strided or run
  * shares per thread, butterflies and scans of fixed width), the coarse
@@ -468,16 +468,18 @@ static __device__ bool nucleus_edge(const float *row, int n, float max, float to
     }
     const double need = __dmul_rn((double)top_p, block_sum(part, sm));
     if (tid == 0) {
-        /* Exact mass <= coarse + n units: slack for that and the rounding
-         * of the running count to double. */
-        const double need_q = need * MASS_ONE, slack = (double)n + 64.0;
+        /* Exact mass <= coarse + n units: slack for that, the rounding of
+         * the running count to double, and (2^-30 relative) the rounding of
+         * the double sums that decide the edge. */
+        const double need_q = need * MASS_ONE, rel = need_q * 0x1p-30;
+        const double slack = (double)n + 64.0 + rel;
         unsigned long long cum = 0;
         int lo = -1, hi = TOP_P_BUCKETS - 1;
         for (int b = 0; b < TOP_P_BUCKETS; b++) {
             cum += sm.hist[b];
             if (lo < 0 && (double)cum + slack >= need_q)
                 lo = b;
-            if ((double)cum >= need_q + 64.0) {
+            if ((double)cum >= need_q + 64.0 + rel) {
                 hi = b;
                 break;
             }
