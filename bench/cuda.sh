@@ -1,8 +1,11 @@
 #!/bin/sh
 # bench/cuda.sh: the CUDA benchmarks on a model file (the 7B Q4_K_M of
 # tests/gpu/run.sh): per-op times against the roofline (bench-cuda-ops),
-# then llmq-run --bench (pp512, tg128, decode at 1..256 sequences).
-# Tables to OUT/ops[-TAG].md, OUT/bench[-TAG].md and OUT/bench[-TAG].json;
+# then llmq-run --bench (pp512, tg128, decode at 1..256 sequences), then
+# each sampler setting's and a JSON schema's cost per decode step at 64
+# sequences (bench-sampling).
+# Tables to OUT/ops[-TAG].md, OUT/bench[-TAG].md, OUT/bench[-TAG].json and
+# OUT/sampling[-TAG].md;
 # each run's samples go to OUT/log.txt as they come, so a run cut short by
 # its timeout still leaves them.
 #
@@ -15,3 +18,5 @@ echo "$(date +%T) bench-cuda-ops$SUFFIX exit $?" >> "$OUT/log.txt"
 timeout 240 "$BIN/llmq-run" -m "$MODEL" --bench --reps "$REPS" --json "$OUT/bench$SUFFIX.json" \
     > "$OUT/bench$SUFFIX.md" 2>> "$OUT/log.txt"
 echo "$(date +%T) llmq-run --bench$SUFFIX exit $?" >> "$OUT/log.txt"
+timeout 240 "$BIN/bench-sampling" "$MODEL" --seqs 64 > "$OUT/sampling$SUFFIX.md" 2>> "$OUT/log.txt"
+echo "$(date +%T) bench-sampling$SUFFIX exit $?" >> "$OUT/log.txt"
