@@ -184,15 +184,16 @@ static int bench(model *m, const tok_vocab *v, const opts *o, const grammar *sch
     s[5].p.min_p = 0.05f;
     s[5].p.repeat_penalty = 1.1f;
     s[5].p.presence_penalty = 0.2f;
-    printf("| setting (%d sequences, %d-token prompts) | full steps | ms/step | issue | wait+copy | "
-           "host | rows copied/step |\n| --- | --- | --- | --- | --- | --- | --- |\n",
-           o->seqs, o->prompt);
+    printf(
+        "| setting (%d sequences, %d-token prompts) | full steps | ms/step | issue | wait+copy | "
+        "host | rows copied/step |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+        o->seqs, o->prompt);
     static step_costs c;
     for (size_t i = 0; i < sizeof s / sizeof *s; i++) {
         llmq_err err;
-        const grammar *g = s[i].constraint == SCHEMA ? schema
+        const grammar *g = s[i].constraint == SCHEMA       ? schema
                            : s[i].constraint == ANY_OBJECT ? object
-                                                          : NULL;
+                                                           : NULL;
         if (run_setting(m, v, o, &s[i], g, &c, &err) != 0) {
             fprintf(stderr, "bench-sampling: %s: %s\n", s[i].name, err.msg);
             return 1;

@@ -97,14 +97,14 @@ struct engine {
     int32_t b_top_k;    /* FROM_TOP: candidates per row this step */
     int32_t *b_top_ids; /* max_seqs x BE_TOP_K_MAX */
     float *b_top_vals;
-    seq **b_lseq;            /* the sequence of each logit row */
-    be_sample_row *b_draw;   /* FROM_DRAW: the rows the backend samples, */
-    int32_t *b_pen;          /* their penalty pairs (max_seqs x MODEL_SAMPLE_PEN_MAX), */
-    be_sample_out *b_drawn;  /* its choices, */
-    int32_t *b_draw_at;      /* and where each logit row's is in them */
-    double *b_norm;          /* logprobs: log_norm's two doubles per logit row */
-    float *logits; /* host copies of the logit rows that need them */
-    float *lp_row; /* a row's raw logits, kept from the sampler's penalties for logprobs */
+    seq **b_lseq;           /* the sequence of each logit row */
+    be_sample_row *b_draw;  /* FROM_DRAW: the rows the backend samples, */
+    int32_t *b_pen;         /* their penalty pairs (max_seqs x MODEL_SAMPLE_PEN_MAX), */
+    be_sample_out *b_drawn; /* its choices, */
+    int32_t *b_draw_at;     /* and where each logit row's is in them */
+    double *b_norm;         /* logprobs: log_norm's two doubles per logit row */
+    float *logits;          /* host copies of the logit rows that need them */
+    float *lp_row;          /* a row's raw logits, kept from the sampler's penalties for logprobs */
     topk_entry lp_best[ENGINE_MAX_TOP_LOGPROBS];
     engine_event *events;
     int32_t n_events;
@@ -920,8 +920,7 @@ static int find_live(const engine *e, const seq *s)
 static row_source source_of(const engine *e, const seq *s, int32_t *top_needed)
 {
     *top_needed = 0;
-    const bool lp_on_device =
-        model_can_sample(e->m) && (s->n_top == 0 || model_can_read_top(e->m));
+    const bool lp_on_device = model_can_sample(e->m) && (s->n_top == 0 || model_can_read_top(e->m));
     if (e->observer || s->grammar || (s->logprobs && !lp_on_device))
         return FROM_LOGITS;
     if (sampler_is_greedy(&s->sp))
@@ -1192,8 +1191,8 @@ int engine_create(engine **out, model *m, const tok_vocab *vocab, const engine_c
     if (!e->live || !e->constraints || !e->done || !e->events || !e->b_tokens || !e->b_pos ||
         !e->b_slot || !e->b_row_seq || !e->b_table || !e->b_seq_len || !e->b_first_gen ||
         !e->b_logit_rows || !e->b_seqs || !e->b_chunk || !e->b_source || !e->b_greedy ||
-        !e->b_top_ids || !e->b_top_vals || !e->b_lseq || !e->b_draw || !e->b_pen ||
-        !e->b_drawn || !e->b_draw_at || !e->b_norm || !e->logits || !e->lp_row) {
+        !e->b_top_ids || !e->b_top_vals || !e->b_lseq || !e->b_draw || !e->b_pen || !e->b_drawn ||
+        !e->b_draw_at || !e->b_norm || !e->logits || !e->lp_row) {
         llmq_errf(err, "engine: out of memory");
         goto fail;
     }

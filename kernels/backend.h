@@ -230,8 +230,7 @@ typedef struct backend_ops {
      * (kernels/cuda/sampling.cu states how far from the CPU's it can be).
      * NULL where a backend lacks it. */
     void (*sample)(backend *be, float *x_dev, int32_t n, const be_sample_row *rows_dev,
-                   int32_t n_rows, const int32_t *pen_dev, float *save_dev,
-                   be_sample_out *out_dev);
+                   int32_t n_rows, const int32_t *pen_dev, float *save_dev, be_sample_out *out_dev);
     /* The log-softmax normalizer of each row of x (rows x n), a NaN taken as
      * -inf: out[2r] = the row's max, out[2r + 1] = max + log(sum exp(x - max))
      * (the sum in double, in an order fixed by n; +inf for a row of -inf and

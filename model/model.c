@@ -679,11 +679,11 @@ void model_state_free(model_state *st)
     if (!st)
         return;
     backend *be = st->be;
-    void *bufs[] = {st->x,      st->q,         st->k,           st->v,       st->g,
-                    st->u,      st->xg,        st->logits,      st->tokens,  st->pos,
-                    st->slot,   st->row_seq,   st->block_table, st->seq_len, st->logit_rows,
-                    st->greedy, st->first_gen, st->decode_rows, st->top_ids, st->top_vals,
-                    st->samp_rows, st->samp_pen, st->samp_save, st->samp_out, st->log_norm};
+    void *bufs[] = {st->x,         st->q,         st->k,           st->v,        st->g,
+                    st->u,         st->xg,        st->logits,      st->tokens,   st->pos,
+                    st->slot,      st->row_seq,   st->block_table, st->seq_len,  st->logit_rows,
+                    st->greedy,    st->first_gen, st->decode_rows, st->top_ids,  st->top_vals,
+                    st->samp_rows, st->samp_pen,  st->samp_save,   st->samp_out, st->log_norm};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
@@ -915,8 +915,8 @@ static int check_sampled(const model *m, const model_state *st, const be_sample_
     }
     for (int32_t j = 0; j < n_pen; j++)
         if (pen[2 * j] < 0 || pen[2 * j] >= m->cfg.n_vocab)
-            return llmq_errc(err, LLMQ_ERR_INVALID, "penalty pair %d: token %d outside [0, %d)",
-                             j, pen[2 * j], m->cfg.n_vocab);
+            return llmq_errc(err, LLMQ_ERR_INVALID, "penalty pair %d: token %d outside [0, %d)", j,
+                             pen[2 * j], m->cfg.n_vocab);
     return 0;
 }
 

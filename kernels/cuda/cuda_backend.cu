@@ -576,8 +576,8 @@ static void cu_top_k(backend *be, const float *x, int32_t rows, int32_t n, int32
     launch_top_k(cb, x, rows, n, k, ids, vals);
 }
 
-static void cu_sample(backend *be, float *x, int32_t n, const be_sample_row *rows,
-                      int32_t n_rows, const int32_t *pen, float *save, be_sample_out *out)
+static void cu_sample(backend *be, float *x, int32_t n, const be_sample_row *rows, int32_t n_rows,
+                      const int32_t *pen, float *save, be_sample_out *out)
 {
     cuda_backend *cb = cb_of(be);
     if (!cb->failed && n_rows > 0)

@@ -317,10 +317,10 @@ void launch_top_k(cuda_backend *cb, const float *x, int32_t rows, int32_t n, int
 
 #define SAMPLE_THREADS TOPK_THREADS
 #define SAMPLE_WARPS TOPK_WARPS
-#define EDGE_MAX 2048          /* nucleus-edge candidates sorted in shared memory */
-#define TOP_P_BUCKETS 512      /* engine/sampler.c's buckets of distance to the max, */
-#define TOP_P_SPAN 32.0f       /* over this many nats */
-#define MASS_ONE 0x1p40        /* fixed-point unit of the coarse histogram */
+#define EDGE_MAX 2048     /* nucleus-edge candidates sorted in shared memory */
+#define TOP_P_BUCKETS 512 /* engine/sampler.c's buckets of distance to the max, */
+#define TOP_P_SPAN 32.0f  /* over this many nats */
+#define MASS_ONE 0x1p40   /* fixed-point unit of the coarse histogram */
 
 struct sample_smem {
     unsigned long long hist[TOP_P_BUCKETS];
@@ -631,8 +631,8 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
         out[blockIdx.x] = be_sample_out{token, token >= 0 ? row[token] : NAN};
 }
 
-void launch_sample(cuda_backend *cb, float *x, int32_t n, const be_sample_row *rows,
-                   int32_t n_rows, const int32_t *pen, float *save, be_sample_out *out)
+void launch_sample(cuda_backend *cb, float *x, int32_t n, const be_sample_row *rows, int32_t n_rows,
+                   const int32_t *pen, float *save, be_sample_out *out)
 {
     sample_kernel<<<n_rows, SAMPLE_THREADS, 0, cb->stream>>>(x, n, rows, pen, save, out);
     cuda_check_launch(cb, "sample");
@@ -668,8 +668,8 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     const double sum = block_sum(part, sm);
     if (tid == 0) {
         out[2 * (int64_t)blockIdx.x] = best;
-        out[2 * (int64_t)blockIdx.x + 1] =
-            best > -INFINITY ? __dadd_rn((double)best, log(sum)) : INFINITY;
+        out[2 * (int64_t)blockIdx.x + 1] = best > -INFINITY ? __dadd_rn((double)best, log(sum))
+                                                            : INFINITY;
     }
 }
 

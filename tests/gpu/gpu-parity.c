@@ -565,10 +565,22 @@ static void fill_sampling_rows(ctx *c, float *x, int32_t rows, int32_t n, bool n
         float *row = x + (size_t)r * n;
         fill_random(c, row, (size_t)n, spreads[r % 3]);
         switch (r % 8) {
-        case 3: for (int32_t i = 0; i < n; i++) row[i] = roundf(row[i]); break;
-        case 5: for (int32_t i = 0; i < n; i++) row[i] = i % 3 ? row[i] * 0.05f : row[i]; break;
-        case 6: for (int32_t i = 0; i < n; i++) row[i] = i % 97 ? -INFINITY : row[i]; break;
-        case 7: if (nan && r == 7) row[n / 3] = NAN; break;
+        case 3:
+            for (int32_t i = 0; i < n; i++)
+                row[i] = roundf(row[i]);
+            break;
+        case 5:
+            for (int32_t i = 0; i < n; i++)
+                row[i] = i % 3 ? row[i] * 0.05f : row[i];
+            break;
+        case 6:
+            for (int32_t i = 0; i < n; i++)
+                row[i] = i % 97 ? -INFINITY : row[i];
+            break;
+        case 7:
+            if (nan && r == 7)
+                row[n / 3] = NAN;
+            break;
         }
     }
 }
@@ -606,8 +618,8 @@ static void sampling_history(ctx *c, const float *row, int32_t n, int32_t *h, in
 /* Runs backend_ops.sample on rows [first, first + count) of dx (one call),
  * the rows' parameters from p, their histories and steps, into out. */
 static int run_sample(ctx *c, float *dx, int32_t n, const sampler_params *p, const int32_t *hist,
-                      int32_t len, const uint64_t *step, int32_t first, int32_t count,
-                      sampler *smp, be_sample_out *out)
+                      int32_t len, const uint64_t *step, int32_t first, int32_t count, sampler *smp,
+                      be_sample_out *out)
 {
     be_sample_row rows[64];
     int32_t *pen = malloc((size_t)count * MODEL_SAMPLE_PEN_MAX * 2 * sizeof *pen);
@@ -1793,7 +1805,8 @@ static void test_batch_invariance(ctx *c, loaded *l, const char *name, const int
  * kernels/cuda/sampling.cu's log_norm). */
 static bool lp_close(engine_logprob a, engine_logprob b)
 {
-    return a.token == b.token && (a.logprob == b.logprob || nextafterf(a.logprob, b.logprob) == b.logprob);
+    return a.token == b.token &&
+           (a.logprob == b.logprob || nextafterf(a.logprob, b.logprob) == b.logprob);
 }
 
 /* Sampling on the device through the engine (no observer: the worker's
@@ -1815,8 +1828,8 @@ static void test_device_sampling(ctx *c, loaded *l, const char *name, const int3
         {"temperature 1", 1.0f, 1.0f, 0.0f, 1.0f, 0.0f, false},
         {"t 0.8, top_p 0.9", 0.8f, 0.9f, 0.0f, 1.0f, 0.0f, false},
         {"min_p 0.1", 1.0f, 1.0f, 0.1f, 1.0f, 0.0f, false},
-        {"t 0.9, top_p 0.95, min_p 0.05, repeat 1.2, presence 0.3", 0.9f, 0.95f, 0.05f, 1.2f,
-         0.3f, false},
+        {"t 0.9, top_p 0.95, min_p 0.05, repeat 1.2, presence 0.3", 0.9f, 0.95f, 0.05f, 1.2f, 0.3f,
+         false},
         {"temperature 1, logprobs, top 5", 1.0f, 1.0f, 0.0f, 1.0f, 0.0f, true},
         {"greedy, logprobs, top 5", 0.0f, 1.0f, 0.0f, 1.0f, 0.0f, true},
     };
@@ -1859,17 +1872,18 @@ static void test_device_sampling(ctx *c, loaded *l, const char *name, const int3
             for (int k = 0; k < TOP; k++)
                 lp_off += !lp_close(top[0][i * TOP + k], top[1][i * TOP + k]);
         }
-        const bool batch_same =
-            memcmp(tok[0], tok[2], sizeof tok[0]) == 0 &&
-            (!cases[ci].logprobs ||
-             (memcmp(lp[0], lp[2], sizeof lp[0]) == 0 && memcmp(top[0], top[2], sizeof top[0]) == 0));
+        const bool batch_same = memcmp(tok[0], tok[2], sizeof tok[0]) == 0 &&
+                                (!cases[ci].logprobs ||
+                                 (memcmp(lp[0], lp[2], sizeof lp[0]) == 0 &&
+                                  memcmp(top[0], top[2], sizeof top[0]) == 0));
         diverged += same < GEN;
         const bool ok = lp_off == 0 && batch_same && stats[0].logit_rows_copied == 0 &&
                         stats[2].logit_rows_copied == 0 && diverged <= 1;
         printf("| %s | device sampling: %s | %d/%d tokens as the host sampler's%s; logprobs beyond "
                "1 ulp: %d | rows copied %llu (alone), %llu (in 64); alone vs in 64: %s | %s |\n",
-               name, cases[ci].what, same, GEN, same < GEN ? " (diverged: counted, <= 1 setting)" : "",
-               lp_off, (unsigned long long)stats[0].logit_rows_copied,
+               name, cases[ci].what, same, GEN,
+               same < GEN ? " (diverged: counted, <= 1 setting)" : "", lp_off,
+               (unsigned long long)stats[0].logit_rows_copied,
                (unsigned long long)stats[2].logit_rows_copied, batch_same ? "identical" : "DIFFER",
                ok ? "ok" : "FAIL");
         ok ? c->passed++ : c->failed++;

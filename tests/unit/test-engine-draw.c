@@ -103,8 +103,8 @@ static void sample_rows(float *x, int32_t n, const be_sample_row *rows, int32_t 
         for (int32_t j = r->pen_first; j < r->pen_first + r->n_pen; j++) {
             float l = save[j] = row[pen[2 * j]];
             l = l <= 0.0f ? l * r->repeat_penalty : l / r->repeat_penalty;
-            row[pen[2 * j]] = l - ((float)pen[2 * j + 1] * r->frequency_penalty +
-                                   r->presence_penalty);
+            row[pen[2 * j]] = l -
+                              ((float)pen[2 * j + 1] * r->frequency_penalty + r->presence_penalty);
         }
         const int32_t tok = refuse && r->u < 0.3 ? -1 : draw_one(row, n, r, order, keep);
         for (int32_t j = r->pen_first; j < r->pen_first + r->n_pen; j++)
@@ -123,8 +123,7 @@ static void dl_sample(backend *be, float *x, int32_t n, const be_sample_row *row
 }
 
 static void dl_sample_refusing(backend *be, float *x, int32_t n, const be_sample_row *rows,
-                               int32_t n_rows, const int32_t *pen, float *save,
-                               be_sample_out *out)
+                               int32_t n_rows, const int32_t *pen, float *save, be_sample_out *out)
 {
     (void)be;
     sample_rows(x, n, rows, n_rows, pen, save, out, true);
@@ -203,10 +202,16 @@ static void settings(int i, engine_request *req)
 
 static int run_batch(model *m, const tok_vocab *v, bool observe, run *out)
 {
-    static const char *prompts[N_SEQ] = {
-        "Once upon a time", "The little dog", "Lily and Ben went", "One day, a big bear",
-        "Tom had a red ball", "The sun was hot", "Mom said", "There was a tiny bird",
-        "The cat", "A boy named Sam"};
+    static const char *prompts[N_SEQ] = {"Once upon a time",
+                                         "The little dog",
+                                         "Lily and Ben went",
+                                         "One day, a big bear",
+                                         "Tom had a red ball",
+                                         "The sun was hot",
+                                         "Mom said",
+                                         "There was a tiny bird",
+                                         "The cat",
+                                         "A boy named Sam"};
     engine_config cfg = engine_default_config();
     cfg.max_seqs = N_SEQ;
     cfg.n_ctx = 128;
@@ -226,8 +231,11 @@ static int run_batch(model *m, const tok_vocab *v, bool observe, run *out)
         rc = tok_encode(v, prompts[i], strlen(prompts[i]), true, true, &ids, &n, &err);
         if (rc != 0)
             break;
-        engine_request req = {.id = (uint64_t)i, .prompt = ids, .n_prompt = (int32_t)n,
-                              .max_tokens = GEN, .ignore_eos = true};
+        engine_request req = {.id = (uint64_t)i,
+                              .prompt = ids,
+                              .n_prompt = (int32_t)n,
+                              .max_tokens = GEN,
+                              .ignore_eos = true};
         settings(i, &req);
         rc = engine_add(e, &req, &err);
         free(ids);
