@@ -934,6 +934,23 @@ static row_source source_of(const engine *e, const seq *s, int32_t *top_needed)
     return FROM_LOGITS;
 }
 
+be_sample_row engine_sample_row(const sampler_params *p, int32_t row, int32_t pen_first,
+                                int32_t n_pen, uint64_t step)
+{
+    return (be_sample_row){
+        .row = row,
+        .pen_first = pen_first,
+        .n_pen = n_pen,
+        .temperature = p->temperature,
+        .top_p = p->top_p,
+        .log_min_p = p->min_p > 0.0f ? logf(p->min_p) : -INFINITY,
+        .repeat_penalty = p->repeat_penalty,
+        .presence_penalty = p->presence_penalty,
+        .frequency_penalty = p->frequency_penalty,
+        .u = sampler_uniform(p->seed, step),
+    };
+}
+
 /* Adds logit row li of s to the rows the backend samples, with its penalty
  * pairs after the n_pen already there; false (nothing added) when its
  * window has more distinct tokens than the pairs have room for. */
@@ -945,18 +962,8 @@ static bool add_draw(engine *e, const seq *s, int32_t li, int32_t *n_draw, int32
     if (n < 0)
         return false;
     e->b_draw_at[li] = *n_draw;
-    e->b_draw[(*n_draw)++] = (be_sample_row){
-        .row = li,
-        .pen_first = *n_pen,
-        .n_pen = n,
-        .temperature = p->temperature,
-        .top_p = p->top_p,
-        .log_min_p = p->min_p > 0.0f ? logf(p->min_p) : -INFINITY,
-        .repeat_penalty = p->repeat_penalty,
-        .presence_penalty = p->presence_penalty,
-        .frequency_penalty = p->frequency_penalty,
-        .u = sampler_uniform(p->seed, (uint64_t)(s->n_tokens - s->n_prompt)),
-    };
+    e->b_draw[(*n_draw)++] = engine_sample_row(p, li, *n_pen, n,
+                                               (uint64_t)(s->n_tokens - s->n_prompt));
     *n_pen += n;
     return true;
 }

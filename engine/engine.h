@@ -215,6 +215,13 @@ engine_stats engine_get_stats(const engine *e);
  * before a grammar's mask), for the parity tests and tools that print top
  * tokens; step counts generated tokens.  While one is set every row's
  * logits are copied back (no argmax or top-k on the backend). */
+/* What the engine hands backend_ops.sample for a row sampled with p at
+ * generated step `step` (its uniform sampler_uniform(p->seed, step), min-p
+ * as logf(min_p)) whose penalty pairs are [pen_first, pen_first + n_pen):
+ * exposed so that the GPU parity tests send the very same rows. */
+be_sample_row engine_sample_row(const sampler_params *p, int32_t row, int32_t pen_first,
+                                int32_t n_pen, uint64_t step);
+
 typedef void (*engine_logits_fn)(void *ctx, uint64_t id, int32_t step, const float *logits,
                                  int32_t n_vocab);
 void engine_set_logits_observer(engine *e, engine_logits_fn fn, void *ctx);

@@ -352,28 +352,53 @@ static __device__ __forceinline__ int bucket_of(float l, float max)
     return d < (float)(TOP_P_BUCKETS - 1) ? (int)d : TOP_P_BUCKETS - 1;
 }
 
-/* The block's sum of v: a butterfly in each warp, then warp 0 over the
- * warps in order -- one order for every row.  Every thread calls it and
- * gets the sum. */
-static __device__ double block_sum(double v, sample_smem &sm)
+/* The block's op-reduction of v: a butterfly in each warp, then warp 0's
+ * over the warps' results -- one order for every row.  Every thread calls
+ * it and gets the result. */
+template <typename T, typename F>
+static __device__ __forceinline__ T block_reduce(T v, T *s_warp, F op)
 {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int o = 16; o > 0; o >>= 1)
-        v = __dadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
     if (lane == 0)
-        sm.dw[warp] = v;
+        s_warp[warp] = v;
     __syncthreads();
     if (warp == 0) {
-        v = sm.dw[lane];
+        v = s_warp[lane]; /* SAMPLE_WARPS == 32 */
         for (int o = 16; o > 0; o >>= 1)
-            v = __dadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+            v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
         if (lane == 0)
-            sm.dw[0] = v;
+            s_warp[0] = v;
     }
     __syncthreads();
-    v = sm.dw[0];
+    v = s_warp[0];
     __syncthreads();
     return v;
+}
+
+struct add_rn {
+    __device__ __forceinline__ double operator()(double a, double b) const
+    {
+        return __dadd_rn(a, b);
+    }
+};
+
+struct min_of {
+    __device__ __forceinline__ int operator()(int a, int b) const
+    {
+        return min(a, b);
+    }
+};
+
+static __device__ __forceinline__ double block_sum(double v, sample_smem &sm)
+{
+    return block_reduce(v, sm.dw, add_rn());
+}
+
+static __device__ __forceinline__ int block_min(int v, sample_smem &sm)
+{
+    return block_reduce(v, sm.iw, min_of());
 }
 
 /* The sum of v over the threads before this one (thread order) and, in
@@ -407,22 +432,6 @@ static __device__ double block_scan_excl(double v, sample_smem &sm, double *tota
     *total = sm.dw[SAMPLE_WARPS - 1];
     __syncthreads();
     return warp ? __dadd_rn(before, excl) : excl;
-}
-
-/* The block's least v.  Every thread calls it. */
-static __device__ int block_min(int v, sample_smem &sm)
-{
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (int o = 16; o > 0; o >>= 1)
-        v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if (lane == 0)
-        sm.iw[warp] = v;
-    __syncthreads();
-    v = sm.iw[0];
-    for (int w = 1; w < SAMPLE_WARPS; w++)
-        v = min(v, sm.iw[w]);
-    __syncthreads();
-    return v;
 }
 
 /* The block's first maximum (argmax's order) into best, at.  Every thread

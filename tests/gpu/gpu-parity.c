@@ -628,16 +628,9 @@ static int run_sample(ctx *c, float *dx, int32_t n, const sampler_params *p, con
         const int32_t r = first + i;
         const int32_t k = sampler_penalty_window(smp, p, hist + (size_t)r * len, len,
                                                  pen + 2 * n_pen, MODEL_SAMPLE_PEN_MAX);
-        rows[i] = (be_sample_row){.row = r,
-                                  .pen_first = n_pen,
-                                  .n_pen = k,
-                                  .temperature = p->temperature,
-                                  .top_p = p->top_p,
-                                  .log_min_p = p->min_p > 0.0f ? logf(p->min_p) : -INFINITY,
-                                  .repeat_penalty = p->repeat_penalty,
-                                  .presence_penalty = p->presence_penalty,
-                                  .frequency_penalty = p->frequency_penalty,
-                                  .u = sampler_uniform(p->seed + (uint64_t)r, step[r])};
+        sampler_params pr = *p;
+        pr.seed = p->seed + (uint64_t)r;
+        rows[i] = engine_sample_row(&pr, r, n_pen, k, step[r]);
         n_pen += k;
     }
     backend *g = c->gpu;
