@@ -1808,8 +1808,9 @@ static bool lp_close(engine_logprob a, engine_logprob b)
  * identical (a divergence is what the rounding bound allows at ~1e-4 per
  * run: at most one setting of the list, counted), its logprobs and
  * top_logprobs equal within one ulp, no logit row copied on the device
- * path, and the device path's tokens and logprobs bit-identical alone and
- * in a batch of 64 sampled jobs. */
+ * path (but where top-p's edge was too wide to sort: counted), and the
+ * device path's tokens and logprobs bit-identical alone and in a batch of
+ * 64 sampled jobs. */
 static void test_device_sampling(ctx *c, loaded *l, const char *name, const int32_t *prompt)
 {
     enum { TOP = 5 };
@@ -1870,8 +1871,12 @@ static void test_device_sampling(ctx *c, loaded *l, const char *name, const int3
                                  (memcmp(lp[0], lp[2], sizeof lp[0]) == 0 &&
                                   memcmp(top[0], top[2], sizeof top[0]) == 0));
         diverged += same < GEN;
-        const bool ok = lp_off == 0 && batch_same && stats[0].logit_rows_copied == 0 &&
-                        stats[2].logit_rows_copied == 0 && diverged <= 1;
+        /* Only a nucleus edge too wide to sort may leave a row to the host
+         * (counted); every other setting copies none. */
+        const bool may_copy = cases[ci].top_p < 1.0f;
+        const bool ok = lp_off == 0 && batch_same && diverged <= 1 &&
+                        (may_copy ||
+                         (stats[0].logit_rows_copied == 0 && stats[2].logit_rows_copied == 0));
         printf("| %s | device sampling: %s | %d/%d tokens as the host sampler's%s; logprobs beyond "
                "1 ulp: %d | rows copied %llu (alone), %llu (in 64); alone vs in 64: %s | %s |\n",
                name, cases[ci].what, same, GEN,
