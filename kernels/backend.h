@@ -144,7 +144,8 @@ typedef struct be_sample_row {
 
 /* What backend_ops.sample chose for a row: the token and its logit before
  * the penalties (for its log-probability); token -1 where the device left
- * the row to the host (a NaN in it, or a nucleus edge too wide to sort). */
+ * the row to the host (a NaN in it: the host's sampler defines what a NaN
+ * does). */
 typedef struct be_sample_out {
     int32_t token;
     float logit;

@@ -25,9 +25,10 @@
  *   the first maximum and a NaN check (a NaN row goes back to the host);
  *   top-p: the row's softmax sum and a coarse histogram of its mass by the
  *     sampler's buckets in one pass, the edge bucket bounded by it, the
- *     mass ahead of that bucket summed, its tokens gathered (at most
- *     EDGE_MAX, else the host takes the row), sorted and scanned: the
- *     shortest prefix (value desc, id asc) with mass >= top_p * sum;
+ *     mass ahead of that bucket summed, its tokens gathered, sorted and
+ *     scanned (more than EDGE_MAX of them: the edge's key bisected by
+ *     exact sums, a tie group walked token by token): the shortest prefix
+ *     (value desc, id asc) with mass >= top_p * sum;
  *   min-p: logit >= max + logf(min_p) (logf taken on the host);
  *   the draw: weights exp(x / t - max / t) over the survivors, each thread
  *     a contiguous run of ids, runs joined by a scan; the first survivor in
@@ -35,7 +36,8 @@
  * Per step: one launch; up 48 B per row plus 8 B per penalty pair, down
  * 8 B per row (token and its raw logit, for logprobs), against 128 KB per
  * row (512 KB at a 128k vocabulary) and a CPU scan before.  Work per row:
- * 3 reads of the row without top-p, 6 with (L2-resident after the first).
+ * 3 reads of the row without top-p, 6 with (L2-resident after the first),
+ * about 20 more for a nucleus edge of more than EDGE_MAX tokens.
  *
  * Batch invariance: every sum has a shape fixed by n (strided or run
  * shares per thread, butterflies and scans of fixed width), the coarse
@@ -329,7 +331,8 @@ struct sample_smem {
     double dw[SAMPLE_WARPS];
     float fw[SAMPLE_WARPS];
     int iw[SAMPLE_WARPS];
-    int lo, hi;
+    uint32_t uw[SAMPLE_WARPS];
+    int lo, hi, pick, pick_id;
 };
 
 /* expf as glibc rounds it nearly always: exp in double, rounded once. */
@@ -384,11 +387,18 @@ struct add_rn {
     }
 };
 
+template <typename T>
 struct min_of {
-    __device__ __forceinline__ int operator()(int a, int b) const
-    {
-        return min(a, b);
-    }
+    __device__ __forceinline__ T operator()(T a, T b) const { return a < b ? a : b; }
+};
+
+template <typename T>
+struct max_of {
+    __device__ __forceinline__ T operator()(T a, T b) const { return a > b ? a : b; }
+};
+
+struct plus_of {
+    __device__ __forceinline__ int operator()(int a, int b) const { return a + b; }
 };
 
 static __device__ __forceinline__ double block_sum(double v, sample_smem &sm)
@@ -398,7 +408,7 @@ static __device__ __forceinline__ double block_sum(double v, sample_smem &sm)
 
 static __device__ __forceinline__ int block_min(int v, sample_smem &sm)
 {
-    return block_reduce(v, sm.iw, min_of());
+    return block_reduce(v, sm.iw, min_of<int>());
 }
 
 /* The sum of v over the threads before this one (thread order) and, in
@@ -451,6 +461,92 @@ static __device__ void block_argmax(float &best, int &at, sample_smem &sm)
     __syncthreads();
 }
 
+/* The mass of the tokens of buckets lo..hi whose key is >= t (> t when
+ * strict): a sum in the fixed order of block_sum. */
+static __device__ double mass_from(const float *row, int n, float max, int lo, int hi, uint32_t t,
+                                   bool strict, sample_smem &sm)
+{
+    double part = 0.0;
+    for (int i = threadIdx.x; i < n; i += SAMPLE_THREADS) {
+        const float l = row[i];
+        const int b = bucket_of(l, max);
+        const uint32_t k = order_key(l);
+        if (b >= lo && b <= hi && (strict ? k > t : k >= t))
+            part = __dadd_rn(part, (double)exp_f(__fsub_rn(l, max)));
+    }
+    return block_sum(part, sm);
+}
+
+/* nucleus_edge's way when the candidates of buckets lo..hi are too many to
+ * sort: the edge's key by bisection over theirs (each probe an exact sum of
+ * the mass at or above it: ahead plus mass_from), then its place among the
+ * tokens of that key, walked as the sampler walks a sorted run, one weight
+ * at a time, the lower id first.  A tie group (rounded logits) needs no
+ * probe; a continuous spread about 20. */
+static __device__ void edge_by_bisection(const float *row, int n, float max, double need, int lo,
+                                         int hi, double ahead, sample_smem &sm, float *edge_v,
+                                         int *edge_id)
+{
+    uint32_t kmin = 0xffffffffu, kmax = 0;
+    for (int i = threadIdx.x; i < n; i += SAMPLE_THREADS) {
+        const int b = bucket_of(row[i], max);
+        const uint32_t k = order_key(row[i]);
+        if (b >= lo && b <= hi) {
+            kmin = k < kmin ? k : kmin;
+            kmax = k > kmax ? k : kmax;
+        }
+    }
+    kmin = block_reduce(kmin, sm.uw, min_of<uint32_t>());
+    kmax = block_reduce(kmax, sm.uw, max_of<uint32_t>());
+    /* Mass at or above a reaches need, above z does not (the max is
+     * finite, so kmax + 1 does not wrap). */
+    uint32_t a = kmin, z = kmax + 1;
+    while (z - a > 1) {
+        const uint32_t mid = a + (z - a) / 2;
+        if (__dadd_rn(ahead, mass_from(row, n, max, lo, hi, mid, false, sm)) >= need)
+            a = mid;
+        else
+            z = mid;
+    }
+    const double above = __dadd_rn(ahead, mass_from(row, n, max, lo, hi, a, true, sm));
+    int first = INT_MAX, count = 0;
+    for (int i = threadIdx.x; i < n; i += SAMPLE_THREADS)
+        if (order_key(row[i]) == a) {
+            first = min(first, i);
+            count++;
+        }
+    first = block_min(first, sm);
+    count = block_reduce(count, sm.iw, plus_of());
+    if (count == 0) /* no token at the key found: rounding; keep everything */
+        return;
+    const float v = row[first];
+    const double w = (double)exp_f(__fsub_rn(v, max));
+    if (threadIdx.x == 0) {
+        double cum = above;
+        int j = 0;
+        while (j < count - 1 && (cum = __dadd_rn(cum, w)) < need)
+            j++;
+        sm.pick = j;
+        sm.pick_id = first;
+    }
+    __syncthreads();
+    const int j = sm.pick;
+    int taken = 0;
+    for (int base = 0; base < n && taken <= j; base += SAMPLE_THREADS) {
+        const int i = base + threadIdx.x;
+        const bool at = i < n && order_key(row[i]) == a;
+        int total;
+        const int r = block_rank(at, sm.iw, &total);
+        if (at && taken + r == j)
+            sm.pick_id = i;
+        taken += total;
+    }
+    __syncthreads();
+    *edge_v = v;
+    *edge_id = sm.pick_id;
+    __syncthreads();
+}
+
 /* Top-p over the whole row: the last token (value desc, id asc) of the
  * shortest prefix whose mass reaches top_p of the row's, into *edge_v and
  * *edge_id.  The row's sum and a coarse histogram over engine/sampler.c's
@@ -459,8 +555,9 @@ static __device__ void block_argmax(float &best, int &at, sample_smem &sm)
  * bounds the bucket holding the edge to [lo, hi], usually one bucket (its
  * truncation is under n units); the mass ahead of lo is summed exactly
  * (double, fixed order), the candidates of lo..hi are gathered in id
- * order, sorted, and scanned.  false when more than EDGE_MAX are there. */
-static __device__ bool nucleus_edge(const float *row, int n, float max, float top_p,
+ * order, sorted, and scanned -- or, more than EDGE_MAX of them, bisected
+ * (edge_by_bisection). */
+static __device__ void nucleus_edge(const float *row, int n, float max, float top_p,
                                     sample_smem &sm, float *edge_v, int *edge_id)
 {
     const int tid = threadIdx.x;
@@ -519,10 +616,12 @@ static __device__ bool nucleus_edge(const float *row, int n, float max, float to
         }
         count += total;
     }
-    if (count > EDGE_MAX)
-        return false;
+    if (count > EDGE_MAX) {
+        edge_by_bisection(row, n, max, need, lo, hi, ahead, sm, edge_v, edge_id);
+        return;
+    }
     if (count == 0) /* rounding: keep everything */
-        return true;
+        return;
     sort_best_first(sm.val, sm.id, count);
     const int j0 = 2 * tid, j1 = j0 + 1;
     const double w0 = j0 < count ? (double)exp_f(__fsub_rn(sm.val[j0], max)) : 0.0;
@@ -541,7 +640,6 @@ static __device__ bool nucleus_edge(const float *row, int n, float max, float to
     *edge_v = sm.val[hit];
     *edge_id = sm.id[hit];
     __syncthreads();
-    return true;
 }
 
 /* Whether token i (logit l) survives top-p (edge) and min-p (cut). */
@@ -561,8 +659,8 @@ static __device__ int draw_row(const float *row, int n, const be_sample_row &p, 
 {
     float edge_v = -INFINITY;
     int edge_id = INT_MAX; /* keeps every token */
-    if (p.top_p < 1.0f && !nucleus_edge(row, n, max, p.top_p, sm, &edge_v, &edge_id))
-        return -1;
+    if (p.top_p < 1.0f)
+        nucleus_edge(row, n, max, p.top_p, sm, &edge_v, &edge_id);
     const float cut = __fadd_rn(max, p.log_min_p), t = p.temperature;
     const float x_max = __fdiv_rn(max, t);
     const int run = (n + SAMPLE_THREADS - 1) / SAMPLE_THREADS;
