@@ -13,9 +13,10 @@
  * where the backend can -- temperature 1 with every row copied (an
  * observer: the path before sampling moved to the device), and grammar-
  * constrained jobs: a JSON schema (nested object, array, enum, number,
- * boolean, null) and json_object mode, whose rows still come back for the
- * host's token mask.  A constrained sequence ends when its document is
- * complete, so its full steps are the ones before the first ends.
+ * boolean, null) and json_object mode, whose masks the host computes and
+ * the device applies (a row with top-k would still come back whole).  A
+ * constrained sequence ends when its document is complete, so its full
+ * steps are the ones before the first ends.
  *
  * usage: bench-sampling MODEL.gguf [--seqs N] [--prompt N] [--gen N] */
 #include <math.h>

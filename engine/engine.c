@@ -57,12 +57,12 @@ typedef struct constraint_use {
 
 /* Where a sequence's next token comes from.  The backend's argmax for a
  * greedy one, its best logits for a top-k one (sampler_top_needed of them),
- * the backend's own draw (backend_ops.sample) for one without top-k, the
- * whole row otherwise -- and always while an observer wants to see the
- * logits or a grammar masks them (the mask can refuse every token of a
- * row's top k, and it is applied on the host).  Log-probabilities come
- * from the backend's normalizer and candidates beside any of the first
- * three.  A step copies back ids, candidates and draws, not n_vocab floats
+ * the backend's own draw (backend_ops.sample) for one without top-k or under
+ * a grammar (whose mask it is given), the whole row otherwise -- and always
+ * while an observer wants to see the logits, or for a grammar's row with
+ * top-k (the mask can refuse every token of the row's top k).
+ * Log-probabilities come from the backend's normalizer and candidates
+ * beside any of the first three.  A step copies back ids, candidates and draws, not n_vocab floats
  * per row, wherever it can. */
 typedef enum row_source { FROM_GREEDY, FROM_TOP, FROM_DRAW, FROM_LOGITS } row_source;
 
@@ -100,6 +100,7 @@ struct engine {
     seq **b_lseq;           /* the sequence of each logit row */
     be_sample_row *b_draw;  /* FROM_DRAW: the rows the backend samples, */
     int32_t *b_pen;         /* their penalty pairs (max_seqs x MODEL_SAMPLE_PEN_MAX), */
+    uint64_t *b_mask;       /* their grammars' masks (max_seqs x model_mask_words), */
     be_sample_out *b_drawn; /* its choices, */
     int32_t *b_draw_at;     /* and where each logit row's is in them */
     double *b_norm;         /* logprobs: log_norm's two doubles per logit row */
@@ -916,22 +917,25 @@ static int find_live(const engine *e, const seq *s)
 }
 
 /* (See row_source.)  FROM_DRAW serves any sampler without top-k, and
- * greedy after penalties whatever top_k says (it cannot change the max). */
+ * greedy after penalties whatever top_k says (it cannot change the max);
+ * under a grammar, with its mask, those alone (the argmax and the
+ * candidates know no mask). */
 static row_source source_of(const engine *e, const seq *s, int32_t *top_needed)
 {
     *top_needed = 0;
     const bool lp_on_device = model_can_sample(e->m) && (s->n_top == 0 || model_can_read_top(e->m));
-    if (e->observer || s->grammar || (s->logprobs && !lp_on_device))
+    const bool drawable = model_can_sample(e->m) && (!(s->sp.temperature > 0.0f) ||
+                                                     s->sp.top_k <= 0 || s->sp.top_k >= e->n_vocab);
+    if (e->observer || (s->logprobs && !lp_on_device))
         return FROM_LOGITS;
+    if (s->grammar)
+        return drawable ? FROM_DRAW : FROM_LOGITS;
     if (sampler_is_greedy(&s->sp))
         return FROM_GREEDY;
     if (model_can_read_top(e->m) &&
         (*top_needed = sampler_top_needed(&s->sp, s->n_tokens, e->n_vocab, BE_TOP_K_MAX)) > 0)
         return FROM_TOP;
-    if (model_can_sample(e->m) &&
-        (!(s->sp.temperature > 0.0f) || s->sp.top_k <= 0 || s->sp.top_k >= e->n_vocab))
-        return FROM_DRAW;
-    return FROM_LOGITS;
+    return drawable ? FROM_DRAW : FROM_LOGITS;
 }
 
 be_sample_row engine_sample_row(const sampler_params *p, int32_t row, int32_t pen_first,
@@ -947,38 +951,60 @@ be_sample_row engine_sample_row(const sampler_params *p, int32_t row, int32_t pe
         .repeat_penalty = p->repeat_penalty,
         .presence_penalty = p->presence_penalty,
         .frequency_penalty = p->frequency_penalty,
+        .mask = -1,
         .u = sampler_uniform(p->seed, step),
     };
 }
 
+/* The counts of the rows handed to the backend to sample this step. */
+typedef struct draw_counts {
+    int32_t rows, pen, masks;
+} draw_counts;
+
 /* Adds logit row li of s to the rows the backend samples, with its penalty
- * pairs after the n_pen already there; false (nothing added) when its
- * window has more distinct tokens than the pairs have room for. */
-static bool add_draw(engine *e, const seq *s, int32_t li, int32_t *n_draw, int32_t *n_pen)
+ * pairs after those already there and, under a grammar, its mask: 1, or 0
+ * (nothing added) when its window has more distinct tokens than the pairs
+ * have room for; -1 on memory exhaustion. */
+static int add_draw(engine *e, const seq *s, int32_t li, draw_counts *dc, llmq_err *err)
 {
     const sampler_params *p = &s->sp;
     const int32_t n = sampler_penalty_window(e->smp, p, s->tokens, s->n_tokens,
-                                             e->b_pen + (size_t)*n_pen * 2, MODEL_SAMPLE_PEN_MAX);
+                                             e->b_pen + (size_t)dc->pen * 2, MODEL_SAMPLE_PEN_MAX);
     if (n < 0)
-        return false;
-    e->b_draw_at[li] = *n_draw;
-    e->b_draw[(*n_draw)++] = engine_sample_row(p, li, *n_pen, n,
-                                               (uint64_t)(s->n_tokens - s->n_prompt));
-    *n_pen += n;
-    return true;
+        return 0;
+    be_sample_row r = engine_sample_row(p, li, dc->pen, n, (uint64_t)(s->n_tokens - s->n_prompt));
+    if (s->grammar) {
+        tokenmask m;
+        if (current_mask(s, &m, err) != 0)
+            return -1;
+        tokenmask_allowed_bits(s->masks, &m, &s->gstate,
+                               e->b_mask + (size_t)dc->masks * model_mask_words(e->m));
+        r.mask = dc->masks++;
+    }
+    e->b_draw_at[li] = dc->rows;
+    e->b_draw[dc->rows++] = r;
+    dc->pen += n;
+    return 1;
 }
 
 /* The backend's draws for the FROM_DRAW rows; one it left (-1) falls back
  * to its logits. */
 static int read_draws(engine *e, int32_t n_logits, llmq_err *err)
 {
-    int32_t n_draw = 0, n_pen = 0;
-    for (int32_t li = 0; li < n_logits; li++)
-        if (e->b_source[li] == FROM_DRAW && !add_draw(e, e->b_lseq[li], li, &n_draw, &n_pen))
+    draw_counts dc = {0, 0, 0};
+    for (int32_t li = 0; li < n_logits; li++) {
+        if (e->b_source[li] != FROM_DRAW)
+            continue;
+        const int added = add_draw(e, e->b_lseq[li], li, &dc, err);
+        if (added < 0)
+            return -1;
+        if (added == 0)
             e->b_source[li] = FROM_LOGITS;
-    if (n_draw == 0)
+    }
+    if (dc.rows == 0)
         return 0;
-    if (model_read_sampled(e->m, e->st, e->b_draw, n_draw, e->b_pen, n_pen, e->b_drawn, err) != 0)
+    if (model_read_sampled(e->m, e->st, e->b_draw, dc.rows, e->b_pen, dc.pen, e->b_mask, dc.masks,
+                           e->b_drawn, err) != 0)
         return -1;
     for (int32_t li = 0; li < n_logits; li++)
         if (e->b_source[li] == FROM_DRAW && e->b_drawn[e->b_draw_at[li]].token < 0)
@@ -1191,6 +1217,7 @@ int engine_create(engine **out, model *m, const tok_vocab *vocab, const engine_c
     e->b_draw = malloc(seqs * sizeof *e->b_draw);
     e->b_pen = malloc(seqs * MODEL_SAMPLE_PEN_MAX * 2 * sizeof(int32_t));
     e->b_drawn = malloc(seqs * sizeof *e->b_drawn);
+    e->b_mask = malloc(seqs * (size_t)model_mask_words(m) * sizeof *e->b_mask);
     e->b_draw_at = malloc(seqs * sizeof(int32_t));
     e->b_norm = malloc(seqs * 2 * sizeof(double));
     e->logits = malloc(seqs * (size_t)mc->n_vocab * sizeof(float));
@@ -1199,7 +1226,7 @@ int engine_create(engine **out, model *m, const tok_vocab *vocab, const engine_c
         !e->b_slot || !e->b_row_seq || !e->b_table || !e->b_seq_len || !e->b_first_gen ||
         !e->b_logit_rows || !e->b_seqs || !e->b_chunk || !e->b_source || !e->b_greedy ||
         !e->b_top_ids || !e->b_top_vals || !e->b_lseq || !e->b_draw || !e->b_pen || !e->b_drawn ||
-        !e->b_draw_at || !e->b_norm || !e->logits || !e->lp_row) {
+        !e->b_draw_at || !e->b_norm || !e->b_mask || !e->logits || !e->lp_row) {
         llmq_errf(err, "engine: out of memory");
         goto fail;
     }
@@ -1249,6 +1276,7 @@ void engine_free(engine *e)
     free(e->b_draw);
     free(e->b_pen);
     free(e->b_drawn);
+    free(e->b_mask);
     free(e->b_draw_at);
     free(e->b_norm);
     free(e->logits);

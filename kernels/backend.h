@@ -139,7 +139,8 @@ typedef struct be_sample_row {
     float top_p;       /* >= 1: off */
     float log_min_p;   /* logf(min_p) as the host computes it; -INFINITY: off */
     float repeat_penalty, presence_penalty, frequency_penalty;
-    double u; /* sampler_uniform(seed, step) */
+    int32_t mask; /* its grammar's allowed tokens: row `mask` of mask_dev; -1: none */
+    double u;     /* sampler_uniform(seed, step) */
 } be_sample_row;
 
 /* What backend_ops.sample chose for a row: the token and its logit before
@@ -225,13 +226,17 @@ typedef struct backend_ops {
      * count) pairs (sampler_penalty_window); a row's are applied in place
      * with the sampler's formula, bit for bit, their logits kept in save_dev
      * (one float per pair) and put back before the op ends: x is unchanged
-     * after it.  The truncation and the draw follow the sampler's rules; a
-     * sum of the softmax is a parallel one, in an order fixed by n alone,
-     * so a row's token is a function of its logits, parameters and u alone
+     * after it.  A row with a mask (mask_dev: rows of ceil(n / 64) words,
+     * bit t of word t / 64 set for an allowed token) sees -inf for every
+     * token it does not allow, as the host's tokenmask_apply leaves it.
+     * The truncation and the draw follow the sampler's rules; a sum of the
+     * softmax is a parallel one, in an order fixed by n alone, so a row's
+     * token is a function of its logits, parameters and u alone
      * (kernels/cuda/sampling.cu states how far from the CPU's it can be).
      * NULL where a backend lacks it. */
     void (*sample)(backend *be, float *x_dev, int32_t n, const be_sample_row *rows_dev,
-                   int32_t n_rows, const int32_t *pen_dev, float *save_dev, be_sample_out *out_dev);
+                   int32_t n_rows, const int32_t *pen_dev, float *save_dev,
+                   const uint64_t *mask_dev, be_sample_out *out_dev);
     /* The log-softmax normalizer of each row of x (rows x n), a NaN taken as
      * -inf: out[2r] = the row's max, out[2r + 1] = max + log(sum exp(x - max))
      * (the sum in double, in an order fixed by n; +inf for a row of -inf and

@@ -577,11 +577,11 @@ static void cu_top_k(backend *be, const float *x, int32_t rows, int32_t n, int32
 }
 
 static void cu_sample(backend *be, float *x, int32_t n, const be_sample_row *rows, int32_t n_rows,
-                      const int32_t *pen, float *save, be_sample_out *out)
+                      const int32_t *pen, float *save, const uint64_t *mask, be_sample_out *out)
 {
     cuda_backend *cb = cb_of(be);
     if (!cb->failed && n_rows > 0)
-        launch_sample(cb, x, n, rows, n_rows, pen, save, out);
+        launch_sample(cb, x, n, rows, n_rows, pen, save, mask, out);
 }
 
 static void cu_log_norm(backend *be, const float *x, int32_t rows, int32_t n, double *out)

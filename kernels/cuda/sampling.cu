@@ -13,7 +13,8 @@
  * ~2 us of HBM time, so the kernel is a launch.
  *
  * sample: every other sampled row (top_k off: temperature alone, top-p,
- * min-p, their mix, any penalties, temperature 0 with penalties), so that
+ * min-p, their mix, any penalties, temperature 0 with penalties; each of
+ * them under a grammar's mask, whose refused tokens read as -inf), so that
  * no decode step copies a logit row.  The choice is the draw on the GPU
  * (design b): a candidate list (design a) is the whole vocabulary for the
  * commonest setting, temperature alone (OpenAI's default), and top-p's
@@ -33,7 +34,8 @@
  *   the draw: weights exp(x / t - max / t) over the survivors, each thread
  *     a contiguous run of ids, runs joined by a scan; the first survivor in
  *     id order whose cumulative weight exceeds u * total.
- * Per step: one launch; up 48 B per row plus 8 B per penalty pair, down
+ * Per step: one launch; up 48 B per row plus 8 B per penalty pair (and a
+ * constrained row's mask, n / 8 bytes: 4 KB at a 32k vocabulary), down
  * 8 B per row (token and its raw logit, for logprobs), against 128 KB per
  * row (512 KB at a 128k vocabulary) and a CPU scan before.  Work per row:
  * 3 reads of the row without top-p, 6 with (L2-resident after the first),
@@ -335,6 +337,17 @@ struct sample_smem {
     int lo, hi, pick, pick_id;
 };
 
+/* A row as the sampler sees it: a token its grammar's mask refuses reads
+ * as -inf (tokenmask_apply's value), the others as they are. */
+struct masked_row {
+    const float *x;
+    const uint64_t *mask; /* NULL: none */
+    __device__ __forceinline__ float operator[](int i) const
+    {
+        return mask && !((mask[i >> 6] >> (i & 63)) & 1) ? -INFINITY : x[i];
+    }
+};
+
 /* expf as glibc rounds it nearly always: exp in double, rounded once. */
 static __device__ __forceinline__ float exp_f(float d)
 {
@@ -389,16 +402,25 @@ struct add_rn {
 
 template <typename T>
 struct min_of {
-    __device__ __forceinline__ T operator()(T a, T b) const { return a < b ? a : b; }
+    __device__ __forceinline__ T operator()(T a, T b) const
+    {
+        return a < b ? a : b;
+    }
 };
 
 template <typename T>
 struct max_of {
-    __device__ __forceinline__ T operator()(T a, T b) const { return a > b ? a : b; }
+    __device__ __forceinline__ T operator()(T a, T b) const
+    {
+        return a > b ? a : b;
+    }
 };
 
 struct plus_of {
-    __device__ __forceinline__ int operator()(int a, int b) const { return a + b; }
+    __device__ __forceinline__ int operator()(int a, int b) const
+    {
+        return a + b;
+    }
 };
 
 static __device__ __forceinline__ double block_sum(double v, sample_smem &sm)
@@ -463,8 +485,8 @@ static __device__ void block_argmax(float &best, int &at, sample_smem &sm)
 
 /* The mass of the tokens of buckets lo..hi whose key is >= t (> t when
  * strict): a sum in the fixed order of block_sum. */
-static __device__ double mass_from(const float *row, int n, float max, int lo, int hi, uint32_t t,
-                                   bool strict, sample_smem &sm)
+static __device__ double mass_from(const masked_row row, int n, float max, int lo, int hi,
+                                   uint32_t t, bool strict, sample_smem &sm)
 {
     double part = 0.0;
     for (int i = threadIdx.x; i < n; i += SAMPLE_THREADS) {
@@ -483,9 +505,9 @@ static __device__ double mass_from(const float *row, int n, float max, int lo, i
  * tokens of that key, walked as the sampler walks a sorted run, one weight
  * at a time, the lower id first.  A tie group (rounded logits) needs no
  * probe; a continuous spread about 20. */
-static __device__ void edge_by_bisection(const float *row, int n, float max, double need, int lo,
-                                         int hi, double ahead, sample_smem &sm, float *edge_v,
-                                         int *edge_id)
+static __device__ void edge_by_bisection(const masked_row row, int n, float max, double need,
+                                         int lo, int hi, double ahead, sample_smem &sm,
+                                         float *edge_v, int *edge_id)
 {
     uint32_t kmin = 0xffffffffu, kmax = 0;
     for (int i = threadIdx.x; i < n; i += SAMPLE_THREADS) {
@@ -557,7 +579,7 @@ static __device__ void edge_by_bisection(const float *row, int n, float max, dou
  * (double, fixed order), the candidates of lo..hi are gathered in id
  * order, sorted, and scanned -- or, more than EDGE_MAX of them, bisected
  * (edge_by_bisection). */
-static __device__ void nucleus_edge(const float *row, int n, float max, float top_p,
+static __device__ void nucleus_edge(const masked_row row, int n, float max, float top_p,
                                     sample_smem &sm, float *edge_v, int *edge_id)
 {
     const int tid = threadIdx.x;
@@ -654,7 +676,7 @@ static __device__ __forceinline__ bool survives(float l, int i, float edge_v, in
  * first (the first maximum) if rounding leaves none; -1 if top-p's edge is
  * too wide.  Each thread takes a contiguous run of ids, so a thread's
  * running sum is in id order; the runs are joined by a fixed scan. */
-static __device__ int draw_row(const float *row, int n, const be_sample_row &p, float max,
+static __device__ int draw_row(const masked_row row, int n, const be_sample_row &p, float max,
                                int first, sample_smem &sm)
 {
     float edge_v = -INFINITY;
@@ -690,11 +712,13 @@ static __device__ int draw_row(const float *row, int n, const be_sample_row &p, 
 
 __global__ void __launch_bounds__(SAMPLE_THREADS)
     sample_kernel(float *x, int32_t n, const be_sample_row *rows, const int32_t *pen, float *save,
-                  be_sample_out *out)
+                  const uint64_t *mask, be_sample_out *out)
 {
     __shared__ sample_smem sm;
-    const be_sample_row p = rows[blockIdx.x];
+    const be_sample_row &p = rows[blockIdx.x]; /* read where used: registers are short */
     float *row = x + (int64_t)p.row * n;
+    const int64_t words = (n + 63) / 64;
+    const masked_row view = {row, p.mask >= 0 ? mask + p.mask * words : NULL};
     const int tid = threadIdx.x;
 
     /* The pairs name distinct tokens: no two threads write one logit. */
@@ -710,7 +734,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     float best = -INFINITY;
     int at = INT_MAX;
     for (int i = tid; i < n; i += SAMPLE_THREADS) {
-        const float v = row[i];
+        const float v = view[i];
         nan = nan || isnan(v);
         if (argmax_before(v, i, best, at)) {
             best = v;
@@ -726,7 +750,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     else if (!(p.temperature > 0.0f) || !isfinite(best))
         token = first;
     else
-        token = draw_row(row, n, p, best, first, sm);
+        token = draw_row(view, n, p, best, first, sm);
 
     __syncthreads();
     for (int j = tid; j < p.n_pen; j += SAMPLE_THREADS) {
@@ -739,9 +763,9 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
 }
 
 void launch_sample(cuda_backend *cb, float *x, int32_t n, const be_sample_row *rows, int32_t n_rows,
-                   const int32_t *pen, float *save, be_sample_out *out)
+                   const int32_t *pen, float *save, const uint64_t *mask, be_sample_out *out)
 {
-    sample_kernel<<<n_rows, SAMPLE_THREADS, 0, cb->stream>>>(x, n, rows, pen, save, out);
+    sample_kernel<<<n_rows, SAMPLE_THREADS, 0, cb->stream>>>(x, n, rows, pen, save, mask, out);
     cuda_check_launch(cb, "sample");
 }
 

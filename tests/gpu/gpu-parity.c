@@ -588,6 +588,7 @@ static void fill_sampling_rows(ctx *c, float *x, int32_t rows, int32_t n, bool n
 typedef struct sample_case {
     const char *what;
     sampler_params p;
+    bool masked; /* under a grammar's mask */
 } sample_case;
 
 static sample_case sampling_case(const char *what, float t, float top_p, float min_p, float rep,
@@ -600,7 +601,33 @@ static sample_case sampling_case(const char *what, float t, float top_p, float m
     p.repeat_penalty = rep;
     p.presence_penalty = pres;
     p.frequency_penalty = freq;
-    return (sample_case){what, p};
+    return (sample_case){what, p, false};
+}
+
+static sample_case masked_case(sample_case c, const char *what)
+{
+    c.what = what;
+    c.masked = true;
+    return c;
+}
+
+/* Masks of `rows` rows like a grammar's: about a third of the tokens
+ * allowed, and always the NaN row's NaN (the test wants it seen). */
+static void fill_masks(ctx *c, uint64_t *m, int32_t rows, int32_t n)
+{
+    const int32_t words = (n + 63) / 64;
+    for (int32_t r = 0; r < rows; r++)
+        for (int32_t w = 0; w < words; w++) {
+            const uint64_t a = next_u64(c), b = next_u64(c);
+            m[(size_t)r * words + w] = a & b;
+        }
+    for (int32_t r = 0; r < rows; r++)
+        m[(size_t)r * words + (n / 3) / 64] |= UINT64_C(1) << ((n / 3) % 64);
+}
+
+static bool mask_allows(const uint64_t *m, int32_t i)
+{
+    return (m[i / 64] >> (i % 64)) & 1;
 }
 
 /* A history of 80 tokens, half of them among the row's best (so the
@@ -616,11 +643,13 @@ static void sampling_history(ctx *c, const float *row, int32_t n, int32_t *h, in
 }
 
 /* Runs backend_ops.sample on rows [first, first + count) of dx (one call),
- * the rows' parameters from p, their histories and steps, into out. */
+ * the rows' parameters from p, their histories and steps, and, when masks
+ * is given (a row of masks per row of dx), their masks, into out. */
 static int run_sample(ctx *c, float *dx, int32_t n, const sampler_params *p, const int32_t *hist,
-                      int32_t len, const uint64_t *step, int32_t first, int32_t count, sampler *smp,
-                      be_sample_out *out)
+                      int32_t len, const uint64_t *step, const uint64_t *masks, int32_t first,
+                      int32_t count, sampler *smp, be_sample_out *out)
 {
+    const size_t words = (size_t)(n + 63) / 64;
     be_sample_row rows[64];
     int32_t *pen = malloc((size_t)count * MODEL_SAMPLE_PEN_MAX * 2 * sizeof *pen);
     int32_t n_pen = 0;
@@ -631,21 +660,24 @@ static int run_sample(ctx *c, float *dx, int32_t n, const sampler_params *p, con
         sampler_params pr = *p;
         pr.seed = p->seed + (uint64_t)r;
         rows[i] = engine_sample_row(&pr, r, n_pen, k, step[r]);
+        rows[i].mask = masks ? i : -1;
         n_pen += k;
     }
     backend *g = c->gpu;
+    uint64_t *dm = masks ? dev_copy(g, masks + first * words, count * words * sizeof *masks)
+                         : dev_copy(g, &words, sizeof words);
     void *dr = pen ? dev_copy(g, rows, (size_t)count * sizeof *rows) : NULL;
     void *dp = pen ? dev_copy(g, pen, (size_t)(n_pen > 0 ? n_pen : 1) * 2 * sizeof *pen) : NULL;
     float *ds = dev_poison(g, (size_t)(n_pen > 0 ? n_pen : 1));
     be_sample_out *dout = (be_sample_out *)dev_poison(g, (size_t)count * 2);
     int rc = -1;
     llmq_err err;
-    if (dr && dp && ds && dout) {
-        g->ops->sample(g, dx, n, dr, count, dp, ds, dout);
+    if (dr && dp && ds && dm && dout) {
+        g->ops->sample(g, dx, n, dr, count, dp, ds, dm, dout);
         rc = g->ops->download(g, out, dout, (size_t)count * sizeof *out, &err);
     }
-    void *bufs[] = {dr, dp, ds, dout};
-    for (int j = 0; j < 4; j++)
+    void *bufs[] = {dr, dp, ds, dm, dout};
+    for (int j = 0; j < 5; j++)
         if (bufs[j])
             g->ops->free(g, bufs[j]);
     free(pen);
@@ -658,10 +690,12 @@ static int run_sample(ctx *c, float *dx, int32_t n, const sampler_params *p, con
  * differ: at most 1 in 2000, counted; expected 0), the raw logit it
  * returns bit-equal to the row's, the NaN row left to the host, the logits
  * unchanged after the op, and each row sampled alone bit-identical to the
- * same row in the batch of 64. */
+ * same row in the batch of 64; under a grammar's mask (the host's the
+ * mask's -inf then sampler_sample) too. */
 static void test_sample(ctx *c, int32_t n, int32_t steps)
 {
     enum { ROWS = 64, HIST = 80 };
+    const sample_case plain_t1 = sampling_case("temperature 1", 1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);
     const sample_case cases[] = {
         sampling_case("temperature 1", 1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f),
         sampling_case("temperature 0.7, top_p 0.9", 0.7f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f),
@@ -673,18 +707,25 @@ static void test_sample(ctx *c, int32_t n, int32_t steps)
         sampling_case("raising: repeat 0.8, presence -0.5, top_p 0.9", 1.0f, 0.9f, 0.0f, 0.8f,
                       -0.5f, 0.0f),
         sampling_case("greedy after repeat 1.5", 0.0f, 1.0f, 0.0f, 1.5f, 0.0f, 0.0f),
+        masked_case(plain_t1, "masked: temperature 1"),
+        masked_case(sampling_case("", 0.8f, 0.9f, 0.0f, 1.2f, 0.0f, 0.0f),
+                    "masked: t 0.8, top_p 0.9, repeat 1.2"),
+        masked_case(sampling_case("", 0.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f), "masked: greedy"),
     };
+    const size_t words = (size_t)(n + 63) / 64;
     const size_t count = (size_t)ROWS * n;
     float *x = malloc(count * sizeof *x), *back = malloc(count * sizeof *x);
     float *row = malloc((size_t)n * sizeof *row);
     int32_t *hist = malloc((size_t)ROWS * HIST * sizeof *hist);
+    uint64_t *masks = malloc(ROWS * words * sizeof *masks);
     sampler *smp = NULL;
     llmq_err err;
-    if (!x || !back || !row || !hist || sampler_create(&smp, n, &err) != 0) {
+    if (!x || !back || !row || !hist || !masks || sampler_create(&smp, n, &err) != 0) {
         fail_row(c, "sample", "setup", "out of memory");
         goto done;
     }
     fill_sampling_rows(c, x, ROWS, n, true);
+    fill_masks(c, masks, ROWS, n);
     for (int32_t r = 0; r < ROWS; r++)
         sampling_history(c, x + (size_t)r * n, n, hist + (size_t)r * HIST, HIST);
     float *dx = dev_copy(c->gpu, x, count * sizeof *x);
@@ -699,7 +740,8 @@ static void test_sample(ctx *c, int32_t n, int32_t steps)
             p.seed = 1000 * ci + (uint64_t)s;
             for (int32_t r = 0; r < ROWS; r++)
                 step[r] = (uint64_t)(s * 3 + r);
-            ran = run_sample(c, dx, n, &p, hist, HIST, step, 0, ROWS, smp, batch) == 0;
+            const uint64_t *m = cases[ci].masked ? masks : NULL;
+            ran = run_sample(c, dx, n, &p, hist, HIST, step, m, 0, ROWS, smp, batch) == 0;
             for (int32_t r = 0; ran && r < ROWS; r++) {
                 const float *xr = x + (size_t)r * n;
                 if (r == 7) { /* the NaN row */
@@ -707,6 +749,9 @@ static void test_sample(ctx *c, int32_t n, int32_t steps)
                     continue;
                 }
                 memcpy(row, xr, (size_t)n * sizeof *row);
+                for (int32_t i = 0; m && i < n; i++) /* tokenmask_apply's -inf */
+                    if (!mask_allows(m + (size_t)r * words, i))
+                        row[i] = -INFINITY;
                 sampler_params pr = p;
                 pr.seed = p.seed + (uint64_t)r;
                 const int32_t want = sampler_sample(smp, &pr, row, hist + (size_t)r * HIST, HIST,
@@ -718,7 +763,7 @@ static void test_sample(ctx *c, int32_t n, int32_t steps)
                     memcmp(&batch[r].logit, &xr[batch[r].token], sizeof(float)) != 0)
                     bad_logit++;
                 if (s % 8 == 0) { /* the same row alone */
-                    ran = run_sample(c, dx, n, &p, hist, HIST, step, r, 1, smp, &one) == 0;
+                    ran = run_sample(c, dx, n, &p, hist, HIST, step, m, r, 1, smp, &one) == 0;
                     alone_differ += ran && memcmp(&one, &batch[r], sizeof one) != 0;
                 }
             }
@@ -745,6 +790,7 @@ done:
     free(back);
     free(row);
     free(hist);
+    free(masks);
 }
 
 /* log_norm: each row's max and log-sum-exp against the engine's host

@@ -10,8 +10,9 @@
  *  - a batch of sequences at temperature alone, top-p, min-p, their mix,
  *    penalties that lower and that raise logits, greedy after penalties,
  *    and top-k (the candidates' path) beside them, some asking for
- *    logprobs and top_logprobs: no logit row comes back to the host
- *    (engine_stats.logit_rows_copied 0);
+ *    logprobs and top_logprobs, two under a JSON grammar (sampled and
+ *    greedy: the mask goes to the device): no logit row comes back to the
+ *    host (engine_stats.logit_rows_copied 0);
  *  - each sequence generates the tokens the host sampler picks when every
  *    row comes back (an observer), and its logprobs and alternatives are
  *    the host's: so the penalty pairs, the uniform of (seed, step), min-p's
@@ -27,12 +28,13 @@
 #include "check.h"
 #include "common/topk.h"
 #include "engine/engine.h"
+#include "engine/jsonschema.h"
 #include "engine/sampler.h"
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
-enum { N_SEQ = 10, GEN = 24, TOP = 4 };
+enum { N_SEQ = 12, GEN = 24, TOP = 4 };
 
 /* The CPU backend's ops with the two added (the CPU backend finds its state
  * from the backend pointer, so its ops table is swapped, not wrapped), and
@@ -92,12 +94,22 @@ static int32_t draw_one(const float *row, int32_t n, const be_sample_row *r, top
     return first;
 }
 
+/* The row as the sampler sees it: the mask's refused tokens at -inf. */
+static void masked_copy(const float *row, int32_t n, const uint64_t *mask, float *out)
+{
+    for (int32_t i = 0; i < n; i++)
+        out[i] = mask && !((mask[i / 64] >> (i % 64)) & 1) ? -INFINITY : row[i];
+}
+
 static void sample_rows(float *x, int32_t n, const be_sample_row *rows, int32_t n_rows,
-                        const int32_t *pen, float *save, be_sample_out *out, bool refuse)
+                        const int32_t *pen, float *save, const uint64_t *masks, be_sample_out *out,
+                        bool refuse)
 {
     topk_entry *order = malloc((size_t)n * sizeof *order);
     bool *keep = malloc((size_t)n);
-    for (int32_t i = 0; order && keep && i < n_rows; i++) {
+    float *seen = malloc((size_t)n * sizeof *seen);
+    const int32_t words = (n + 63) / 64;
+    for (int32_t i = 0; order && keep && seen && i < n_rows; i++) {
         const be_sample_row *r = &rows[i];
         float *row = x + (size_t)r->row * n;
         for (int32_t j = r->pen_first; j < r->pen_first + r->n_pen; j++) {
@@ -106,27 +118,30 @@ static void sample_rows(float *x, int32_t n, const be_sample_row *rows, int32_t 
             row[pen[2 * j]] = l -
                               ((float)pen[2 * j + 1] * r->frequency_penalty + r->presence_penalty);
         }
-        const int32_t tok = refuse && r->u < 0.3 ? -1 : draw_one(row, n, r, order, keep);
+        masked_copy(row, n, r->mask >= 0 ? masks + (size_t)r->mask * words : NULL, seen);
+        const int32_t tok = refuse && r->u < 0.3 ? -1 : draw_one(seen, n, r, order, keep);
         for (int32_t j = r->pen_first; j < r->pen_first + r->n_pen; j++)
             row[pen[2 * j]] = save[j];
         out[i] = (be_sample_out){tok, tok >= 0 ? row[tok] : NAN};
     }
     free(order);
     free(keep);
+    free(seen);
 }
 
 static void dl_sample(backend *be, float *x, int32_t n, const be_sample_row *rows, int32_t n_rows,
-                      const int32_t *pen, float *save, be_sample_out *out)
+                      const int32_t *pen, float *save, const uint64_t *masks, be_sample_out *out)
 {
     (void)be;
-    sample_rows(x, n, rows, n_rows, pen, save, out, false);
+    sample_rows(x, n, rows, n_rows, pen, save, masks, out, false);
 }
 
 static void dl_sample_refusing(backend *be, float *x, int32_t n, const be_sample_row *rows,
-                               int32_t n_rows, const int32_t *pen, float *save, be_sample_out *out)
+                               int32_t n_rows, const int32_t *pen, float *save,
+                               const uint64_t *masks, be_sample_out *out)
 {
     (void)be;
-    sample_rows(x, n, rows, n_rows, pen, save, out, true);
+    sample_rows(x, n, rows, n_rows, pen, save, masks, out, true);
 }
 
 static void dl_log_norm(backend *be, const float *x, int32_t rows, int32_t n, double *out)
@@ -179,8 +194,9 @@ static void count_rows(void *ctx, uint64_t id, int32_t step, const float *logits
     (*(int *)ctx)++;
 }
 
-/* Sequence i's sampler: the settings the device path serves, and top-k. */
-static void settings(int i, engine_request *req)
+/* Sequence i's sampler: the settings the device path serves, and top-k;
+ * 10 and 11 under g (sampled, greedy). */
+static void settings(int i, const grammar *g, engine_request *req)
 {
     sampler_params *p = &req->sampling;
     *p = sampler_default_params();
@@ -198,9 +214,14 @@ static void settings(int i, engine_request *req)
     }
     req->logprobs = i % 3 == 0 || i >= 6;
     req->top_logprobs = req->logprobs && i % 2 == 0 ? TOP : 0;
+    if (i >= 10) {
+        req->constraint = g;
+        req->ignore_eos = false;
+        p->temperature = i == 10 ? 1.0f : 0.0f;
+    }
 }
 
-static int run_batch(model *m, const tok_vocab *v, bool observe, run *out)
+static int run_batch(model *m, const tok_vocab *v, const grammar *g, bool observe, run *out)
 {
     static const char *prompts[N_SEQ] = {"Once upon a time",
                                          "The little dog",
@@ -211,7 +232,9 @@ static int run_batch(model *m, const tok_vocab *v, bool observe, run *out)
                                          "Mom said",
                                          "There was a tiny bird",
                                          "The cat",
-                                         "A boy named Sam"};
+                                         "A boy named Sam",
+                                         "{\"name\": ",
+                                         "The list:"};
     engine_config cfg = engine_default_config();
     cfg.max_seqs = N_SEQ;
     cfg.n_ctx = 128;
@@ -236,7 +259,7 @@ static int run_batch(model *m, const tok_vocab *v, bool observe, run *out)
                               .n_prompt = (int32_t)n,
                               .max_tokens = GEN,
                               .ignore_eos = true};
-        settings(i, &req);
+        settings(i, g, &req);
         rc = engine_add(e, &req, &err);
         free(ids);
     }
@@ -270,7 +293,7 @@ static int same_outputs(const run *a, const run *b)
 {
     int same = 0;
     for (int i = 0; i < N_SEQ; i++)
-        same += a->n_tokens[i] == GEN && b->n_tokens[i] == GEN &&
+        same += a->n_tokens[i] > 0 && a->n_tokens[i] == b->n_tokens[i] &&
                 memcmp(a->tokens[i], b->tokens[i], sizeof a->tokens[i]) == 0 &&
                 memcmp(a->lp[i], b->lp[i], sizeof a->lp[i]) == 0 &&
                 memcmp(a->top[i], b->top[i], sizeof a->top[i]) == 0;
@@ -284,20 +307,24 @@ int main(void)
     llmq_err err;
     model *m = NULL;
     tok_vocab *v = NULL;
+    grammar *g = NULL;
     if (!dl ||
         model_load(&m, check_data_path(path, sizeof path, "models/stories260K.gguf"), dl->cpu,
                    &err) != 0 ||
-        tok_load(&v, model_gguf(m), &err) != 0) {
+        tok_load(&v, model_gguf(m), &err) != 0 || jsonschema_any_object(&g, &err) != 0) {
         printf("setup: %s\n", dl ? err.msg : "out of memory");
         return 1;
     }
     static run device, host, refused;
-    int rc = run_batch(m, v, false, &device) | run_batch(m, v, true, &host);
+    int rc = run_batch(m, v, g, false, &device) | run_batch(m, v, g, true, &host);
     CHECK(rc == 0 && device.stats.logit_rows_copied == 0,
-          "temperature, top-p, min-p, penalties, greedy and top-k rows with logprobs: no logit "
-          "row copied (%llu)",
+          "temperature, top-p, min-p, penalties, greedy, top-k and grammar rows with logprobs: no "
+          "logit row copied (%llu)",
           (unsigned long long)device.stats.logit_rows_copied);
-    CHECK(rc == 0 && host.stats.logit_rows_copied >= (uint64_t)N_SEQ * GEN,
+    CHECK(rc == 0 && device.n_tokens[10] > 0 && device.n_tokens[11] > 0,
+          "the constrained sequences generated (%d and %d tokens)", device.n_tokens[10],
+          device.n_tokens[11]);
+    CHECK(rc == 0 && host.stats.logit_rows_copied >= (uint64_t)(N_SEQ - 2) * GEN,
           "with an observer every row comes back (%llu)",
           (unsigned long long)host.stats.logit_rows_copied);
     int same = rc == 0 ? same_outputs(&device, &host) : 0;
@@ -306,12 +333,13 @@ int main(void)
           "sampler's",
           same, N_SEQ);
     dl->cpu->ops = &dl->refusing;
-    rc = run_batch(m, v, false, &refused);
+    rc = run_batch(m, v, g, false, &refused);
     same = rc == 0 ? same_outputs(&refused, &host) : 0;
     CHECK(rc == 0 && same == N_SEQ && refused.stats.logit_rows_copied > 0,
           "a row the device leaves to the host is sampled there the same (%d of %d, %llu rows "
           "copied)",
           same, N_SEQ, (unsigned long long)refused.stats.logit_rows_copied);
+    grammar_free(g);
     tok_free(v);
     model_free(m);
     dl->cpu->ops = dl->cpu_ops;
