@@ -14,7 +14,7 @@
  * observer: the path before sampling moved to the device), and grammar-
  * constrained jobs: a JSON schema (nested object, array, enum, number,
  * boolean, null) and json_object mode, whose masks the host computes and
- * the device applies (a row with top-k would still come back whole).  A
+ * the device applies.  A
  * constrained sequence ends when its document is complete, so its full
  * steps are the ones before the first ends.
  *

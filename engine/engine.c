@@ -57,10 +57,10 @@ typedef struct constraint_use {
 
 /* Where a sequence's next token comes from.  The backend's argmax for a
  * greedy one, its best logits for a top-k one (sampler_top_needed of them),
- * the backend's own draw (backend_ops.sample) for one without top-k or under
- * a grammar (whose mask it is given), the whole row otherwise -- and always
- * while an observer wants to see the logits, or for a grammar's row with
- * top-k (the mask can refuse every token of the row's top k).
+ * the backend's own draw (backend_ops.sample) for the rest and for one under
+ * a grammar (whose mask it is given), the whole row where the backend has
+ * no such op or the top_k is past what it takes -- and always while an
+ * observer wants to see the logits.
  * Log-probabilities come from the backend's normalizer and candidates
  * beside any of the first three.  A step copies back ids, candidates and draws, not n_vocab floats
  * per row, wherever it can. */
@@ -916,16 +916,17 @@ static int find_live(const engine *e, const seq *s)
     return -1;
 }
 
-/* (See row_source.)  FROM_DRAW serves any sampler without top-k, and
- * greedy after penalties whatever top_k says (it cannot change the max);
- * under a grammar, with its mask, those alone (the argmax and the
- * candidates know no mask). */
+/* (See row_source.)  FROM_DRAW serves any sampler with a top_k the device
+ * takes (or none), and greedy after penalties whatever top_k says (it
+ * cannot change the max); a grammar's rows, with their masks, take it
+ * before the others (the argmax and the candidates know no mask). */
 static row_source source_of(const engine *e, const seq *s, int32_t *top_needed)
 {
     *top_needed = 0;
     const bool lp_on_device = model_can_sample(e->m) && (s->n_top == 0 || model_can_read_top(e->m));
-    const bool drawable = model_can_sample(e->m) && (!(s->sp.temperature > 0.0f) ||
-                                                     s->sp.top_k <= 0 || s->sp.top_k >= e->n_vocab);
+    const bool drawable = model_can_sample(e->m) &&
+                          (!(s->sp.temperature > 0.0f) || s->sp.top_k <= BE_SAMPLE_TOP_K_MAX ||
+                           s->sp.top_k >= e->n_vocab);
     if (e->observer || (s->logprobs && !lp_on_device))
         return FROM_LOGITS;
     if (s->grammar)
@@ -952,6 +953,7 @@ be_sample_row engine_sample_row(const sampler_params *p, int32_t row, int32_t pe
         .presence_penalty = p->presence_penalty,
         .frequency_penalty = p->frequency_penalty,
         .mask = -1,
+        .top_k = p->top_k,
         .u = sampler_uniform(p->seed, step),
     };
 }

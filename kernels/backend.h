@@ -128,9 +128,11 @@ typedef struct be_graph_key {
 enum { BE_GRAPH_DONE = 0, BE_GRAPH_REDO = 1 };
 
 #define BE_TOP_K_MAX 256 /* the most candidates backend_ops.top_k returns per row */
+#define BE_SAMPLE_TOP_K_MAX 2048 /* the largest top_k backend_ops.sample takes */
 
-/* One row of backend_ops.sample: engine/sampler.h's chain without top-k
- * (penalties, top-p, min-p, temperature, the draw) for logit row `row`. */
+/* One row of backend_ops.sample: engine/sampler.h's chain (penalties,
+ * top-k up to BE_SAMPLE_TOP_K_MAX, top-p, min-p, temperature, the draw) for
+ * logit row `row`. */
 typedef struct be_sample_row {
     int32_t row;       /* of x (rows x n); the rows of one call are distinct */
     int32_t pen_first; /* its penalty pairs: pen[pen_first .. pen_first + n_pen) */
@@ -139,8 +141,9 @@ typedef struct be_sample_row {
     float top_p;       /* >= 1: off */
     float log_min_p;   /* logf(min_p) as the host computes it; -INFINITY: off */
     float repeat_penalty, presence_penalty, frequency_penalty;
-    int32_t mask; /* its grammar's allowed tokens: row `mask` of mask_dev; -1: none */
-    double u;     /* sampler_uniform(seed, step) */
+    int32_t mask;  /* its grammar's allowed tokens: row `mask` of mask_dev; -1: none */
+    int32_t top_k; /* <= 0 or >= n: off; else at most BE_SAMPLE_TOP_K_MAX */
+    double u;      /* sampler_uniform(seed, step) */
 } be_sample_row;
 
 /* What backend_ops.sample chose for a row: the token and its logit before
@@ -222,7 +225,7 @@ typedef struct backend_ops {
                   int32_t *ids_dev, float *vals_dev);
     /* For each of n_rows rows (rows_dev): the token sampler_sample
      * (engine/sampler.h) draws from logit row rows_dev[i].row of x (rows of
-     * n floats) with top_k off, into out_dev[i].  pen_dev holds (token,
+     * n floats), into out_dev[i].  pen_dev holds (token,
      * count) pairs (sampler_penalty_window); a row's are applied in place
      * with the sampler's formula, bit for bit, their logits kept in save_dev
      * (one float per pair) and put back before the op ends: x is unchanged

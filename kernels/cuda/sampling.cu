@@ -12,34 +12,38 @@
  * Roofline: one read of the logits, 128 KB per row at 7B; 64 rows are
  * ~2 us of HBM time, so the kernel is a launch.
  *
- * sample: every other sampled row (top_k off: temperature alone, top-p,
- * min-p, their mix, any penalties, temperature 0 with penalties; each of
- * them under a grammar's mask, whose refused tokens read as -inf), so that
- * no decode step copies a logit row.  The choice is the draw on the GPU
- * (design b): a candidate list (design a) is the whole vocabulary for the
- * commonest setting, temperature alone (OpenAI's default), and top-p's
- * nucleus at a flat distribution is thousands of tokens.  The host draws
- * u = sampler_uniform(seed, step) and counts the penalty window into
- * (token, count) pairs; one CTA per row then does engine/sampler.c's chain:
+ * sample: every other sampled row (temperature alone, top-p, min-p, their
+ * mix, any penalties, temperature 0 with penalties, a top-k the candidates
+ * cannot serve, up to EDGE_MAX; each of them under a grammar's mask, whose
+ * refused tokens read as -inf), so that no decode step copies a logit row.
+ * The choice is the draw on the GPU (design b): a candidate list (design a)
+ * is the whole vocabulary for the commonest setting, temperature alone
+ * (OpenAI's default), and top-p's nucleus at a flat distribution is
+ * thousands of tokens.  The host draws u = sampler_uniform(seed, step) and
+ * counts the penalty window into (token, count) pairs; one CTA per row then
+ * does engine/sampler.c's chain:
  *   penalties in place (the sampler's float formula, unfused: the same
  *     bits), the old logits saved and put back at the end;
  *   the first maximum and a NaN check (a NaN row goes back to the host);
- *   top-p: the row's softmax sum and a coarse histogram of its mass by the
- *     sampler's buckets in one pass, the edge bucket bounded by it, the
- *     mass ahead of that bucket summed, its tokens gathered, sorted and
- *     scanned (more than EDGE_MAX of them: the edge's key bisected by
- *     exact sums, a tie group walked token by token): the shortest prefix
- *     (value desc, id asc) with mass >= top_p * sum;
+ *   top-k: top_k's radix select and gather (select_best), sorted, then
+ *     top-p over the k by a scan of their own mass (top_p_sorted's rule);
+ *   top-p without top-k: the row's softmax sum and a coarse histogram of
+ *     its mass by the sampler's buckets in one pass, the edge bucket
+ *     bounded by it, the mass ahead of that bucket summed, its tokens
+ *     gathered, sorted and scanned (more than EDGE_MAX of them: the edge's
+ *     key bisected by exact sums, a tie group walked token by token): the
+ *     shortest prefix (value desc, id asc) with mass >= top_p * sum;
  *   min-p: logit >= max + logf(min_p) (logf taken on the host);
  *   the draw: weights exp(x / t - max / t) over the survivors, each thread
  *     a contiguous run of ids, runs joined by a scan; the first survivor in
  *     id order whose cumulative weight exceeds u * total.
- * Per step: one launch; up 48 B per row plus 8 B per penalty pair (and a
- * constrained row's mask, n / 8 bytes: 4 KB at a 32k vocabulary), down
- * 8 B per row (token and its raw logit, for logprobs), against 128 KB per
- * row (512 KB at a 128k vocabulary) and a CPU scan before.  Work per row:
- * 3 reads of the row without top-p, 6 with (L2-resident after the first),
- * about 20 more for a nucleus edge of more than EDGE_MAX tokens.
+ * Per step: one launch; up 56 B per row plus 8 B per penalty pair (and a
+ * constrained row's mask, n / 8 bytes: 4 KB at a 32k vocabulary), down 8 B
+ * per row (token and its raw logit, for logprobs), against 128 KB per row
+ * (512 KB at a 128k vocabulary) and a CPU scan before.  Work per row: 3
+ * reads of the row without top-p, 6 with (L2-resident after the first),
+ * about 20 more for a nucleus edge of more than EDGE_MAX tokens, 5 for a
+ * top-k.
  *
  * Batch invariance: every sum has a shape fixed by n (strided or run
  * shares per thread, butterflies and scans of fixed width), the coarse
@@ -227,6 +231,69 @@ static __device__ void sort_best_first(float *val, int *id, int count)
     __syncthreads();
 }
 
+/* The k best of row[0..n) (common/topk.h's order) into val/id[0..k), in
+ * id order, unsorted: a radix select of four 8-bit passes finds the key of
+ * the k-th best and how many of the keys equal to it are taken, then a
+ * pass in id order gathers every key above it and the lowest ids at it.
+ * Row is a float pointer or a masked_row; no NaN in the row.  Every thread
+ * of the block (TOPK_THREADS) calls it. */
+template <typename Row>
+static __device__ void select_best(const Row &row, int n, int k, int *s_hist, int *s_warp,
+                                   uint32_t *s_prefix, int *s_remaining, float *val, int *id)
+{
+    const int tid = threadIdx.x;
+    /* Radix select: the key of the k-th best, and how many keys equal to
+     * it are taken. */
+    uint32_t prefix = 0, mask = 0;
+    int remaining = k;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        if (tid < 256)
+            s_hist[tid] = 0;
+        __syncthreads();
+        for (int base = 0; base < n; base += TOPK_THREADS) {
+            const int i = base + tid;
+            const uint32_t key = i < n ? order_key(row[i]) : 0u;
+            hist_add(s_hist, (key >> shift) & 255u, i < n && (key & mask) == prefix);
+        }
+        __syncthreads();
+        if (tid == 0) {
+            int cum = 0, b = 255;
+            for (; b > 0 && cum + s_hist[b] < remaining; b--)
+                cum += s_hist[b];
+            *s_prefix = prefix | ((uint32_t)b << shift);
+            *s_remaining = remaining - cum;
+        }
+        __syncthreads();
+        prefix = *s_prefix;
+        remaining = *s_remaining;
+        mask |= 255u << shift;
+    }
+    const uint32_t kth = prefix;
+    const int n_above = k - remaining;
+
+    /* Gather in id order: every key above kth, the lowest ids at kth. */
+    int taken_above = 0, taken_at = 0;
+    for (int base = 0; base < n && (taken_above < n_above || taken_at < remaining);
+         base += TOPK_THREADS) {
+        const int i = base + tid;
+        const uint32_t key = i < n ? order_key(row[i]) : 0u;
+        const bool above = i < n && key > kth, at = i < n && key == kth;
+        int total_above, total_at;
+        const int r_above = block_rank(above, s_warp, &total_above);
+        const int r_at = block_rank(at, s_warp, &total_at);
+        if (above) {
+            val[taken_above + r_above] = row[i];
+            id[taken_above + r_above] = i;
+        }
+        if (at && taken_at + r_at < remaining) {
+            val[n_above + taken_at + r_at] = row[i];
+            id[n_above + taken_at + r_at] = i;
+        }
+        taken_above += total_above;
+        taken_at += total_at;
+    }
+}
+
 __global__ void __launch_bounds__(TOPK_THREADS)
     top_k_kernel(const float *x, int32_t n, int32_t k, int32_t *ids, float *vals)
 {
@@ -248,57 +315,7 @@ __global__ void __launch_bounds__(TOPK_THREADS)
         return;
     }
 
-    /* Radix select: the key of the k-th best, and how many keys equal to
-     * it are taken. */
-    uint32_t prefix = 0, mask = 0;
-    int remaining = k;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        if (tid < 256)
-            s_hist[tid] = 0;
-        __syncthreads();
-        for (int base = 0; base < n; base += TOPK_THREADS) {
-            const int i = base + tid;
-            const uint32_t key = i < n ? order_key(row[i]) : 0u;
-            hist_add(s_hist, (key >> shift) & 255u, i < n && (key & mask) == prefix);
-        }
-        __syncthreads();
-        if (tid == 0) {
-            int cum = 0, b = 255;
-            for (; b > 0 && cum + s_hist[b] < remaining; b--)
-                cum += s_hist[b];
-            s_prefix = prefix | ((uint32_t)b << shift);
-            s_remaining = remaining - cum;
-        }
-        __syncthreads();
-        prefix = s_prefix;
-        remaining = s_remaining;
-        mask |= 255u << shift;
-    }
-    const uint32_t kth = prefix;
-    const int n_above = k - remaining;
-
-    /* Gather in id order: every key above kth, the lowest ids at kth. */
-    int taken_above = 0, taken_at = 0;
-    for (int base = 0; base < n && (taken_above < n_above || taken_at < remaining);
-         base += TOPK_THREADS) {
-        const int i = base + tid;
-        const uint32_t key = i < n ? order_key(row[i]) : 0u;
-        const bool above = i < n && key > kth, at = i < n && key == kth;
-        int total_above, total_at;
-        const int r_above = block_rank(above, s_warp, &total_above);
-        const int r_at = block_rank(at, s_warp, &total_at);
-        if (above) {
-            s_val[taken_above + r_above] = row[i];
-            s_id[taken_above + r_above] = i;
-        }
-        if (at && taken_at + r_at < remaining) {
-            s_val[n_above + taken_at + r_at] = row[i];
-            s_id[n_above + taken_at + r_at] = i;
-        }
-        taken_above += total_above;
-        taken_at += total_at;
-    }
-
+    select_best(row, n, k, s_hist, s_warp, &s_prefix, &s_remaining, s_val, s_id);
     sort_best_first(s_val, s_id, k);
     for (int i = tid; i < k; i += TOPK_THREADS) {
         ids[(int64_t)blockIdx.x * k + i] = s_id[i];
@@ -321,13 +338,18 @@ void launch_top_k(cuda_backend *cb, const float *x, int32_t rows, int32_t n, int
 
 #define SAMPLE_THREADS TOPK_THREADS
 #define SAMPLE_WARPS TOPK_WARPS
-#define EDGE_MAX 2048     /* nucleus-edge candidates sorted in shared memory */
-#define TOP_P_BUCKETS 512 /* engine/sampler.c's buckets of distance to the max, */
-#define TOP_P_SPAN 32.0f  /* over this many nats */
-#define MASS_ONE 0x1p40   /* fixed-point unit of the coarse histogram */
+#define EDGE_MAX BE_SAMPLE_TOP_K_MAX /* candidates sorted in shared memory (top-k's too) */
+#define TOP_P_BUCKETS 512            /* engine/sampler.c's buckets of distance to the max, */
+#define TOP_P_SPAN 32.0f             /* over this many nats */
+#define MASS_ONE 0x1p40              /* fixed-point unit of the coarse histogram */
 
 struct sample_smem {
-    unsigned long long hist[TOP_P_BUCKETS];
+    union {
+        unsigned long long hist[TOP_P_BUCKETS]; /* top-p's coarse mass histogram */
+        int count[256];                         /* top-k's radix select */
+    };
+    uint32_t prefix;
+    int remaining;
     float val[EDGE_MAX];
     int id[EDGE_MAX];
     double dw[SAMPLE_WARPS];
@@ -569,6 +591,47 @@ static __device__ void edge_by_bisection(const masked_row row, int n, float max,
     __syncthreads();
 }
 
+/* Over the candidates sorted best first in sm.val[0..count) (count <=
+ * EDGE_MAX): the first whose cumulative weight exp(v - max), after ahead,
+ * reaches need -- or, need < 0, top_p times the candidates' own total --
+ * in a scan of fixed shape; INT_MAX if none does. */
+static __device__ int sorted_reach(sample_smem &sm, int count, float max, double ahead, double need,
+                                   float top_p)
+{
+    const int j0 = 2 * threadIdx.x, j1 = j0 + 1;
+    const double w0 = j0 < count ? (double)exp_f(__fsub_rn(sm.val[j0], max)) : 0.0;
+    const double w1 = j1 < count ? (double)exp_f(__fsub_rn(sm.val[j1], max)) : 0.0;
+    double all;
+    const double excl = block_scan_excl(__dadd_rn(w0, w1), sm, &all);
+    if (need < 0.0)
+        need = __dmul_rn((double)top_p, all);
+    const double c0 = __dadd_rn(excl, w0), c1 = __dadd_rn(c0, w1);
+    int hit = INT_MAX;
+    if (j0 < count && __dadd_rn(ahead, c0) >= need)
+        hit = j0;
+    else if (j1 < count && __dadd_rn(ahead, c1) >= need)
+        hit = j1;
+    return block_min(hit, sm);
+}
+
+/* Top-k (1 <= k <= EDGE_MAX, k < n), then top-p over the k as the
+ * sampler's top_p_sorted does (their own total, in sorted order): the last
+ * survivor (value desc, id asc) into *edge_v and *edge_id. */
+static __device__ void top_k_edge(const masked_row row, int n, float max, int k, float top_p,
+                                  sample_smem &sm, float *edge_v, int *edge_id)
+{
+    select_best(row, n, k, sm.count, sm.iw, &sm.prefix, &sm.remaining, sm.val, sm.id);
+    sort_best_first(sm.val, sm.id, k);
+    int last = k - 1;
+    if (top_p < 1.0f) {
+        const int hit = sorted_reach(sm, k, max, 0.0, -1.0, top_p);
+        last = hit == INT_MAX ? last : hit; /* none: rounding; the sampler keeps all k */
+    }
+    *edge_v = sm.val[last];
+    *edge_id = sm.id[last];
+    __syncthreads();
+}
+
 /* Top-p over the whole row: the last token (value desc, id asc) of the
  * shortest prefix whose mass reaches top_p of the row's, into *edge_v and
  * *edge_id.  The row's sum and a coarse histogram over engine/sampler.c's
@@ -645,18 +708,7 @@ static __device__ void nucleus_edge(const masked_row row, int n, float max, floa
     if (count == 0) /* rounding: keep everything */
         return;
     sort_best_first(sm.val, sm.id, count);
-    const int j0 = 2 * tid, j1 = j0 + 1;
-    const double w0 = j0 < count ? (double)exp_f(__fsub_rn(sm.val[j0], max)) : 0.0;
-    const double w1 = j1 < count ? (double)exp_f(__fsub_rn(sm.val[j1], max)) : 0.0;
-    double all;
-    const double excl = block_scan_excl(__dadd_rn(w0, w1), sm, &all);
-    const double c0 = __dadd_rn(excl, w0), c1 = __dadd_rn(c0, w1);
-    int hit = INT_MAX;
-    if (j0 < count && __dadd_rn(ahead, c0) >= need)
-        hit = j0;
-    else if (j1 < count && __dadd_rn(ahead, c1) >= need)
-        hit = j1;
-    hit = block_min(hit, sm);
+    int hit = sorted_reach(sm, count, max, ahead, need, 0.0f);
     if (hit == INT_MAX) /* rounding kept the mass short: all of them */
         hit = count - 1;
     *edge_v = sm.val[hit];
@@ -681,7 +733,9 @@ static __device__ int draw_row(const masked_row row, int n, const be_sample_row 
 {
     float edge_v = -INFINITY;
     int edge_id = INT_MAX; /* keeps every token */
-    if (p.top_p < 1.0f)
+    if (p.top_k > 0 && p.top_k < n)
+        top_k_edge(row, n, max, p.top_k, p.top_p, sm, &edge_v, &edge_id);
+    else if (p.top_p < 1.0f)
         nucleus_edge(row, n, max, p.top_p, sm, &edge_v, &edge_id);
     const float cut = __fadd_rn(max, p.log_min_p), t = p.temperature;
     const float x_max = __fdiv_rn(max, t);

@@ -604,6 +604,13 @@ static sample_case sampling_case(const char *what, float t, float top_p, float m
     return (sample_case){what, p, false};
 }
 
+static sample_case with_top_k(sample_case c, int32_t k, const char *what)
+{
+    c.what = what;
+    c.p.top_k = k;
+    return c;
+}
+
 static sample_case masked_case(sample_case c, const char *what)
 {
     c.what = what;
@@ -711,6 +718,13 @@ static void test_sample(ctx *c, int32_t n, int32_t steps)
         masked_case(sampling_case("", 0.8f, 0.9f, 0.0f, 1.2f, 0.0f, 0.0f),
                     "masked: t 0.8, top_p 0.9, repeat 1.2"),
         masked_case(sampling_case("", 0.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f), "masked: greedy"),
+        with_top_k(sampling_case("", 1.0f, 1.0f, 0.0f, 0.8f, -0.5f, 0.0f), 40,
+                   "top_k 40, raising: repeat 0.8, presence -0.5"),
+        with_top_k(sampling_case("", 0.9f, 0.9f, 0.05f, 1.1f, 0.0f, 0.0f), 300,
+                   "top_k 300, top_p 0.9, min_p 0.05, repeat 1.1"),
+        with_top_k(sampling_case("", 1.0f, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f), 2048,
+                   "top_k 2048, top_p 0.95"),
+        masked_case(with_top_k(plain_t1, 20, ""), "masked: top_k 20"),
     };
     const size_t words = (size_t)(n + 63) / 64;
     const size_t count = (size_t)ROWS * n;

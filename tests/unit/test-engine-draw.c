@@ -9,10 +9,11 @@
  * Pins:
  *  - a batch of sequences at temperature alone, top-p, min-p, their mix,
  *    penalties that lower and that raise logits, greedy after penalties,
- *    and top-k (the candidates' path) beside them, some asking for
- *    logprobs and top_logprobs, two under a JSON grammar (sampled and
- *    greedy: the mask goes to the device): no logit row comes back to the
- *    host (engine_stats.logit_rows_copied 0);
+ *    and top-k (the candidates' path; with raising penalties, the device's
+ *    own selection) beside them, some asking for logprobs and
+ *    top_logprobs, two under a JSON grammar (top-k sampled and greedy: the
+ *    mask goes to the device): no logit row comes back to the host
+ *    (engine_stats.logit_rows_copied 0);
  *  - each sequence generates the tokens the host sampler picks when every
  *    row comes back (an observer), and its logprobs and alternatives are
  *    the host's: so the penalty pairs, the uniform of (seed, step), min-p's
@@ -47,22 +48,26 @@ typedef struct device_like {
 
 /* ---- the ops, after backend.h ---- */
 
-/* Top-p by a full sort (the sampler buckets; the mass is the same up to
- * rounding): keep[i] false for the tokens past the nucleus. */
-static void nucleus(const float *row, int32_t n, float max, float top_p, topk_entry *order,
-                    bool *keep)
+/* Top-k, then top-p over what it kept, by a full sort (over the whole row
+ * the sampler buckets; the mass is the same up to rounding): keep[i] false
+ * for the tokens past either. */
+static void truncate_sorted(const float *row, int32_t n, float max, const be_sample_row *r,
+                            topk_entry *order, bool *keep)
 {
-    double sum = 0.0;
-    for (int32_t i = 0; i < n; i++) {
-        sum += expf(row[i] - max);
+    for (int32_t i = 0; i < n; i++)
         order[i] = (topk_entry){row[i], i};
-    }
     qsort(order, (size_t)n, sizeof *order, topk_cmp);
-    double cum = 0.0;
-    int32_t k = 0;
-    while (k < n && (cum += expf(order[k].value - max)) < (double)top_p * sum)
-        k++;
-    for (int32_t j = k + 1; j < n; j++)
+    int32_t k = r->top_k > 0 && r->top_k < n ? r->top_k : n;
+    if (r->top_p < 1.0f) {
+        double sum = 0.0, cum = 0.0;
+        for (int32_t j = 0; j < k; j++)
+            sum += expf(order[j].value - max);
+        int32_t j = 0;
+        while (j < k && (cum += expf(order[j].value - max)) < (double)r->top_p * sum)
+            j++;
+        k = j < k ? j + 1 : k;
+    }
+    for (int32_t j = k; j < n; j++)
         keep[order[j].id] = false;
 }
 
@@ -82,8 +87,7 @@ static int32_t draw_one(const float *row, int32_t n, const be_sample_row *r, top
         return first;
     for (int32_t i = 0; i < n; i++)
         keep[i] = row[i] >= max + r->log_min_p;
-    if (r->top_p < 1.0f)
-        nucleus(row, n, max, r->top_p, order, keep);
+    truncate_sorted(row, n, max, r, order, keep);
     const float t = r->temperature, x_max = max / t;
     double total = 0.0, cum = 0.0;
     for (int32_t i = 0; i < n; i++)
@@ -206,7 +210,9 @@ static void settings(int i, const grammar *g, engine_request *req)
     case 1: p->top_p = 0.9f, p->temperature = 0.8f; break;
     case 2: p->min_p = 0.1f; break;
     case 3: p->top_p = 0.95f, p->min_p = 0.05f, p->repeat_penalty = 1.3f; break;
-    case 4: p->repeat_penalty = 0.8f, p->presence_penalty = -0.5f; break; /* raise logits */
+    case 4: /* raising logits: the candidates cannot serve top-k, the device's select does */
+        p->repeat_penalty = 0.8f, p->presence_penalty = -0.5f, p->top_k = 30;
+        break;
     case 5: p->temperature = 0.0f, p->repeat_penalty = 1.5f, p->frequency_penalty = 0.3f; break;
     case 6: p->top_k = 40; break;
     case 7: p->top_p = 0.5f, p->presence_penalty = 0.4f, p->repeat_last_n = -1; break;
@@ -218,6 +224,7 @@ static void settings(int i, const grammar *g, engine_request *req)
         req->constraint = g;
         req->ignore_eos = false;
         p->temperature = i == 10 ? 1.0f : 0.0f;
+        p->top_k = i == 10 ? 20 : 0;
     }
 }
 
