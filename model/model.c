@@ -918,13 +918,16 @@ static int check_sampled(const model *m, const model_state *st, const be_sample_
                          n_pen, st->n_logits, st->max_logits * MODEL_SAMPLE_PEN_MAX);
     for (int32_t i = 0; i < n; i++) {
         const be_sample_row *r = &rows[i];
+        /* A top-k the device's sort has no room for (greedy ignores it). */
+        const bool wide_k = r->temperature > 0.0f && r->top_k > BE_SAMPLE_TOP_K_MAX &&
+                            r->top_k < m->cfg.n_vocab;
         if (r->row < 0 || r->row >= st->n_logits || r->pen_first < 0 || r->n_pen < 0 ||
-            r->n_pen > n_pen - r->pen_first || r->mask < -1 || r->mask >= n_masks)
+            r->n_pen > n_pen - r->pen_first || r->mask < -1 || r->mask >= n_masks || wide_k)
             return llmq_errc(err, LLMQ_ERR_INVALID,
                              "sampled row %d: logit row %d (of %d), penalty pairs %d..%d (of %d), "
-                             "mask %d (of %d)",
+                             "mask %d (of %d), top_k %d (at most %d)",
                              i, r->row, st->n_logits, r->pen_first, r->pen_first + r->n_pen - 1,
-                             n_pen, r->mask, n_masks);
+                             n_pen, r->mask, n_masks, r->top_k, BE_SAMPLE_TOP_K_MAX);
     }
     for (int32_t j = 0; j < n_pen; j++)
         if (pen[2 * j] < 0 || pen[2 * j] >= m->cfg.n_vocab)
