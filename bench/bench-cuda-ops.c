@@ -7,7 +7,10 @@
  *
  * Each figure is the median over 7 rounds of the mean time of a burst of
  * back-to-back calls (host clock around the burst and one sync), so short
- * kernels include launch gaps, as they do inside a decode step.  Matmuls
+ * kernels include the host's launch gaps; and again with the burst recorded
+ * as one CUDA graph and replayed, as decode steps run (graphs.cu), where
+ * kernels follow each other with the device's own gaps and, with PDL,
+ * start during their predecessor's tail (the figure to read for decode).  Matmuls
  * rotate over the same matrix of up to 8 layers (more bytes than the
  * 60 MB L2 holds) so that weights come from DRAM, as in a forward pass.
  * Inputs are random, never zeros.  Output: a markdown table. */
@@ -36,29 +39,57 @@ static int cmp_double(const void *a, const void *b)
 
 typedef void (*op_fn)(backend *be, void *arg, int call);
 
-/* Median seconds per call of fn over ROUNDS bursts, or -1 on a backend error. */
-static double time_op(backend *be, op_fn fn, void *arg)
+typedef struct op_time {
+    double burst; /* seconds per call, calls issued one by one */
+    double graph; /* seconds per call, the burst replayed as one CUDA graph */
+} op_time;
+
+/* One burst of calls: issued, or recorded and replayed under *key
+ * (graph_begin's protocol: eager the first time, recorded the second,
+ * replayed after).  -1 on a backend error. */
+static int burst(backend *be, op_fn fn, void *arg, const be_graph_key *key)
 {
     llmq_err err;
-    double t[ROUNDS];
-    for (int call = 0; call < 3; call++)
-        fn(be, arg, call);
+    int again = BE_GRAPH_REDO;
+    if (key && be->ops->graph_begin && be->ops->graph_begin(be, key) == 1)
+        again = BE_GRAPH_DONE;
+    while (again == BE_GRAPH_REDO) {
+        for (int call = 0; call < BURST; call++)
+            fn(be, arg, call);
+        again = key && be->ops->graph_end ? be->ops->graph_end(be) : BE_GRAPH_DONE;
+        key = NULL; /* a step issued again runs eagerly */
+    }
     if (be->ops->sync(be, &err) != 0) {
         fprintf(stderr, "bench-cuda-ops: %s\n", err.msg);
         return -1;
     }
-    for (int r = 0; r < ROUNDS; r++) {
+    return 0;
+}
+
+/* Median seconds per call of fn over ROUNDS bursts; -1 on a backend error. */
+static double time_bursts(backend *be, op_fn fn, void *arg, const be_graph_key *key)
+{
+    double t[ROUNDS];
+    for (int r = -2; r < ROUNDS; r++) { /* two unmeasured: eager, then recorded */
         const double t0 = clock_mono_ms_f() / 1e3;
-        for (int call = 0; call < BURST; call++)
-            fn(be, arg, call);
-        if (be->ops->sync(be, &err) != 0) {
-            fprintf(stderr, "bench-cuda-ops: %s\n", err.msg);
+        if (burst(be, fn, arg, key) != 0)
             return -1;
-        }
-        t[r] = (clock_mono_ms_f() / 1e3 - t0) / BURST;
+        if (r >= 0)
+            t[r] = (clock_mono_ms_f() / 1e3 - t0) / BURST;
     }
     qsort(t, ROUNDS, sizeof *t, cmp_double);
     return t[ROUNDS / 2];
+}
+
+/* Both timings of fn.  In a graph the host's launch cost is gone and the
+ * kernels run back to back (overlapping their predecessor with PDL), as
+ * in a decode step; each op's recording is a key of its own. */
+static op_time time_op(backend *be, op_fn fn, void *arg)
+{
+    static uint64_t next_owner = 1; /* bench-local: one recording per op and shape */
+    const be_graph_key key = {0xbe9c000000000000ull + next_owner++, 1, 0, 0, 128};
+    op_time t = {time_bursts(be, fn, arg, NULL), time_bursts(be, fn, arg, &key)};
+    return t;
 }
 
 static void fill_random(float *x, size_t n, uint64_t seed)
@@ -86,15 +117,16 @@ static void *dev_random(backend *be, size_t n, uint64_t seed)
     return d;
 }
 
-static void print_row(const char *op, const char *shape, int rows, double sec, double bytes,
+static void print_row(const char *op, const char *shape, int rows, op_time t, double bytes,
                       double flops)
 {
-    if (sec < 0) {
-        printf("| %s | %s | %d | failed | | | |\n", op, shape, rows);
+    if (t.burst < 0 || t.graph < 0) {
+        printf("| %s | %s | %d | failed | | | | | |\n", op, shape, rows);
         return;
     }
-    printf("| %s | %s | %d | %.1f | %.0f | %.0f%% | %.1f |\n", op, shape, rows, sec * 1e6,
-           bytes / sec / 1e9, 100 * bytes / sec / COPY_BW, flops / sec / 1e12);
+    printf("| %s | %s | %d | %.1f | %.0f | %.0f%% | %.1f | %.1f | %.0f%% |\n", op, shape, rows,
+           t.burst * 1e6, bytes / t.burst / 1e9, 100 * bytes / t.burst / COPY_BW,
+           flops / t.burst / 1e12, t.graph * 1e6, 100 * bytes / t.graph / COPY_BW);
     fflush(stdout);
 }
 
@@ -396,8 +428,9 @@ int main(int argc, char **argv)
     gguf_get_u32(f, "llama.attention.head_count", &heads, &err);
     gguf_get_u32(f, "llama.attention.head_count_kv", &heads_kv, &err);
     gguf_get_u32(f, "llama.embedding_length", &dim, &err);
-    printf("| op | shape | rows | us (median) | GB/s | of 4.24 TB/s | TFLOP/s |\n");
-    printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+    printf("| op | shape | rows | us (median) | GB/s | of 4.24 TB/s | TFLOP/s | us in a graph | "
+           "of 4.24 TB/s in a graph |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     static const char *const roles[] = {"attn_q", "attn_k", "attn_v", "attn_output",
                                         "ffn_gate", "ffn_up", "ffn_down", "output"};
     static const quant_type types[] = {QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_Q8_0, QUANT_F16};

@@ -87,6 +87,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
     __half *sq = (__half *)smem;
     __half *sk = sq + ATT_TILE * LD;     /* [2][64][LD] */
     __half *sv = sk + 2 * ATT_TILE * LD; /* [2][64][LD] */
+    pdl_begin();
     const int x = blockIdx.x, h = blockIdx.y;
     const int seq = p.row_seq[x], p0 = p.pos[x];
     if (x > 0 && p.row_seq[x - 1] == seq && p0 % ATT_TILE != 0)
@@ -283,6 +284,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
     __shared__ float s_o[DEC_WARPS][HG][D];
     __shared__ float s_ml[HG][2];
 
+    pdl_begin();
     const int split = blockIdx.x, h0 = blockIdx.y * HG, x = rows[blockIdx.z];
     const int n_keys = p.pos[x] + 1, k0 = split * DEC_KEYS;
     if (k0 >= n_keys)
@@ -444,6 +446,7 @@ template <int D>
 __global__ void __launch_bounds__(D)
     attn_decode_merge_kernel(attn_args p, const int32_t *rows, const float *part, int max_split)
 {
+    pdl_begin();
     const int x = rows[blockIdx.x], h = blockIdx.y, d = threadIdx.x;
     const int n_split = dec_splits(p.pos[x] + 1);
     if (n_split == 1)
@@ -472,11 +475,11 @@ static void launch_decode_hg(cuda_backend *cb, const attn_args &a, const be_attn
                                                    (D + 2) * sizeof(float))))
         return;
     dim3 grid(max_split, a.n_head / HG, b->n_decode);
-    attn_decode_kernel<D, HG>
-        <<<grid, DEC_THREADS, 0, cb->stream>>>(a, b->decode_rows_dev, scale_log2, part, max_split);
+    cuda_launch(cb, attn_decode_kernel<D, HG>, grid, DEC_THREADS, 0, a, b->decode_rows_dev,
+                scale_log2, part, max_split);
     if (max_split > 1)
-        attn_decode_merge_kernel<D><<<dim3(b->n_decode, a.n_head), D, 0, cb->stream>>>(
-            a, b->decode_rows_dev, part, max_split);
+        cuda_launch(cb, attn_decode_merge_kernel<D>, dim3(b->n_decode, a.n_head), D, 0, a,
+                    b->decode_rows_dev, part, max_split);
 }
 
 /* Query heads per CTA: as many of a KV head's group as fit the registers (4). */
@@ -496,6 +499,7 @@ static void launch_decode(cuda_backend *cb, const attn_args &a, const be_attn_ba
 __global__ void attn_plain_kernel(attn_args p, float scale)
 {
     extern __shared__ float scores[];
+    pdl_begin();
     const int x = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, D = p.head_dim;
     const int n = p.pos[x] + 1, hk = h / p.group;
     const int32_t *blocks = p.btab + (int64_t)p.row_seq[x] * p.max_blocks;
@@ -589,13 +593,16 @@ void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const fl
             return;
     }
     dim3 grid(b->n_rows, sh->n_head);
-    cudaStream_t s = cb->stream;
+    auto tc = [&](auto d) {
+        constexpr int DD = decltype(d)::value;
+        cuda_launch(cb, attn_tc_kernel<DD>, grid, ATT_THREADS, tc_smem<DD>(), a, scale_log2);
+    };
     switch (D) {
-    case 16: attn_tc_kernel<16><<<grid, ATT_THREADS, tc_smem<16>(), s>>>(a, scale_log2); break;
-    case 32: attn_tc_kernel<32><<<grid, ATT_THREADS, tc_smem<32>(), s>>>(a, scale_log2); break;
-    case 64: attn_tc_kernel<64><<<grid, ATT_THREADS, tc_smem<64>(), s>>>(a, scale_log2); break;
-    case 96: attn_tc_kernel<96><<<grid, ATT_THREADS, tc_smem<96>(), s>>>(a, scale_log2); break;
-    case 128: attn_tc_kernel<128><<<grid, ATT_THREADS, tc_smem<128>(), s>>>(a, scale_log2); break;
+    case 16: tc(std::integral_constant<int, 16>{}); break;
+    case 32: tc(std::integral_constant<int, 32>{}); break;
+    case 64: tc(std::integral_constant<int, 64>{}); break;
+    case 96: tc(std::integral_constant<int, 96>{}); break;
+    case 128: tc(std::integral_constant<int, 128>{}); break;
     default: {
         /* 16 bytes of slack: ptxas merges the guarded loads of the last
          * scores into one wider load that may reach past the last one. */
@@ -605,7 +612,7 @@ void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const fl
                           "%d positions (%d asked)", D, PLAIN_MAX_SMEM / 4, b->max_seq_len);
             return;
         }
-        attn_plain_kernel<<<grid, 32, smem, s>>>(a, scale);
+        cuda_launch(cb, attn_plain_kernel, grid, 32, smem, a, scale);
     }
     }
     cuda_check_launch(cb, "attention");

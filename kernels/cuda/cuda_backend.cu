@@ -38,6 +38,12 @@ void cuda_fail(cuda_backend *cb, const char *fmt, ...)
     llmq_errf(&cb->first_err, "cuda backend: %s", msg);
 }
 
+bool cuda_env_allows(const char *name)
+{
+    const char *v = getenv(name);
+    return !(v && strcmp(v, "0") == 0);
+}
+
 void cuda_check_launch(cuda_backend *cb, const char *op)
 {
     cudaError_t e = cudaGetLastError();
@@ -676,6 +682,7 @@ extern "C" int backend_cuda_create(backend **out, int gpu, llmq_err *err)
         (e = attention_configure()) != cudaSuccess)
         goto fail;
     cuda_graphs_init(cb);
+    cb->pdl_on = cuda_env_allows("LLMQ_CUDA_PDL");
     cb->base.ops = &cuda_ops;
     cb->base.name = "cuda";
     *out = &cb->base;

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include <type_traits>
+#include <utility>
 
 /* The seam's headers are C11; their _Static_assert is C++'s static_assert. */
 #define _Static_assert static_assert
@@ -126,6 +127,7 @@ struct cuda_backend {
     cuda_graph_slot *recording; /* the slot the stream is recording, or NULL */
     bool record_broken;         /* an op could not be recorded: graph_end reruns the step */
     uint64_t graph_clock;
+    bool pdl_on; /* launches may overlap their predecessor (cuda_launch) */
 };
 
 static inline int64_t act_f16_stride(int64_t cols)
@@ -138,6 +140,9 @@ void cuda_fail(cuda_backend *cb, const char *fmt, ...) __attribute__((format(pri
 /* Device scratch of at least `bytes` (cb->part), valid until the next call;
  * NULL after recording a failure that names op. */
 float *cuda_scratch(cuda_backend *cb, const char *op, size_t bytes);
+/* Whether a switch of the environment is on: unset or anything but "0"
+ * (LLMQ_CUDA_GRAPHS, LLMQ_CUDA_PDL: for A/B runs). */
+bool cuda_env_allows(const char *name);
 /* After a launch: a launch error becomes the backend's error, naming op. */
 void cuda_check_launch(cuda_backend *cb, const char *op);
 
@@ -146,6 +151,88 @@ void cuda_graphs_init(cuda_backend *cb);
 void cuda_graphs_drop(cuda_backend *cb);
 int cu_graph_begin(backend *be, const be_graph_key *key);
 int cu_graph_end(backend *be);
+
+/* ---- programmatic dependent launch (PDL) ----
+ *
+ * A decode step is ~350 dependent kernels of a few microseconds each; back
+ * to back, each one's launch, ramp-up and the first round trip of its loads
+ * to memory sit between its predecessor's last store and its own first
+ * result.  Launched through cuda_launch, a kernel may start while its
+ * predecessor still runs (the stream's programmatic serialization, kept
+ * as programmatic edges when a graph records it): its CTAs become resident
+ * as soon as every CTA of the predecessor has called pdl_launch_next, do
+ * what needs nothing of earlier kernels (addresses; mmv's weights into L2),
+ * and stop in pdl_wait until the predecessor has completed with all its
+ * memory visible.
+ *
+ * The rule every kernel launched by cuda_launch keeps: every CTA executes
+ * pdl_wait before it reads or writes any memory that an earlier kernel
+ * writes or reads (activations, the KV cache, scratch, outputs), and before
+ * it exits.  The second part is what makes the wait transitive: a kernel
+ * completes only after its own wait returned, so after its predecessor
+ * completed, and so on back.  Constant inputs (weights, the step's
+ * uploaded batch arrays, which the host writes before the step starts) may
+ * be read before the wait.  The results are the same bits with or without
+ * PDL (LLMQ_CUDA_PDL=0 turns it off for A/B runs); only when a kernel
+ * starts changes. */
+static __device__ __forceinline__ void pdl_launch_next(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+/* The start of a kernel with nothing to do before its inputs are ready. */
+static __device__ __forceinline__ void pdl_begin(void)
+{
+    pdl_launch_next();
+    pdl_wait();
+}
+
+/* Starts bringing the 16-byte units inside [p, p + n) into L2 and returns
+ * (Hopper's bulk prefetch: no registers or shared memory held, nothing to
+ * wait for); a hint, so the ragged ends are left out. */
+static __device__ __forceinline__ void l2_prefetch(const void *p, uint64_t n)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const uint64_t first = ((uint64_t)p + 15) & ~(uint64_t)15,
+                   end = ((uint64_t)p + n) & ~(uint64_t)15;
+    if (end > first)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(first),
+                     "r"((uint32_t)(end - first))
+                     : "memory");
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
+/* kernel<<<grid, block, smem, cb->stream>>>(args...), allowed to overlap
+ * its predecessor when cb->pdl_on (the rule above); errors are left for
+ * cuda_check_launch. */
+template <typename... P, typename... A>
+static void cuda_launch(cuda_backend *cb, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                        A &&...args)
+{
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = cb->pdl_on ? 1 : 0;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = cb->stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
+}
 
 /* ---- launchers (each enqueues on cb->stream) ---- */
 

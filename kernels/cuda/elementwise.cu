@@ -9,7 +9,9 @@
  * block per 1024-wide slice of a row, so a single decode row still spreads
  * over many SMs.  The f16 copy is written up to its padded width and not
  * one element further (rows are adjacent in that buffer).  Shared memory:
- * 32 doubles for the rmsnorm sum.  The other ops: 256 threads per row.
+ * 32 doubles for the rmsnorm sum.  rope: a thread per pair, several heads
+ * of a row per CTA; kv_write: 8 values a thread; embed, gather, add_bias: 256
+ * threads per row.
  *
  * Exactness: the arithmetic mirrors the CPU backend operation for operation
  * with the rounding intrinsics (__fmul_rn, ...), so that contraction into
@@ -68,6 +70,7 @@ static __device__ __forceinline__ float dequant_one(const be_weight &w, int64_t 
 template <int T>
 __global__ void embed_kernel(be_weight w, const int32_t *ids, float *out)
 {
+    pdl_begin();
     const int64_t r = blockIdx.x, row = ids[r];
     for (int64_t k = threadIdx.x; k < w.cols; k += blockDim.x)
         out[r * w.cols + k] = dequant_one<T>(w, row, k);
@@ -77,7 +80,7 @@ void launch_embed(cuda_backend *cb, const be_weight *w, const int32_t *ids, int3
 {
     dim3 grid(n), block(ROW_THREADS);
     const bool known = with_weight_type(w->type, [&](auto t) {
-        embed_kernel<decltype(t)::value><<<grid, block, 0, cb->stream>>>(*w, ids, out);
+        cuda_launch(cb, embed_kernel<decltype(t)::value>, grid, block, 0, *w, ids, out);
     });
     if (!known) {
         cuda_fail(cb, "embed: type %s", quant_type_name(w->type));
@@ -90,6 +93,7 @@ void launch_embed(cuda_backend *cb, const be_weight *w, const int32_t *ids, int3
 
 __global__ void gather_kernel(const float *x, const int32_t *idx, int32_t dim, float *out)
 {
+    pdl_begin();
     const int64_t r = blockIdx.x, src = idx[r];
     for (int32_t e = threadIdx.x; e < dim; e += blockDim.x)
         out[r * dim + e] = x[src * dim + e];
@@ -98,7 +102,7 @@ __global__ void gather_kernel(const float *x, const int32_t *idx, int32_t dim, f
 void launch_gather_rows(cuda_backend *cb, const float *x, const int32_t *idx, int32_t n,
                         int32_t dim, float *out)
 {
-    gather_kernel<<<n, ROW_THREADS, 0, cb->stream>>>(x, idx, dim, out);
+    cuda_launch(cb, gather_kernel, n, ROW_THREADS, 0, x, idx, dim, out);
     cuda_check_launch(cb, "gather_rows");
 }
 
@@ -133,6 +137,7 @@ __global__ void __launch_bounds__(PROD_THREADS)
     row_kernel(const float *x, const float *aux, float eps, int32_t dim, float *y, __half *h,
                int32_t hstride)
 {
+    pdl_begin();
     const int64_t r = blockIdx.x;
     const float *xr = x + r * dim;
     const float *ar = aux ? aux + (MODE == ROW_SWIGLU ? r * dim : 0) : NULL;
@@ -165,7 +170,7 @@ static void launch_rows(cuda_backend *cb, const float *x, const float *aux, floa
     const int32_t hs = (int32_t)act_f16_stride(dim);
     float *y = MODE == ROW_COPY ? NULL : a->x;
     const dim3 grid(rows, MODE == ROW_NORM ? 1 : (hs + PROD_THREADS - 1) / PROD_THREADS);
-    row_kernel<MODE><<<grid, PROD_THREADS, 0, cb->stream>>>(x, aux, eps, dim, y, aq->h, hs);
+    cuda_launch(cb, row_kernel<MODE>, grid, PROD_THREADS, 0, x, aux, eps, dim, y, aq->h, hs);
     a->rows = rows;
     a->cols = dim;
     a->q_valid = true;
@@ -192,39 +197,50 @@ void launch_act_quantize(cuda_backend *cb, be_act *a)
 }
 
 /* ---- rope: theta by repeated products as the CPU; pair i is values
- * step*i and step*i + offset (adjacent pairs: 2, 1; halves: 1, n_dims/2) ---- */
+ * step*i and step*i + offset (adjacent pairs: 2, 1; halves: 1, n_dims/2).
+ * A thread per pair, ROW_THREADS / pairs heads of one row per CTA: each
+ * thread's one load, its theta chain (i dependent products) and its one
+ * store overlap with every other pair's.  A CTA per row with threads
+ * looping over the pairs, as before, paid a DRAM round trip per pair in
+ * series (the store of one pair may alias the next one's load): 17 us a
+ * decode row at 7B under ncu, for 4,096 pairs (docs/perf/07). ---- */
 
 __global__ void rope_kernel(float *q, float *k, const int32_t *pos, int32_t n_head,
-                            int32_t n_head_kv, int32_t hd, int32_t n_dims, int32_t step,
-                            int32_t offset, float theta_scale, const float *factors)
+                            int32_t n_head_kv, int32_t hd, int32_t step, int32_t offset,
+                            float theta_scale, const float *factors)
 {
+    pdl_begin();
     const int64_t r = blockIdx.x;
-    const int32_t half = n_dims / 2, total = (n_head + n_head_kv) * half;
-    const float p = (float)pos[r];
-    for (int32_t t = threadIdx.x; t < total; t += blockDim.x) {
-        const int32_t head = t / half, i = t % half;
-        float *x = head < n_head ? q + (r * n_head + head) * hd
-                                 : k + (r * n_head_kv + (head - n_head)) * hd;
-        float theta = p;
-        for (int32_t j = 0; j < i; j++)
-            theta = __fmul_rn(theta, theta_scale);
-        if (factors)
-            theta = __fdiv_rn(theta, factors[i]);
-        const float c = cosf(theta), s = sinf(theta);
-        float *a = x + step * i, *b = a + offset;
-        const float x0 = *a, x1 = *b;
-        *a = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-        *b = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-    }
+    const int32_t head = (int32_t)(blockIdx.y * blockDim.y + threadIdx.y), i = threadIdx.x;
+    if (head >= n_head + n_head_kv)
+        return;
+    float *x = head < n_head ? q + (r * n_head + head) * hd
+                             : k + (r * n_head_kv + (head - n_head)) * hd;
+    float theta = (float)pos[r];
+    for (int32_t j = 0; j < i; j++)
+        theta = __fmul_rn(theta, theta_scale);
+    if (factors)
+        theta = __fdiv_rn(theta, factors[i]);
+    const float c = cosf(theta), s = sinf(theta);
+    float *a = x + step * i, *b = a + offset;
+    const float x0 = *a, x1 = *b;
+    *a = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    *b = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
 }
 
 void launch_rope(cuda_backend *cb, float *q, float *k, const int32_t *pos, int32_t rows,
                  const be_attn_shape *sh, const be_rope *rope, float theta_scale)
 {
     const bool halves = rope->mode == BE_ROPE_HALVES;
-    rope_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>(
-        q, k, pos, sh->n_head, sh->n_head_kv, sh->head_dim, rope->n_dims, halves ? 1 : 2,
-        halves ? rope->n_dims / 2 : 1, theta_scale, rope->factors_dev);
+    const int32_t pairs = rope->n_dims / 2, heads = sh->n_head + sh->n_head_kv;
+    if (rows > 0 && pairs > 0) {
+        /* pairs <= 128 (head dims <= 256), so a CTA holds at least 2 heads */
+        const int32_t per_cta = pairs < ROW_THREADS ? ROW_THREADS / pairs : 1;
+        const dim3 grid(rows, (heads + per_cta - 1) / per_cta), block(pairs, per_cta);
+        cuda_launch(cb, rope_kernel, grid, block, 0, q, k, pos, sh->n_head, sh->n_head_kv,
+                    sh->head_dim, halves ? 1 : 2, halves ? rope->n_dims / 2 : 1, theta_scale,
+                    rope->factors_dev);
+    }
     cuda_check_launch(cb, "rope");
 }
 
@@ -232,6 +248,7 @@ void launch_rope(cuda_backend *cb, float *q, float *k, const int32_t *pos, int32
 
 __global__ void add_bias_kernel(float *x, const float *bias, int32_t n)
 {
+    pdl_begin();
     const int64_t r = blockIdx.x;
     for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
         x[r * n + i] = __fadd_rn(x[r * n + i], bias[i]);
@@ -239,20 +256,43 @@ __global__ void add_bias_kernel(float *x, const float *bias, int32_t n)
 
 void launch_add_bias(cuda_backend *cb, float *x, const float *bias, int32_t rows, int32_t n)
 {
-    add_bias_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>(x, bias, n);
+    cuda_launch(cb, add_bias_kernel, rows, ROW_THREADS, 0, x, bias, n);
     cuda_check_launch(cb, "add_bias");
 }
 
-/* ---- kv_write: f32 rows into the f16 cache at their slots ---- */
+/* ---- kv_write: f32 rows into the f16 cache at their slots.  Each thread
+ * converts 8 values of k and of v with 16-byte loads and stores, so a
+ * 4096-wide decode row is one round trip of 512 threads instead of 16 in
+ * series (17 ... 14 us under ncu before, docs/perf/07); rows of a width
+ * that is not a multiple of 8 take one value a thread. ---- */
 
-__global__ void kv_write_kernel(__half *kc, __half *vc, int64_t layer_off, int32_t kv_dim,
-                                const float *k, const float *v, const int32_t *slot)
+#define KV_VEC 8
+
+__global__ void kv_write_kernel(__half *__restrict__ kc, __half *__restrict__ vc, int64_t layer_off,
+                                int32_t kv_dim, const float *__restrict__ k,
+                                const float *__restrict__ v, const int32_t *slot)
 {
+    pdl_begin();
     const int64_t r = blockIdx.x;
     const int64_t dst = layer_off + (int64_t)slot[r] * kv_dim;
-    for (int32_t e = threadIdx.x; e < kv_dim; e += blockDim.x) {
-        kc[dst + e] = __float2half_rn(k[r * kv_dim + e]);
-        vc[dst + e] = __float2half_rn(v[r * kv_dim + e]);
+    const int32_t e = (int32_t)(blockIdx.y * blockDim.x + threadIdx.x) * KV_VEC;
+    if (kv_dim % KV_VEC == 0) {
+        if (e >= kv_dim)
+            return;
+        const float4 *ks = (const float4 *)(k + r * kv_dim + e),
+                     *vs = (const float4 *)(v + r * kv_dim + e);
+        const float4 k0 = ks[0], k1 = ks[1], v0 = vs[0], v1 = vs[1];
+        const uint4 kh = {pack_half2(k0.x, k0.y), pack_half2(k0.z, k0.w), pack_half2(k1.x, k1.y),
+                          pack_half2(k1.z, k1.w)};
+        const uint4 vh = {pack_half2(v0.x, v0.y), pack_half2(v0.z, v0.w), pack_half2(v1.x, v1.y),
+                          pack_half2(v1.z, v1.w)};
+        *(uint4 *)(kc + dst + e) = kh;
+        *(uint4 *)(vc + dst + e) = vh;
+        return;
+    }
+    for (int32_t i = e; i < min(kv_dim, e + KV_VEC); i++) {
+        kc[dst + i] = __float2half_rn(k[r * kv_dim + i]);
+        vc[dst + i] = __float2half_rn(v[r * kv_dim + i]);
     }
 }
 
@@ -260,7 +300,10 @@ void launch_kv_write(cuda_backend *cb, be_kv *kv, int32_t layer, const float *k,
                      const int32_t *slot, int32_t rows)
 {
     const int64_t layer_off = (int64_t)layer * kv->n_blocks * kv->block_size * kv->kv_dim;
-    kv_write_kernel<<<rows, ROW_THREADS, 0, cb->stream>>>(kv->k, kv->v, layer_off, kv->kv_dim, k,
-                                                          v, slot);
+    const int32_t threads = (kv->kv_dim + KV_VEC - 1) / KV_VEC;
+    const dim3 grid(rows, (threads + ROW_THREADS - 1) / ROW_THREADS);
+    if (rows > 0)
+        cuda_launch(cb, kv_write_kernel, grid, ROW_THREADS, 0, kv->k, kv->v, layer_off, kv->kv_dim,
+                    k, v, slot);
     cuda_check_launch(cb, "kv_write");
 }

@@ -21,9 +21,6 @@
  * LLMQ_CUDA_GRAPHS=0 in the environment turns recording off. */
 #include "kernels/cuda/cuda_internal.h"
 
-#include <stdlib.h>
-#include <string.h>
-
 /* The split-KV grid of the decode attention kernel (attention.cu). */
 #define GRAPH_KEYS_PER_SPLIT 128
 
@@ -31,8 +28,7 @@ enum { SLOT_EMPTY = 0, SLOT_SEEN, SLOT_READY };
 
 void cuda_graphs_init(cuda_backend *cb)
 {
-    const char *env = getenv("LLMQ_CUDA_GRAPHS");
-    cb->graphs_on = !(env && strcmp(env, "0") == 0);
+    cb->graphs_on = cuda_env_allows("LLMQ_CUDA_GRAPHS");
 }
 
 void cuda_graphs_drop(cuda_backend *cb)

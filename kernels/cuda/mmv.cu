@@ -15,16 +15,19 @@
  * are added in chunk order.  Lane (g = lane / 4, c = lane % 4) holds, per
  * 64-value tile of k, the 8 quant bytes at 8c of each 32-byte half of its
  * weight rows: its share of the tile's four steps (numerics.cuh), one
- * 32-byte sector per row and quad.  A block's bytes and scales are read
- * once, one block ahead of its math; the activation fragments are 8-byte
- * loads from the step-ordered f16 copy at constant offsets from a pointer
- * per row.
+ * 32-byte sector per row and quad.  A warp's chunk of weight bytes is
+ * staged in shared memory, every block of it requested at once (below,
+ * "the weights' bytes, staged"); the activation fragments are 8-byte loads
+ * from the step-ordered f16 copy at constant offsets from a pointer per
+ * row.
  *
  * Groups: weights that read the same activations (q, k, v; gate, up) run
  * as one launch, their 8-row tiles end to end.
  *
  * Shared memory: the chunk partials, chunks x 128 floats (16 x 8 or 8 x 16
- * weight x activation rows).
+ * weight x activation rows), then each warp's staging region (9.5 KB a
+ * warp for 16 rows of q4_K, 12.5 KB for q6_K: 38 KB a CTA at k = 4096,
+ * 104 KB at 11008).
  *
  * Roofline (batch 1, 7B q4_K): 4096 x 4096 reads 9.4 MB, 2.2 us at the
  * 4.24 TB/s copy bandwidth; 11008 x 4096 reads 25.4 MB, 6.0 us.  A chunk's
@@ -79,53 +82,201 @@ struct mmv_raw<QUANT_Q8_0> {
     typedef mmv_q8 type;
 };
 
-/* Block b of weight row `row`, lane quad position c. */
-static __device__ __forceinline__ void mmv_load(const be_weight &w, int64_t row, int64_t b, int c,
+/* ---- the weights' bytes, staged in shared memory ----
+ *
+ * A warp copies the bytes of its chunk (4 blocks of 256 values) of the
+ * CTA's weight rows into its own region of shared memory with cp.async,
+ * one commit group per block, all in flight at once, and reads them from
+ * there: no registers hold loads in flight, so every block of every warp
+ * is requested at the kernel's start (or, with PDL, during its
+ * predecessor's tail: the weights depend on no earlier kernel), where the
+ * register-fed loads of before had one block a warp in flight and spent
+ * most of the kernel waiting on DRAM (docs/perf/09: 9.6 us in a graph for
+ * a 4096 x 4096 q4_K matvec against 2.2 us of weight reads).
+ *
+ * Staged planes: q4_K and q5_K whole blocks (144, 176 B); q6_K its nibble
+ * and high-bit planes (128 and 64 B a block; the 16 scale bytes and d are
+ * read from global memory as before); q8_0 its quants, 8 blocks of 32 B a
+ * 256-value block (d from global memory; blocks past the row's end are
+ * zero-filled).  A plane's rows are MMV_PAD bytes further apart than its
+ * bytes, so that the 8 rows of a lane quad's loads fall in different banks. */
+#define MMV_CHUNK_BLOCKS (MM_CHUNK / QK_K) /* 4: blocks of 256 values a chunk */
+#define MMV_PAD 16
+
+template <int T>
+struct mmv_planes;
+template <>
+struct mmv_planes<QUANT_Q4_K> {
+    static constexpr int n = 1, bytes0 = sizeof(block_q4_K), bytes1 = 0;
+};
+template <>
+struct mmv_planes<QUANT_Q5_K> {
+    static constexpr int n = 1, bytes0 = sizeof(block_q5_K), bytes1 = 0;
+};
+template <>
+struct mmv_planes<QUANT_Q6_K> {
+    static constexpr int n = 2, bytes0 = 128, bytes1 = 64;
+};
+template <>
+struct mmv_planes<QUANT_Q8_0> {
+    static constexpr int n = 1, bytes0 = 8 * 32, bytes1 = 0;
+};
+
+/* A staged plane's row stride, and a warp's region for `rows` weight rows. */
+template <int T>
+static __host__ __device__ constexpr int mmv_stride(int plane)
+{
+    return (plane == 0 ? mmv_planes<T>::bytes0 : mmv_planes<T>::bytes1) * MMV_CHUNK_BLOCKS +
+           MMV_PAD;
+}
+
+template <int T>
+static __host__ __device__ constexpr int mmv_region(int rows)
+{
+    return rows * (mmv_stride<T>(0) + (mmv_planes<T>::n > 1 ? mmv_stride<T>(1) : 0));
+}
+
+/* The global bytes of 16-byte piece i (of `per_row` a block) of block b
+ * of row `row` in plane p, and how many of its 16 are real (q8_0 rows end
+ * every 32 values). */
+template <int T>
+static __device__ __forceinline__ const uint8_t *mmv_piece(const be_weight &w, int p, int64_t row,
+                                                           int64_t b, int i, int *real)
+{
+    *real = 16;
+    if constexpr (T == QUANT_Q8_0) {
+        const int64_t blk = 8 * b + i / 2; /* a q8_0 block is two pieces */
+        if (blk >= w.nb) {
+            *real = 0;
+            return w.q;
+        }
+        return w.q + (row * w.nb + blk) * 32 + 16 * (i % 2);
+    } else if constexpr (T == QUANT_Q6_K) {
+        return p == 0 ? w.q + (row * w.nb + b) * 128 + 16 * i
+                      : w.qh + (row * w.nb + b) * 64 + 16 * i;
+    } else {
+        return w.q + (row * w.nb + b) * mmv_planes<T>::bytes0 + 16 * i;
+    }
+}
+
+/* Issues the copies of chunk blocks b0 .. b1 - 1 (at most 4) of weight rows
+ * row0 .. row0 + rows - 1 (clamped to the matrix) into region s: one
+ * commit group per block, always 4 groups (empty ones past b1), so that
+ * the wait before block j is cp.async.wait_group 3 - j. */
+template <int T>
+static __device__ __forceinline__ void mmv_stage(const be_weight &w, int64_t row0, int rows,
+                                                 int64_t b0, int64_t b1, uint8_t *s)
+{
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int j = 0; j < MMV_CHUNK_BLOCKS; j++) {
+        if (b0 + j < b1) {
+            uint8_t *sp = s;
+#pragma unroll
+            for (int p = 0; p < mmv_planes<T>::n; p++) {
+                constexpr int b0_bytes = mmv_planes<T>::bytes0;
+                const int bytes = p == 0 ? b0_bytes : mmv_planes<T>::bytes1, per_row = bytes / 16;
+                for (int t = lane; t < rows * per_row; t += 32) {
+                    const int r = t / per_row, i = t % per_row;
+                    int real;
+                    const uint8_t *src = mmv_piece<T>(w, p, min(row0 + r, w.rows - 1), b0 + j, i,
+                                                      &real);
+                    cp_async16(sp + r * mmv_stride<T>(p) + j * bytes + 16 * i, src, real);
+                }
+                sp += rows * mmv_stride<T>(p);
+            }
+        }
+        cp_async_commit();
+    }
+}
+
+/* Waits for block j (0..3) of the staged chunk, for the whole warp. */
+static __device__ __forceinline__ void mmv_wait_block(int j)
+{
+    switch (j) {
+    case 0: cp_async_wait<3>(); break;
+    case 1: cp_async_wait<2>(); break;
+    case 2: cp_async_wait<1>(); break;
+    default: cp_async_wait<0>(); break;
+    }
+    __syncwarp();
+}
+
+/* The activations of a chunk staged beside its weights (m <= 8 rows,
+ * where they fit): each step's B fragment is then a shared-memory load of
+ * ~30 cycles instead of an L2 hit of ~270, which a chain of 64 dependent
+ * steps a warp paid in series (docs/perf/09 section 5).  Rows 0..m-1,
+ * values [kt0 * 64, kt1 * 64), a row every MMV_ACT_STRIDE bytes; one commit
+ * group, after the weights' (they come from the previous kernel, so after
+ * its pdl_wait). */
+#define MMV_ACT_STRIDE (MM_CHUNK * 2 + MMV_PAD)
+
+static __device__ __forceinline__ void mmv_stage_act(const __half *act, int64_t lda, int m, int kt0,
+                                                     int kt1, uint8_t *s)
+{
+    const int lane = threadIdx.x % 32, per_row = (kt1 - kt0) * MM_GROUP / 8; /* 16-byte pieces */
+    for (int t = lane; t < m * per_row; t += 32) {
+        const int r = t / per_row, i = t % per_row;
+        cp_async16(s + r * MMV_ACT_STRIDE + 16 * i, act + r * lda + (int64_t)kt0 * MM_GROUP + 8 * i,
+                   16);
+    }
+    cp_async_commit();
+}
+
+/* Block j of the staged chunk for lane row rl (0..rows-1), quad position c;
+ * region s holds `rows` rows. */
+static __device__ __forceinline__ void mmv_load(const be_weight &, int64_t, int64_t,
+                                                const uint8_t *s, int, int rl, int j, int c,
                                                 mmv_q4k *f)
 {
-    const uint8_t *blk = w.q + (row * w.nb + b) * sizeof(block_q4_K);
-    f->hdr = __ldg((const uint4 *)blk);
+    const uint8_t *blk = s + rl * mmv_stride<QUANT_Q4_K>(0) + j * sizeof(block_q4_K);
+    f->hdr = *(const uint4 *)blk;
 #pragma unroll
     for (int q = 0; q < 4; q++)
-        f->qs[q] = __ldg((const uint2 *)(blk + 16 + 32 * q + 8 * c));
+        f->qs[q] = *(const uint2 *)(blk + 16 + 32 * q + 8 * c);
 }
 
-static __device__ __forceinline__ void mmv_load(const be_weight &w, int64_t row, int64_t b, int c,
+static __device__ __forceinline__ void mmv_load(const be_weight &, int64_t, int64_t,
+                                                const uint8_t *s, int, int rl, int j, int c,
                                                 mmv_q5k *f)
 {
-    const uint8_t *blk = w.q + (row * w.nb + b) * sizeof(block_q5_K);
-    f->hdr = __ldg((const uint4 *)blk);
-    f->qh = __ldg((const uint2 *)(blk + 16 + 8 * c));
+    const uint8_t *blk = s + rl * mmv_stride<QUANT_Q5_K>(0) + j * sizeof(block_q5_K);
+    f->hdr = *(const uint4 *)blk;
+    f->qh = *(const uint2 *)(blk + 16 + 8 * c);
 #pragma unroll
     for (int q = 0; q < 4; q++)
-        f->qs[q] = __ldg((const uint2 *)(blk + 48 + 32 * q + 8 * c));
+        f->qs[q] = *(const uint2 *)(blk + 48 + 32 * q + 8 * c);
 }
 
-static __device__ __forceinline__ void mmv_load(const be_weight &w, int64_t row, int64_t b, int c,
+static __device__ __forceinline__ void mmv_load(const be_weight &w, int64_t row, int64_t b,
+                                                const uint8_t *s, int rows, int rl, int j, int c,
                                                 mmv_q6k *f)
 {
-    const int64_t blk = row * w.nb + b;
+    const uint8_t *ql = s + rl * mmv_stride<QUANT_Q6_K>(0) + j * 128;
+    const uint8_t *qh = s + rows * mmv_stride<QUANT_Q6_K>(0) + rl * mmv_stride<QUANT_Q6_K>(1) +
+                        j * 64;
 #pragma unroll
     for (int q = 0; q < 4; q++) {
-        f->ql[q] = __ldg((const uint2 *)(w.q + blk * 128 + 32 * q + 8 * c));
-        f->qh[q] = __ldg((const uint2 *)(w.qh + blk * 64 + 16 * q + 8 * (c / 2)));
+        f->ql[q] = *(const uint2 *)(ql + 32 * q + 8 * c);
+        f->qh[q] = *(const uint2 *)(qh + 16 * q + 8 * (c / 2));
     }
+    const int64_t blk = row * w.nb + b;
     f->sc = __ldg((const uint4 *)(w.sc + blk * 16));
     f->d = w.d[blk];
 }
 
 /* Eight q8_0 blocks; those past the row's end (rows of 32 mod 256 values)
- * read as zeros. */
-static __device__ __forceinline__ void mmv_load(const be_weight &w, int64_t row, int64_t b, int c,
+ * are zeros in the staged copy and get d = 0. */
+static __device__ __forceinline__ void mmv_load(const be_weight &w, int64_t row, int64_t b,
+                                                const uint8_t *s, int, int rl, int j, int c,
                                                 mmv_q8 *f)
 {
+    const uint8_t *q = s + rl * mmv_stride<QUANT_Q8_0>(0) + j * 256;
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const int64_t blk = 8 * b + j;
-        const bool in = blk < w.nb;
-        f->q[j] = in ? __ldg((const uint2 *)(w.q + (row * w.nb + blk) * 32 + 8 * c))
-                     : make_uint2(0, 0);
-        f->d[j] = in ? w.d[row * w.nb + blk] : __float2half(0.0f);
+    for (int i = 0; i < 8; i++) {
+        const int64_t blk = 8 * b + i;
+        f->q[i] = *(const uint2 *)(q + 32 * i + 8 * c);
+        f->d[i] = blk < w.nb ? w.d[row * w.nb + blk] : __float2half(0.0f);
     }
 }
 
@@ -295,45 +446,56 @@ struct mmv_layout {
     static constexpr int lane_rows = WA ? 2 : 1;
 };
 
-/* The chain of one chunk (k tiles kt0 .. kt1) for the lane's weight rows.
- * Only a q8_0 row (32 values a block of 8 x 32) can end inside a block. */
-template <int T, bool WA>
-static __device__ __forceinline__ void mmv_chunk(const be_weight &w, const int64_t *row, int kt0,
-                                                 int kt1, mmv_arows ar, float acc[4])
+/* The chain of one chunk (k tiles kt0 .. kt1) for the lane's weight rows
+ * (global rows row[], staged rows rl[] of region s), block by block as
+ * the staged copies land; SA: the activations are staged too (ar points
+ * into shared memory).  Only a q8_0 row (32 values a block of 8 x 32)
+ * can end inside a block. */
+template <int T, bool WA, bool SA>
+static __device__ __forceinline__ void mmv_chunk(const be_weight &w, const int64_t *row,
+                                                 const int *rl, const uint8_t *s, int kt0, int kt1,
+                                                 mmv_arows ar, float acc[4])
 {
     typedef typename mmv_raw<T>::type raw;
-    constexpr int R = mmv_layout<WA>::lane_rows;
+    typedef mmv_layout<WA> L;
+    constexpr int R = L::lane_rows;
     const int c = threadIdx.x % 4;
 #pragma unroll
     for (int e = 0; e < 4; e++)
         acc[e] = 0.0f;
     const int b0 = kt0 / 4, b1 = (kt1 + 3) / 4;
-    raw cur[R], next[R];
 #pragma unroll
-    for (int r = 0; r < R; r++)
-        mmv_load(w, row[r], b0, c, &cur[r]);
-    for (int b = b0; b < b1; b++) {
-        if (b + 1 < b1)
-#pragma unroll
-            for (int r = 0; r < R; r++)
-                mmv_load(w, row[r], b + 1, c, &next[r]);
+    for (int j = 0; j < MMV_CHUNK_BLOCKS; j++) {
+        if (b0 + j >= b1)
+            break;
+        if constexpr (SA) { /* the activations' group is the last: wait for all */
+            if (j == 0) {
+                cp_async_wait<0>();
+                __syncwarp();
+            }
+        } else {
+            mmv_wait_block(j);
+        }
+        raw cur[R];
         mmv_block<T> k[R];
 #pragma unroll
-        for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++) {
+            mmv_load(w, row[r], b0 + j, s, L::rows, rl[r], j, c, &cur[r]);
             mmv_prepare(cur[r], c, &k[r]);
-        const int tiles = T == QUANT_Q8_0 ? min(4, kt1 - 4 * b) : 4;
+        }
+        const int tiles = T == QUANT_Q8_0 ? min(4, kt1 - 4 * (b0 + j)) : 4;
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             if (q >= tiles)
                 break;
 #pragma unroll
-            for (int s = 0; s < 4; s++) {
-                const int off = 16 * q + 4 * s; /* uint2 units: 64 a tile, 4 a step */
+            for (int st = 0; st < 4; st++) {
+                const int off = 16 * q + 4 * st; /* uint2 units: 64 a tile, 4 a step */
                 __half2 v[R][2];
 #pragma unroll
                 for (int r = 0; r < R; r++)
-                    mmv_step(cur[r], k[r], q, s, c, &v[r][0], &v[r][1]);
-                const uint2 lo = __ldg(ar.lo + off);
+                    mmv_step(cur[r], k[r], q, st, c, &v[r][0], &v[r][1]);
+                const uint2 lo = SA ? ar.lo[off] : __ldg(ar.lo + off);
                 if constexpr (WA) {
                     const uint32_t a[4] = {*(const uint32_t *)&v[0][0], *(const uint32_t *)&v[1][0],
                                            *(const uint32_t *)&v[0][1],
@@ -348,18 +510,37 @@ static __device__ __forceinline__ void mmv_chunk(const be_weight &w, const int64
         }
         ar.lo += 4 * 16;
         ar.hi += 4 * 16;
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            cur[r] = next[r];
     }
 }
 
-template <int T, bool WA>
+/* Asks L2 for the planes of weight rows [row0, row0 + rows) (clamped to
+ * the matrix) that mmv reads from global memory rather than staging: q6_K's
+ * scales and d, q8_0's d. */
+template <int T>
+static __device__ void mmv_prefetch_scales(const be_weight &w, int64_t row0, int rows)
+{
+    const int64_t n = min((int64_t)rows, w.rows - row0), first = row0 * w.nb, blocks = n * w.nb;
+    if constexpr (T == QUANT_Q6_K)
+        l2_prefetch(w.sc + first * 16, blocks * 16);
+    if constexpr (T == QUANT_Q6_K || T == QUANT_Q8_0)
+        l2_prefetch(w.d + first, blocks * sizeof(__half));
+}
+
+/* Bytes of the chunk partials (chunks x 128 floats in either layout), then
+ * each warp's staging region. */
+static __host__ __device__ size_t mmv_part_bytes(int chunks)
+{
+    return (size_t)chunks * 128 * sizeof(float);
+}
+
+template <int T, bool WA, bool SA>
 __global__ void __launch_bounds__(MMV_WARPS * 32)
     mmv_kernel(mmv_group grp, const __half *act, int64_t lda, int m, bool accumulate)
 {
+    static_assert(WA || !SA, "activations are staged only for m <= 8 (the WA layout)");
     typedef mmv_layout<WA> L;
-    extern __shared__ float part[]; /* [chunk][L::rows weight rows][L::cols activation rows] */
+    extern __shared__ __align__(16) unsigned char smem[];
+    float *part = (float *)smem; /* [chunk][L::rows weight rows][L::cols activation rows] */
     /* constant indices only: a run-time index would copy the group to local memory */
     const int i = (grp.n > 1 && blockIdx.x >= grp.first_tile[1]) +
                   (grp.n > 2 && blockIdx.x >= grp.first_tile[2]);
@@ -372,10 +553,38 @@ __global__ void __launch_bounds__(MMV_WARPS * 32)
     const int g = lane / 4, c = lane % 4;
     const int nkt = (int)(lda / MM_GROUP), chunks = (int)mm_chunks(lda);
     const int64_t row[2] = {min(row0 + g, w.rows - 1), min(row0 + g + 8, w.rows - 1)};
+    const int rl[2] = {g, g + 8};
+    uint8_t *stage = smem + mmv_part_bytes(chunks) + (size_t)warp * mmv_region<T>(L::rows);
+    uint8_t *act_stage = smem + mmv_part_bytes(chunks) + (size_t)warps * mmv_region<T>(L::rows) +
+                         (size_t)warp * (SA ? m : 0) * MMV_ACT_STRIDE;
+    auto chunk_tiles = [&](int ch, int *kt0, int *kt1) {
+        *kt0 = ch * (MM_CHUNK / MM_GROUP);
+        *kt1 = min(nkt, *kt0 + MM_CHUNK / MM_GROUP);
+    };
+    /* The weights need nothing of earlier kernels: the first chunk's copies
+     * go out before the wait (PDL, cuda_internal.h). */
+    pdl_launch_next();
+    if (threadIdx.x == 0)
+        mmv_prefetch_scales<T>(w, row0, L::rows);
+    int kt0, kt1;
+    if (warp < chunks) {
+        chunk_tiles(warp, &kt0, &kt1);
+        mmv_stage<T>(w, row0, L::rows, kt0 / 4, (kt1 + 3) / 4, stage);
+    }
+    pdl_wait();
     for (int ch = warp; ch < chunks; ch += warps) {
         float acc[4];
-        const int kt0 = ch * (MM_CHUNK / MM_GROUP), kt1 = min(nkt, kt0 + MM_CHUNK / MM_GROUP);
-        mmv_chunk<T, WA>(w, row, kt0, kt1, mmv_arows_of(act, lda, m, g, c, kt0), acc);
+        chunk_tiles(ch, &kt0, &kt1);
+        if (ch != warp) { /* the regions are free once every lane has read them */
+            __syncwarp();
+            mmv_stage<T>(w, row0, L::rows, kt0 / 4, (kt1 + 3) / 4, stage);
+        }
+        mmv_arows ar = mmv_arows_of(act, lda, m, g, c, kt0);
+        if constexpr (SA) {
+            mmv_stage_act(act, lda, m, kt0, kt1, act_stage);
+            ar.lo = (const uint2 *)(act_stage + min(g, m - 1) * MMV_ACT_STRIDE + 8 * c);
+        }
+        mmv_chunk<T, WA, SA>(w, row, rl, stage, kt0, kt1, ar, acc);
         float *p = part + (size_t)ch * L::rows * L::cols;
         if constexpr (WA) { /* acc: (weight row g (+8), activation row 2c, 2c + 1) */
             p[g * L::cols + 2 * c] = acc[0];
@@ -410,30 +619,47 @@ static int mmv_warps(int64_t lda)
     return (int)std::min<int64_t>(mm_chunks(lda), MMV_WARPS);
 }
 
-/* The chunk partials: chunks x 128 floats in either layout. */
-static size_t mmv_smem(int64_t lda)
+/* The chunk partials and the warps' staging regions: weights, then
+ * act_rows activation rows a warp (0: activations read from L2). */
+template <int T, bool WA>
+static size_t mmv_smem(int64_t lda, int act_rows)
 {
-    return (size_t)mm_chunks(lda) * 128 * sizeof(float);
+    return mmv_part_bytes((int)mm_chunks(lda)) +
+           (size_t)mmv_warps(lda) *
+               (mmv_region<T>(mmv_layout<WA>::rows) + (size_t)act_rows * MMV_ACT_STRIDE);
 }
 
+#define MMV_SMEM_LIMIT (227 * 1024) /* the most a block may have on sm_90 */
+
+/* Rows up to MMV_MAX_ROWS of the four types, while the staging fits (the
+ * 16-row layout's, the larger: q6_K rows up to 55,296 values, q4_K far
+ * more); a matmul mmv refuses takes the GEMM, which computes the same bits. */
 bool mmv_takes(const be_weight *w, const be_act *in)
 {
-    const bool typed = w->type == QUANT_Q4_K || w->type == QUANT_Q5_K || w->type == QUANT_Q6_K ||
-                       w->type == QUANT_Q8_0;
-    return typed && in->rows <= MMV_MAX_ROWS;
+    if (in->rows > MMV_MAX_ROWS)
+        return false;
+    const int64_t lda = act_f16_stride(in->cols);
+    size_t smem = 0;
+    with_weight_type(w->type, [&](auto t) {
+        constexpr int T = decltype(t)::value;
+        if constexpr (T == QUANT_Q4_K || T == QUANT_Q5_K || T == QUANT_Q6_K || T == QUANT_Q8_0)
+            smem = mmv_smem<T, true>(lda, 0);
+    });
+    return smem > 0 && smem <= MMV_SMEM_LIMIT;
 }
 
 template <int T>
 static cudaError_t configure_type(void)
 {
-    const int limit = 227 * 1024; /* the most a block may have on sm_90 */
+    const int limit = MMV_SMEM_LIMIT;
     cudaError_t e = cudaSuccess;
     auto one = [&](auto kernel) {
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
     };
-    one(mmv_kernel<T, false>);
-    one(mmv_kernel<T, true>);
+    one(mmv_kernel<T, false, false>);
+    one(mmv_kernel<T, true, false>);
+    one(mmv_kernel<T, true, true>);
     return e;
 }
 
@@ -455,8 +681,14 @@ static void launch_rows(cuda_backend *cb, const mmv_group &g, unsigned tiles, co
 {
     const cuda_actq *aq = (const cuda_actq *)in->q;
     const int64_t lda = act_f16_stride(in->cols);
-    mmv_kernel<T, WA><<<tiles, 32 * mmv_warps(lda), mmv_smem(lda), cb->stream>>>(
-        g, aq->h, lda, in->rows, accumulate);
+    const int m = in->rows, threads = 32 * mmv_warps(lda);
+    /* the activations staged too where they fit (only speed depends on it) */
+    if (WA && mmv_smem<T, WA>(lda, m) <= MMV_SMEM_LIMIT)
+        cuda_launch(cb, mmv_kernel<T, WA, WA>, tiles, threads, mmv_smem<T, WA>(lda, m), g, aq->h,
+                    lda, m, accumulate);
+    else
+        cuda_launch(cb, mmv_kernel<T, WA, false>, tiles, threads, mmv_smem<T, WA>(lda, 0), g, aq->h,
+                    lda, m, accumulate);
 }
 
 void launch_mmv_group(cuda_backend *cb, int n, const be_weight *const *w, const be_act *in,

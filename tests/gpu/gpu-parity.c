@@ -1943,19 +1943,24 @@ static void test_device_sampling(ctx *c, loaded *l, const char *name, const int3
     }
 }
 
-/* Decode steps replayed as CUDA graphs against the same steps launched
- * kernel by kernel (a second backend with LLMQ_CUDA_GRAPHS=0): job 0's
- * logits bit-identical at every step, alone and among 64. */
-static void test_graphs(ctx *c, loaded *l, const char *name, const char *path,
-                        const int32_t *prompt)
+/* The default backend against a second one with the switch `env` set to
+ * "0": job 0's logits and tokens bit-identical at every step, alone and
+ * among 64.  LLMQ_CUDA_GRAPHS: decode steps replayed as CUDA graphs vs
+ * launched kernel by kernel.  LLMQ_CUDA_PDL: kernels that start during
+ * their predecessor's tail (programmatic dependent launch) vs strictly
+ * serialized launches: a kernel that touched memory before its pdl_wait
+ * would race, and show here as differing bits. */
+static void test_switch(ctx *c, loaded *l, const char *name, const char *path,
+                        const int32_t *prompt, const char *env, const char *what)
 {
     const int32_t nv = l->cfg->n_vocab, gen = 16;
-    backend *eager = NULL;
+    backend *other = NULL;
     model *m = NULL;
     llmq_err err = {0};
-    setenv("LLMQ_CUDA_GRAPHS", "0", 1);
-    const bool made = backend_cuda_create(&eager, 0, &err) == 0 && model_load(&m, path, eager, &err) == 0;
-    unsetenv("LLMQ_CUDA_GRAPHS");
+    setenv(env, "0", 1);
+    const bool made = backend_cuda_create(&other, 0, &err) == 0 &&
+                      model_load(&m, path, other, &err) == 0;
+    unsetenv(env);
     static const int32_t jobs[] = {1, 64};
     for (size_t j = 0; j < sizeof jobs / sizeof *jobs; j++) {
         int32_t tok[2][16];
@@ -1965,15 +1970,17 @@ static void test_graphs(ctx *c, loaded *l, const char *name, const char *path,
                   run_engine(c, m, l->v, prompt, PROMPT, jobs[j], gen, tok[1], &rec[1], &err) == 0;
         const bool same = ok && memcmp(rec[0].logits, rec[1].logits, (size_t)gen * nv * 4) == 0 &&
                           memcmp(tok[0], tok[1], sizeof tok[0]) == 0;
-        printf("| %s | decode steps as graphs vs kernel by kernel, %d job(s) | %s | | %s |\n", name,
-               jobs[j], !ok ? err.msg : same ? "logits bit-identical, 16 steps" : "DIFFER",
+        printf("| %s | %s, %d job(s) | %s | | %s |\n", name, what, jobs[j],
+               !ok    ? err.msg
+               : same ? "logits bit-identical, 16 steps"
+                      : "DIFFER",
                same ? "ok" : "FAIL");
         same ? c->passed++ : c->failed++;
         free(rec[0].logits);
         free(rec[1].logits);
     }
     model_free(m);
-    backend_destroy(eager);
+    backend_destroy(other);
 }
 
 static double reference_ppl(const char *data, const char *name)
@@ -2039,7 +2046,10 @@ static void test_model(ctx *c, const char *path, const char *data)
     test_perplexity(c, &l, name, data);
     test_batch_invariance(c, &l, name, prompt);
     test_device_sampling(c, &l, name, prompt);
-    test_graphs(c, &l, name, path, prompt);
+    test_switch(c, &l, name, path, prompt, "LLMQ_CUDA_GRAPHS",
+                "decode steps as graphs vs kernel by kernel");
+    test_switch(c, &l, name, path, prompt, "LLMQ_CUDA_PDL",
+                "kernels overlapping their predecessor (PDL) vs serialized");
 out:
     tok_free(l.v);
     model_free(l.m[0]);
