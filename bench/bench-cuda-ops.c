@@ -13,7 +13,10 @@
  * start during their predecessor's tail (the figure to read for decode).  Matmuls
  * rotate over the same matrix of up to 8 layers (more bytes than the
  * 60 MB L2 holds) so that weights come from DRAM, as in a forward pass.
- * Inputs are random, never zeros.  Output: a markdown table. */
+ * Inputs are random, never zeros.  The matmul rows at 64 and 512 rows are
+ * timed twice: "matmul" with the backend's choice (the wgmma GEMM,
+ * gemm_sm90.cu, on sm_90a builds) and "matmul (mma.sync)" on a second
+ * backend made with LLMQ_GEMM_SM90=0 (gemm.cu).  Output: a markdown table. */
 #include "config.h"
 
 #include <math.h>
@@ -145,8 +148,10 @@ static void mm_call(backend *be, void *arg, int call)
     be->ops->matmul(be, a->w[call % a->n_w], a->in, a->out, false);
 }
 
+/* The matmul rows of one weight role and type at each of n_rows row counts,
+ * under the name op. */
 static void bench_role(backend *be, const gguf_file *f, const char *role, quant_type type,
-                       int n_layers)
+                       int n_layers, const char *op, const int *rows, size_t n_rows)
 {
     mm_arg a = {.n_w = 0};
     const gguf_tensor *t = NULL;
@@ -173,8 +178,7 @@ static void bench_role(backend *be, const gguf_file *f, const char *role, quant_
     if (a.n_w == 0 || !t)
         return;
     const int64_t n = (int64_t)t->ne[1], k = (int64_t)t->ne[0];
-    static const int rows[] = {1, 8, 64, 512};
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    for (size_t i = 0; i < n_rows; i++) {
         be_act in;
         const int m = rows[i];
         if (be->ops->act_create(be, m, (int32_t)k, &in, &err) != 0)
@@ -193,7 +197,7 @@ static void bench_role(backend *be, const gguf_file *f, const char *role, quant_
             snprintf(shape, sizeof shape, "%s %s %lld x %lld (%d layers)", role,
                      quant_type_name(type), (long long)n, (long long)k, a.n_w);
             const double bytes = (double)t->nbytes + (double)m * (k + n) * 4;
-            print_row("matmul", shape, m, time_op(be, mm_call, &a), bytes, 2.0 * m * n * k);
+            print_row(op, shape, m, time_op(be, mm_call, &a), bytes, 2.0 * m * n * k);
         } else {
             be->ops->free(be, x);
         }
@@ -221,10 +225,11 @@ static void att_call(backend *be, void *arg, int call)
     be->ops->attention(be, a->kv, 0, a->q, &a->b, &a->sh, a->out);
 }
 
-/* n_seqs sequences of ctx cached tokens; each has `rows` query rows at its
- * last positions (1: decode, ctx: a whole prefill). */
-static void bench_attention(backend *be, int n_head, int n_head_kv, int hd, int n_seqs, int ctx,
-                            int rows)
+/* n_seqs sequences of ctx cached tokens in a cache of type kt; each has
+ * `rows` query rows at its last positions (1: decode, ctx: a whole
+ * prefill). */
+static void bench_attention(backend *be, be_kv_type kt, int n_head, int n_head_kv, int hd,
+                            int n_seqs, int ctx, int rows)
 {
     enum { BS = 16 };
     const int per_seq = (ctx + BS - 1) / BS, n_blocks = per_seq * n_seqs, kv_dim = n_head_kv * hd;
@@ -238,7 +243,7 @@ static void bench_attention(backend *be, int n_head, int n_head_kv, int hd, int 
     int32_t *slot = malloc((size_t)BS * 4);
     void *dev[7] = {NULL};
     if (!table || !len || !rs || !rp || !slot ||
-        be->ops->kv_create(be, 1, n_blocks, BS, kv_dim, BE_KV_F16, &kv, &err) != 0 ||
+        be->ops->kv_create(be, 1, n_blocks, BS, kv_dim, kt, &kv, &err) != 0 ||
         be->ops->act_create(be, n_rows, n_head * hd, &out, &err) != 0)
         goto done;
     have_out = true;
@@ -301,12 +306,12 @@ static void bench_attention(backend *be, int n_head, int n_head_kv, int hd, int 
         {n_head, n_head_kv, hd},
         &out};
     char shape[96];
-    snprintf(shape, sizeof shape, "%d seqs x %d ctx, %d heads (%d kv) of %d", n_seqs, ctx, n_head,
-             n_head_kv, hd);
+    snprintf(shape, sizeof shape, "%s KV, %d seqs x %d ctx, %d heads (%d kv) of %d",
+             be_kv_type_name(kt), n_seqs, ctx, n_head, n_head_kv, hd);
     /* Bytes: every row reads its keys and values (decode); a prefill reads
      * the cache once per 64-row tile. */
     const double tiles = rows == 1 ? 1.0 : ceil(rows / 64.0);
-    const double bytes = (double)n_seqs * tiles * ctx * kv_dim * 2 * 2;
+    const double bytes = (double)n_seqs * tiles * ctx * 2 * (double)be_kv_row_bytes(kt, kv_dim);
     const double flops = 4.0 * n_head * hd * n_seqs *
                          (rows == 1 ? (double)ctx : (double)rows * (rows + 1) / 2);
     print_row("attention", shape, n_rows, time_op(be, att_call, &a), bytes, flops);
@@ -418,8 +423,19 @@ int main(int argc, char **argv)
         printf("bench-cuda-ops: skipped: %s\n", err.msg);
         return 77;
     }
+    /* The GEMM rows again on a backend with the wgmma GEMM off (the A/B of
+     * gemm_sm90.cu in one run), unless the environment already turned it off. */
+    backend *be_mma = NULL;
+    const char *sm90 = getenv("LLMQ_GEMM_SM90");
+    if (!sm90 || strcmp(sm90, "0") != 0) {
+        setenv("LLMQ_GEMM_SM90", "0", 1);
+        if (backend_cuda_create(&be_mma, 0, &err) != 0)
+            fprintf(stderr, "bench-cuda-ops: second backend: %s\n", err.msg);
+        unsetenv("LLMQ_GEMM_SM90");
+    }
     if (gguf_open(&f, path, &err) != 0) {
         fprintf(stderr, "bench-cuda-ops: %s\n", err.msg);
+        backend_destroy(be_mma);
         backend_destroy(be);
         return 1;
     }
@@ -434,20 +450,29 @@ int main(int argc, char **argv)
     static const char *const roles[] = {"attn_q", "attn_k", "attn_v", "attn_output",
                                         "ffn_gate", "ffn_up", "ffn_down", "output"};
     static const quant_type types[] = {QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_Q8_0, QUANT_F16};
+    static const int rows[] = {1, 8, 64, 512}, gemm_rows[] = {64, 512};
     for (size_t r = 0; r < sizeof roles / sizeof roles[0]; r++)
-        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
-            bench_role(be, f, roles[r], types[t], (int)n_layers);
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            bench_role(be, f, roles[r], types[t], (int)n_layers, "matmul", rows, 4);
+            if (be_mma)
+                bench_role(be_mma, f, roles[r], types[t], (int)n_layers, "matmul (mma.sync)",
+                           gemm_rows, 2);
+        }
     bench_floor(be);
     const int hd = (int)(dim / heads);
-    bench_attention(be, (int)heads, (int)heads_kv, hd, 1, 576, 1);
-    bench_attention(be, (int)heads, (int)heads_kv, hd, 64, 576, 1);
-    bench_attention(be, (int)heads, (int)heads_kv, hd, 256, 576, 1);
-    bench_attention(be, (int)heads, (int)heads_kv, hd, 1, 512, 512);
+    static const be_kv_type kv_types[] = {BE_KV_F16, BE_KV_Q8_0};
+    for (size_t t = 0; t < sizeof kv_types / sizeof kv_types[0]; t++) {
+        bench_attention(be, kv_types[t], (int)heads, (int)heads_kv, hd, 1, 576, 1);
+        bench_attention(be, kv_types[t], (int)heads, (int)heads_kv, hd, 64, 576, 1);
+        bench_attention(be, kv_types[t], (int)heads, (int)heads_kv, hd, 256, 576, 1);
+        bench_attention(be, kv_types[t], (int)heads, (int)heads_kv, hd, 1, 512, 512);
+    }
     bench_rows(be, "rmsnorm", norm_call, 1, (int)dim, false);
     bench_rows(be, "rmsnorm", norm_call, 512, (int)dim, false);
     bench_rows(be, "swiglu", swiglu_call, 1, 11008, true);
     bench_rows(be, "swiglu", swiglu_call, 512, 11008, true);
     gguf_close(f);
+    backend_destroy(be_mma);
     backend_destroy(be);
     return 0;
 #endif

@@ -9,6 +9,9 @@
 # each run's samples go to OUT/log.txt as they come, so a run cut short by
 # its timeout still leaves them.
 #
+# KVF16=1 runs llmq-run --bench again with --kv-f16 (the f16 KV cache of
+# before q8_0 became the default) into OUT/bench-kvf16[-TAG].md.
+#
 # usage: bench/cuda.sh BIN MODEL OUT [TAG]
 set -u
 BIN=$1 MODEL=$2 OUT=$3 SUFFIX=${4:+-$4}
@@ -18,5 +21,10 @@ echo "$(date +%T) bench-cuda-ops$SUFFIX exit $?" >> "$OUT/log.txt"
 timeout 240 "$BIN/llmq-run" -m "$MODEL" --bench --reps "$REPS" --json "$OUT/bench$SUFFIX.json" \
     > "$OUT/bench$SUFFIX.md" 2>> "$OUT/log.txt"
 echo "$(date +%T) llmq-run --bench$SUFFIX exit $?" >> "$OUT/log.txt"
+if [ "${KVF16:-0}" = 1 ]; then
+    timeout 240 "$BIN/llmq-run" -m "$MODEL" --bench --kv-f16 --reps "$REPS" \
+        --json "$OUT/bench-kvf16$SUFFIX.json" > "$OUT/bench-kvf16$SUFFIX.md" 2>> "$OUT/log.txt"
+    echo "$(date +%T) llmq-run --bench --kv-f16$SUFFIX exit $?" >> "$OUT/log.txt"
+fi
 timeout 240 "$BIN/bench-sampling" "$MODEL" --seqs 64 > "$OUT/sampling$SUFFIX.md" 2>> "$OUT/log.txt"
 echo "$(date +%T) bench-sampling$SUFFIX exit $?" >> "$OUT/log.txt"

@@ -764,7 +764,7 @@ static int configure(store *st, llmq_err *err)
                          mode);
     snprintf(sql, sizeof sql,
              "PRAGMA synchronous = %s; PRAGMA foreign_keys = ON;"
-             " PRAGMA busy_timeout = 5000; PRAGMA journal_size_limit = %d;",
+             " PRAGMA journal_size_limit = %d;",
              st->opts.sync == STORE_SYNC_NORMAL ? "NORMAL" : "FULL", 64 << 20);
     return exec_sql(st, sql, err);
 }
@@ -1045,6 +1045,11 @@ static int open_steps(store *st, const char *path, int64_t now, llmq_err *err)
                         NULL) != SQLITE_OK)
         return llmq_errf(err, "%s: %s", path,
                          st->db ? sqlite3_errmsg(st->db) : "out of memory");
+    /* Before the first statement: the schema check, the quick check and the
+     * switch to WAL (an exclusive lock) would otherwise fail at once with
+     * "database is locked" while a reader (llmq-stats, a test polling the
+     * tables) has the file open; they wait for it instead. */
+    sqlite3_busy_timeout(st->db, 5000);
     if (check_schema(st, err) || quick_check(st, err) || configure(st, err) ||
         migrate(st, err) || prepare_all(st, err) || recover(st, now, err) ||
         count_table(st, st->count, err) || ckpt_start(&st->ckpt, path, err))

@@ -142,8 +142,13 @@ engine_config engine_default_config(void)
                            .max_seqs = 16,
                            .max_batch_tokens = 512,
                            .n_ctx = 0,
-                           .kv_type = BE_KV_F16,
+                           .kv_type = BE_KV_Q8_0,
                            .prefix_cache = true};
+}
+
+be_kv_type engine_kv_type(be_kv_type asked, int32_t kv_dim)
+{
+    return be_kv_row_bytes(asked, kv_dim) == 0 ? BE_KV_F16 : asked;
 }
 
 const char *engine_finish_name(engine_finish f)
@@ -1171,6 +1176,7 @@ int engine_create(engine **out, model *m, const tok_vocab *vocab, const engine_c
         cfg.max_seqs > cfg.max_batch_tokens)
         return llmq_errf(err, "engine: bad configuration (block %d, sequences %d, batch %d)",
                          cfg.block_size, cfg.max_seqs, cfg.max_batch_tokens);
+    cfg.kv_type = engine_kv_type(cfg.kv_type, mc->n_head_kv * mc->head_dim);
     const int32_t per_seq = (cfg.n_ctx + cfg.block_size - 1) / cfg.block_size;
     if (cfg.n_blocks <= 0 && size_pool(&cfg, mc, model_backend(m), per_seq, err) != 0)
         return -1;

@@ -52,7 +52,9 @@ typedef struct engine_config {
     int32_t max_seqs;         /* sequences running at once (default 16) */
     int32_t max_batch_tokens; /* rows per forward pass (default 512) */
     int32_t n_ctx;            /* tokens per sequence (default: the model's training context) */
-    be_kv_type kv_type;       /* default BE_KV_F16 */
+    /* default BE_KV_Q8_0 (half the bytes of f16, perplexity within 0.2%:
+     * docs/perf/08-kv8.md); engine_kv_type says what a model gets */
+    be_kv_type kv_type;
     /* false (default): decode rows ride in the steps that run prompt chunks,
      * so a sequence starts generating as soon as its prompt is in.  true: a
      * step with prompt work carries no decode rows (llama-batched-bench's
@@ -65,6 +67,11 @@ typedef struct engine_config {
 } engine_config;
 
 engine_config engine_default_config(void);
+
+/* The cache a model with KV rows of kv_dim values gets when `asked` is
+ * wanted: asked, except q8_0 for rows that are no whole number of its
+ * 32-value blocks, which get f16. */
+be_kv_type engine_kv_type(be_kv_type asked, int32_t kv_dim);
 
 /* The KV pool an engine takes when engine_config.n_blocks is 0: `wanted`
  * blocks (a full context per sequence), or as many blocks of block_bytes as

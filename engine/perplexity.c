@@ -3,6 +3,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "engine/engine.h"
+
 /* -log p(target) from one row of logits, in double as llama.cpp does. */
 static double nll_of(const float *logits, int32_t n_vocab, int32_t target)
 {
@@ -38,7 +40,7 @@ static void run_free(backend *be, ppl_run *r)
 
 enum { PPL_BLOCK = 16 };
 
-static int run_init(model *m, int32_t n_ctx, ppl_run *r, llmq_err *err)
+static int run_init(model *m, int32_t n_ctx, be_kv_type kv_type, ppl_run *r, llmq_err *err)
 {
     const model_config *c = model_get_config(m);
     backend *be = model_backend(m);
@@ -60,8 +62,9 @@ static int run_init(model *m, int32_t n_ctx, ppl_run *r, llmq_err *err)
         r->table[b] = b;
     for (int32_t j = 0; j < r->n_scored_per_chunk; j++)
         r->logit_rows[j] = r->first + j;
-    if (be->ops->kv_create(be, c->n_layers, n_blocks, PPL_BLOCK, c->n_head_kv * c->head_dim,
-                           BE_KV_F16, &r->kv, err) != 0 ||
+    const int32_t kv_dim = c->n_head_kv * c->head_dim;
+    if (be->ops->kv_create(be, c->n_layers, n_blocks, PPL_BLOCK, kv_dim,
+                           engine_kv_type(kv_type, kv_dim), &r->kv, err) != 0 ||
         model_state_create(&r->st, m, n_ctx, 1, n_blocks, r->n_scored_per_chunk, err) != 0)
         return -1;
     return 0;
@@ -90,7 +93,8 @@ static int score_chunk(model *m, ppl_run *r, int32_t *chunk, double *nll, llmq_e
 }
 
 int ppl_compute(model *m, const tok_vocab *vocab, const char *text, size_t len, int32_t n_ctx,
-                ppl_progress_fn progress, void *progress_ctx, ppl_result *out, llmq_err *err)
+                be_kv_type kv_type, ppl_progress_fn progress, void *progress_ctx, ppl_result *out,
+                llmq_err *err)
 {
     const model_config *c = model_get_config(m);
     if (n_ctx < 4 || n_ctx > c->n_ctx_train)
@@ -107,7 +111,7 @@ int ppl_compute(model *m, const tok_vocab *vocab, const char *text, size_t len, 
     ppl_run r = {0};
     backend *be = model_backend(m);
     double nll = 0.0;
-    int rc = run_init(m, n_ctx, &r, err);
+    int rc = run_init(m, n_ctx, kv_type, &r, err);
     for (int32_t ch = 0; rc == 0 && ch < n_chunks; ch++) {
         int32_t *chunk = ids + (size_t)ch * n_ctx;
         if (tok_add_bos(vocab))

@@ -5,7 +5,8 @@
  * with its first token replaced by BOS where the model asks for BOS (a
  * Qwen2 vocabulary does not), and only its second half is scored:
  * the logits at positions n_ctx/2 .. n_ctx-2 predict the tokens after them.
- * PPL = exp(mean negative log-likelihood), reported after every chunk. */
+ * PPL = exp(mean negative log-likelihood), reported after every chunk.
+ * The KV cache is of kv_type (as engine_kv_type resolves it). */
 #ifndef LLMQ_ENGINE_PERPLEXITY_H
 #define LLMQ_ENGINE_PERPLEXITY_H
 
@@ -13,6 +14,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "kernels/backend.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -27,6 +29,7 @@ typedef struct ppl_result {
 } ppl_result;
 
 int ppl_compute(model *m, const tok_vocab *vocab, const char *text, size_t len, int32_t n_ctx,
-                ppl_progress_fn progress, void *progress_ctx, ppl_result *out, llmq_err *err);
+                be_kv_type kv_type, ppl_progress_fn progress, void *progress_ctx, ppl_result *out,
+                llmq_err *err);
 
 #endif

@@ -113,7 +113,33 @@ typedef struct be_rope {
     const float *factors_dev; /* [n_dims/2] frequency divisors (Llama 3's rope_freqs), or NULL */
 } be_rope;
 
-typedef enum be_kv_type { BE_KV_F32 = 0, BE_KV_F16 = 1 } be_kv_type;
+/* How the KV cache stores a value.  BE_KV_Q8_0 cuts each token's row of
+ * kv_dim values (kv_dim a multiple of 32) into blocks of 32 consecutive
+ * values, each kept as 32 int8 q and an f16 scale d (34 bytes; value q * d),
+ * quantized as llama.cpp's q8_0 (d = amax / 127, q = roundf(x / d)), where a
+ * block holding a NaN or an infinity reads back as NaN.  The layout of the
+ * blocks in memory is the backend's.  kv_write quantizes and attention reads
+ * every key and value from the cache, those of the rows written in the same
+ * step too: so a prompt's attention is the same prefilled alone, with
+ * others or in chunks, and a shared prefix block serves every sequence. */
+typedef enum be_kv_type { BE_KV_F32 = 0, BE_KV_F16 = 1, BE_KV_Q8_0 = 2 } be_kv_type;
+
+static inline const char *be_kv_type_name(be_kv_type type)
+{
+    return type == BE_KV_Q8_0 ? "q8_0" : type == BE_KV_F16 ? "f16" : "f32";
+}
+
+/* Bytes of one token's keys (or values) in one layer: 0 for a row that
+ * type cannot hold (q8_0 blocks need kv_dim % 32 == 0). */
+static inline size_t be_kv_row_bytes(be_kv_type type, int32_t kv_dim)
+{
+    switch (type) {
+    case BE_KV_F32: return (size_t)kv_dim * sizeof(float);
+    case BE_KV_F16: return (size_t)kv_dim * sizeof(quant_f16);
+    case BE_KV_Q8_0: return kv_dim % QK8_0 ? 0 : (size_t)kv_dim / QK8_0 * sizeof(block_q8_0);
+    }
+    return 0;
+}
 
 /* What a decode step's kernels depend on besides the contents of the batch
  * arrays (which stay at fixed addresses): steps of one key launch the same

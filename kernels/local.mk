@@ -10,10 +10,12 @@ if HAVE_CUDA
 noinst_LIBRARIES += kernels/libllmq_cuda.a
 kernels_libllmq_cuda_a_SOURCES = \
 	kernels/cuda/cuda_internal.h kernels/cuda/numerics.cuh kernels/cuda/blocks.cuh \
+	kernels/cuda/dequant.cuh kernels/cuda/sm90.cuh \
 	kernels/cuda/cuda_backend.cu \
 	kernels/cuda/elementwise.cu \
 	kernels/cuda/mmv.cu \
 	kernels/cuda/gemm.cu \
+	kernels/cuda/gemm_sm90.cu \
 	kernels/cuda/attention.cu \
 	kernels/cuda/sampling.cu \
 	kernels/cuda/graphs.cu \

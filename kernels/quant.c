@@ -303,22 +303,39 @@ void quant_dequantize_row(quant_type t, const void *src, float *dst, int64_t n)
 
 /* ---- quantizers ---- */
 
+/* ggml's quantize_row_q8_0_ref for one block. */
+static void quantize_block_q8_0(const float *restrict x, block_q8_0 *restrict y)
+{
+    float amax = 0.0f;
+    for (int j = 0; j < QK8_0; j++) {
+        const float v = fabsf(x[j]);
+        amax = amax > v ? amax : v;
+    }
+    const float d = amax / 127;
+    const float id = d ? 1.0f / d : 0.0f;
+    y->d = quant_f32_to_f16(d);
+    for (int j = 0; j < QK8_0; j++) {
+        const float r = roundf(x[j] * id);
+        /* Finite input always gives |r| <= 127; the clamp only keeps
+         * NaN/inf input from being an undefined conversion. */
+        y->qs[j] = (int8_t)(r >= -127.0f && r <= 127.0f ? r : r > 0 ? 127 : r < 0 ? -127 : 0);
+    }
+}
+
 void quant_quantize_row_q8_0(const float *restrict x, block_q8_0 *restrict y, int64_t n)
 {
+    for (int64_t i = 0; i < n / QK8_0; i++)
+        quantize_block_q8_0(x + i * QK8_0, y + i);
+}
+
+void quant_quantize_kv_q8_0(const float *restrict x, block_q8_0 *restrict y, int64_t n)
+{
     for (int64_t i = 0; i < n / QK8_0; i++) {
-        float amax = 0.0f;
-        for (int j = 0; j < QK8_0; j++) {
-            const float v = fabsf(x[i * QK8_0 + j]);
-            amax = amax > v ? amax : v;
-        }
-        const float d = amax / 127;
-        const float id = d ? 1.0f / d : 0.0f;
-        y[i].d = quant_f32_to_f16(d);
-        for (int j = 0; j < QK8_0; j++) {
-            const float r = roundf(x[i * QK8_0 + j] * id);
-            /* Finite input always gives |r| <= 127; the clamp only keeps
-             * NaN/inf input from being an undefined conversion. */
-            y[i].qs[j] = (int8_t)(r >= -127.0f && r <= 127.0f ? r : r > 0 ? 127 : r < 0 ? -127 : 0);
-        }
+        quantize_block_q8_0(x + i * QK8_0, y + i);
+        bool finite = true;
+        for (int j = 0; j < QK8_0; j++)
+            finite = finite && isfinite(x[i * QK8_0 + j]);
+        if (!finite)
+            y[i].d = quant_f32_to_f16(NAN);
     }
 }

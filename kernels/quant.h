@@ -94,6 +94,10 @@ void quant_dequantize_row(quant_type t, const void *src, float *dst, int64_t n);
 /* Quantize one row of n (a multiple of 32) finite floats to q8_0 as ggml's
  * reference quantizer does: per block d = amax / 127, q = roundf(x / d). */
 void quant_quantize_row_q8_0(const float *x, block_q8_0 *y, int64_t n);
+/* The same for a KV cache row, except that a block holding a NaN or an
+ * infinity gets a NaN scale: its values read back as NaN, as an f16 cache
+ * keeps them, so that the NaN checks downstream still see a bad row. */
+void quant_quantize_kv_q8_0(const float *x, block_q8_0 *y, int64_t n);
 
 /* Scalar conversions, exact as ggml's (round to nearest even, NaN kept).
  * The decoders are inline and branch-free so that callers' loops over

@@ -316,6 +316,11 @@ EXTRA_DIST += tests/unit/check.sh tests/integration/env.sh tests/integration/tes
 # worker with its prefix cache and one without
 TESTS += tests/integration/test-prefix-stats.sh
 EXTRA_DIST += tests/integration/test-prefix-stats.sh
+TESTS += tests/integration/test-kv-cache.sh
+EXTRA_DIST += tests/integration/test-kv-cache.sh
+# The broker starts while another process holds a read lock on its database.
+TESTS += tests/integration/test-db-reader.sh
+EXTRA_DIST += tests/integration/test-db-reader.sh
 # The Python client: requests of its own between a wait's results
 TESTS += tests/integration/test-client-python.sh
 EXTRA_DIST += tests/integration/test-client-python.sh
@@ -354,6 +359,10 @@ check_PROGRAMS += tests/unit/test-cpu-kernels
 TESTS += tests/unit/test-cpu-kernels
 tests_unit_test_cpu_kernels_SOURCES = tests/unit/test-cpu-kernels.c tests/unit/check.h
 tests_unit_test_cpu_kernels_LDADD = $(LLMQ_MODEL_LIBS)
+check_PROGRAMS += tests/unit/test-kv8
+TESTS += tests/unit/test-kv8
+tests_unit_test_kv8_SOURCES = tests/unit/test-kv8.c tests/unit/check.h tests/unit/model_fixture.h
+tests_unit_test_kv8_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
 check_PROGRAMS += tests/unit/test-threadpool
 TESTS += tests/unit/test-threadpool
 tests_unit_test_threadpool_SOURCES = tests/unit/test-threadpool.c tests/unit/check.h

@@ -55,7 +55,7 @@ typedef struct run_opts {
     const char *chat_template; /* --chat-template NAME|FILE, NULL: the model's */
     bool tokenize, bench;      /* --tokenize, --bench */
     bool render_only;          /* --render-only */
-    bool no_parse_special, no_bos, kv_f32, no_prefix_cache;
+    bool no_parse_special, no_bos, kv_f32, kv_f16, no_prefix_cache;
     bool force_cpu;          /* --cpu */
     int32_t gpu;             /* --gpu N; -1: the first GPU if there is one */
     int32_t ctx;             /* -c; 0: the model's (perplexity: PPL_CTX) */
@@ -187,8 +187,10 @@ static int check_opts(void *opts, llmq_err *err)
     g->ppl_ctx = o->ctx ? o->ctx : PPL_CTX;
     if (o->mode != MODE_PERPLEXITY)
         g->engine.n_ctx = o->ctx;
-    if (o->kv_f32)
-        g->engine.kv_type = BE_KV_F32;
+    if (o->kv_f32 && o->kv_f16)
+        return llmq_errf(err, "--kv-f32 and --kv-f16 ask for two different KV caches: give one");
+    if (o->kv_f32 || o->kv_f16)
+        g->engine.kv_type = o->kv_f32 ? BE_KV_F32 : BE_KV_F16;
     g->engine.prefix_cache = !o->no_prefix_cache;
     return sampler_check_params(&g->sampling, err);
 }
@@ -286,7 +288,11 @@ static int parse_args(int argc, char **argv, run_opts *o)
          "KV cache blocks of 16 tokens (default: enough for every sequence, at most 90% of the"
          " memory left after the weights)",
          CLI_INT32(&g->engine.n_blocks, 1, INT32_MAX)},
-        {"kv-f32", 0, NULL, "keep the KV cache in f32 (default f16)", CLI_SWITCH(&o->kv_f32)},
+        {"kv-f16", 0, NULL,
+         "keep the KV cache in f16, 2 bytes a value (default q8_0: 34 bytes per 32 values, half"
+         " the memory and the attention reads; f16 where a model's KV rows are no multiple of 32)",
+         CLI_SWITCH(&o->kv_f16)},
+        {"kv-f32", 0, NULL, "keep the KV cache in f32 (the CPU only)", CLI_SWITCH(&o->kv_f32)},
         {"no-prefix-cache", 0, NULL,
          "compute every prompt in full, even the blocks it shares with an earlier one (the"
          " output is the same; --bench never shares)",

@@ -95,14 +95,16 @@ static void print_timing(const char *label, const engine_timing *t)
             t->n_generated, decode, decode > 0 ? (t->n_generated - 1) * 1e3 / decode : 0.0);
 }
 
-/* What the engine was made with: --batch and --parallel as it took them. */
+/* What the engine was made with: --batch and --parallel as it took them,
+ * and the KV cache it built. */
 static void print_engine(const engine *e)
 {
     const engine_config *c = engine_get_config(e);
     fprintf(stderr,
             "llmq-run: engine: %d tokens per forward pass, %d sequence%s at once, %d tokens of"
-            " context each\n",
-            c->max_batch_tokens, c->max_seqs, c->max_seqs == 1 ? "" : "s", c->n_ctx);
+            " context each, a KV cache of %lld tokens in %s\n",
+            c->max_batch_tokens, c->max_seqs, c->max_seqs == 1 ? "" : "s", c->n_ctx,
+            (long long)c->n_blocks * c->block_size, be_kv_type_name(c->kv_type));
 }
 
 /* ---- generate: one prompt, streamed ---- */
@@ -280,6 +282,13 @@ int run_parallel(const run_gen_opts *o, model *m, const tok_vocab *v)
     return rc;
 }
 
+/* The KV cache that --perplexity and --bench build for m (engine_kv_type). */
+static be_kv_type kv_type_of(const model *m, const run_gen_opts *o)
+{
+    const model_config *c = model_get_config(m);
+    return engine_kv_type(o->engine.kv_type, c->n_head_kv * c->head_dim);
+}
+
 /* ---- --perplexity ---- */
 
 static void ppl_progress(void *ctx, int32_t chunk, int32_t n_chunks, double ppl)
@@ -300,13 +309,15 @@ int run_perplexity(const run_gen_opts *o, model *m, const tok_vocab *v)
         return fail("perplexity", &err);
     ppl_result r;
     const double t0 = clock_mono_ms_f();
-    int rc = ppl_compute(m, v, text, len, o->ppl_ctx, ppl_progress, NULL, &r, &err);
+    int rc = ppl_compute(m, v, text, len, o->ppl_ctx, o->engine.kv_type, ppl_progress, NULL, &r,
+                         &err);
     free(text);
     if (rc != 0)
         return fail("perplexity", &err);
     printf("PPL = %.4f\n", r.ppl);
-    fprintf(stderr, "llmq-run: %d chunks of %d tokens (%lld scored) in %.2f s\n", r.n_chunks,
-            o->ppl_ctx, (long long)r.n_scored, (clock_mono_ms_f() - t0) / 1e3);
+    fprintf(stderr, "llmq-run: %d chunks of %d tokens (%lld scored, KV cache %s) in %.2f s\n",
+            r.n_chunks, o->ppl_ctx, (long long)r.n_scored, be_kv_type_name(kv_type_of(m, o)),
+            (clock_mono_ms_f() - t0) / 1e3);
     return 0;
 }
 
@@ -468,6 +479,7 @@ static void bench_report(FILE *f, const model *m, const run_gen_opts *o, const b
     json_text(f, "weights", quant_type_name(c->weight_type));
     fprintf(f, ", \"bytes\": %llu", (unsigned long long)c->weight_bytes);
     json_text(f, "backend", model_backend(m)->name);
+    json_text(f, "kv_cache", be_kv_type_name(kv_type_of(m, o)));
     fprintf(f,
             ", \"threads\": %d, \"reps\": %d, \"decode_order\": \"prefill_first\", "
             "\"results\": {",
@@ -528,8 +540,9 @@ int run_bench(const run_gen_opts *o, model *m, const tok_vocab *v)
         if (bench_case_run(m, v, o, &cases[i], &err) != 0)
             return fail("bench", &err);
     const model_config *c = model_get_config(m);
-    printf("| model | weights | test | tok/s (median of %d) |\n| --- | --- | --- | --- |\n",
-           o->bench_reps);
+    printf("| model | weights | test | tok/s (median of %d, KV cache %s) |\n"
+           "| --- | --- | --- | --- |\n",
+           o->bench_reps, be_kv_type_name(kv_type_of(m, o)));
     for (int i = 0; i < n; i++)
         printf("| %s | %s | %s | %.1f |\n", c->name, quant_type_name(c->weight_type),
                cases[i].name, cases[i].median);

@@ -57,7 +57,7 @@ typedef struct options {
     const char *gpus; /* --gpus, NULL: not given */
     const char *aliases[WIRE_MAX_ALIASES]; /* --alias, repeatable */
     size_t n_aliases;
-    bool cpu, verbose, no_prefix_cache;
+    bool cpu, verbose, no_prefix_cache, kv_f16;
     int32_t gpu; /* -1: not given */
     int32_t slots, threads, ctx, batch, kv_blocks, heartbeat_ms, grace_ms;
     int32_t min_step_ms;      /* LLMQ_TEST_MIN_STEP_MS: tests only, see serve() */
@@ -125,6 +125,11 @@ static int parse_args(int argc, char **argv, options *o)
          "KV cache blocks of 16 tokens (default: a full context per slot, at most 90% of the"
          " memory left after the weights)",
          CLI_INT32(&o->kv_blocks, 1, INT32_MAX)},
+        {"kv-f16", 0, NULL,
+         "keep the KV cache in f16, 2 bytes a value (default q8_0: 34 bytes per 32 values, so"
+         " 1.88 times the tokens in the same memory; f16 where a model's KV rows are no multiple"
+         " of 32)",
+         CLI_SWITCH(&o->kv_f16)},
         {"no-prefix-cache", 0, NULL,
          "compute every prompt in full, even the KV blocks it shares with an earlier job's"
          " (results are the same either way)",
@@ -246,6 +251,8 @@ static int open_engine(const options *o, parts *p, llmq_err *err)
     cfg.n_ctx = o->ctx;
     cfg.n_blocks = o->kv_blocks;
     cfg.prefix_cache = !o->no_prefix_cache;
+    if (o->kv_f16)
+        cfg.kv_type = BE_KV_F16;
     return engine_create(&p->eng, p->m, p->vocab, &cfg, err);
 }
 
@@ -347,20 +354,22 @@ static void say_ready(const options *o, const parts *p)
                  (long long)(kv_tokens / (slots ? slots : 1)));
     log_line("llmq-worker", p->id.worker,
              "%s (%s, %d layers, %.1f MB %s, %s) on %s, %u slots of %d tokens%s,"
-             " a KV cache of %lld tokens (%s)%s, chat template %s; broker %s",
+             " a KV cache of %lld tokens in %s (%s)%s, chat template %s; broker %s",
              o->model, c->name, c->n_layers, c->weight_bytes / 1e6, quant_type_name(c->weight_type),
              p->id.model_hash, where, slots, ec->n_ctx,
              o->slots > 0        ? ""
              : p->gpu_index >= 0 ? " (the GPU default)"
                                  : " (the CPU default)",
-             (long long)kv_tokens, kv, ec->prefix_cache ? ", prefix cache on" : "",
+             (long long)kv_tokens, be_kv_type_name(ec->kv_type), kv,
+             ec->prefix_cache ? ", prefix cache on" : "",
              p->chat ? chat_template_name(p->chat) : "none", o->broker);
 }
 
 /* ---- --gpus: one worker process per GPU ----------------------------------------- */
 
-/* The program and every flag but --alias take 31 at most; each --alias 2. */
-#define CHILD_MAX_ARGS (31 + 2 * WIRE_MAX_ALIASES)
+/* The program, 15 flags with a value and 3 switches take 34 at most; each
+ * --alias 2 more. */
+#define CHILD_MAX_ARGS (34 + 2 * WIRE_MAX_ALIASES)
 #define CHILD_MAX_NUMBERS 12
 
 /* One child's command line; the strings point into o, this and the exe path. */
@@ -424,6 +433,8 @@ static void child_command(const options *o, const char *exe, int gpu, child_cmd 
         add_arg(c, "--verbose", NULL);
     if (o->no_prefix_cache)
         add_arg(c, "--no-prefix-cache", NULL);
+    if (o->kv_f16)
+        add_arg(c, "--kv-f16", NULL);
 }
 
 static int make_children(const options *o, const super_gpus *g, super_child *kids,

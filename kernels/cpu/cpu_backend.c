@@ -44,10 +44,12 @@ struct be_weight {
     size_t group_bytes;  /* of one packed group of DOT_GROUP rows */
 };
 
+/* Rows of row_bytes per token, [layer][block * block_size + offset]; a q8_0
+ * row is kv_dim / 32 block_q8_0s. */
 struct be_kv {
     int32_t n_layers, n_blocks, block_size, kv_dim;
     be_kv_type type;
-    size_t elem; /* bytes per value */
+    size_t row_bytes;
     uint8_t *k, *v;
 };
 
@@ -244,30 +246,39 @@ static void cpu_kv_destroy(backend *be, be_kv *kv)
     free(kv);
 }
 
-static size_t kv_elem_bytes(be_kv_type type)
+/* One of the cache's two planes (keys, or values). */
+static size_t kv_plane_bytes(int32_t n_layers, int32_t n_blocks, int32_t block_size,
+                             size_t row_bytes)
 {
-    return type == BE_KV_F16 ? sizeof(quant_f16) : sizeof(float);
+    return (size_t)n_layers * n_blocks * block_size * row_bytes;
 }
 
-/* One of the cache's two planes (keys, or values). */
-static size_t kv_plane_bytes(int32_t n_layers, int32_t n_blocks, int32_t block_size, int32_t kv_dim,
-                             be_kv_type type)
+static int kv_row_bytes(int32_t kv_dim, be_kv_type type, size_t *row_bytes, llmq_err *err)
 {
-    return (size_t)n_layers * n_blocks * block_size * kv_dim * kv_elem_bytes(type);
+    *row_bytes = be_kv_row_bytes(type, kv_dim);
+    if (*row_bytes == 0)
+        return llmq_errf(err, "cpu backend: a %s KV cache cannot hold rows of %d values",
+                         be_kv_type_name(type), kv_dim);
+    return 0;
 }
 
 static int cpu_kv_block_bytes(backend *be, int32_t n_layers, int32_t block_size, int32_t kv_dim,
                               be_kv_type type, size_t *bytes, llmq_err *err)
 {
     (void)be;
-    (void)err;
-    *bytes = 2 * kv_plane_bytes(n_layers, 1, block_size, kv_dim, type);
+    size_t row_bytes;
+    if (kv_row_bytes(kv_dim, type, &row_bytes, err) != 0)
+        return -1;
+    *bytes = 2 * kv_plane_bytes(n_layers, 1, block_size, row_bytes);
     return 0;
 }
 
 static int cpu_kv_create(backend *be, int32_t n_layers, int32_t n_blocks, int32_t block_size,
                          int32_t kv_dim, be_kv_type type, be_kv **out, llmq_err *err)
 {
+    size_t row_bytes;
+    if (kv_row_bytes(kv_dim, type, &row_bytes, err) != 0)
+        return -1;
     be_kv *kv = calloc(1, sizeof *kv);
     if (!kv)
         return llmq_errf(err, "cpu backend: out of memory");
@@ -276,8 +287,8 @@ static int cpu_kv_create(backend *be, int32_t n_layers, int32_t n_blocks, int32_
                   .block_size = block_size,
                   .kv_dim = kv_dim,
                   .type = type,
-                  .elem = kv_elem_bytes(type)};
-    size_t bytes = kv_plane_bytes(n_layers, n_blocks, block_size, kv_dim, type);
+                  .row_bytes = row_bytes};
+    size_t bytes = kv_plane_bytes(n_layers, n_blocks, block_size, row_bytes);
     kv->k = cpu_alloc(be, bytes, err);
     kv->v = cpu_alloc(be, bytes, err);
     if (!kv->k || !kv->v) {
@@ -288,19 +299,21 @@ static int cpu_kv_create(backend *be, int32_t n_layers, int32_t n_blocks, int32_
     return 0;
 }
 
+/* The bytes of a layer's token slot in either plane. */
 static size_t kv_offset(const be_kv *kv, int32_t layer, int64_t slot)
 {
-    return (((size_t)layer * kv->n_blocks * kv->block_size) + (size_t)slot) * kv->kv_dim;
+    return (((size_t)layer * kv->n_blocks * kv->block_size) + (size_t)slot) * kv->row_bytes;
 }
 
-static void kv_put(const be_kv *kv, uint8_t *base, size_t off, const float *src)
+static void kv_put(const be_kv *kv, uint8_t *dst, const float *src)
 {
-    if (kv->type == BE_KV_F16) {
-        quant_f16 *dst = (quant_f16 *)base + off;
+    switch (kv->type) {
+    case BE_KV_Q8_0: quant_quantize_kv_q8_0(src, (block_q8_0 *)dst, kv->kv_dim); break;
+    case BE_KV_F16:
         for (int32_t i = 0; i < kv->kv_dim; i++)
-            dst[i] = quant_f32_to_f16(src[i]);
-    } else {
-        memcpy((float *)base + off, src, (size_t)kv->kv_dim * sizeof(float));
+            ((quant_f16 *)dst)[i] = quant_f32_to_f16(src[i]);
+        break;
+    case BE_KV_F32: memcpy(dst, src, (size_t)kv->kv_dim * sizeof(float)); break;
     }
 }
 
@@ -600,9 +613,9 @@ static void cpu_kv_write(backend *be, be_kv *kv, int32_t layer, const float *k, 
 {
     (void)be;
     for (int32_t r = 0; r < rows; r++) {
-        size_t off = kv_offset(kv, layer, slot[r]);
-        kv_put(kv, kv->k, off, k + (size_t)r * kv->kv_dim);
-        kv_put(kv, kv->v, off, v + (size_t)r * kv->kv_dim);
+        const size_t off = kv_offset(kv, layer, slot[r]);
+        kv_put(kv, kv->k + off, k + (size_t)r * kv->kv_dim);
+        kv_put(kv, kv->v + off, v + (size_t)r * kv->kv_dim);
     }
 }
 
@@ -626,11 +639,13 @@ typedef struct attn_job {
     size_t scratch_stride;
 } attn_job;
 
-/* One thread's scratch: scores, sums and queries of a block's heads. */
-static size_t attn_scratch_floats(const be_attn_shape *sh, int32_t max_seq_len)
+/* One thread's scratch: scores, sums and queries of a block's heads, and
+ * one KV block's rows of a head dequantized (a q8_0 cache). */
+static size_t attn_scratch_floats(const be_attn_shape *sh, int32_t max_seq_len, int32_t block_size)
 {
     const size_t heads = (size_t)ATTN_ROWS * (size_t)(sh->n_head / sh->n_head_kv);
-    return heads * ((size_t)max_seq_len + 2 * (size_t)sh->head_dim);
+    return heads * ((size_t)max_seq_len + 2 * (size_t)sh->head_dim) +
+           (size_t)block_size * (size_t)sh->head_dim;
 }
 
 /* Cached rows [p0, p1) of one kv head lie in blocks: calls fn for each run
@@ -654,30 +669,63 @@ typedef struct attn_heads {
     float *s;        /* nh x stride scores */
     size_t stride;
     float *acc;      /* nh x head_dim sums */
+    float *rows;     /* block_size x head_dim: kv_head_rows' */
 } attn_heads;
 
-static quant_type kv_quant(const be_kv *kv) { return kv->type == BE_KV_F16 ? QUANT_F16 : QUANT_F32; }
+/* np cached rows of a kv head as the dot kernels read them. */
+typedef struct kv_rows {
+    const uint8_t *p;
+    size_t row_bytes;
+    quant_type t;
+} kv_rows;
+
+/* The rows at byte off of a plane: the cache itself when it holds f32 or
+ * f16, else dequantized into buf (np x head_dim).  q * d is exact in f32
+ * (8 bits times an f16's 11), so attention over a q8_0 cache computes what
+ * it would over an f32 cache holding the dequantized values, with the same
+ * kernels. */
+static kv_rows kv_head_rows(const attn_job *j, const uint8_t *plane, size_t off, int32_t hkv,
+                            int32_t np, float *buf)
+{
+    const be_kv *kv = j->kv;
+    const int32_t hd = j->sh->head_dim, e0 = hkv * hd;
+    if (kv->type != BE_KV_Q8_0) {
+        const size_t elem = kv->row_bytes / (size_t)kv->kv_dim;
+        return (kv_rows){plane + off + (size_t)e0 * elem, kv->row_bytes,
+                         kv->type == BE_KV_F16 ? QUANT_F16 : QUANT_F32};
+    }
+    for (int32_t r = 0; r < np; r++) {
+        const block_q8_0 *row = (const block_q8_0 *)(plane + off + (size_t)r * kv->row_bytes);
+        float *dst = buf + (size_t)r * hd - e0;
+        for (int32_t e = e0; e < e0 + hd;) {
+            const block_q8_0 *blk = row + e / QK8_0;
+            const float d = quant_f16_to_f32(blk->d);
+            const int32_t end = (e / QK8_0 + 1) * QK8_0 < e0 + hd ? (e / QK8_0 + 1) * QK8_0
+                                                                  : e0 + hd;
+            for (; e < end; e++)
+                dst[e] = (float)blk->qs[e % QK8_0] * d;
+        }
+    }
+    return (kv_rows){(const uint8_t *)buf, (size_t)hd * sizeof(float), QUANT_F32};
+}
 
 /* s[h][p] = q_h . k_p for the block's heads over one run of slots. */
 static void scores_span(const attn_job *j, int32_t p, int32_t np, size_t off, void *arg)
 {
     const attn_heads *a = arg;
-    const be_kv *kv = j->kv;
     const int32_t hd = j->sh->head_dim;
-    const size_t row_bytes = (size_t)kv->kv_dim * kv->elem;
-    const uint8_t *k = kv->k + (off + (size_t)a->hkv * hd) * kv->elem;
-    const quant_type t = kv_quant(kv);
-    const dot_f_tile_fn tile_fn = dot_kernels_f_tile(j->k, t);
+    const kv_rows k = kv_head_rows(j, j->kv->k, off, a->hkv, np, a->rows);
+    const dot_f_tile_fn tile_fn = dot_kernels_f_tile(j->k, k.t);
     for (int32_t c = 0; c < np; c += 4) {
         const int nw = np - c < 4 ? (int)(np - c) : 4;
         if (tile_fn)
-            tile_fn(k + c * row_bytes, row_bytes, nw, a->q, hd, a->nh, hd, a->s + p + c,
+            tile_fn(k.p + c * k.row_bytes, k.row_bytes, nw, a->q, hd, a->nh, hd, a->s + p + c,
                     (int64_t)a->stride, 0);
         else
             for (int32_t h = 0; h < a->nh; h++)
                 for (int r = 0; r < nw; r++)
-                    a->s[h * a->stride + p + c + r] =
-                        dot_row_f32(t, k + (c + r) * row_bytes, a->q + h * hd, hd);
+                    a->s[h * a->stride + p + c + r] = dot_row_f32(k.t, k.p + (c + r) * k.row_bytes,
+                                                                  a->q + h * hd, hd);
     }
 }
 
@@ -685,10 +733,8 @@ static void scores_span(const attn_job *j, int32_t p, int32_t np, size_t off, vo
 static void values_span(const attn_job *j, int32_t p, int32_t np, size_t off, void *arg)
 {
     const attn_heads *a = arg;
-    const be_kv *kv = j->kv;
-    const int32_t hd = j->sh->head_dim;
-    j->k->wsum(a->nh, a->s + p, a->stride, kv->v + (off + (size_t)a->hkv * hd) * kv->elem,
-               (size_t)kv->kv_dim * kv->elem, np, kv_quant(kv), hd, a->acc);
+    const kv_rows v = kv_head_rows(j, j->kv->v, off, a->hkv, np, a->rows);
+    j->k->wsum(a->nh, a->s + p, a->stride, v.p, v.row_bytes, np, v.t, j->sh->head_dim, a->acc);
 }
 
 /* Rows r0 .. r0 + nr - 1, all of one sequence (so in position order). */
@@ -703,6 +749,7 @@ static void attn_rows(const attn_job *j, int64_t r0, int32_t nr, int32_t hkv, fl
     a.acc = a.s + (size_t)a.nh * stride;
     float *q = a.acc + (size_t)a.nh * hd;
     a.q = q;
+    a.rows = q + (size_t)a.nh * hd;
     for (int32_t i = 0; i < nr; i++)
         memcpy(q + (size_t)i * group * hd, j->q + ((r0 + i) * sh->n_head + (int64_t)hkv * group) * hd,
                (size_t)group * hd * sizeof *q);
@@ -746,7 +793,7 @@ static void cpu_attention(backend *be, const be_kv *kv, int32_t layer, const flo
 {
     cpu_backend *cb = (cpu_backend *)be;
     const int64_t tasks = (b->n_rows + ATTN_ROWS - 1) / ATTN_ROWS * sh->n_head_kv;
-    const size_t stride = attn_scratch_floats(sh, b->max_seq_len);
+    const size_t stride = attn_scratch_floats(sh, b->max_seq_len, kv->block_size);
     const size_t need = stride * (size_t)pool_threads(cb->pool);
     if (need > cb->scratch_floats) {
         free(cb->scratch);

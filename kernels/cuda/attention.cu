@@ -1,5 +1,20 @@
 /* attention: causal attention of each batch row over its sequence's paged
- * f16 KV cache.
+ * KV cache, f16 or q8_0 (every kernel is built for both: Q8 below).
+ *
+ * A q8_0 cache holds int8 values and an f16 scale per 32 values of a row
+ * (cuda_internal.h); a value is q * d.  The int8 values become exact halves
+ * by byte permutes into the mantissa of 1024 (q8x4_to_half2): an
+ * int-to-float conversion runs at a quarter of the rate, and at 8
+ * conversions per 8 bytes it made the decode kernel compute-bound
+ * (checkpoint 1: slower than f16 at 64 and 256 sequences).
+ * The decode kernel gives a lane 16 values (one 16-byte load and their
+ * block's scale) where it gives it 8 f16 values, so a warp step covers
+ * twice the keys with the same loads; it sums q . k over the lane's values
+ * and applies the scale once, and weighs V by p * d.  (The first version
+ * kept f16's 8 values a lane: as many loads in flight, each half as wide.)  The tensor-core kernel
+ * copies the int8 tiles with cp.async into two stages and, once a stage has landed, turns it into
+ * the f16 K and V tiles (q * d in one f16 multiply, rounded once; one f16 tile each instead of two:
+ * smem 84,992 B at D = 128).  The plain kernel reads q * d in f32 as the CPU does.
  *
  * The tensor-core kernel (head dims 16, 32, 64, 96 for Phi-3-mini, 128) is
  * flash attention with mma.sync m16n8k16: a CTA of 4 warps takes one query
@@ -29,7 +44,8 @@
  * Roofline: decode reads each cached key and value once per (row, head):
  * 0.5 MB per token of context at 7B (32 heads x 128 x 2 x 2 B), so B = 64
  * sequences at 576 tokens read 18.9 GB, 4.5 ms at 4.24 TB/s (measured: 60%
- * of that, 2 CTAs of 4 warps per SM, docs/perf/02).  Prefill of
+ * of that, 2 CTAs of 4 warps per SM, docs/perf/02); a q8_0 cache 0.27 MB a
+ * token, 10.0 GB, 2.4 ms (docs/perf/08).  Prefill of
  * 512 rows is 2.1 GFLOP per layer of causal QK^T + PV, a few us on tensor
  * cores; it is bound by the KV tile loads (each tile read by up to 8 query
  * tiles, from L2).
@@ -41,7 +57,8 @@
  * tile kernel gives such a row one CTA per head, of whose 4 warps 1 computes,
  * and fits 2 CTAs per SM, so 64 rows x 576 keys ran at 60% of bandwidth
  * (docs/perf/02).  Here a CTA of 4 warps takes DEC_KEYS keys of one row
- * for HG query heads sharing a KV head: 16-byte loads, D/8 lanes per key,
+ * for HG query heads sharing a KV head: 16-byte loads, D/8 lanes per key
+ * (D/16 for q8_0),
  * scores in f32 (q pre-scaled to log2 units), softmax of the split, P V with
  * the same lanes; splits write (o, max, sum) partials that a second kernel
  * merges in split order.  A row's splits depend only on its own length, so
@@ -59,7 +76,8 @@
 #define ATT_THREADS 128
 
 struct attn_args {
-    const __half *kc, *vc; /* this layer's cache */
+    const void *kc, *vc;   /* this layer's cached values: __half, or int8_t (q8_0) */
+    const __half *ks, *vs; /* this layer's q8_0 scales, value e's at e / 32; else NULL */
     int32_t kv_dim, block_size, max_blocks, n_rows, n_head, group, head_dim;
     const float *q;
     const int32_t *row_seq, *pos, *btab;
@@ -73,20 +91,126 @@ static __device__ __forceinline__ bool row_decode(const attn_args &p, int x)
     return p.first_gen && p.pos[x] >= p.first_gen[p.row_seq[x]];
 }
 
-template <int D>
-static constexpr size_t tc_smem(void)
+/* Value e (an index into the layer's plane) of the cache.  A q8_0 value is
+ * q * d, exact in f32 as on the CPU. */
+template <bool Q8>
+static __device__ __forceinline__ float kv_at(const void *plane, const __half *scales, int64_t e)
 {
-    return (size_t)5 * ATT_TILE * (D + 8) * sizeof(__half);
+    if constexpr (Q8)
+        return (float)((const int8_t *)plane)[e] * __half2float(scales[e / QK8_0]);
+    else
+        return __half2float(((const __half *)plane)[e]);
 }
 
-template <int D>
+/* Four int8 values (the bytes of w) as exact halves, (q0, q1) and (q2, q3):
+ * each byte, biased to unsigned, is put by a byte permute into the mantissa
+ * of 1024.0 (0x64XX, whose ulp is 1; the trick of numerics.cuh's
+ * bytes_to_half2, with the pairs in order), then 1152 = 1024 + 128 comes off
+ * exactly.  Per 4 values: an xor, 2 permutes, 2 f16 subtracts, where an
+ * int-to-float conversion would take 4 instructions at a quarter rate. */
+static __device__ __forceinline__ void q8x4_to_half2(uint32_t w, __half2 *lo, __half2 *hi)
+{
+    const uint32_t x = w ^ 0x80808080u;
+    const uint32_t a = __byte_perm(x, 0x64646464u, 0x5140), b = __byte_perm(x, 0x64646464u, 0x7362);
+    const __half2 bias = __float2half2_rn(1152.0f);
+    *lo = __hsub2(*(const __half2 *)&a, bias);
+    *hi = __hsub2(*(const __half2 *)&b, bias);
+}
+
+/* A lane's values of a key, 16 bytes: 8 f16 values, or 16 q8_0 values
+ * (e a multiple of 16, so within one block) and their block's scale; the
+ * raw bytes, loaded before they are unpacked so that many loads fly. */
+template <bool Q8>
+struct kv_chunk {
+    uint4 v;
+};
+template <>
+struct kv_chunk<true> {
+    uint4 v;
+    __half d;
+};
+
+template <bool Q8>
+static __device__ __forceinline__ kv_chunk<Q8> kv_load(const void *plane, const __half *scales,
+                                                       int64_t e)
+{
+    kv_chunk<Q8> c;
+    if constexpr (Q8) {
+        c.v = __ldg((const uint4 *)((const int8_t *)plane + e));
+        c.d = scales[e / QK8_0];
+    } else {
+        c.v = __ldg((const uint4 *)((const __half *)plane + e));
+    }
+    return c;
+}
+
+/* Eight int8 values times d, rounded to f16 (the tile kernel's operands):
+ * q is an exact half, so the f16 product is q * d rounded once. */
+static __device__ __forceinline__ uint4 q8_to_f16x8(uint2 q, __half2 d)
+{
+    uint32_t h[4];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        __half2 lo, hi;
+        q8x4_to_half2(j ? q.y : q.x, &lo, &hi);
+        const __half2 a = __hmul2(lo, d), b = __hmul2(hi, d);
+        h[2 * j] = *(const uint32_t *)&a;
+        h[2 * j + 1] = *(const uint32_t *)&b;
+    }
+    return make_uint4(h[0], h[1], h[2], h[3]);
+}
+
+/* A chunk's values as f32 (VPL<Q8> of them): f16 values as they are;
+ * q8_0 values as the integers q (exact), their scale in *d for the caller
+ * to apply once per product (the f16 path never multiplies, so its bits are
+ * what they were). */
+template <bool Q8>
+constexpr int kv_vpl = Q8 ? 16 : 8;
+
+template <bool Q8>
+static __device__ __forceinline__ void kv_unpack(const kv_chunk<Q8> &c, float *f, float *d)
+{
+    if constexpr (Q8) {
+        *d = __half2float(c.d);
+        const uint32_t w[4] = {c.v.x, c.v.y, c.v.z, c.v.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            __half2 lo, hi;
+            q8x4_to_half2(w[j], &lo, &hi);
+            const float2 a = __half22float2(lo), b = __half22float2(hi);
+            f[4 * j] = a.x, f[4 * j + 1] = a.y, f[4 * j + 2] = b.x, f[4 * j + 3] = b.y;
+        }
+    } else {
+        *d = 1.0f;
+        const __half2 *h2 = (const __half2 *)&c.v;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float2 v = __half22float2(h2[j]);
+            f[2 * j] = v.x;
+            f[2 * j + 1] = v.y;
+        }
+    }
+}
+
+/* f16: Q, 2 x K, 2 x V tiles; q8_0: Q, K, V tiles and the int8 K and V
+ * tiles of two stages. */
+template <int D, bool Q8>
+static constexpr size_t tc_smem(void)
+{
+    return Q8 ? (size_t)3 * ATT_TILE * (D + 8) * sizeof(__half) + (size_t)4 * ATT_TILE * D
+              : (size_t)5 * ATT_TILE * (D + 8) * sizeof(__half);
+}
+
+template <int D, bool Q8>
 __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float scale_log2)
 {
-    constexpr int LD = D + 8, CH = D / 8; /* 16-byte chunks per row */
+    constexpr int LD = D + 8, CH = D / 8; /* 8-value chunks per row (16 bytes of f16) */
+    constexpr int KT = Q8 ? 1 : 2;        /* f16 tiles of K (and of V) */
     extern __shared__ __align__(16) unsigned char smem[];
     __half *sq = (__half *)smem;
-    __half *sk = sq + ATT_TILE * LD;     /* [2][64][LD] */
-    __half *sv = sk + 2 * ATT_TILE * LD; /* [2][64][LD] */
+    __half *sk = sq + ATT_TILE * LD;                  /* [KT][64][LD] */
+    __half *sv = sk + KT * ATT_TILE * LD;             /* [KT][64][LD] */
+    int8_t *st = (int8_t *)(sv + KT * ATT_TILE * LD); /* q8_0: [2 stages][K, V][64][D] */
     pdl_begin();
     const int x = blockIdx.x, h = blockIdx.y;
     const int seq = p.row_seq[x], p0 = p.pos[x];
@@ -104,21 +228,65 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
     const int hk = h / p.group;
     const int32_t *blocks = p.btab + (int64_t)seq * p.max_blocks;
 
+    /* Value e of key kp's head row in the layer's planes. */
+    auto key_at = [&](int kp, int e) {
+        return ((int64_t)blocks[kp / p.block_size] * p.block_size + kp % p.block_size) * p.kv_dim +
+               (int64_t)hk * D + e;
+    };
+    /* Tile kt into stage buf: f16 chunks of 8 values, int8 chunks of 16. */
     auto load_kv = [&](int kt, int buf) {
-        for (int i = tid; i < ATT_TILE * CH; i += ATT_THREADS) {
-            const int key = i / CH, c = i % CH, kp = kt * ATT_TILE + key;
+        constexpr int VPC = Q8 ? 16 : 8, NCH = D / VPC;
+        for (int i = tid; i < ATT_TILE * NCH; i += ATT_THREADS) {
+            const int key = i / NCH, c = i % NCH, kp = kt * ATT_TILE + key;
             const bool ok = kp < n_keys;
-            int64_t off = 0;
-            if (ok)
-                off = ((int64_t)blocks[kp / p.block_size] * p.block_size + kp % p.block_size) *
-                          p.kv_dim + (int64_t)hk * D + 8 * c;
-            const int dst = (buf * ATT_TILE + key) * LD + 8 * c;
-            cp_async16(sk + dst, p.kc + off, ok ? 16 : 0);
-            cp_async16(sv + dst, p.vc + off, ok ? 16 : 0);
+            const int64_t off = ok ? key_at(kp, VPC * c) : 0;
+            if constexpr (Q8) {
+                int8_t *dst = st + ((buf * 2) * ATT_TILE + key) * D + VPC * c;
+                cp_async16(dst, (const int8_t *)p.kc + off, ok ? 16 : 0);
+                cp_async16(dst + ATT_TILE * D, (const int8_t *)p.vc + off, ok ? 16 : 0);
+            } else {
+                const int dst = (buf * ATT_TILE + key) * LD + VPC * c;
+                cp_async16(sk + dst, (const __half *)p.kc + off, ok ? 16 : 0);
+                cp_async16(sv + dst, (const __half *)p.vc + off, ok ? 16 : 0);
+            }
         }
         cp_async_commit();
     };
+    /* q8_0: the scales of tile kt's chunks this thread unpacks, (k, v) per
+     * chunk, zero past the last key.  They are loaded a tile ahead, into
+     * registers, so that their latency hides behind the tile's mma work
+     * instead of stalling the unpacking (cp.async moves 4 bytes at least,
+     * and a head's scales are 2 x D / 32 bytes, not always 4-aligned). */
+    constexpr int UNPACK_IT = ATT_TILE * CH / ATT_THREADS;
+    __half2 scale[Q8 ? UNPACK_IT : 1];
+    auto load_scales = [&](int kt) {
+#pragma unroll
+        for (int it = 0; it < UNPACK_IT; it++) {
+            const int i = tid + it * ATT_THREADS, key = i / CH, c = i % CH;
+            const int kp = kt * ATT_TILE + key;
+            scale[it] = __float2half2_rn(0.0f);
+            if (kp < n_keys) {
+                const int64_t e = key_at(kp, 8 * c) / QK8_0;
+                scale[it] = __halves2half2(p.ks[e], p.vs[e]);
+            }
+        }
+    };
+    /* q8_0: stage buf's tile into the f16 K and V tiles (keys past the last
+     * are zero, as their bytes and scales are). */
+    auto unpack_kv = [&](int buf) {
+#pragma unroll
+        for (int it = 0; it < UNPACK_IT; it++) {
+            const int i = tid + it * ATT_THREADS, key = i / CH, c = i % CH;
+            const int8_t *src = st + ((buf * 2) * ATT_TILE + key) * D + 8 * c;
+            *(uint4 *)(sk + key * LD + 8 * c) = q8_to_f16x8(*(const uint2 *)src,
+                                                            __low2half2(scale[it]));
+            *(uint4 *)(sv + key * LD + 8 * c) = q8_to_f16x8(*(const uint2 *)(src + ATT_TILE * D),
+                                                            __high2half2(scale[it]));
+        }
+    };
     load_kv(0, 0);
+    if constexpr (Q8)
+        load_scales(0);
 
     /* Q tile in f16; rows past nq are zero. */
     for (int i = tid; i < ATT_TILE * D / 4; i += ATT_THREADS) {
@@ -162,8 +330,15 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
             cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
-        if (active) { /* every warp reaches both barriers of the loop */
-            const __half *tk = sk + buf * ATT_TILE * LD, *tv = sv + buf * ATT_TILE * LD;
+        if constexpr (Q8) {
+            unpack_kv(buf);
+            if (kt + 1 < n_tiles)
+                load_scales(kt + 1);
+            __syncthreads();
+        }
+        if (active) { /* every warp reaches every barrier of the loop */
+            const __half *tk = sk + (KT - 1) * buf * ATT_TILE * LD;
+            const __half *tv = sv + (KT - 1) * buf * ATT_TILE * LD;
 
             float s[8][4];
 #pragma unroll
@@ -270,12 +445,13 @@ static __device__ __forceinline__ int dec_splits(int n_keys)
  * With one split the row's output is written; otherwise the partial record
  * [o (D floats, unnormalized), max (log2 units), sum] at
  * part[((z * n_head + h) * max_split + split) * (D + 2)]. */
-template <int D, int HG>
+template <int D, int HG, bool Q8>
 __global__ void __launch_bounds__(DEC_THREADS)
     attn_decode_kernel(attn_args p, const int32_t *rows, float scale_log2, float *part,
                        int max_split)
 {
-    constexpr int LPK = D / 8;                           /* lanes per key, 8 halves each */
+    constexpr int VPL = kv_vpl<Q8>;                      /* values per lane: 16 bytes */
+    constexpr int LPK = D / VPL;                         /* lanes per key */
     constexpr int KPI = 32 / LPK;                        /* keys per warp per step */
     constexpr int STEPS = DEC_KEYS / (DEC_WARPS * KPI);  /* steps per warp */
     constexpr int BATCH = STEPS < 8 ? STEPS : 8;         /* steps whose loads fly together */
@@ -293,24 +469,25 @@ __global__ void __launch_bounds__(DEC_THREADS)
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int sub = lane / LPK, cl = lane % LPK;
     const int32_t *blocks = p.btab + (int64_t)p.row_seq[x] * p.max_blocks;
-    const int64_t head_off = (int64_t)(h0 / p.group) * D + cl * 8;
+    const int64_t head_off = (int64_t)(h0 / p.group) * D + cl * VPL;
 
     for (int i = tid; i < HG * D; i += DEC_THREADS)
         s_q[i / D][i % D] = p.q[((int64_t)x * p.n_head + h0) * D + i] * scale_log2;
     __syncthreads();
-    float qr[HG][8];
+    float qr[HG][VPL];
 #pragma unroll
     for (int g = 0; g < HG; g++)
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            qr[g][j] = s_q[g][cl * 8 + j];
+        for (int j = 0; j < VPL; j++)
+            qr[g][j] = s_q[g][cl * VPL + j];
 
     /* Each warp takes keys (step * DEC_WARPS + warp) * KPI + sub.  The loads
      * of BATCH steps are issued before any of their math (block table
      * entries first, then the 16-byte chunks), so a warp has BATCH chunks in
      * flight: with few rows in the batch there are few CTAs to hide the
      * latency behind. */
-    auto load_batch = [&](const __half *cache, int st0, uint4 raw[BATCH]) {
+    auto load_batch = [&](const void *cache, const __half *scales, int st0,
+                          kv_chunk<Q8> raw[BATCH]) {
         int64_t at[BATCH];
 #pragma unroll
         for (int i = 0; i < BATCH; i++) {
@@ -319,29 +496,33 @@ __global__ void __launch_bounds__(DEC_THREADS)
         }
 #pragma unroll
         for (int i = 0; i < BATCH; i++)
-            raw[i] = __ldg((const uint4 *)(cache + at[i] * p.kv_dim + head_off));
+            raw[i] = kv_load<Q8>(cache, scales, at[i] * p.kv_dim + head_off);
     };
 
     /* Scores: each key's LPK lanes dot 8 dims each, then sum by shuffles.
      * Keys past nk load key nk - 1 again and are not stored. */
     for (int st0 = 0; st0 < STEPS; st0 += BATCH) {
-        uint4 raw[BATCH];
-        load_batch(p.kc, st0, raw);
+        kv_chunk<Q8> raw[BATCH];
+        load_batch(p.kc, p.ks, st0, raw);
 #pragma unroll
         for (int i = 0; i < BATCH; i++) {
             const int k = ((st0 + i) * DEC_WARPS + warp) * KPI + sub;
-            const __half2 *h2 = (const __half2 *)&raw[i];
+            float f[VPL], d;
+            kv_unpack<Q8>(raw[i], f, &d);
             float acc[HG];
 #pragma unroll
             for (int g = 0; g < HG; g++)
                 acc[g] = 0.0f;
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const float2 f = __half22float2(h2[j]);
+            for (int j = 0; j < VPL / 2; j++)
 #pragma unroll
                 for (int g = 0; g < HG; g++)
-                    acc[g] = fmaf(qr[g][2 * j + 1], f.y, fmaf(qr[g][2 * j], f.x, acc[g]));
-            }
+                    acc[g] = fmaf(qr[g][2 * j + 1], f[2 * j + 1],
+                                  fmaf(qr[g][2 * j], f[2 * j], acc[g]));
+            if constexpr (Q8) /* a chunk is one block: its scale once */
+#pragma unroll
+                for (int g = 0; g < HG; g++)
+                    acc[g] *= d;
 #pragma unroll
             for (int g = 0; g < HG; g++)
 #pragma unroll
@@ -378,37 +559,39 @@ __global__ void __launch_bounds__(DEC_THREADS)
 
     /* O = P V over the same keys and lanes (a key past nk weighs 0), then
      * over the KPI keys of a step and over the warps, in a fixed order. */
-    float o[HG][8];
+    float o[HG][VPL];
 #pragma unroll
     for (int g = 0; g < HG; g++)
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < VPL; j++)
             o[g][j] = 0.0f;
     for (int st0 = 0; st0 < STEPS; st0 += BATCH) {
-        uint4 raw[BATCH];
-        load_batch(p.vc, st0, raw);
+        kv_chunk<Q8> raw[BATCH];
+        load_batch(p.vc, p.vs, st0, raw);
 #pragma unroll
         for (int i = 0; i < BATCH; i++) {
             const int k = ((st0 + i) * DEC_WARPS + warp) * KPI + sub;
             if (k >= nk)
                 continue;
-            const __half2 *h2 = (const __half2 *)&raw[i];
+            float f[VPL], d;
+            kv_unpack<Q8>(raw[i], f, &d);
+            float pk[HG]; /* q8_0: the weight times the block's scale */
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const float2 f = __half22float2(h2[j]);
+            for (int g = 0; g < HG; g++)
+                pk[g] = Q8 ? s_p[g][k] * d : s_p[g][k];
+#pragma unroll
+            for (int j = 0; j < VPL / 2; j++)
 #pragma unroll
                 for (int g = 0; g < HG; g++) {
-                    const float pk = s_p[g][k];
-                    o[g][2 * j] = fmaf(pk, f.x, o[g][2 * j]);
-                    o[g][2 * j + 1] = fmaf(pk, f.y, o[g][2 * j + 1]);
+                    o[g][2 * j] = fmaf(pk[g], f[2 * j], o[g][2 * j]);
+                    o[g][2 * j + 1] = fmaf(pk[g], f[2 * j + 1], o[g][2 * j + 1]);
                 }
-            }
         }
     }
 #pragma unroll
     for (int g = 0; g < HG; g++)
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < VPL; j++)
 #pragma unroll
             for (int off = LPK; off < 32; off <<= 1)
                 o[g][j] += __shfl_xor_sync(0xffffffffu, o[g][j], off);
@@ -416,8 +599,8 @@ __global__ void __launch_bounds__(DEC_THREADS)
 #pragma unroll
         for (int g = 0; g < HG; g++)
 #pragma unroll
-            for (int j = 0; j < 8; j++)
-                s_o[warp][g][cl * 8 + j] = o[g][j];
+            for (int j = 0; j < VPL; j++)
+                s_o[warp][g][cl * VPL + j] = o[g][j];
     __syncthreads();
 
     const bool whole = dec_splits(n_keys) == 1;
@@ -464,7 +647,7 @@ __global__ void __launch_bounds__(D)
     p.out[((int64_t)x * p.n_head + h) * D + d] = num / den;
 }
 
-template <int D, int HG>
+template <int D, int HG, bool Q8>
 static void launch_decode_hg(cuda_backend *cb, const attn_args &a, const be_attn_batch *b,
                              float scale_log2)
 {
@@ -475,7 +658,7 @@ static void launch_decode_hg(cuda_backend *cb, const attn_args &a, const be_attn
                                                    (D + 2) * sizeof(float))))
         return;
     dim3 grid(max_split, a.n_head / HG, b->n_decode);
-    cuda_launch(cb, attn_decode_kernel<D, HG>, grid, DEC_THREADS, 0, a, b->decode_rows_dev,
+    cuda_launch(cb, attn_decode_kernel<D, HG, Q8>, grid, DEC_THREADS, 0, a, b->decode_rows_dev,
                 scale_log2, part, max_split);
     if (max_split > 1)
         cuda_launch(cb, attn_decode_merge_kernel<D>, dim3(b->n_decode, a.n_head), D, 0, a,
@@ -483,19 +666,20 @@ static void launch_decode_hg(cuda_backend *cb, const attn_args &a, const be_attn
 }
 
 /* Query heads per CTA: as many of a KV head's group as fit the registers (4). */
-template <int D>
+template <int D, bool Q8>
 static void launch_decode(cuda_backend *cb, const attn_args &a, const be_attn_batch *b,
                           float scale_log2)
 {
     if (a.group % 4 == 0)
-        launch_decode_hg<D, 4>(cb, a, b, scale_log2);
+        launch_decode_hg<D, 4, Q8>(cb, a, b, scale_log2);
     else if (a.group % 2 == 0)
-        launch_decode_hg<D, 2>(cb, a, b, scale_log2);
+        launch_decode_hg<D, 2, Q8>(cb, a, b, scale_log2);
     else
-        launch_decode_hg<D, 1>(cb, a, b, scale_log2);
+        launch_decode_hg<D, 1, Q8>(cb, a, b, scale_log2);
 }
 
 /* Any head dim: one warp per (row, head), as the CPU backend computes it. */
+template <bool Q8>
 __global__ void attn_plain_kernel(attn_args p, float scale)
 {
     extern __shared__ float scores[];
@@ -510,10 +694,10 @@ __global__ void attn_plain_kernel(attn_args p, float scale)
     };
     float mx = -INFINITY;
     for (int kp = lane; kp < n; kp += 32) {
-        const __half *k = p.kc + at(kp);
+        const int64_t k = at(kp);
         float s = 0.0f;
         for (int i = 0; i < D; i++)
-            s = __fadd_rn(s, __fmul_rn(q[i], __half2float(k[i])));
+            s = __fadd_rn(s, __fmul_rn(q[i], kv_at<Q8>(p.kc, p.ks, k + i)));
         scores[kp] = s * scale;
         mx = fmaxf(mx, scores[kp]);
     }
@@ -531,28 +715,82 @@ __global__ void attn_plain_kernel(attn_args p, float scale)
     for (int i = lane; i < D; i += 32) {
         float acc = 0.0f;
         for (int kp = 0; kp < n; kp++)
-            acc = __fadd_rn(acc, __fmul_rn(scores[kp] * inv, __half2float(p.vc[at(kp) + i])));
+            acc = __fadd_rn(acc, __fmul_rn(scores[kp] * inv, kv_at<Q8>(p.vc, p.vs, at(kp) + i)));
         p.out[((int64_t)x * p.n_head + h) * D + i] = acc;
     }
 }
 
 #define PLAIN_MAX_SMEM (200 * 1024)
 
+template <bool Q8>
+static cudaError_t configure_kv(void)
+{
+    cudaError_t e = cudaSuccess;
+    auto tc = [&](auto kernel, size_t smem) {
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)smem);
+    };
+    tc(attn_tc_kernel<128, Q8>, tc_smem<128, Q8>());
+    tc(attn_tc_kernel<96, Q8>, tc_smem<96, Q8>());
+    tc(attn_tc_kernel<64, Q8>, tc_smem<64, Q8>());
+    tc(attn_plain_kernel<Q8>, PLAIN_MAX_SMEM);
+    return e;
+}
+
 cudaError_t attention_configure(void)
 {
-    cudaError_t e = cudaFuncSetAttribute(attn_tc_kernel<128>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)tc_smem<128>());
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(attn_tc_kernel<96>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)tc_smem<96>());
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(attn_tc_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)tc_smem<64>());
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(attn_plain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 PLAIN_MAX_SMEM);
-    return e;
+    const cudaError_t e = configure_kv<false>();
+    return e == cudaSuccess ? configure_kv<true>() : e;
+}
+
+/* The prompt rows of a batch (all rows but the decode rows). */
+template <bool Q8>
+static void launch_prompt(cuda_backend *cb, const attn_args &a, const be_attn_batch *b, float scale,
+                          float scale_log2)
+{
+    dim3 grid(b->n_rows, a.n_head);
+    auto tc = [&](auto kernel, size_t smem) {
+        cuda_launch(cb, kernel, grid, ATT_THREADS, smem, a, scale_log2);
+    };
+    switch (a.head_dim) {
+    case 16: tc(attn_tc_kernel<16, Q8>, tc_smem<16, Q8>()); break;
+    case 32: tc(attn_tc_kernel<32, Q8>, tc_smem<32, Q8>()); break;
+    case 64: tc(attn_tc_kernel<64, Q8>, tc_smem<64, Q8>()); break;
+    case 96: tc(attn_tc_kernel<96, Q8>, tc_smem<96, Q8>()); break;
+    case 128: tc(attn_tc_kernel<128, Q8>, tc_smem<128, Q8>()); break;
+    default: {
+        /* 16 bytes of slack: ptxas merges the guarded loads of the last
+         * scores into one wider load that may reach past the last one. */
+        const size_t smem = (size_t)b->max_seq_len * sizeof(float) + 16;
+        if (smem > PLAIN_MAX_SMEM) {
+            cuda_fail(cb,
+                      "attention: head dim %d takes the plain kernel, which holds at most "
+                      "%d positions (%d asked)",
+                      a.head_dim, PLAIN_MAX_SMEM / 4, b->max_seq_len);
+            return;
+        }
+        cuda_launch(cb, attn_plain_kernel<Q8>, grid, 32, smem, a, scale);
+    }
+    }
+    cuda_check_launch(cb, "attention");
+}
+
+template <bool Q8>
+static void launch_kv(cuda_backend *cb, const attn_args &a, const be_attn_batch *b)
+{
+    const float scale = 1.0f / sqrtf((float)a.head_dim);
+    const float scale_log2 = scale * 1.4426950408889634f;
+    if (a.first_gen) {
+        if (a.head_dim == 64)
+            launch_decode<64, Q8>(cb, a, b, scale_log2);
+        else
+            launch_decode<128, Q8>(cb, a, b, scale_log2);
+        cuda_check_launch(cb, "attention (decode rows)");
+        if (b->n_decode == b->n_rows)
+            return;
+    }
+    launch_prompt<Q8>(cb, a, b, scale, scale_log2);
 }
 
 void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const float *q,
@@ -564,10 +802,14 @@ void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const fl
                   sh->n_head_kv, D, kv->kv_dim);
         return;
     }
+    const bool q8 = kv->type == BE_KV_Q8_0;
     const int64_t layer_off = (int64_t)layer * kv->n_blocks * kv->block_size * kv->kv_dim;
+    const size_t elem = q8 ? sizeof(int8_t) : sizeof(__half);
     const bool decode = (D == 64 || D == 128) && b->n_decode > 0;
-    attn_args a = {kv->k + layer_off,
-                   kv->v + layer_off,
+    attn_args a = {(const char *)kv->k + layer_off * elem,
+                   (const char *)kv->v + layer_off * elem,
+                   q8 ? kv->ks + layer_off / QK8_0 : NULL,
+                   q8 ? kv->vs + layer_off / QK8_0 : NULL,
                    kv->kv_dim,
                    kv->block_size,
                    b->max_blocks,
@@ -581,39 +823,8 @@ void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const fl
                    b->block_table_dev,
                    out,
                    decode ? b->first_generated_dev : NULL};
-    const float scale = 1.0f / sqrtf((float)D);
-    const float scale_log2 = scale * 1.4426950408889634f;
-    if (decode) {
-        if (D == 64)
-            launch_decode<64>(cb, a, b, scale_log2);
-        else
-            launch_decode<128>(cb, a, b, scale_log2);
-        cuda_check_launch(cb, "attention (decode rows)");
-        if (b->n_decode == b->n_rows)
-            return;
-    }
-    dim3 grid(b->n_rows, sh->n_head);
-    auto tc = [&](auto d) {
-        constexpr int DD = decltype(d)::value;
-        cuda_launch(cb, attn_tc_kernel<DD>, grid, ATT_THREADS, tc_smem<DD>(), a, scale_log2);
-    };
-    switch (D) {
-    case 16: tc(std::integral_constant<int, 16>{}); break;
-    case 32: tc(std::integral_constant<int, 32>{}); break;
-    case 64: tc(std::integral_constant<int, 64>{}); break;
-    case 96: tc(std::integral_constant<int, 96>{}); break;
-    case 128: tc(std::integral_constant<int, 128>{}); break;
-    default: {
-        /* 16 bytes of slack: ptxas merges the guarded loads of the last
-         * scores into one wider load that may reach past the last one. */
-        const size_t smem = (size_t)b->max_seq_len * sizeof(float) + 16;
-        if (smem > PLAIN_MAX_SMEM) {
-            cuda_fail(cb, "attention: head dim %d takes the plain kernel, which holds at most "
-                          "%d positions (%d asked)", D, PLAIN_MAX_SMEM / 4, b->max_seq_len);
-            return;
-        }
-        cuda_launch(cb, attn_plain_kernel, grid, 32, smem, a, scale);
-    }
-    }
-    cuda_check_launch(cb, "attention");
+    if (q8)
+        launch_kv<true>(cb, a, b);
+    else
+        launch_kv<false>(cb, a, b);
 }

@@ -387,51 +387,70 @@ static void cu_kv_destroy(backend *be, be_kv *kv)
         return;
     cu_free(be, kv->k);
     cu_free(be, kv->v);
+    cu_free(be, kv->ks);
+    cu_free(be, kv->vs);
     free(kv);
 }
 
-static int check_kv_type(be_kv_type type, llmq_err *err)
+/* Bytes of one token's keys (or values) in one layer: the values, and the
+ * scales of a q8_0 row. */
+static int kv_row_bytes(be_kv_type type, int32_t kv_dim, size_t *values, size_t *scales,
+                        llmq_err *err)
 {
-    if (type != BE_KV_F16)
-        return llmq_errf(err, "cuda backend: the KV cache is f16 only (f32 was asked; drop "
-                              "--kv-f32)");
+    if (type != BE_KV_F16 && type != BE_KV_Q8_0)
+        return llmq_errf(err,
+                         "cuda backend: the KV cache is f16 or q8_0 (%s was asked; drop "
+                         "--kv-f32)",
+                         be_kv_type_name(type));
+    if (be_kv_row_bytes(type, kv_dim) == 0)
+        return llmq_errf(err, "cuda backend: a %s KV cache cannot hold rows of %d values",
+                         be_kv_type_name(type), kv_dim);
+    *values = (size_t)kv_dim * (type == BE_KV_F16 ? sizeof(__half) : sizeof(int8_t));
+    *scales = type == BE_KV_Q8_0 ? (size_t)kv_dim / QK8_0 * sizeof(__half) : 0;
     return 0;
-}
-
-/* One of the cache's two planes (keys, or values). */
-static size_t kv_plane_bytes(int32_t n_layers, int32_t n_blocks, int32_t block_size, int32_t kv_dim)
-{
-    return (size_t)n_layers * n_blocks * block_size * kv_dim * sizeof(__half);
 }
 
 static int cu_kv_block_bytes(backend *, int32_t n_layers, int32_t block_size, int32_t kv_dim,
                              be_kv_type type, size_t *bytes, llmq_err *err)
 {
-    if (check_kv_type(type, err) != 0)
+    size_t values = 0, scales = 0;
+    if (kv_row_bytes(type, kv_dim, &values, &scales, err) != 0)
         return -1;
-    *bytes = 2 * kv_plane_bytes(n_layers, 1, block_size, kv_dim);
+    *bytes = 2 * (size_t)n_layers * block_size * (values + scales);
     return 0;
+}
+
+/* A zeroed plane (on the stream, before any kv_write) so that no kernel
+ * can ever read an unwritten, possibly non-finite value; NULL for 0 bytes. */
+static void *kv_plane(backend *be, size_t bytes, bool *ok, llmq_err *err)
+{
+    if (bytes == 0 || !*ok)
+        return NULL;
+    void *p = cu_alloc(be, bytes, err);
+    *ok = p && cudaMemsetAsync(p, 0, bytes, cb_of(be)->stream) == cudaSuccess;
+    return p;
 }
 
 static int cu_kv_create(backend *be, int32_t n_layers, int32_t n_blocks, int32_t block_size,
                         int32_t kv_dim, be_kv_type type, be_kv **out, llmq_err *err)
 {
-    if (check_kv_type(type, err) != 0)
+    size_t values = 0, scales = 0;
+    if (kv_row_bytes(type, kv_dim, &values, &scales, err) != 0)
         return -1;
     be_kv *kv = (be_kv *)calloc(1, sizeof *kv);
     if (!kv)
         return llmq_errf(err, "cuda backend: out of memory");
-    *kv = (be_kv){n_layers, n_blocks, block_size, kv_dim, NULL, NULL};
-    const size_t bytes = kv_plane_bytes(n_layers, n_blocks, block_size, kv_dim);
-    kv->k = (__half *)cu_alloc(be, bytes, err);
-    kv->v = (__half *)cu_alloc(be, bytes, err);
-    /* Zeroed (on the stream, before any kv_write) so that no kernel can
-     * ever read an unwritten, possibly non-finite value. */
-    cudaStream_t s = cb_of(be)->stream;
-    if (!kv->k || !kv->v || cudaMemsetAsync(kv->k, 0, bytes, s) != cudaSuccess ||
-        cudaMemsetAsync(kv->v, 0, bytes, s) != cudaSuccess) {
+    *kv = (be_kv){n_layers, n_blocks, block_size, kv_dim, type, NULL, NULL, NULL, NULL};
+    const size_t slots = (size_t)n_layers * n_blocks * block_size;
+    bool ok = true;
+    kv->k = kv_plane(be, slots * values, &ok, err);
+    kv->v = kv_plane(be, slots * values, &ok, err);
+    kv->ks = (__half *)kv_plane(be, slots * scales, &ok, err);
+    kv->vs = (__half *)kv_plane(be, slots * scales, &ok, err);
+    if (!ok) {
         cu_kv_destroy(be, kv);
-        return llmq_errf(err, "cuda backend: cannot allocate a KV cache of 2 x %zu bytes", bytes);
+        return llmq_errf(err, "cuda backend: cannot allocate a %s KV cache of 2 x %zu bytes",
+                         be_kv_type_name(type), slots * (values + scales));
     }
     *out = kv;
     return 0;
@@ -507,7 +526,7 @@ static void cu_matmul(backend *be, const be_weight *w, be_act *in, float *out, b
     if (mmv_takes(w, in))
         launch_mmv_group(cb, 1, &w, in, &out, NULL, accumulate);
     else
-        launch_gemm(cb, w, in, out, accumulate);
+        launch_gemm(cb, w, in, out, NULL, accumulate);
 }
 
 /* Runs of consecutive weights of one type and width that mmv takes go out
@@ -519,9 +538,8 @@ static void cu_matmul_many(backend *be, int n, const be_weight *const *w, be_act
     for (int i = 0, j; i < n; i = j) {
         j = i + 1;
         if (!mmv_takes(w[i], in)) {
-            cu_matmul(be, w[i], in, out[i], false);
-            if (bias && bias[i] && !cb->failed && in->rows > 0)
-                launch_add_bias(cb, out[i], bias[i], in->rows, (int32_t)w[i]->rows);
+            if (matmul_prepare(cb, w[i], in))
+                launch_gemm(cb, w[i], in, out[i], bias ? bias[i] : NULL, false);
             continue;
         }
         while (j < n && j - i < MMV_GROUP_MAX && w[j]->type == w[i]->type &&
@@ -676,10 +694,11 @@ extern "C" int backend_cuda_create(backend **out, int gpu, llmq_err *err)
                          prop.name, prop.major, prop.minor);
     }
     cb->n_sm = prop.multiProcessorCount;
+    cb->gemm_sm90 = gemm_sm90_enabled();
     if ((e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaMallocHost((void **)&cb->stage, cb->stage_size)) != cudaSuccess ||
-        (e = gemm_configure()) != cudaSuccess || (e = mmv_configure()) != cudaSuccess ||
-        (e = attention_configure()) != cudaSuccess)
+        (e = gemm_configure()) != cudaSuccess || (e = gemm_sm90_configure()) != cudaSuccess ||
+        (e = mmv_configure()) != cudaSuccess || (e = attention_configure()) != cudaSuccess)
         goto fail;
     cuda_graphs_init(cb);
     cb->pdl_on = cuda_env_allows("LLMQ_CUDA_PDL");

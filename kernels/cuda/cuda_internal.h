@@ -18,7 +18,9 @@
  *   (cuda_actq) is f16 rows in step order (numerics.cuh: act_step_pos),
  *   padded with zeros to a multiple of 64 columns, for mmv and the GEMM
  *   alike.
- * - KV cache: f16, [layer][block * block_size + offset][kv_dim], as the CPU.
+ * - KV cache: [layer][block * block_size + offset][kv_dim] values, f16 or
+ *   (q8_0) int8, and for q8_0 a plane of f16 scales [layer][slot][kv_dim /
+ *   32]: value e of a slot's row is q[e] * d[e / 32].
  *
  * Every op runs on the backend's one stream.  Launch errors and refused
  * shapes are kept as the backend's first error (naming the op) and
@@ -78,6 +80,13 @@ static void for_each_weight_type(F f)
 #define MMV_MAX_ROWS 16
 /* The GEMM's k tile: one 64-value quarter of a 256-value super-block. */
 #define GEMM_BK 64
+/* Matmuls of at least this many rows take the wgmma GEMM (gemm_sm90.cu)
+ * where the build has it (sm_90a) and LLMQ_GEMM_SM90 is not 0, else gemm.cu's
+ * mma.sync GEMM: a choice of speed only (numerics.cuh).  Every GEMM: at 64
+ * rows wgmma took 0.63-0.75 of mma.sync's time on every 7B shape
+ * (docs/perf/07, checkpoint 2), and below 64 both run the same 64-row
+ * tiles as at 64. */
+#define GEMM_SM90_MIN_ROWS (MMV_MAX_ROWS + 1)
 
 struct be_weight {
     quant_type type;
@@ -92,7 +101,9 @@ struct be_weight {
 
 struct be_kv {
     int32_t n_layers, n_blocks, block_size, kv_dim;
-    __half *k, *v;
+    be_kv_type type; /* BE_KV_F16 or BE_KV_Q8_0 */
+    void *k, *v;     /* the values: __half or int8_t */
+    __half *ks, *vs; /* q8_0: the scales; NULL for f16 */
 };
 
 /* be_act.q of this backend (host struct, device planes). */
@@ -119,6 +130,7 @@ struct cuda_backend {
     size_t stage_size, stage_off;
     float *part;          /* scratch: split-k sums, split-KV partials (cuda_scratch) */
     size_t part_bytes;
+    bool gemm_sm90; /* GEMMs of >= GEMM_SM90_MIN_ROWS rows take gemm_sm90.cu */
     bool failed;
     llmq_err first_err;
     /* graphs.cu */
@@ -141,7 +153,7 @@ void cuda_fail(cuda_backend *cb, const char *fmt, ...) __attribute__((format(pri
  * NULL after recording a failure that names op. */
 float *cuda_scratch(cuda_backend *cb, const char *op, size_t bytes);
 /* Whether a switch of the environment is on: unset or anything but "0"
- * (LLMQ_CUDA_GRAPHS, LLMQ_CUDA_PDL: for A/B runs). */
+ * (LLMQ_CUDA_GRAPHS, LLMQ_CUDA_PDL, LLMQ_GEMM_SM90: for A/B runs). */
 bool cuda_env_allows(const char *name);
 /* After a launch: a launch error becomes the backend's error, naming op. */
 void cuda_check_launch(cuda_backend *cb, const char *op);
@@ -254,7 +266,6 @@ void launch_swiglu(cuda_backend *cb, const float *g, const float *u, int32_t row
 void launch_act_quantize(cuda_backend *cb, be_act *a);
 void launch_rope(cuda_backend *cb, float *q, float *k, const int32_t *pos, int32_t rows,
                  const be_attn_shape *sh, const be_rope *rope, float theta_scale);
-void launch_add_bias(cuda_backend *cb, float *x, const float *bias, int32_t rows, int32_t n);
 void launch_kv_write(cuda_backend *cb, be_kv *kv, int32_t layer, const float *k, const float *v,
                      const int32_t *slot, int32_t rows);
 
@@ -276,9 +287,33 @@ bool mmv_takes(const be_weight *w, const be_act *in);
  * false: out = product + bias, one float add (backend.h, matmul_many). */
 void launch_mmv_group(cuda_backend *cb, int n, const be_weight *const *w, const be_act *in,
                       float *const *out, const float *const *bias, bool accumulate);
-/* gemm.cu: out (rows x w->rows) from the f16 copy of in. */
+/* gemm.cu: out (rows x w->rows) from the f16 copy of in; bias: NULL, or
+ * w->rows floats added to the product (one float add, before accumulate's:
+ * mmv's epilogue, backend.h matmul_many). */
 void launch_gemm(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
-                 bool accumulate);
+                 const float *bias, bool accumulate);
+/* gemm.cu: out (rows x cols) (+)= the sum of `splits` partials of as many
+ * floats (part + s * rows * cols), added in split order, + bias[col]. */
+void launch_split_sum(cuda_backend *cb, const float *part, int splits, int64_t rows, int64_t cols,
+                      const float *bias, float *out, bool accumulate);
+/* The k loop of a GEMM of w by in: unsplit (one CTA runs every k tile) or
+ * split (one CTA a chunk of MM_CHUNK, kt_per k tiles, partials in part,
+ * scratch of splits x rows x w->rows floats, for launch_split_sum); false
+ * after recording that the scratch could not be had. */
+struct gemm_split {
+    int64_t lda; /* the f16 activation copy's row stride */
+    int splits, kt_per;
+    float *part; /* NULL when splits is 1 */
+};
+bool gemm_split_plan(cuda_backend *cb, const be_weight *w, const be_act *in, bool split,
+                     gemm_split *g);
+/* gemm_sm90.cu: whether this build has the wgmma GEMM and the environment
+ * (LLMQ_GEMM_SM90=0 turns it off) lets it run; its launcher, the same
+ * contract as launch_gemm. */
+cudaError_t gemm_sm90_configure(void);
+bool gemm_sm90_enabled(void);
+void launch_gemm_sm90(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
+                      const float *bias, bool accumulate);
 /* sampling.cu: the first maximum of each row (backend.h, argmax). */
 void launch_argmax(cuda_backend *cb, const float *x, int32_t rows, int32_t n, int32_t *out);
 /* sampling.cu: each row's k best (backend.h, top_k). */
@@ -294,6 +329,17 @@ void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const fl
                       const be_attn_batch *b, const be_attn_shape *sh, float *out);
 
 /* ---- device helpers shared by the kernel families ---- */
+
+/* What a GEMM epilogue stores for product y at column col of *o: y plus
+ * the column's bias (NULL: none; one float add, as mmv's epilogue), then
+ * added to *o when accumulating (the residual add). */
+static __device__ __forceinline__ float gemm_final(float y, const float *bias, int64_t col,
+                                                   const float *o, bool accumulate)
+{
+    if (bias)
+        y = __fadd_rn(y, bias[col]);
+    return accumulate ? *o + y : y;
+}
 
 /* Scale and min (6 bits each) of sub-block j (0..7) of a q4_K block whose
  * 12 scale bytes are the words s0, s1, s2 (ggml's get_scale_min_k4). */

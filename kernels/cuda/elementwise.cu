@@ -1,5 +1,6 @@
 /* elementwise: the row-wise ops (embed, gather, rmsnorm, swiglu, rope,
- * add_bias, kv_write) and the activation quantizers.
+ * kv_write) and the activation quantizers.  (Biases are added in the
+ * matmuls' epilogues: mmv.cu, gemm.cu, gemm_sm90.cu.)
  *
  * Layout invariants: the row producers (rmsnorm, swiglu, the quantizers)
  * use blocks of 1024 threads; element e of a row is handled by thread
@@ -10,14 +11,14 @@
  * over many SMs.  The f16 copy is written up to its padded width and not
  * one element further (rows are adjacent in that buffer).  Shared memory:
  * 32 doubles for the rmsnorm sum.  rope: a thread per pair, several heads
- * of a row per CTA; kv_write: 8 values a thread; embed, gather, add_bias: 256
- * threads per row.
+ * of a row per CTA; kv_write: 8 values a thread; embed, gather: 256 threads
+ * per row.
  *
  * Exactness: the arithmetic mirrors the CPU backend operation for operation
  * with the rounding intrinsics (__fmul_rn, ...), so that contraction into
  * FMA cannot change a result: embed, gather, kv_write and rmsnorm (whose sum
  * of squares is in double, as the CPU's) match the CPU to the bit or to the
- * last place, add_bias to the bit; rope and swiglu differ only where CUDA's sinf/cosf/expf round
+ * last place; rope and swiglu differ only where CUDA's sinf/cosf/expf round
  * differently from glibc's (an ulp or two).
  *
  * Roofline: these ops move a few MB per step (a 4096-wide row is 16 KB), so
@@ -203,7 +204,7 @@ void launch_act_quantize(cuda_backend *cb, be_act *a)
  * store overlap with every other pair's.  A CTA per row with threads
  * looping over the pairs, as before, paid a DRAM round trip per pair in
  * series (the store of one pair may alias the next one's load): 17 us a
- * decode row at 7B under ncu, for 4,096 pairs (docs/perf/07). ---- */
+ * decode row at 7B under ncu, for 4,096 pairs (docs/perf/09). ---- */
 
 __global__ void rope_kernel(float *q, float *k, const int32_t *pos, int32_t n_head,
                             int32_t n_head_kv, int32_t hd, int32_t step, int32_t offset,
@@ -244,27 +245,12 @@ void launch_rope(cuda_backend *cb, float *q, float *k, const int32_t *pos, int32
     cuda_check_launch(cb, "rope");
 }
 
-/* ---- add_bias: x[r][i] += bias[i], the CPU's one float add ---- */
-
-__global__ void add_bias_kernel(float *x, const float *bias, int32_t n)
-{
-    pdl_begin();
-    const int64_t r = blockIdx.x;
-    for (int32_t i = threadIdx.x; i < n; i += blockDim.x)
-        x[r * n + i] = __fadd_rn(x[r * n + i], bias[i]);
-}
-
-void launch_add_bias(cuda_backend *cb, float *x, const float *bias, int32_t rows, int32_t n)
-{
-    cuda_launch(cb, add_bias_kernel, rows, ROW_THREADS, 0, x, bias, n);
-    cuda_check_launch(cb, "add_bias");
-}
-
-/* ---- kv_write: f32 rows into the f16 cache at their slots.  Each thread
+/* ---- kv_write: f32 rows into the cache at their slots.  f16: each thread
  * converts 8 values of k and of v with 16-byte loads and stores, so a
  * 4096-wide decode row is one round trip of 512 threads instead of 16 in
- * series (17 ... 14 us under ncu before, docs/perf/07); rows of a width
- * that is not a multiple of 8 take one value a thread. ---- */
+ * series (17 ... 14 us under ncu before, docs/perf/09); rows of a width
+ * that is not a multiple of 8 take one value a thread.  q8_0: a thread per
+ * value, a warp per block. ---- */
 
 #define KV_VEC 8
 
@@ -296,14 +282,56 @@ __global__ void kv_write_kernel(__half *__restrict__ kc, __half *__restrict__ vc
     }
 }
 
+/* Value x of a 32-value block held by the warp's lane of the same index,
+ * quantized as the CPU's quant_quantize_kv_q8_0 (bit for bit: the max is
+ * exact in any order and the divisions are IEEE), the scale stored by lane
+ * 0. */
+static __device__ __forceinline__ void kv_q8_put(float x, int8_t *q, __half *d)
+{
+    float amax = fabsf(x);
+    const bool finite = __all_sync(0xffffffffu, isfinite(x));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float db = amax / 127.0f;
+    const float id = db != 0.0f ? 1.0f / db : 0.0f;
+    const float r = roundf(x * id);
+    *q = (int8_t)(r >= -127.0f && r <= 127.0f ? r : r > 0.0f ? 127.0f : r < 0.0f ? -127.0f : 0.0f);
+    if (threadIdx.x % 32 == 0)
+        *d = __float2half_rn(finite ? db : NAN);
+}
+
+/* A thread per value, a warp per block: grid (rows, kv_dim / ROW_THREADS
+ * rounded up), so that a decode step's one row is 16 CTAs of one pass
+ * instead of one CTA looping over the row's blocks one reduction at a time. */
+__global__ void kv_write_q8_kernel(int8_t *kc, int8_t *vc, __half *ks, __half *vs,
+                                   int64_t layer_off, int32_t kv_dim, const float *k,
+                                   const float *v, const int32_t *slot)
+{
+    pdl_begin();
+    const int64_t r = blockIdx.x;
+    const int32_t e = blockIdx.y * blockDim.x + threadIdx.x;
+    if (e >= kv_dim) /* kv_dim % 32 == 0: whole warps leave */
+        return;
+    const int64_t dst = layer_off + (int64_t)slot[r] * kv_dim + e;
+    kv_q8_put(k[r * kv_dim + e], kc + dst, ks + dst / QK8_0);
+    kv_q8_put(v[r * kv_dim + e], vc + dst, vs + dst / QK8_0);
+}
+
 void launch_kv_write(cuda_backend *cb, be_kv *kv, int32_t layer, const float *k, const float *v,
                      const int32_t *slot, int32_t rows)
 {
+    static_assert(ROW_THREADS % 32 == 0, "kv_write_q8_kernel: whole warps per block");
     const int64_t layer_off = (int64_t)layer * kv->n_blocks * kv->block_size * kv->kv_dim;
-    const int32_t threads = (kv->kv_dim + KV_VEC - 1) / KV_VEC;
-    const dim3 grid(rows, (threads + ROW_THREADS - 1) / ROW_THREADS);
-    if (rows > 0)
-        cuda_launch(cb, kv_write_kernel, grid, ROW_THREADS, 0, kv->k, kv->v, layer_off, kv->kv_dim,
-                    k, v, slot);
+    if (rows > 0 && kv->type == BE_KV_Q8_0) {
+        const dim3 grid(rows, (kv->kv_dim + ROW_THREADS - 1) / ROW_THREADS);
+        cuda_launch(cb, kv_write_q8_kernel, grid, ROW_THREADS, 0, (int8_t *)kv->k, (int8_t *)kv->v,
+                    kv->ks, kv->vs, layer_off, kv->kv_dim, k, v, slot);
+    } else if (rows > 0) {
+        const int32_t threads = (kv->kv_dim + KV_VEC - 1) / KV_VEC;
+        const dim3 grid(rows, (threads + ROW_THREADS - 1) / ROW_THREADS);
+        cuda_launch(cb, kv_write_kernel, grid, ROW_THREADS, 0, (__half *)kv->k, (__half *)kv->v,
+                    layer_off, kv->kv_dim, k, v, slot);
+    }
     cuda_check_launch(cb, "kv_write");
 }

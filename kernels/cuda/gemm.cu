@@ -42,230 +42,18 @@
  * The weights (9.4 / 25.4 MB) come from L2 after the first M tile.
  * Measured on the H200 before the fold: 117 us and 258 us (146 and 179
  * TFLOP/s), with 8 warps per SM issuing (docs/perf/02). */
-#include "kernels/cuda/blocks.cuh"
-#include "kernels/cuda/numerics.cuh"
+#include "kernels/cuda/dequant.cuh"
 
 #include <algorithm>
 
 #define LDS (GEMM_BK + 8)
-static_assert(GEMM_BK * 4 == QK_K && GEMM_BK == 2 * QK8_0,
-              "a k tile is a quarter of a k-quant super-block, two q8_0 blocks (fetch, dequant)");
-#define GEMM_CHUNK_KT (MM_CHUNK / GEMM_BK) /* k tiles per chunk */
-
-/* What a thread holds of one (row, half) task for the next k tile: for a
- * k-quant, chunk (kt % 4, h) of super-block kt / 4 (blocks.cuh). */
-/* Tables of one-line structs, laid out by hand: */
-/* clang-format off */
-struct frag_q8 { uint4 q0, q1; float d; };
-struct frag_raw { uint4 v[8]; }; /* f16: 4 used, f32: 8 */
-
-template <int T> struct frag_of : kquant_chunk<T> {};
-template <> struct frag_of<QUANT_Q8_0> { typedef frag_q8 type; };
-template <> struct frag_of<QUANT_F16> { typedef frag_raw type; };
-template <> struct frag_of<QUANT_F32> { typedef frag_raw type; };
-/* clang-format on */
-
-static __device__ __forceinline__ void fetch_q8(const be_weight &w, int64_t n, int kt, int h,
-                                                frag_q8 *f)
-{
-    const int64_t blk = 2 * (int64_t)kt + h;
-    if (blk >= w.nb) {
-        f->q0 = f->q1 = make_uint4(0, 0, 0, 0);
-        f->d = 0.0f;
-        return;
-    }
-    const uint4 *p = (const uint4 *)(w.q + (n * w.nb + blk) * 32);
-    f->q0 = __ldg(p);
-    f->q1 = __ldg(p + 1);
-    f->d = __half2float(w.d[n * w.nb + blk]);
-}
-
-template <int T>
-static __device__ __forceinline__ void fetch_raw(const be_weight &w, int64_t n, int kt, int h,
-                                                 frag_raw *f)
-{
-    constexpr int ES = T == QUANT_F16 ? 2 : 4, NV = 32 * ES / 16; /* uint4 per task */
-    const int64_t k0 = (int64_t)kt * GEMM_BK + 32 * h;
-#pragma unroll
-    for (int i = 0; i < NV; i++) {
-        const int64_t k = k0 + i * (16 / ES);
-        f->v[i] = k < w.cols ? __ldg((const uint4 *)(w.q + (n * w.cols + k) * ES))
-                             : make_uint4(0, 0, 0, 0);
-    }
-}
-
-/* The weight tile row holds the task's values at their step-ordered
- * positions (numerics.cuh), so that its columns pair with the activation
- * tile's: a k-quant task (16 quant bytes at 16h of the 32-byte group, words
- * w[2c' + t] = bytes 8c' + 4t of the half) fills positions
- * 32hf + 16t + 8h + [0, 8) for nibble half hf and word t: two words, each as
- * (i0, i2), (i1, i3). */
-static __device__ __forceinline__ void store_pairs(__half *dst, __half2 e0, __half2 o0, __half2 e1,
-                                                   __half2 o1)
-{
-    uint4 u;
-    u.x = *(const uint32_t *)&e0;
-    u.y = *(const uint32_t *)&o0;
-    u.z = *(const uint32_t *)&e1;
-    u.w = *(const uint32_t *)&o1;
-    *(uint4 *)dst = u;
-}
-
-/* value(word bytes, hf, t) -> the word's (even, odd) f16 pairs. */
-template <typename F>
-static __device__ __forceinline__ void store_kquant_task(const uint4 &qs, int h, __half *row,
-                                                         F value)
-{
-    const uint32_t w[4] = {qs.x, qs.y, qs.z, qs.w};
-#pragma unroll
-    for (int hf = 0; hf < 2; hf++)
-#pragma unroll
-        for (int t = 0; t < 2; t++) {
-            __half2 e0, o0, e1, o1;
-            value(w[t], hf, t, 0, &e0, &o0);
-            value(w[2 + t], hf, t, 1, &e1, &o1);
-            store_pairs(row + 32 * hf + 16 * t + 8 * h, e0, o0, e1, o1);
-        }
-}
-
-/* A q4_K/q5_K task: sub-blocks 2j (low nibbles) and 2j + 1 (high), with
- * fifth(word, hf, t, c') the fifth bits at bit 4 of each byte (0 for q4_K). */
-template <typename F>
-static __device__ __forceinline__ void dequant_k4(const uint4 &hdr, const uint4 &qs, int kt, int h,
-                                                  __half *row, F fifth)
-{
-    const k4_sub sub[2] = {k4_sub_at(hdr, 2 * (kt % 4)), k4_sub_at(hdr, 2 * (kt % 4) + 1)};
-    store_kquant_task(qs, h, row, [&](uint32_t w, int hf, int t, int c, __half2 *e, __half2 *o) {
-        bytes_to_half2(kq_bytes(w, hf, fifth(hf, t, c)), half2_of(MM_BIAS_UNSIGNED), e, o);
-        *e = k4_value(*e, sub[hf]);
-        *o = k4_value(*o, sub[hf]);
-    });
-}
-
-static __device__ __forceinline__ void dequant(const chunk_q4k &f, int kt, int h, __half *row)
-{
-    dequant_k4(f.hdr, f.qs, kt, h, row, [](int, int, int) { return 0u; });
-}
-
-/* q5_K: the fifth bits of the task's bytes are the qh bytes at the same
- * offset within the 32-byte group, bit 2j + hf. */
-static __device__ __forceinline__ void dequant(const chunk_q5k &f, int kt, int h, __half *row)
-{
-    const uint32_t qh[4] = {f.qh.x, f.qh.y, f.qh.z, f.qh.w};
-    const int bit = 2 * (kt % 4);
-    dequant_k4(f.hdr, f.qs, kt, h, row, [&](int hf, int t, int c) {
-        return ((qh[2 * c + t] >> (bit + hf)) & 0x01010101u) << 4;
-    });
-}
-
-/* q6_K: the high bits of byte 8c' + 4t + i (k = 8c' + 4t + i of the chunk)
- * are bits 2(2c' + t) of qh byte 4hf + i; scale 4j + 2hf + h of the block. */
-static __device__ __forceinline__ void dequant(const chunk_q6k &f, int, int h, __half *row)
-{
-    const uint32_t qh[2] = {f.qh.x, f.qh.y};
-    const __half d = __float2half_rn(f.d);
-    const __half2 scale[2] = {q6_scale(d, (int8_t)(f.sc >> (8 * h))),
-                              q6_scale(d, (int8_t)(f.sc >> (16 + 8 * h)))};
-    store_kquant_task(f.ql, h, row, [&](uint32_t w, int hf, int t, int c, __half2 *e, __half2 *o) {
-        const uint32_t high = ((qh[hf] >> (2 * (2 * c + t))) & 0x03030303u) << 4;
-        bytes_to_half2(kq_bytes(w, hf, high), half2_of(MM_BIAS_Q6), e, o);
-        *e = q6_value(*e, scale[hf]);
-        *o = q6_value(*o, scale[hf]);
-    });
-}
-
-/* q8_0: the task is block 2kt + h, k = 32h + 8c + 4t + i: positions
- * 32h + 16t + 4c + [0, 4), from word 2c + t of its 32 bytes. */
-static __device__ __forceinline__ void dequant(const frag_q8 &f, int, int h, __half *row)
-{
-    const uint32_t w[8] = {f.q0.x, f.q0.y, f.q0.z, f.q0.w, f.q1.x, f.q1.y, f.q1.z, f.q1.w};
-    const __half2 d = __half2half2(__float2half_rn(f.d));
-#pragma unroll
-    for (int t = 0; t < 2; t++)
-#pragma unroll
-        for (int c2 = 0; c2 < 2; c2++) {
-            __half2 p[4];
-#pragma unroll
-            for (int u = 0; u < 2; u++) {
-                bytes_to_half2(w[2 * (2 * c2 + u) + t] ^ 0x80808080u, half2_of(MM_BIAS_Q8),
-                               &p[2 * u], &p[2 * u + 1]);
-                p[2 * u] = q8_value(p[2 * u], d);
-                p[2 * u + 1] = q8_value(p[2 * u + 1], d);
-            }
-            store_pairs(row + 32 * h + 16 * t + 8 * c2, p[0], p[1], p[2], p[3]);
-        }
-}
-
-/* f16 / f32: the task is k = 32h + [0, 32) in natural order (v[c] the 8
- * values 8c..8c+7 as f16 words); the same positions as q8_0. */
-static __device__ __forceinline__ void pair_halves(uint32_t w01, uint32_t w23, __half2 *e,
-                                                   __half2 *o)
-{
-    const uint32_t even = __byte_perm(w01, w23, 0x5410), odd = __byte_perm(w01, w23, 0x7632);
-    *e = *(const __half2 *)&even;
-    *o = *(const __half2 *)&odd;
-}
-
-template <int T>
-static __device__ __forceinline__ void dequant_raw(const frag_raw &f, int h, __half *row)
-{
-    uint32_t v[4][4]; /* v[c][j]: f16 pairs (8c + 2j, 8c + 2j + 1) */
-#pragma unroll
-    for (int c = 0; c < 4; c++) {
-        if constexpr (T == QUANT_F16) {
-            const uint4 u = f.v[c];
-            v[c][0] = u.x, v[c][1] = u.y, v[c][2] = u.z, v[c][3] = u.w;
-        } else {
-            const uint4 a = f.v[2 * c], b = f.v[2 * c + 1];
-            const float x[8] = {__uint_as_float(a.x), __uint_as_float(a.y), __uint_as_float(a.z),
-                                __uint_as_float(a.w), __uint_as_float(b.x), __uint_as_float(b.y),
-                                __uint_as_float(b.z), __uint_as_float(b.w)};
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                v[c][j] = pack_half2(x[2 * j], x[2 * j + 1]);
-        }
-    }
-#pragma unroll
-    for (int t = 0; t < 2; t++)
-#pragma unroll
-        for (int c2 = 0; c2 < 2; c2++) {
-            __half2 p[4];
-#pragma unroll
-            for (int u = 0; u < 2; u++)
-                pair_halves(v[2 * c2 + u][2 * t], v[2 * c2 + u][2 * t + 1], &p[2 * u],
-                            &p[2 * u + 1]);
-            store_pairs(row + 32 * h + 16 * t + 8 * c2, p[0], p[1], p[2], p[3]);
-        }
-}
-
-template <int T>
-static __device__ __forceinline__ void fetch_any(const be_weight &w, int64_t n, int kt, int h,
-                                                 typename frag_of<T>::type *f)
-{
-    if constexpr (T == QUANT_F16 || T == QUANT_F32)
-        fetch_raw<T>(w, n, kt, h, f);
-    else if constexpr (T == QUANT_Q8_0)
-        fetch_q8(w, n, kt, h, f);
-    else
-        load_chunk(w, n, kt / 4, kt % 4, h, f);
-}
-
-template <int T>
-static __device__ __forceinline__ void dequant_any(const typename frag_of<T>::type &f, int kt,
-                                                   int h, __half *row)
-{
-    if constexpr (T == QUANT_F16 || T == QUANT_F32)
-        dequant_raw<T>(f, h, row);
-    else
-        dequant(f, kt, h, row);
-}
 
 /* part == NULL: out (+)= the tile over all of k.  Otherwise CTA z sums k
  * tiles [z * kt_per, (z + 1) * kt_per) into part + z * m * n. */
 template <int T, int BM, int BN>
-__global__ void __launch_bounds__(BM * BN / 64)
-gemm_kernel(be_weight w, const __half *a, int64_t lda, int m, float *out, bool accumulate,
-            int kt_per, float *part)
+__global__ void __launch_bounds__(BM *BN / 64)
+    gemm_kernel(be_weight w, const __half *a, int64_t lda, int m, float *out, const float *bias,
+                bool accumulate, int kt_per, float *part)
 {
     constexpr int NT = BM * BN / 64, TB = 2 * BN / NT; /* W tasks per thread */
     typedef typename frag_of<T>::type frag;
@@ -301,7 +89,7 @@ gemm_kernel(be_weight w, const __half *a, int64_t lda, int m, float *out, bool a
 #pragma unroll
         for (int t = 0; t < TB; t++) {
             const int task = tid + t * NT;
-            dequant_any<T>(f[t], kt, task % 2, sb + (buf * BN + task / 2) * LDS);
+            dequant_any<T>(f[t], kt, task % 2, tile_row{sb + (buf * BN + task / 2) * LDS, 0});
         }
     };
 
@@ -380,22 +168,31 @@ gemm_kernel(be_weight w, const __half *a, int64_t lda, int m, float *out, bool a
                 const int64_t col = n0 + wn * 64 + ni * 8 + 2 * t4 + e % 2;
                 if (row < m && col < n_total) {
                     float *o = dst + row * n_total + col;
-                    *o = add ? *o + tot[mi][ni][e] : tot[mi][ni][e];
+                    *o = part ? tot[mi][ni][e] : gemm_final(tot[mi][ni][e], bias, col, o, add);
                 }
             }
 }
 
-/* out (+)= the splits' partial sums, added in split order. */
-__global__ void split_sum_kernel(const float *part, int splits, int64_t n, float *out,
-                                 bool accumulate)
+/* out (+)= the splits' partial sums, added in split order, + bias. */
+__global__ void split_sum_kernel(const float *part, int splits, int64_t n, int64_t cols,
+                                 const float *bias, float *out, bool accumulate)
 {
+    pdl_begin(); /* launched by cuda_launch: the rule of cuda_internal.h */
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
         float v = 0.0f;
         for (int s = 0; s < splits; s++)
             v += part[(int64_t)s * n + i];
-        out[i] = accumulate ? out[i] + v : v;
+        out[i] = gemm_final(v, bias, i % cols, out + i, accumulate);
     }
+}
+
+void launch_split_sum(cuda_backend *cb, const float *part, int splits, int64_t rows, int64_t cols,
+                      const float *bias, float *out, bool accumulate)
+{
+    const int64_t n = rows * cols;
+    cuda_launch(cb, split_sum_kernel, (unsigned)std::min<int64_t>((n + 255) / 256, 4 * cb->n_sm),
+                256, 0, part, splits, n, cols, bias, out, accumulate);
 }
 
 template <int BM, int BN>
@@ -433,23 +230,31 @@ cudaError_t gemm_configure(void)
 /* splits 1: every chunk in one CTA, folded in registers; otherwise one CTA
  * per chunk (blockIdx.z), whose partials split_sum_kernel folds in the same
  * order: both are numerics.cuh's sum. */
+bool gemm_split_plan(cuda_backend *cb, const be_weight *w, const be_act *in, bool split,
+                     gemm_split *g)
+{
+    const int64_t lda = act_f16_stride(in->cols);
+    g->lda = lda;
+    g->splits = split ? (int)mm_chunks(lda) : 1;
+    g->kt_per = split ? GEMM_CHUNK_KT : (int)(lda / GEMM_BK);
+    g->part = NULL;
+    const size_t bytes = (size_t)g->splits * in->rows * w->rows * sizeof(float);
+    return g->splits == 1 || (g->part = cuda_scratch(cb, "matmul", bytes)) != NULL;
+}
+
 template <int T, int BM, int BN>
 static void launch_tile(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
-                        bool accumulate, bool split)
+                        const float *bias, bool accumulate, bool split)
 {
-    const cuda_actq *aq = (const cuda_actq *)in->q;
-    const int64_t lda = act_f16_stride(in->cols), m = in->rows, n = w->rows;
-    const int splits = split ? (int)mm_chunks(lda) : 1;
-    const int kt_per = split ? GEMM_CHUNK_KT : (int)(lda / GEMM_BK);
-    float *part = NULL;
-    if (splits > 1 && !(part = cuda_scratch(cb, "matmul", (size_t)splits * m * n * sizeof(float))))
+    const int64_t m = in->rows, n = w->rows;
+    gemm_split g;
+    if (!gemm_split_plan(cb, w, in, split, &g))
         return;
-    dim3 grid((unsigned)((n + BN - 1) / BN), (unsigned)((m + BM - 1) / BM), (unsigned)splits);
+    dim3 grid((unsigned)((n + BN - 1) / BN), (unsigned)((m + BM - 1) / BM), (unsigned)g.splits);
     gemm_kernel<T, BM, BN><<<grid, BM * BN / 64, gemm_smem<BM, BN>(), cb->stream>>>(
-        *w, aq->h, lda, (int)m, out, accumulate, kt_per, part);
-    if (part)
-        split_sum_kernel<<<(unsigned)std::min<int64_t>((m * n + 255) / 256, 4 * cb->n_sm), 256,
-                           0, cb->stream>>>(part, splits, m * n, out, accumulate);
+        *w, ((const cuda_actq *)in->q)->h, g.lda, (int)m, out, bias, accumulate, g.kt_per, g.part);
+    if (g.part)
+        launch_split_sum(cb, g.part, g.splits, m, n, bias, out, accumulate);
 }
 
 /* The largest tile that still gives every SM a CTA; when even 64 x 128
@@ -457,21 +262,26 @@ static void launch_tile(cuda_backend *cb, const be_weight *w, const be_act *in, 
  * choice, never a result. */
 template <int T>
 static void launch_type(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
-                        bool accumulate)
+                        const float *bias, bool accumulate)
 {
     const int64_t m = in->rows, n = w->rows;
     auto ctas = [&](int bm, int bn) { return ((m + bm - 1) / bm) * ((n + bn - 1) / bn); };
     if (ctas(128, 128) >= cb->n_sm)
-        launch_tile<T, 128, 128>(cb, w, in, out, accumulate, false);
+        launch_tile<T, 128, 128>(cb, w, in, out, bias, accumulate, false);
     else
-        launch_tile<T, 64, 128>(cb, w, in, out, accumulate, ctas(64, 128) < cb->n_sm);
+        launch_tile<T, 64, 128>(cb, w, in, out, bias, accumulate, ctas(64, 128) < cb->n_sm);
 }
 
 void launch_gemm(cuda_backend *cb, const be_weight *w, const be_act *in, float *out,
-                 bool accumulate)
+                 const float *bias, bool accumulate)
 {
+    if (cb->gemm_sm90 && in->rows >= GEMM_SM90_MIN_ROWS) {
+        launch_gemm_sm90(cb, w, in, out, bias, accumulate);
+        cuda_check_launch(cb, "matmul (gemm_sm90)");
+        return;
+    }
     const bool known = with_weight_type(w->type, [&](auto t) {
-        launch_type<decltype(t)::value>(cb, w, in, out, accumulate);
+        launch_type<decltype(t)::value>(cb, w, in, out, bias, accumulate);
     });
     if (!known) {
         cuda_fail(cb, "matmul: type %s", quant_type_name(w->type));

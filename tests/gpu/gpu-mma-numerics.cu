@@ -15,11 +15,18 @@
  *                (shared memory), against mma.sync
  *   wgmma-a      wgmma m64n8k16, A = activations, B = weights, against
  *                mma.sync
+ *   wgmma-ss     wgmma m64n128k16 with A (64 activation rows) and B (128
+ *                weight rows) both in shared memory, in the 128-byte-swizzled
+ *                layout and with the descriptors of the wgmma GEMM
+ *                (kernels/cuda/sm90.cuh), against mma.sync on its first
+ *                16 x 8 outputs and against f64 on all of them
  * and the wgmma results against an f64 reference on the host (to show the
  * descriptors are right before comparing bits).  Inputs are random f16 over
  * 2^-8 .. 2^4 with random signs: wide exponents expose alignment and
  * rounding differences that tame data would hide.  Prints a table; exit 0
  * when it ran (the table is the result), 1 on a CUDA error. */
+#include "kernels/cuda/sm90.cuh"
+
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
@@ -121,6 +128,48 @@ __global__ void wgmma_chain(const __half *a, const __half *b, uint32_t lbo, uint
     d[(r0 + g + 8) * 8 + 2 * c + 1] = acc[3];
 }
 
+/* D (64 x 128, row-major) = A (64 x K) . B^T (B 128 x K), a k tile of 64 at
+ * a time staged in one 24 KB buffer as the GEMM stages it: A rows 0..63,
+ * then B's 128 rows, unit u of row r at sm90_unit_off(r, u) (B's rows r - 64
+ * of a tile 8 KB in: 64 is a multiple of 8, so their swizzle is the same);
+ * four k16 steps per tile through sm90_desc, one warpgroup. */
+__global__ void wgmma_ss_chain(const __half *a, const __half *b, float *d)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    __shared__ __align__(1024) unsigned char raw[(64 + 128) * SM90_ROW_BYTES + 1024];
+    unsigned char *sm = raw + ((1024u - (smem_addr(raw) & 1023u)) & 1023u);
+    const uint32_t base = smem_addr(sm), b_off = 64 * SM90_ROW_BYTES;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    float acc[64];
+#pragma unroll
+    for (int j = 0; j < 64; j++)
+        acc[j] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += 64) {
+        for (int i = tid; i < (64 + 128) * 8; i += 128) {
+            const int r = i / 8, u = i % 8;
+            const __half *src = r < 64 ? a + (size_t)r * K : b + (size_t)(r - 64) * K;
+            *(uint4 *)(sm + sm90_unit_off(r, u)) = *(const uint4 *)(src + k0 + 8 * u);
+        }
+        sm90_fence_proxy_async();
+        __syncthreads();
+        sm90_wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 4; s++)
+            sm90_wgmma_m64n128k16(acc, sm90_desc(base + 32 * s), sm90_desc(base + b_off + 32 * s));
+        sm90_wgmma_commit();
+        sm90_wgmma_wait<0>();
+        sm90_fence_acc(acc);
+        __syncthreads();
+    }
+#pragma unroll
+    for (int j = 0; j < 64; j++) {
+        const int row = 16 * warp + lane / 4 + 8 * ((j / 2) % 2);
+        const int col = 8 * (j / 4) + 2 * (lane % 4) + j % 2;
+        d[row * 128 + col] = acc[j];
+    }
+#endif
+}
+
 static uint64_t rng_state;
 static uint32_t rnd(void)
 {
@@ -177,6 +226,19 @@ static void run_wgmma(const __half *a, const __half *b, uint32_t lbo, uint32_t s
     cudaFree(dd);
 }
 
+static void run_wgmma_ss(const __half *a, const __half *b, float *d)
+{
+    __half *da = to_device(a, 64 * (size_t)K), *db = to_device(b, 128 * (size_t)K);
+    float *dd;
+    CHECK_CUDA(cudaMalloc(&dd, 64 * 128 * sizeof *dd));
+    wgmma_ss_chain<<<1, 128>>>(da, db, dd);
+    CHECK_CUDA(cudaGetLastError());
+    CHECK_CUDA(cudaMemcpy(d, dd, 64 * 128 * sizeof *d, cudaMemcpyDeviceToHost));
+    cudaFree(da);
+    cudaFree(db);
+    cudaFree(dd);
+}
+
 static double ref_dot(const __half *x, const __half *y)
 {
     double s = 0;
@@ -207,9 +269,11 @@ int main(void)
                  {"wgmma-w A=w (regs), B=act (smem) vs mma.sync", 0, 0, 0},
                  {"wgmma-a A=act (regs), B=w (smem) vs mma.sync", 0, 0, 0},
                  {"wgmma vs f64 (descriptor check, rel. error)", 0, 0, 0},
-                 {"mma.sync vs f64 (rel. error)", 0, 0, 0}};
-    static __half act[64 * K], act2[64 * K], w[64 * K], wpad[16 * K];
-    static float d1[16 * 8], d2[16 * 8], d3[16 * 8], dw[64 * 8];
+                 {"mma.sync vs f64 (rel. error)", 0, 0, 0},
+                 {"wgmma-ss m64n128k16, the GEMM's swizzled smem, vs mma.sync", 0, 0, 0},
+                 {"wgmma-ss vs f64 (swizzle and descriptor check, rel. error)", 0, 0, 0}};
+    static __half act[64 * K], act2[64 * K], w[64 * K], wpad[16 * K], w128[128 * K];
+    static float d1[16 * 8], d2[16 * 8], d3[16 * 8], dw[64 * 8], dss[64 * 128];
     uint32_t lbo = 128, sbo = 256;
     for (int trial = 0; trial < TRIALS; trial++) {
         rng_state = 0x9e3779b97f4a7c15ull * (uint64_t)(trial + 1);
@@ -278,6 +342,22 @@ int main(void)
             for (int j = 0; j < 8; j++) {
                 t[4].compared++;
                 t[4].differ += !same_bits(dw[i * 8 + j], d1[i * 8 + j]);
+            }
+        /* wgmma-ss: B = the 64 weight rows, then 64 more */
+        memcpy(w128, w, sizeof w);
+        fill(w128 + 64 * (size_t)K, 64 * (size_t)K);
+        run_wgmma_ss(act, w128, dss);
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 8; j++) {
+                t[7].compared++;
+                t[7].differ += !same_bits(dss[i * 128 + j], d1[i * 8 + j]);
+            }
+        for (int i = 0; i < 64; i++)
+            for (int j = 0; j < 128; j++) {
+                const double r = ref_dot(act + (size_t)i * K, w128 + (size_t)j * K);
+                t[8].compared++;
+                t[8].worst_rel = fmax(t[8].worst_rel,
+                                      fabs(dss[i * 128 + j] - r) / fmax(fabs(r), 1e-30));
             }
     }
     printf("| case | outputs compared | bit differences | worst rel. error |\n| --- | --- | --- | "

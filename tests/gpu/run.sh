@@ -9,7 +9,8 @@
 #
 # usage: tests/gpu/run.sh [BIN]        (default .gpu-bin)
 # Knobs (environment): GQA=0 skips the GQA shape, BASELINE=DIR benches DIR's
-# llmq-run too, NCU=1 and SANITIZE=0 (sections 4-5).
+# llmq-run too, KVF16=1 benches llmq-run --kv-f16 too (bench/cuda.sh), GEMM_AB=1
+# benches it again without the wgmma GEMM, NCU=1 and SANITIZE=0 (sections 4-5).
 # Through the device tool, which brings back only a few files, keep OUT off
 # its folder and bring one archive back:
 #   OUT=/tmp/res sh tests/gpu/run.sh; tar czf "$OUT/results.tgz" -C /tmp/res .
@@ -34,17 +35,19 @@ log() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/log.txt"; }
     "$BIN/llmq-run" --help >/dev/null && echo "llmq-run starts"
     cuobjdump --dump-resource-usage "$BIN/llmq-run" 2>&1 | grep -E "Function|REG" | paste - - |
         sed -E 's/Resource usage://; s/[[:space:]]+/ /g'
-    # SASS census of the main kernels: wide loads, tensor and dp4a instructions.
-    echo "function LDG.128 LDG.64 LDG(other) LDS/LDSM STS HMMA IDP4A"
+    # SASS census of the main kernels: wide loads, tensor and dp4a instructions
+    # (HGMMA: wgmma, gemm_sm90_kernel).
+    echo "function LDG.128 LDG.64 LDG(other) LDS/LDSM STS HMMA IDP4A HGMMA"
     cuobjdump -sass "$BIN/llmq-run" 2>/dev/null | awk '
         /Function :/ { f = $3 }
-        f ~ /mmv_kernel|gemm_kernel|attn_tc/ {
+        f ~ /mmv_kernel|gemm_kernel|gemm_sm90_kernel|attn_tc/ {
             if ($0 ~ /LDG\.E\.128/) c[f, 1]++; else if ($0 ~ /LDG\.E\.64/) c[f, 2]++;
             else if ($0 ~ /LDG/) c[f, 3]++;
             if ($0 ~ /LDSM|LDS/) c[f, 4]++; if ($0 ~ /STS/) c[f, 5]++;
-            if ($0 ~ /HMMA/) c[f, 6]++; if ($0 ~ /IDP/) c[f, 7]++; seen[f] = 1 }
-        END { for (f in seen) printf "%s %d %d %d %d %d %d %d\n", f, c[f,1], c[f,2], c[f,3],
-              c[f,4], c[f,5], c[f,6], c[f,7] }'
+            if ($0 ~ /HMMA/) c[f, 6]++; if ($0 ~ /IDP/) c[f, 7]++;
+            if ($0 ~ /HGMMA/) c[f, 8]++; seen[f] = 1 }
+        END { for (f in seen) printf "%s %d %d %d %d %d %d %d %d\n", f, c[f,1], c[f,2], c[f,3],
+              c[f,4], c[f,5], c[f,6], c[f,7], c[f,8] }'
 } > "$OUT/env.txt" 2>&1
 log "build check done"
 
@@ -79,6 +82,13 @@ if [ "${GQA:-1}" = 1 ]; then
     MK8=$!
 fi
 sh bench/cuda.sh "$BIN" /tmp/m7b.gguf "$OUT"
+# GEMM_AB=1: the same llmq-run --bench with the wgmma GEMM off (LLMQ_GEMM_SM90=0,
+# gemm.cu for every GEMM): the end-to-end A/B of docs/perf/07 in one run.
+if [ "${GEMM_AB:-0}" = 1 ]; then
+    LLMQ_GEMM_SM90=0 timeout 240 "$BIN/llmq-run" -m /tmp/m7b.gguf --bench --reps "${REPS:-3}" \
+        --json "$OUT/bench-mma.json" > "$OUT/bench-mma.md" 2>> "$OUT/log.txt"
+    log "LLMQ_GEMM_SM90=0 llmq-run --bench exit $?"
+fi
 # BASELINE=DIR: the same llmq-run --bench with DIR's llmq-run, on this machine
 # in this run (an A/B of a round's change free of machine-to-machine spread).
 if [ -n "${BASELINE:-}" ]; then
@@ -93,10 +103,12 @@ if [ "${GQA:-1}" = 1 ]; then
     rm -f /tmp/m8b-gqa.gguf
 fi
 
-# 4. Nsight Compute on three kernels of bench-cuda-ops (clocks left alone):
-#    the q4_K mmv at 1 row, the GEMM at 512 rows, decode attention at 64.
+# 4. Nsight Compute on four kernels of bench-cuda-ops (clocks left alone):
+#    the q4_K mmv at 1 row, both GEMMs at 512 rows (the wgmma one on the
+#    default backend, the mma.sync one on its LLMQ_GEMM_SM90=0 twin), decode
+#    attention at 64.
 if [ "${NCU:-0}" = 1 ]; then
-    for k in "mmv_kernel 3" "gemm_kernel 290" "attn_tc_kernel 290"; do
+    for k in "mmv_kernel 3" "gemm_sm90_kernel 290" "gemm_kernel 290" "attn_tc_kernel 290"; do
         set -- $k
         timeout 120 ncu --clock-control none -k "regex:$1" --launch-skip "$2" --launch-count 1 \
             --section SpeedOfLight --section Occupancy --section LaunchStats \
@@ -117,7 +129,8 @@ fi
 
 echo "== parity"; grep -E "FAIL|passed" "$OUT/parity.md" | head -40
 echo "== ops"; cat "$OUT/ops.md" 2>/dev/null
-echo "== bench"; cat "$OUT/bench.md" "$OUT/bench-base.md" "$OUT/bench-gqa.md" 2>/dev/null
+echo "== bench"; cat "$OUT/bench.md" "$OUT/bench-mma.md" "$OUT/bench-base.md" "$OUT/bench-kvf16.md" \
+    "$OUT/bench-gqa.md" "$OUT/bench-kvf16-gqa.md" 2>/dev/null
 echo "== sampling"; cat "$OUT/sampling.md" "$OUT/sampling-gqa.md" 2>/dev/null
 echo "== sanitizer"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed," "$OUT/sanitizer.txt" 2>/dev/null
 cat "$OUT/log.txt"

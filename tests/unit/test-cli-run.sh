@@ -16,6 +16,9 @@
 # used to become a batch of 4) and prints all 4 results; --parallel 4 alone
 # keeps 512; and --batch smaller than --parallel is bad usage (exit 2)
 # naming both, since every running sequence takes a token of each pass.
+# The KV cache: the engine line names it (q8_0 by default, f16 with
+# --kv-f16); --kv-f16 with --kv-f32 is bad usage; --perplexity names the
+# cache it ran, and the two caches' figures differ, by at most 0.5%.
 
 if [ -z "$LLMQ_TEST_DATA" ] || [ -z "$LLMQ_BUILDDIR" ] || [ -z "$LLMQ_SRCDIR" ]; then
     echo "LLMQ_TEST_DATA, LLMQ_BUILDDIR and LLMQ_SRCDIR must be set: run through 'make check'" >&2
@@ -42,10 +45,11 @@ r = json.load(open(sys.argv[1]))
 want = {"pp512", "tg128", "decode_b1", "decode_b8", "decode_b64"}
 ok = r["backend"] == "cpu" and set(r["results"]) == want and all(v > 0 for v in r["results"].values())
 ok = ok and r["decode_order"] == "prefill_first" and set(r["samples"]) == want
+ok = ok and r["kv_cache"] == "q8_0"
 ok = ok and all(len(v) == r["reps"] and v[0] == r["results"][k] for k, v in r["samples"].items())
 sys.exit(0 if ok else 1)
 PY
-check $? "--json writes the backend, the decode order and the same five cases, all positive, each with its one sample"
+check $? "--json writes the backend, the decode order, the KV cache (q8_0) and the same five cases, all positive, each with its one sample"
 
 grep -q "warm-up (not counted)" "$TMP/err"
 check $? "an unmeasured warm-up runs first and says so"
@@ -67,7 +71,7 @@ engine_line() {
 }
 
 got=$(engine_line -p "Once upon a time" --batch 8)
-[ "$got" = "0 engine: 8 tokens per forward pass, 1 sequence at once, 2048 tokens of context each" ] &&
+[ "$got" = "0 engine: 8 tokens per forward pass, 1 sequence at once, 2048 tokens of context each, a KV cache of 2048 tokens in q8_0" ] &&
     [ -s "$TMP/out" ]
 check $? "-p TEXT --batch 8 generates, one sequence in 8-token passes ($got)"
 
@@ -84,6 +88,26 @@ check $? "--parallel 4 --batch 8 runs 4 sequences in 8-token passes, 4 results (
 got=$(engine_line --parallel 4 -f "$TMP/prompts")
 case "$got" in "0 engine: 512 tokens per forward pass, 4 sequences at once,"*) r=0 ;; *) r=1 ;; esac
 check $r "--parallel 4 alone keeps --batch's default, 512 ($got)"
+
+got=$(engine_line -p "Once upon a time" --kv-f16)
+case "$got" in "0 engine: "*", a KV cache of 2048 tokens in f16") r=0 ;; *) r=1 ;; esac
+check $r "--kv-f16 builds the f16 KV cache, the engine line says so ($got)"
+
+got=$(engine_line -p "Once upon a time" --kv-f16 --kv-f32)
+case "$got" in "2 "*) grep -q -- "--kv-f32 and --kv-f16" "$TMP/err"; r=$? ;; *) r=1 ;; esac
+check $r "--kv-f16 with --kv-f32 is bad usage naming both ($(head -n 1 "$TMP/err"))"
+
+# ppl ARGS...: --perplexity's figure, after checking its summary names the cache $kv.
+ppl() {
+    "$RUN" -m "$MODEL" --cpu -t 1 --perplexity "$LLMQ_TEST_DATA/reference/story.txt" -c 128 \
+        "$@" 2>"$TMP/err" | sed -n 's/^PPL = //p'
+    grep -q "KV cache $kv)" "$TMP/err" || echo "no 'KV cache $kv' in: $(cat "$TMP/err")" >&2
+}
+q8=$(kv=q8_0 ppl)
+f16=$(kv=f16 ppl --kv-f16)
+awk -v a="$q8" -v b="$f16" 'BEGIN { d = (a - b) / b; exit !(a != "" && b != "" && a != b &&
+    d <= 0.005 && d >= -0.005) }'
+check $? "--perplexity runs q8_0 by default and f16 with --kv-f16, within 0.5% ($q8 vs $f16)"
 
 "$RUN" -m "$MODEL" --cpu --parallel 16 --batch 8 -f "$TMP/prompts" >/dev/null 2>"$TMP/err"
 r=$?

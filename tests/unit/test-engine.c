@@ -17,7 +17,8 @@
  *  - the prefix cache: prompts behind a shared instruction take its whole
  *    blocks from the cache once it is computed, compute that many fewer
  *    prompt rows, and generate the same tokens from bit-identical logits
- *    as without the cache (greedy and sampled); preemption with the cache
+ *    as without the cache (greedy and sampled), with the engine's default
+ *    KV cache, q8_0 (its 8-bit blocks are shared as f16 ones are); preemption with the cache
  *    on (the default) still gives every sequence its output alone; samples
  *    of one prompt added together compute it once;
  *  - greedy sequences take the backend's argmax (no logits copied) and get
