@@ -1,8 +1,11 @@
 #!/bin/sh
 # bench/cuda.sh: the CUDA benchmarks on a model file (the 7B Q4_K_M of
 # tests/gpu/run.sh): per-op times against the roofline (bench-cuda-ops),
-# then llmq-run --bench (pp512, tg128, decode at 1..256 sequences).
-# Tables to OUT/ops[-TAG].md, OUT/bench[-TAG].md and OUT/bench[-TAG].json;
+# then llmq-run --bench (pp512, tg128, decode at 1..256 sequences), then
+# each sampler setting's and a JSON schema's cost per decode step at 64
+# sequences (bench-sampling).
+# Tables to OUT/ops[-TAG].md, OUT/bench[-TAG].md, OUT/bench[-TAG].json and
+# OUT/sampling[-TAG].md;
 # each run's samples go to OUT/log.txt as they come, so a run cut short by
 # its timeout still leaves them.
 #
@@ -23,3 +26,5 @@ if [ "${KVF16:-0}" = 1 ]; then
         --json "$OUT/bench-kvf16$SUFFIX.json" > "$OUT/bench-kvf16$SUFFIX.md" 2>> "$OUT/log.txt"
     echo "$(date +%T) llmq-run --bench --kv-f16$SUFFIX exit $?" >> "$OUT/log.txt"
 fi
+timeout 240 "$BIN/bench-sampling" "$MODEL" --seqs 64 > "$OUT/sampling$SUFFIX.md" 2>> "$OUT/log.txt"
+echo "$(date +%T) bench-sampling$SUFFIX exit $?" >> "$OUT/log.txt"

@@ -12,6 +12,12 @@ bench_bench_grammar_SOURCES = bench/bench-grammar.c
 bench_bench_grammar_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
 # ---- end grammar-constrained decoding ----
 
+# ---- each sampler setting's cost per decode step (bench/bench-sampling.c; bench/cuda.sh) ----
+noinst_PROGRAMS += bench/bench-sampling
+bench_bench_sampling_SOURCES = bench/bench-sampling.c
+bench_bench_sampling_LDADD = engine/libllmq_engine.a $(LLMQ_BACKEND_LIBS) $(LLMQ_MODEL_LIBS)
+# ---- end sampler settings ----
+
 # ---- broker throughput (bench/bench-broker.c) ----
 noinst_PROGRAMS += bench/bench-broker
 bench_bench_broker_SOURCES = bench/bench-broker.c $(LLMQ_HARNESS)

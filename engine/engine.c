@@ -57,12 +57,14 @@ typedef struct constraint_use {
 
 /* Where a sequence's next token comes from.  The backend's argmax for a
  * greedy one, its best logits for a top-k one (sampler_top_needed of them),
- * the whole row otherwise -- and always while an observer wants to see the
- * logits, the sequence wants its log-probabilities, or a grammar masks them
- * (the mask can refuse every token of a row's top k, and it is applied on
- * the host).  A step copies back ids and candidates, not n_vocab floats per
- * row, wherever it can. */
-typedef enum row_source { FROM_GREEDY, FROM_TOP, FROM_LOGITS } row_source;
+ * the backend's own draw (backend_ops.sample) for the rest and for one under
+ * a grammar (whose mask it is given), the whole row where the backend has
+ * no such op or the top_k is past what it takes -- and always while an
+ * observer wants to see the logits.
+ * Log-probabilities come from the backend's normalizer and candidates
+ * beside any of the first three.  A step copies back ids, candidates and draws, not n_vocab floats
+ * per row, wherever it can. */
+typedef enum row_source { FROM_GREEDY, FROM_TOP, FROM_DRAW, FROM_LOGITS } row_source;
 
 struct engine {
     engine_config cfg;
@@ -95,8 +97,15 @@ struct engine {
     int32_t b_top_k;    /* FROM_TOP: candidates per row this step */
     int32_t *b_top_ids; /* max_seqs x BE_TOP_K_MAX */
     float *b_top_vals;
-    float *logits; /* host copies of the logit rows that need them */
-    float *lp_row; /* a row's raw logits, kept from the sampler's penalties for logprobs */
+    seq **b_lseq;           /* the sequence of each logit row */
+    be_sample_row *b_draw;  /* FROM_DRAW: the rows the backend samples, */
+    int32_t *b_pen;         /* their penalty pairs (max_seqs x MODEL_SAMPLE_PEN_MAX), */
+    uint64_t *b_mask;       /* their grammars' masks (max_seqs x model_mask_words), */
+    be_sample_out *b_drawn; /* its choices, */
+    int32_t *b_draw_at;     /* and where each logit row's is in them */
+    double *b_norm;         /* logprobs: log_norm's two doubles per logit row */
+    float *logits;          /* host copies of the logit rows that need them */
+    float *lp_row;          /* a row's raw logits, kept from the sampler's penalties for logprobs */
     topk_entry lp_best[ENGINE_MAX_TOP_LOGPROBS];
     engine_event *events;
     int32_t n_events;
@@ -697,14 +706,26 @@ static int grow_logprobs(seq *s, int32_t need)
     return 0;
 }
 
-/* The log-softmax of the raw row kept in e->lp_row, for the token just
- * generated and the n_top best (common/topk's order: ties to the lower id).
- * A NaN logit counts as -inf: it has no probability. */
-static int record_logprobs(engine *e, seq *s, int32_t tok)
+/* Stores the log-probabilities of the token just generated (tok, its raw
+ * logit tok_logit) and of the n_top best in e->lp_best (raw logits, best
+ * first), against the row's log_sum (max + log(sum exp(x - max))). */
+static int store_logprobs(engine *e, seq *s, int32_t tok, float tok_logit, double log_sum)
 {
     const int32_t at = s->n_tokens - s->n_prompt - 1;
     if (grow_logprobs(s, at + 1) != 0)
         return -1;
+    s->lp[at] = (engine_logprob){.token = tok, .logprob = logprob_of(tok_logit, log_sum)};
+    for (int32_t k = 0; k < s->n_top; k++)
+        s->top[(size_t)at * s->n_top + k] = (engine_logprob){
+            .token = e->lp_best[k].id, .logprob = logprob_of(e->lp_best[k].value, log_sum)};
+    return 0;
+}
+
+/* The log-softmax of the raw row kept in e->lp_row, for the token just
+ * generated and the n_top best (common/topk's order: ties to the lower id).
+ * A NaN logit counts as -inf: it has no probability. */
+static int logprobs_from_row(engine *e, seq *s, int32_t tok)
+{
     float *x = e->lp_row, max = -INFINITY;
     for (int32_t i = 0; i < e->n_vocab; i++) {
         if (isnan(x[i]))
@@ -715,14 +736,43 @@ static int record_logprobs(engine *e, seq *s, int32_t tok)
     for (int32_t i = 0; max > -INFINITY && i < e->n_vocab; i++)
         sum += exp((double)x[i] - max);
     const double log_sum = max > -INFINITY ? max + log(sum) : INFINITY;
-    s->lp[at] = (engine_logprob){.token = tok, .logprob = logprob_of(x[tok], log_sum)};
-    if (s->n_top == 0)
-        return 0;
-    topk_select(e->lp_best, x, NULL, e->n_vocab, s->n_top);
+    if (s->n_top > 0)
+        topk_select(e->lp_best, x, NULL, e->n_vocab, s->n_top);
+    return store_logprobs(e, s, tok, x[tok], log_sum);
+}
+
+/* The raw logit of tok among logit row li's candidates (it is one: the
+ * sampler picks among them). */
+static float candidate_logit(const engine *e, int32_t li, int32_t tok)
+{
+    const size_t at = (size_t)li * e->b_top_k;
+    for (int32_t k = 0; k < e->b_top_k; k++)
+        if (e->b_top_ids[at + k] == tok)
+            return e->b_top_vals[at + k];
+    LLMQ_ASSERT(false, "token %d is not among the %d candidates of logit row %d", tok, e->b_top_k,
+                li);
+    return -INFINITY;
+}
+
+/* The same from what the backend gave for logit row li: its normalizer
+ * (backend_ops.log_norm, NaN as -inf as above), its best candidates
+ * (top_k's order is topk_select's) and the chosen token's raw logit. */
+static int logprobs_from_device(engine *e, seq *s, int32_t li, int32_t tok)
+{
+    const size_t at = (size_t)li * e->b_top_k;
     for (int32_t k = 0; k < s->n_top; k++)
-        s->top[(size_t)at * s->n_top + k] = (engine_logprob){
-            .token = e->lp_best[k].id, .logprob = logprob_of(e->lp_best[k].value, log_sum)};
-    return 0;
+        e->lp_best[k] = (topk_entry){e->b_top_vals[at + k], e->b_top_ids[at + k]};
+    const row_source src = (row_source)e->b_source[li];
+    const float logit = src == FROM_GREEDY ? (float)e->b_norm[2 * li]
+                        : src == FROM_TOP  ? candidate_logit(e, li, tok)
+                                           : e->b_drawn[e->b_draw_at[li]].logit;
+    return store_logprobs(e, s, tok, logit, e->b_norm[2 * li + 1]);
+}
+
+static int record_logprobs(engine *e, seq *s, int32_t li, int32_t tok)
+{
+    return e->b_source[li] == FROM_LOGITS ? logprobs_from_row(e, s, tok)
+                                          : logprobs_from_device(e, s, li, tok);
 }
 
 static engine_event *new_event(engine *e, seq *s)
@@ -781,6 +831,8 @@ static int32_t pick_token(engine *e, seq *s, int32_t li, int32_t step, llmq_err 
         return sampler_sample_top(e->smp, &s->sp, e->b_top_ids + at, e->b_top_vals + at, e->b_top_k,
                                   s->tokens, s->n_tokens, (uint64_t)step);
     }
+    if (e->b_source[li] == FROM_DRAW)
+        return e->b_drawn[e->b_draw_at[li]].token;
     float *logits = e->logits + (size_t)li * e->n_vocab;
     if (e->observer)
         e->observer(e->observer_ctx, s->id, step, logits, e->n_vocab);
@@ -840,7 +892,7 @@ static int advance(engine *e, seq *s, int32_t li, engine_event *ev, llmq_err *er
     if (seq_push_token(s, tok) != 0 || tok_stream_push(s->stream, tok, &piece, &n, err) != 0 ||
         seq_append_text(s, piece, n) != 0)
         return llmq_errf(err, "job %llu: cannot append token %d", (unsigned long long)s->id, tok);
-    if (s->logprobs && record_logprobs(e, s, tok) != 0)
+    if (s->logprobs && record_logprobs(e, s, li, tok) != 0)
         return llmq_errc(err, LLMQ_ERR_NO_ROOM, "job %llu: out of memory for logprobs",
                          (unsigned long long)s->id);
     size_t at = 0;
@@ -869,52 +921,155 @@ static int find_live(const engine *e, const seq *s)
     return -1;
 }
 
-/* (See row_source.) */
+/* (See row_source.)  FROM_DRAW serves any sampler with a top_k the device
+ * takes (or none), and greedy after penalties whatever top_k says (it
+ * cannot change the max); a grammar's rows, with their masks, take it
+ * before the others (the argmax and the candidates know no mask). */
 static row_source source_of(const engine *e, const seq *s, int32_t *top_needed)
 {
     *top_needed = 0;
-    if (e->observer || s->logprobs || s->grammar)
+    const bool lp_on_device = model_can_sample(e->m) && (s->n_top == 0 || model_can_read_top(e->m));
+    const bool drawable = model_can_sample(e->m) &&
+                          (!(s->sp.temperature > 0.0f) || s->sp.top_k <= BE_SAMPLE_TOP_K_MAX ||
+                           s->sp.top_k >= e->n_vocab);
+    if (e->observer || (s->logprobs && !lp_on_device))
         return FROM_LOGITS;
+    if (s->grammar)
+        return drawable ? FROM_DRAW : FROM_LOGITS;
     if (sampler_is_greedy(&s->sp))
         return FROM_GREEDY;
     if (model_can_read_top(e->m) &&
         (*top_needed = sampler_top_needed(&s->sp, s->n_tokens, e->n_vocab, BE_TOP_K_MAX)) > 0)
         return FROM_TOP;
-    return FROM_LOGITS;
+    return drawable ? FROM_DRAW : FROM_LOGITS;
 }
 
-/* Brings back what sampling the batch's logit rows reads: the greedy tokens,
- * the candidates (as many per row as the neediest row wants; a row holding a
- * NaN falls back to its logits), and the logits of the rest, in one copy of
- * the span of rows from the first to the last that needs them. */
+be_sample_row engine_sample_row(const sampler_params *p, int32_t row, int32_t pen_first,
+                                int32_t n_pen, uint64_t step)
+{
+    return (be_sample_row){
+        .row = row,
+        .pen_first = pen_first,
+        .n_pen = n_pen,
+        .temperature = p->temperature,
+        .top_p = p->top_p,
+        .log_min_p = p->min_p > 0.0f ? logf(p->min_p) : -INFINITY,
+        .repeat_penalty = p->repeat_penalty,
+        .presence_penalty = p->presence_penalty,
+        .frequency_penalty = p->frequency_penalty,
+        .mask = -1,
+        .top_k = p->top_k,
+        .u = sampler_uniform(p->seed, step),
+    };
+}
+
+/* The counts of the rows handed to the backend to sample this step. */
+typedef struct draw_counts {
+    int32_t rows, pen, masks;
+} draw_counts;
+
+/* Adds logit row li of s to the rows the backend samples, with its penalty
+ * pairs after those already there and, under a grammar, its mask: 1, or 0
+ * (nothing added) when its window has more distinct tokens than the pairs
+ * have room for; -1 on memory exhaustion. */
+static int add_draw(engine *e, const seq *s, int32_t li, draw_counts *dc, llmq_err *err)
+{
+    const sampler_params *p = &s->sp;
+    const int32_t n = sampler_penalty_window(e->smp, p, s->tokens, s->n_tokens,
+                                             e->b_pen + (size_t)dc->pen * 2, MODEL_SAMPLE_PEN_MAX);
+    if (n < 0)
+        return 0;
+    be_sample_row r = engine_sample_row(p, li, dc->pen, n, (uint64_t)(s->n_tokens - s->n_prompt));
+    if (s->grammar) {
+        tokenmask m;
+        if (current_mask(s, &m, err) != 0)
+            return -1;
+        tokenmask_allowed_bits(s->masks, &m, &s->gstate,
+                               e->b_mask + (size_t)dc->masks * model_mask_words(e->m));
+        r.mask = dc->masks++;
+    }
+    e->b_draw_at[li] = dc->rows;
+    e->b_draw[dc->rows++] = r;
+    dc->pen += n;
+    return 1;
+}
+
+/* The backend's draws for the FROM_DRAW rows; one it left (-1) falls back
+ * to its logits. */
+static int read_draws(engine *e, int32_t n_logits, llmq_err *err)
+{
+    draw_counts dc = {0, 0, 0};
+    for (int32_t li = 0; li < n_logits; li++) {
+        if (e->b_source[li] != FROM_DRAW)
+            continue;
+        const int added = add_draw(e, e->b_lseq[li], li, &dc, err);
+        if (added < 0)
+            return -1;
+        if (added == 0)
+            e->b_source[li] = FROM_LOGITS;
+    }
+    if (dc.rows == 0)
+        return 0;
+    if (model_read_sampled(e->m, e->st, e->b_draw, dc.rows, e->b_pen, dc.pen, e->b_mask, dc.masks,
+                           e->b_drawn, err) != 0)
+        return -1;
+    for (int32_t li = 0; li < n_logits; li++)
+        if (e->b_source[li] == FROM_DRAW && e->b_drawn[e->b_draw_at[li]].token < 0)
+            e->b_source[li] = FROM_LOGITS;
+    return 0;
+}
+
+/* The candidates (as many per row as the neediest row wants, for its
+ * sampler or its top_logprobs); a row holding a NaN falls back to its
+ * logits. */
+static int read_top(engine *e, int32_t n_logits, llmq_err *err)
+{
+    if (e->b_top_k == 0)
+        return 0;
+    if (model_read_top(e->m, e->st, e->b_top_k, e->b_top_ids, e->b_top_vals, err) != 0)
+        return -1;
+    for (int32_t li = 0; li < n_logits; li++) {
+        const bool uses = e->b_source[li] == FROM_TOP ||
+                          (e->b_source[li] != FROM_LOGITS && e->b_lseq[li]->n_top > 0);
+        if (uses && e->b_top_ids[(size_t)li * e->b_top_k] < 0)
+            e->b_source[li] = FROM_LOGITS;
+    }
+    return 0;
+}
+
+/* Brings back what sampling the batch's logit rows reads: the greedy
+ * tokens, the candidates, the backend's draws, the log-softmax normalizers
+ * of rows with logprobs, and the logits of the rest, in one copy of the
+ * span of rows from the first to the last that needs them. */
 static int read_outputs(engine *e, int32_t n_seqs, llmq_err *err)
 {
-    int32_t n_logits = 0, n_greedy = 0, top_k = 0;
+    int32_t n_logits = 0, n_greedy = 0, top_k = 0, n_lp = 0;
     for (int32_t b = 0; b < n_seqs; b++) {
-        const seq *s = e->b_seqs[b];
+        seq *s = e->b_seqs[b];
         if (s->n_computed + e->b_chunk[b] < s->n_tokens)
             continue;
         int32_t need;
         const row_source src = source_of(e, s, &need);
+        if (src != FROM_LOGITS && s->logprobs) {
+            n_lp++;
+            need = s->n_top > need ? s->n_top : need;
+        }
+        e->b_lseq[n_logits] = s;
         e->b_source[n_logits++] = (uint8_t)src;
         n_greedy += src == FROM_GREEDY;
         top_k = need > top_k ? need : top_k;
     }
-    if (n_greedy > 0 && model_read_greedy(e->m, e->st, e->b_greedy, err) != 0)
-        return -1;
     e->b_top_k = top_k;
-    if (top_k > 0) {
-        if (model_read_top(e->m, e->st, top_k, e->b_top_ids, e->b_top_vals, err) != 0)
-            return -1;
-        for (int32_t li = 0; li < n_logits; li++)
-            if (e->b_source[li] == FROM_TOP && e->b_top_ids[(size_t)li * top_k] < 0)
-                e->b_source[li] = FROM_LOGITS;
-    }
+    if ((n_greedy > 0 && model_read_greedy(e->m, e->st, e->b_greedy, err) != 0) ||
+        read_top(e, n_logits, err) != 0 || read_draws(e, n_logits, err) != 0 ||
+        (n_lp > 0 && model_read_log_norm(e->m, e->st, e->b_norm, err) != 0))
+        return -1;
     int32_t first = n_logits, last = -1;
     for (int32_t li = 0; li < n_logits; li++)
         if (e->b_source[li] == FROM_LOGITS) {
             first = li < first ? li : first;
             last = li;
+            e->stats.logit_rows_copied++;
         }
     if (last < 0)
         return 0;
@@ -1066,12 +1221,20 @@ int engine_create(engine **out, model *m, const tok_vocab *vocab, const engine_c
     e->b_greedy = malloc(seqs * sizeof(int32_t));
     e->b_top_ids = malloc(seqs * BE_TOP_K_MAX * sizeof(int32_t));
     e->b_top_vals = malloc(seqs * BE_TOP_K_MAX * sizeof(float));
+    e->b_lseq = malloc(seqs * sizeof *e->b_lseq);
+    e->b_draw = malloc(seqs * sizeof *e->b_draw);
+    e->b_pen = malloc(seqs * MODEL_SAMPLE_PEN_MAX * 2 * sizeof(int32_t));
+    e->b_drawn = malloc(seqs * sizeof *e->b_drawn);
+    e->b_mask = malloc(seqs * (size_t)model_mask_words(m) * sizeof *e->b_mask);
+    e->b_draw_at = malloc(seqs * sizeof(int32_t));
+    e->b_norm = malloc(seqs * 2 * sizeof(double));
     e->logits = malloc(seqs * (size_t)mc->n_vocab * sizeof(float));
     e->lp_row = malloc((size_t)mc->n_vocab * sizeof(float));
     if (!e->live || !e->constraints || !e->done || !e->events || !e->b_tokens || !e->b_pos ||
         !e->b_slot || !e->b_row_seq || !e->b_table || !e->b_seq_len || !e->b_first_gen ||
         !e->b_logit_rows || !e->b_seqs || !e->b_chunk || !e->b_source || !e->b_greedy ||
-        !e->b_top_ids || !e->b_top_vals || !e->logits || !e->lp_row) {
+        !e->b_top_ids || !e->b_top_vals || !e->b_lseq || !e->b_draw || !e->b_pen || !e->b_drawn ||
+        !e->b_draw_at || !e->b_norm || !e->b_mask || !e->logits || !e->lp_row) {
         llmq_errf(err, "engine: out of memory");
         goto fail;
     }
@@ -1117,6 +1280,13 @@ void engine_free(engine *e)
     free(e->b_greedy);
     free(e->b_top_ids);
     free(e->b_top_vals);
+    free(e->b_lseq);
+    free(e->b_draw);
+    free(e->b_pen);
+    free(e->b_drawn);
+    free(e->b_mask);
+    free(e->b_draw_at);
+    free(e->b_norm);
     free(e->logits);
     free(e->lp_row);
     free(e);

@@ -116,11 +116,12 @@ typedef struct engine_request {
 
 /* A token and its log-probability: ln of its softmax probability under the
  * model's raw logits, before penalties, temperature and truncation (what
- * the model predicts, not what the sampler drew from).  Computed on the
- * host from the whole row: on a GPU a sequence that asks for them copies
- * its logits back at every step, as a sampler without top_k does (a
- * reduction on the device is later work).  Below -9999 (an underflow, a
- * masked or NaN logit) it is -9999, OpenAI's "as good as impossible". */
+ * the model predicts, not what the sampler drew from).  On a backend with
+ * log_norm and top_k (CUDA) the normalizer and the best tokens come from the
+ * device and the row stays there; elsewhere, and for a row whose logits come
+ * back anyway (a grammar's), from the whole row on the host: the same values
+ * within a float ulp (kernels/cuda/sampling.cu).  Below -9999 (an underflow,
+ * a masked or NaN logit) it is -9999, OpenAI's "as good as impossible". */
 typedef struct engine_logprob {
     int32_t token;
     float logprob;
@@ -206,6 +207,10 @@ typedef struct engine_stats {
      * cache held (once per admission: a preempted sequence counts again). */
     uint64_t prefix_lookup_tokens;
     uint64_t prefix_hit_tokens;
+    /* Logit rows copied whole to the host to sample (a grammar, an
+     * observer, a NaN, or a sampler the backend cannot serve): the rest
+     * came back as ids, candidates or device draws. */
+    uint64_t logit_rows_copied;
     double issue_ms;
     double read_ms;
     double host_ms;
@@ -217,6 +222,13 @@ engine_stats engine_get_stats(const engine *e);
  * before a grammar's mask), for the parity tests and tools that print top
  * tokens; step counts generated tokens.  While one is set every row's
  * logits are copied back (no argmax or top-k on the backend). */
+/* What the engine hands backend_ops.sample for a row sampled with p at
+ * generated step `step` (its uniform sampler_uniform(p->seed, step), min-p
+ * as logf(min_p)) whose penalty pairs are [pen_first, pen_first + n_pen):
+ * exposed so that the GPU parity tests send the very same rows. */
+be_sample_row engine_sample_row(const sampler_params *p, int32_t row, int32_t pen_first,
+                                int32_t n_pen, uint64_t step);
+
 typedef void (*engine_logits_fn)(void *ctx, uint64_t id, int32_t step, const float *logits,
                                  int32_t n_vocab);
 void engine_set_logits_observer(engine *e, engine_logits_fn fn, void *ctx);

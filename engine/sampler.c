@@ -182,6 +182,18 @@ static float penalized(float l, int32_t c, const sampler_params *p)
     return l - ((float)c * p->frequency_penalty + p->presence_penalty);
 }
 
+int32_t sampler_penalty_window(sampler *s, const sampler_params *p, const int32_t *history,
+                               int64_t n_history, int32_t *pairs, int32_t cap)
+{
+    int32_t n_seen = count_window(s, p, history, n_history);
+    for (int32_t j = 0; j < n_seen && n_seen <= cap; j++) {
+        pairs[2 * j] = s->seen[j];
+        pairs[2 * j + 1] = s->count[s->seen[j]];
+    }
+    clear_window(s, n_seen);
+    return n_seen <= cap ? n_seen : -1;
+}
+
 /* Penalties over the whole row: the cost is the window's length, not the
  * vocabulary's. */
 static void apply_penalties(sampler *s, const sampler_params *p, float *logits,
@@ -331,6 +343,19 @@ static kept min_p_vocab(sampler *s, const float *logits, float max, float min_p)
     return (kept){n, KEPT_BY_ID};
 }
 
+/* Min-p over candidates in id order (what top_p_vocab keeps): their first
+ * is not the best, so the cut is against the row's max, by a filter. */
+static kept min_p_by_id(sampler *s, kept k, float max, float min_p)
+{
+    float cutoff = max + logf(min_p);
+    int32_t n = 0;
+    for (int32_t i = 0; i < k.n; i++)
+        if (s->cand[i].value >= cutoff)
+            s->cand[n++] = s->cand[i];
+    k.n = n;
+    return k;
+}
+
 /* Top-p and min-p after top-k (k: what top-k kept).  Every step keeps the
  * best token, so `max` stays the survivors' max. */
 static kept truncate_rest(sampler *s, const sampler_params *p, const float *logits, float max,
@@ -340,8 +365,9 @@ static kept truncate_rest(sampler *s, const sampler_params *p, const float *logi
         k = k.order == KEPT_ALL ? top_p_vocab(s, logits, max, p->top_p)
                                 : top_p_sorted(s, k, p->top_p);
     if (p->min_p > 0.0f)
-        k = k.order == KEPT_ALL ? min_p_vocab(s, logits, max, p->min_p)
-                                : min_p_sorted(s, k, p->min_p);
+        k = k.order == KEPT_ALL     ? min_p_vocab(s, logits, max, p->min_p)
+            : k.order == KEPT_BY_ID ? min_p_by_id(s, k, max, p->min_p)
+                                    : min_p_sorted(s, k, p->min_p);
     return k;
 }
 

@@ -80,6 +80,19 @@ int32_t sampler_sample_top(sampler *s, const sampler_params *p, const int32_t *i
                            const float *logits, int32_t n, const int32_t *history,
                            int64_t n_history, uint64_t step);
 
+/* The penalty window of a row as (token, count) pairs into pairs[0..2n),
+ * each distinct token of the last repeat_last_n tokens of history once, in
+ * the order of its first appearance there, tokens outside the vocabulary
+ * skipped: what a device needs to apply the penalties itself, with the
+ * formula of llama.cpp's penalties sampler the sampler uses, for a token
+ * seen c > 0 times (float arithmetic, in this order, no fused operations):
+ *   l = l <= 0 ? l * repeat_penalty : l / repeat_penalty;
+ *   l = l - ((float)c * frequency_penalty + presence_penalty);
+ * Returns n (0 when the penalties are off), or -1 when more than cap
+ * tokens are distinct (pairs then undefined). */
+int32_t sampler_penalty_window(sampler *s, const sampler_params *p, const int32_t *history,
+                               int64_t n_history, int32_t *pairs, int32_t cap);
+
 /* The uniform draw in [0, 1) for (seed, step): exposed so tests and the GPU
  * sampler use the very same stream.  64-bit integer arithmetic only:
  *   mix(z) = splitmix64's finalizer (z ^= z>>30; z *= 0xbf58476d1ce4e5b9;

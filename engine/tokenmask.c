@@ -332,6 +332,15 @@ void tokenmask_apply(const tokenmask_cache *c, const tokenmask *m, const grammar
     }
 }
 
+void tokenmask_allowed_bits(const tokenmask_cache *c, const tokenmask *m, const grammar_stack *st,
+                            uint64_t *out)
+{
+    const tokenmask_vocab *tv = c->tv;
+    const uint64_t *eog = grammar_complete(c->g, st) ? tv->eog_bits : NULL;
+    for (int32_t w = 0; w < tv->words; w++)
+        out[w] = m->bits[w] | (eog ? eog[w] : 0);
+}
+
 bool tokenmask_allows(const tokenmask_cache *c, const tokenmask *m, const grammar_stack *st,
                       int32_t token)
 {

@@ -23,9 +23,10 @@
  * cache starts over.  A cache is not thread-safe (one engine, one thread);
  * the grammar and the vocab are borrowed and must outlive it.
  *
- * The masks are for the host: a row whose sequence has a grammar takes the
- * engine's whole-logits path on every backend.  A mask kernel that keeps
- * the row on the GPU is later work. */
+ * The engine applies a mask on the host (tokenmask_apply) to a row whose
+ * logits come back, or hands it to a backend that samples on the device
+ * (tokenmask_allowed_bits, backend_ops.sample), so that a constrained row
+ * stays on the GPU. */
 #ifndef LLMQ_ENGINE_TOKENMASK_H
 #define LLMQ_ENGINE_TOKENMASK_H
 
@@ -67,6 +68,12 @@ int tokenmask_get(tokenmask_cache *c, const grammar_stack *st, tokenmask *out, l
  * end-of-generation tokens too unless st is complete. */
 void tokenmask_apply(const tokenmask_cache *c, const tokenmask *m, const grammar_stack *st,
                      float *logits);
+
+/* The tokens that may come next as bits, 64 tokens per word, ceil(n_vocab
+ * / 64) words into out: m's, and the end-of-generation tokens when st is
+ * complete -- exactly the tokens tokenmask_apply leaves alone. */
+void tokenmask_allowed_bits(const tokenmask_cache *c, const tokenmask *m, const grammar_stack *st,
+                            uint64_t *out);
 
 /* Whether token may come next: its bit in m, or for an end-of-generation
  * token, whether st is complete. */

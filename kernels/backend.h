@@ -154,6 +154,32 @@ typedef struct be_graph_key {
 enum { BE_GRAPH_DONE = 0, BE_GRAPH_REDO = 1 };
 
 #define BE_TOP_K_MAX 256 /* the most candidates backend_ops.top_k returns per row */
+#define BE_SAMPLE_TOP_K_MAX 2048 /* the largest top_k backend_ops.sample takes */
+
+/* One row of backend_ops.sample: engine/sampler.h's chain (penalties,
+ * top-k up to BE_SAMPLE_TOP_K_MAX, top-p, min-p, temperature, the draw) for
+ * logit row `row`. */
+typedef struct be_sample_row {
+    int32_t row;       /* of x (rows x n); the rows of one call are distinct */
+    int32_t pen_first; /* its penalty pairs: pen[pen_first .. pen_first + n_pen) */
+    int32_t n_pen;
+    float temperature; /* <= 0: the first maximum after the penalties */
+    float top_p;       /* >= 1: off */
+    float log_min_p;   /* logf(min_p) as the host computes it; -INFINITY: off */
+    float repeat_penalty, presence_penalty, frequency_penalty;
+    int32_t mask;  /* its grammar's allowed tokens: row `mask` of mask_dev; -1: none */
+    int32_t top_k; /* <= 0 or >= n: off; else at most BE_SAMPLE_TOP_K_MAX */
+    double u;      /* sampler_uniform(seed, step) */
+} be_sample_row;
+
+/* What backend_ops.sample chose for a row: the token and its logit before
+ * the penalties (for its log-probability); token -1 where the device left
+ * the row to the host (a NaN in it: the host's sampler defines what a NaN
+ * does). */
+typedef struct be_sample_out {
+    int32_t token;
+    float logit;
+} be_sample_out;
 
 typedef struct backend_ops {
     void (*destroy)(backend *be);
@@ -223,6 +249,29 @@ typedef struct backend_ops {
      * order).  1 <= k <= min(n, BE_TOP_K_MAX).  NULL where a backend lacks it. */
     void (*top_k)(backend *be, const float *x_dev, int32_t rows, int32_t n, int32_t k,
                   int32_t *ids_dev, float *vals_dev);
+    /* For each of n_rows rows (rows_dev): the token sampler_sample
+     * (engine/sampler.h) draws from logit row rows_dev[i].row of x (rows of
+     * n floats), into out_dev[i].  pen_dev holds (token,
+     * count) pairs (sampler_penalty_window); a row's are applied in place
+     * with the sampler's formula, bit for bit, their logits kept in save_dev
+     * (one float per pair) and put back before the op ends: x is unchanged
+     * after it.  A row with a mask (mask_dev: rows of ceil(n / 64) words,
+     * bit t of word t / 64 set for an allowed token) sees -inf for every
+     * token it does not allow, as the host's tokenmask_apply leaves it.
+     * The truncation and the draw follow the sampler's rules; a sum of the
+     * softmax is a parallel one, in an order fixed by n alone, so a row's
+     * token is a function of its logits, parameters and u alone
+     * (kernels/cuda/sampling.cu states how far from the CPU's it can be).
+     * NULL where a backend lacks it. */
+    void (*sample)(backend *be, float *x_dev, int32_t n, const be_sample_row *rows_dev,
+                   int32_t n_rows, const int32_t *pen_dev, float *save_dev,
+                   const uint64_t *mask_dev, be_sample_out *out_dev);
+    /* The log-softmax normalizer of each row of x (rows x n), a NaN taken as
+     * -inf: out[2r] = the row's max, out[2r + 1] = max + log(sum exp(x - max))
+     * (the sum in double, in an order fixed by n; +inf for a row of -inf and
+     * NaN alone), so that logprob(i) = x[i] - out[2r + 1] needs no copy of
+     * the row.  NULL where a backend lacks it. */
+    void (*log_norm)(backend *be, const float *x_dev, int32_t rows, int32_t n, double *out_dev);
     /* out[i] = in . w[i]^T for the n projections that read one activation
      * (q, k, v; gate, up), each exactly as matmul computes it, then
      * out[i][r][j] += bias[i][j] where bias_dev (NULL: none) has an entry for

@@ -63,6 +63,15 @@ struct model_state {
     int32_t *first_gen, *decode_rows; /* be_attn_batch's */
     int32_t *top_ids;                 /* max_logits x BE_TOP_K_MAX (backends with top_k) */
     float *top_vals;
+    /* model_read_sampled's (backends with sample): its rows, penalty pairs
+     * (max_logits x MODEL_SAMPLE_PEN_MAX), their saved logits, its choices;
+     * model_read_log_norm's two doubles per logit row. */
+    be_sample_row *samp_rows;
+    int32_t *samp_pen;
+    uint64_t *samp_mask; /* max_logits x ceil(n_vocab / 64): grammar masks */
+    float *samp_save;
+    be_sample_out *samp_out;
+    double *log_norm;
     int32_t *decode_host; /* host copy of decode_rows */
     int32_t n_logits;     /* logit rows of the last forward pass */
 };
@@ -611,6 +620,8 @@ int model_state_create(model_state **out, const model *m, int32_t max_rows, int3
                         .max_logits = max_logits};
     const size_t rows = (size_t)max_rows, kv_dim = (size_t)c->n_head_kv * c->head_dim;
     const size_t top_bytes = (size_t)max_logits * BE_TOP_K_MAX * sizeof(int32_t);
+    const size_t samp = be->ops->sample ? (size_t)max_logits : 0;
+    const size_t norm = be->ops->log_norm ? (size_t)max_logits : 0;
     struct {
         void **p;
         size_t bytes;
@@ -635,6 +646,12 @@ int model_state_create(model_state **out, const model *m, int32_t max_rows, int3
         {(void **)&st->decode_rows, rows * sizeof(int32_t)},
         {(void **)&st->top_ids, be->ops->top_k ? top_bytes : 0},
         {(void **)&st->top_vals, be->ops->top_k ? top_bytes : 0},
+        {(void **)&st->samp_rows, samp * sizeof(be_sample_row)},
+        {(void **)&st->samp_pen, samp * MODEL_SAMPLE_PEN_MAX * 2 * sizeof(int32_t)},
+        {(void **)&st->samp_save, samp * MODEL_SAMPLE_PEN_MAX * sizeof(float)},
+        {(void **)&st->samp_out, samp * sizeof(be_sample_out)},
+        {(void **)&st->samp_mask, samp * model_mask_words(m) * sizeof(uint64_t)},
+        {(void **)&st->log_norm, norm * 2 * sizeof(double)},
     };
     if (!(st->decode_host = malloc(rows * sizeof(int32_t)))) {
         llmq_errf(err, "out of memory");
@@ -664,10 +681,12 @@ void model_state_free(model_state *st)
     if (!st)
         return;
     backend *be = st->be;
-    void *bufs[] = {st->x,      st->q,         st->k,           st->v,       st->g,
-                    st->u,      st->xg,        st->logits,      st->tokens,  st->pos,
-                    st->slot,   st->row_seq,   st->block_table, st->seq_len, st->logit_rows,
-                    st->greedy, st->first_gen, st->decode_rows, st->top_ids, st->top_vals};
+    void *bufs[] = {st->x,         st->q,         st->k,           st->v,        st->g,
+                    st->u,         st->xg,        st->logits,      st->tokens,   st->pos,
+                    st->slot,      st->row_seq,   st->block_table, st->seq_len,  st->logit_rows,
+                    st->greedy,    st->first_gen, st->decode_rows, st->top_ids,  st->top_vals,
+                    st->samp_rows, st->samp_pen,  st->samp_save,   st->samp_out, st->log_norm,
+                    st->samp_mask};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
@@ -871,4 +890,81 @@ int model_read_greedy(model *m, model_state *st, int32_t *tokens, llmq_err *err)
         return 0;
     be->ops->argmax(be, st->logits, st->n_logits, m->cfg.n_vocab, st->greedy);
     return be->ops->download(be, tokens, st->greedy, (size_t)st->n_logits * sizeof(int32_t), err);
+}
+
+bool model_can_sample(const model *m)
+{
+    return m->be->ops->sample != NULL && m->be->ops->log_norm != NULL;
+}
+
+int32_t model_mask_words(const model *m)
+{
+    return (m->cfg.n_vocab + 63) / 64;
+}
+
+/* Refuses what would make the kernel read or write outside the logits:
+ * a row past the last pass's, a penalty span past the pairs, a token
+ * outside the vocabulary, a mask past the masks given. */
+static int check_sampled(const model *m, const model_state *st, const be_sample_row *rows,
+                         int32_t n, const int32_t *pen, int32_t n_pen, int32_t n_masks,
+                         llmq_err *err)
+{
+    if (n_masks < 0 || n_masks > st->max_logits)
+        return llmq_errc(err, LLMQ_ERR_INVALID, "sampling with %d masks (at most %d)", n_masks,
+                         st->max_logits);
+    if (n < 0 || n > st->n_logits || n_pen < 0 || n_pen > st->max_logits * MODEL_SAMPLE_PEN_MAX)
+        return llmq_errc(err, LLMQ_ERR_INVALID,
+                         "sampling %d rows with %d penalty pairs (at most %d rows, %d pairs)", n,
+                         n_pen, st->n_logits, st->max_logits * MODEL_SAMPLE_PEN_MAX);
+    for (int32_t i = 0; i < n; i++) {
+        const be_sample_row *r = &rows[i];
+        /* A top-k the device's sort has no room for (greedy ignores it). */
+        const bool wide_k = r->temperature > 0.0f && r->top_k > BE_SAMPLE_TOP_K_MAX &&
+                            r->top_k < m->cfg.n_vocab;
+        if (r->row < 0 || r->row >= st->n_logits || r->pen_first < 0 || r->n_pen < 0 ||
+            r->n_pen > n_pen - r->pen_first || r->mask < -1 || r->mask >= n_masks || wide_k)
+            return llmq_errc(err, LLMQ_ERR_INVALID,
+                             "sampled row %d: logit row %d (of %d), penalty pairs %d..%d (of %d), "
+                             "mask %d (of %d), top_k %d (at most %d)",
+                             i, r->row, st->n_logits, r->pen_first, r->pen_first + r->n_pen - 1,
+                             n_pen, r->mask, n_masks, r->top_k, BE_SAMPLE_TOP_K_MAX);
+    }
+    for (int32_t j = 0; j < n_pen; j++)
+        if (pen[2 * j] < 0 || pen[2 * j] >= m->cfg.n_vocab)
+            return llmq_errc(err, LLMQ_ERR_INVALID, "penalty pair %d: token %d outside [0, %d)", j,
+                             pen[2 * j], m->cfg.n_vocab);
+    return 0;
+}
+
+int model_read_sampled(model *m, model_state *st, const be_sample_row *rows, int32_t n,
+                       const int32_t *pen, int32_t n_pen, const uint64_t *masks, int32_t n_masks,
+                       be_sample_out *out, llmq_err *err)
+{
+    backend *be = m->be;
+    if (!be->ops->sample)
+        return llmq_errf(err, "sampling asked of a %s backend, which has no sample op", be->name);
+    if (check_sampled(m, st, rows, n, pen, n_pen, n_masks, err) != 0)
+        return -1;
+    if (n == 0)
+        return 0;
+    const size_t mask_bytes = (size_t)n_masks * model_mask_words(m) * sizeof *masks;
+    if (be->ops->upload(be, st->samp_rows, rows, (size_t)n * sizeof *rows, err) != 0 ||
+        be->ops->upload(be, st->samp_pen, pen, (size_t)n_pen * 2 * sizeof *pen, err) != 0 ||
+        be->ops->upload(be, st->samp_mask, masks, mask_bytes, err) != 0)
+        return -1;
+    be->ops->sample(be, st->logits, m->cfg.n_vocab, st->samp_rows, n, st->samp_pen, st->samp_save,
+                    st->samp_mask, st->samp_out);
+    return be->ops->download(be, out, st->samp_out, (size_t)n * sizeof *out, err);
+}
+
+int model_read_log_norm(model *m, model_state *st, double *out, llmq_err *err)
+{
+    backend *be = m->be;
+    if (!be->ops->log_norm)
+        return llmq_errf(err, "log-softmax normalizers asked of a %s backend, which has none",
+                         be->name);
+    if (st->n_logits == 0)
+        return 0;
+    be->ops->log_norm(be, st->logits, st->n_logits, m->cfg.n_vocab, st->log_norm);
+    return be->ops->download(be, out, st->log_norm, (size_t)st->n_logits * 2 * sizeof *out, err);
 }

@@ -111,4 +111,29 @@ bool model_can_read_top(const model *m);
 int model_read_top(model *m, model_state *st, int32_t k, int32_t *ids, float *logits,
                    llmq_err *err);
 
+/* Penalty pairs per logit row that model_read_sampled has room for. */
+#define MODEL_SAMPLE_PEN_MAX 1024
+
+/* Whether the backend samples rows and gives log-softmax normalizers
+ * itself (backend_ops.sample and log_norm). */
+bool model_can_sample(const model *m);
+
+/* Words of a grammar mask over the model's vocabulary: ceil(n_vocab / 64). */
+int32_t model_mask_words(const model *m);
+
+/* The token of each of n rows of the last forward pass, drawn by the
+ * backend (backend_ops.sample: the sampler's chain without top-k) from
+ * rows[i], the penalty pairs pen[0..2 n_pen) (sampler_penalty_window) and
+ * the n_masks masks of model_mask_words words each in masks (a row's
+ * rows[i].mask, or -1), into out[i]; the logits are left as they were.  A
+ * row, pair or mask outside the pass, the pairs, the vocabulary or the
+ * masks is refused (LLMQ_ERR_INVALID). */
+int model_read_sampled(model *m, model_state *st, const be_sample_row *rows, int32_t n,
+                       const int32_t *pen, int32_t n_pen, const uint64_t *masks, int32_t n_masks,
+                       be_sample_out *out, llmq_err *err);
+
+/* Every logit row's log-softmax normalizer (backend_ops.log_norm): its max
+ * and max + log(sum exp(x - max)), two doubles per row into out. */
+int model_read_log_norm(model *m, model_state *st, double *out, llmq_err *err);
+
 #endif

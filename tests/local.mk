@@ -289,6 +289,11 @@ TESTS += tests/unit/test-engine
 tests_unit_test_engine_SOURCES = tests/unit/test-engine.c tests/unit/check.h \
 	tests/unit/model_fixture.h
 tests_unit_test_engine_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
+# the engine's half of sampling on the device (a CPU backend with the ops)
+check_PROGRAMS += tests/unit/test-engine-draw
+TESTS += tests/unit/test-engine-draw
+tests_unit_test_engine_draw_SOURCES = tests/unit/test-engine-draw.c tests/unit/check.h
+tests_unit_test_engine_draw_LDADD = engine/libllmq_engine.a $(LLMQ_MODEL_LIBS)
 # llmq-run --bench (its table, JSON and step accounting: tools/run_engine.c),
 # --batch and --parallel, each with its own default (tools/llmq-run.c)
 TESTS += tests/unit/test-cli-run.sh

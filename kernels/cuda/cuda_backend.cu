@@ -600,6 +600,21 @@ static void cu_top_k(backend *be, const float *x, int32_t rows, int32_t n, int32
     launch_top_k(cb, x, rows, n, k, ids, vals);
 }
 
+static void cu_sample(backend *be, float *x, int32_t n, const be_sample_row *rows, int32_t n_rows,
+                      const int32_t *pen, float *save, const uint64_t *mask, be_sample_out *out)
+{
+    cuda_backend *cb = cb_of(be);
+    if (!cb->failed && n_rows > 0)
+        launch_sample(cb, x, n, rows, n_rows, pen, save, mask, out);
+}
+
+static void cu_log_norm(backend *be, const float *x, int32_t rows, int32_t n, double *out)
+{
+    cuda_backend *cb = cb_of(be);
+    if (!cb->failed && rows > 0)
+        launch_log_norm(cb, x, rows, n, out);
+}
+
 /* ---- lifetime ---- */
 
 static void cu_destroy(backend *be)
@@ -646,6 +661,8 @@ static const backend_ops cuda_ops = {
     .swiglu = cu_swiglu,
     .argmax = cu_argmax,
     .top_k = cu_top_k,
+    .sample = cu_sample,
+    .log_norm = cu_log_norm,
     .matmul_many = cu_matmul_many,
     .graph_begin = cu_graph_begin,
     .graph_end = cu_graph_end,

@@ -319,6 +319,11 @@ void launch_argmax(cuda_backend *cb, const float *x, int32_t rows, int32_t n, in
 /* sampling.cu: each row's k best (backend.h, top_k). */
 void launch_top_k(cuda_backend *cb, const float *x, int32_t rows, int32_t n, int32_t k,
                   int32_t *ids, float *vals);
+/* sampling.cu: the chain of sampled rows without top-k (backend.h, sample). */
+void launch_sample(cuda_backend *cb, float *x, int32_t n, const be_sample_row *rows, int32_t n_rows,
+                   const int32_t *pen, float *save, const uint64_t *mask, be_sample_out *out);
+/* sampling.cu: each row's log-softmax normalizer (backend.h, log_norm). */
+void launch_log_norm(cuda_backend *cb, const float *x, int32_t rows, int32_t n, double *out);
 /* attention.cu */
 void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const float *q,
                       const be_attn_batch *b, const be_attn_shape *sh, float *out);

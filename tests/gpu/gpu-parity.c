@@ -54,6 +54,7 @@
 #include "kernels/backend.h"
 #include "engine/engine.h"
 #include "engine/perplexity.h"
+#include "engine/sampler.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -559,6 +560,338 @@ done:
         free(ids[b]);
         free(vals[b]);
     }
+}
+
+/* ---- sampling on the device ---- */
+
+/* Rows for the sampling checks: random logits of three spreads, rows with
+ * heavy ties (rounded), a flat head (top-p's edge bucket crowded), a row
+ * mostly -inf, and (when nan) one NaN row, which the device must leave to
+ * the host (token -1). */
+static void fill_sampling_rows(ctx *c, float *x, int32_t rows, int32_t n, bool nan)
+{
+    static const float spreads[] = {1.0f, 4.0f, 12.0f};
+    for (int32_t r = 0; r < rows; r++) {
+        float *row = x + (size_t)r * n;
+        fill_random(c, row, (size_t)n, spreads[r % 3]);
+        switch (r % 8) {
+        case 3:
+            for (int32_t i = 0; i < n; i++)
+                row[i] = roundf(row[i]);
+            break;
+        case 5:
+            for (int32_t i = 0; i < n; i++)
+                row[i] = i % 3 ? row[i] * 0.05f : row[i];
+            break;
+        case 6:
+            for (int32_t i = 0; i < n; i++)
+                row[i] = i % 97 ? -INFINITY : row[i];
+            break;
+        case 7:
+            if (nan && r == 7)
+                row[n / 3] = NAN;
+            break;
+        }
+    }
+}
+
+typedef struct sample_case {
+    const char *what;
+    sampler_params p;
+    bool masked; /* under a grammar's mask */
+} sample_case;
+
+static sample_case sampling_case(const char *what, float t, float top_p, float min_p, float rep,
+                                 float pres, float freq)
+{
+    sampler_params p = sampler_default_params();
+    p.temperature = t;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    p.repeat_penalty = rep;
+    p.presence_penalty = pres;
+    p.frequency_penalty = freq;
+    return (sample_case){what, p, false};
+}
+
+static sample_case with_top_k(sample_case c, int32_t k, const char *what)
+{
+    c.what = what;
+    c.p.top_k = k;
+    return c;
+}
+
+static sample_case masked_case(sample_case c, const char *what)
+{
+    c.what = what;
+    c.masked = true;
+    return c;
+}
+
+/* Masks of `rows` rows like a grammar's: about a third of the tokens
+ * allowed, and always the NaN row's NaN (the test wants it seen). */
+static void fill_masks(ctx *c, uint64_t *m, int32_t rows, int32_t n)
+{
+    const int32_t words = (n + 63) / 64;
+    for (int32_t r = 0; r < rows; r++)
+        for (int32_t w = 0; w < words; w++) {
+            const uint64_t a = next_u64(c), b = next_u64(c);
+            m[(size_t)r * words + w] = a & b;
+        }
+    for (int32_t r = 0; r < rows; r++)
+        m[(size_t)r * words + (n / 3) / 64] |= UINT64_C(1) << ((n / 3) % 64);
+}
+
+static bool mask_allows(const uint64_t *m, int32_t i)
+{
+    return (m[i / 64] >> (i % 64)) & 1;
+}
+
+/* A history of 80 tokens, half of them among the row's best (so the
+ * penalties move the choice), with repeats. */
+static void sampling_history(ctx *c, const float *row, int32_t n, int32_t *h, int32_t len)
+{
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        best = row[i] > row[best] ? i : best;
+    for (int32_t i = 0; i < len; i++)
+        h[i] = i % 2 ? (int32_t)(next_u64(c) % (uint64_t)n)
+                     : (best + (int32_t)(next_u64(c) % 8)) % n;
+}
+
+/* Runs backend_ops.sample on rows [first, first + count) of dx (one call),
+ * the rows' parameters from p, their histories and steps, and, when masks
+ * is given (a row of masks per row of dx), their masks, into out. */
+static int run_sample(ctx *c, float *dx, int32_t n, const sampler_params *p, const int32_t *hist,
+                      int32_t len, const uint64_t *step, const uint64_t *masks, int32_t first,
+                      int32_t count, sampler *smp, be_sample_out *out)
+{
+    const size_t words = (size_t)(n + 63) / 64;
+    be_sample_row rows[64];
+    int32_t *pen = malloc((size_t)count * MODEL_SAMPLE_PEN_MAX * 2 * sizeof *pen);
+    int32_t n_pen = 0;
+    for (int32_t i = 0; pen && i < count; i++) {
+        const int32_t r = first + i;
+        const int32_t k = sampler_penalty_window(smp, p, hist + (size_t)r * len, len,
+                                                 pen + 2 * n_pen, MODEL_SAMPLE_PEN_MAX);
+        sampler_params pr = *p;
+        pr.seed = p->seed + (uint64_t)r;
+        rows[i] = engine_sample_row(&pr, r, n_pen, k, step[r]);
+        rows[i].mask = masks ? i : -1;
+        n_pen += k;
+    }
+    backend *g = c->gpu;
+    uint64_t *dm = masks ? dev_copy(g, masks + first * words, count * words * sizeof *masks)
+                         : dev_copy(g, &words, sizeof words);
+    void *dr = pen ? dev_copy(g, rows, (size_t)count * sizeof *rows) : NULL;
+    void *dp = pen ? dev_copy(g, pen, (size_t)(n_pen > 0 ? n_pen : 1) * 2 * sizeof *pen) : NULL;
+    float *ds = dev_poison(g, (size_t)(n_pen > 0 ? n_pen : 1));
+    be_sample_out *dout = (be_sample_out *)dev_poison(g, (size_t)count * 2);
+    int rc = -1;
+    llmq_err err;
+    if (dr && dp && ds && dm && dout) {
+        g->ops->sample(g, dx, n, dr, count, dp, ds, dm, dout);
+        rc = g->ops->download(g, out, dout, (size_t)count * sizeof *out, &err);
+    }
+    void *bufs[] = {dr, dp, ds, dm, dout};
+    for (int j = 0; j < 5; j++)
+        if (bufs[j])
+            g->ops->free(g, bufs[j]);
+    free(pen);
+    return rc;
+}
+
+/* sample: for each sampler setting the device's token against
+ * sampler_sample's on the same logits, history, seed and step (identical
+ * but for the draws the rounding bound of kernels/cuda/sampling.cu lets
+ * differ: at most 1 in 2000, counted; expected 0), the raw logit it
+ * returns bit-equal to the row's, the NaN row left to the host, the logits
+ * unchanged after the op, and each row sampled alone bit-identical to the
+ * same row in the batch of 64; under a grammar's mask (the host's the
+ * mask's -inf then sampler_sample) too. */
+static void test_sample(ctx *c, int32_t n, int32_t steps)
+{
+    enum { ROWS = 64, HIST = 80 };
+    const sample_case plain_t1 = sampling_case("temperature 1", 1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);
+    const sample_case cases[] = {
+        sampling_case("temperature 1", 1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f),
+        sampling_case("temperature 0.7, top_p 0.9", 0.7f, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f),
+        sampling_case("top_p 0.5", 1.0f, 0.5f, 0.0f, 1.0f, 0.0f, 0.0f),
+        sampling_case("min_p 0.05", 1.0f, 1.0f, 0.05f, 1.0f, 0.0f, 0.0f),
+        sampling_case("t 0.8, top_p 0.95, min_p 0.05", 0.8f, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f),
+        sampling_case("t 1.2, repeat 1.3, presence 0.1, frequency 0.2", 1.2f, 1.0f, 0.0f, 1.3f,
+                      0.1f, 0.2f),
+        sampling_case("raising: repeat 0.8, presence -0.5, top_p 0.9", 1.0f, 0.9f, 0.0f, 0.8f,
+                      -0.5f, 0.0f),
+        sampling_case("greedy after repeat 1.5", 0.0f, 1.0f, 0.0f, 1.5f, 0.0f, 0.0f),
+        masked_case(plain_t1, "masked: temperature 1"),
+        masked_case(sampling_case("", 0.8f, 0.9f, 0.0f, 1.2f, 0.0f, 0.0f),
+                    "masked: t 0.8, top_p 0.9, repeat 1.2"),
+        masked_case(sampling_case("", 0.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f), "masked: greedy"),
+        with_top_k(sampling_case("", 1.0f, 1.0f, 0.0f, 0.8f, -0.5f, 0.0f), 40,
+                   "top_k 40, raising: repeat 0.8, presence -0.5"),
+        with_top_k(sampling_case("", 0.9f, 0.9f, 0.05f, 1.1f, 0.0f, 0.0f), 300,
+                   "top_k 300, top_p 0.9, min_p 0.05, repeat 1.1"),
+        with_top_k(sampling_case("", 1.0f, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f), 2048,
+                   "top_k 2048, top_p 0.95"),
+        masked_case(with_top_k(plain_t1, 20, ""), "masked: top_k 20"),
+    };
+    const size_t words = (size_t)(n + 63) / 64;
+    const size_t count = (size_t)ROWS * n;
+    float *x = malloc(count * sizeof *x), *back = malloc(count * sizeof *x);
+    float *row = malloc((size_t)n * sizeof *row);
+    int32_t *hist = malloc((size_t)ROWS * HIST * sizeof *hist);
+    uint64_t *masks = malloc(ROWS * words * sizeof *masks);
+    sampler *smp = NULL;
+    llmq_err err;
+    if (!x || !back || !row || !hist || !masks || sampler_create(&smp, n, &err) != 0) {
+        fail_row(c, "sample", "setup", "out of memory");
+        goto done;
+    }
+    fill_sampling_rows(c, x, ROWS, n, true);
+    fill_masks(c, masks, ROWS, n);
+    for (int32_t r = 0; r < ROWS; r++)
+        sampling_history(c, x + (size_t)r * n, n, hist + (size_t)r * HIST, HIST);
+    float *dx = dev_copy(c->gpu, x, count * sizeof *x);
+    for (size_t ci = 0; dx && ci < sizeof cases / sizeof *cases; ci++) {
+        sampler_params p = cases[ci].p;
+        p.repeat_last_n = 64;
+        int32_t draws = 0, differ = 0, to_host = 0, alone_differ = 0, bad_logit = 0, nan_ok = 1;
+        bool ran = true, unchanged = true;
+        for (int32_t s = 0; s < steps && ran; s++) {
+            uint64_t step[ROWS];
+            be_sample_out batch[ROWS], one;
+            p.seed = 1000 * ci + (uint64_t)s;
+            for (int32_t r = 0; r < ROWS; r++)
+                step[r] = (uint64_t)(s * 3 + r);
+            const uint64_t *m = cases[ci].masked ? masks : NULL;
+            ran = run_sample(c, dx, n, &p, hist, HIST, step, m, 0, ROWS, smp, batch) == 0;
+            for (int32_t r = 0; ran && r < ROWS; r++) {
+                const float *xr = x + (size_t)r * n;
+                if (r == 7) { /* the NaN row */
+                    nan_ok &= batch[r].token == -1;
+                    continue;
+                }
+                memcpy(row, xr, (size_t)n * sizeof *row);
+                for (int32_t i = 0; m && i < n; i++) /* tokenmask_apply's -inf */
+                    if (!mask_allows(m + (size_t)r * words, i))
+                        row[i] = -INFINITY;
+                sampler_params pr = p;
+                pr.seed = p.seed + (uint64_t)r;
+                const int32_t want = sampler_sample(smp, &pr, row, hist + (size_t)r * HIST, HIST,
+                                                    step[r]);
+                draws++;
+                to_host += batch[r].token == -1; /* only NaN rows may go back */
+                differ += batch[r].token != want && batch[r].token != -1;
+                if (batch[r].token >= 0 && batch[r].token < n &&
+                    memcmp(&batch[r].logit, &xr[batch[r].token], sizeof(float)) != 0)
+                    bad_logit++;
+                if (s % 8 == 0) { /* the same row alone */
+                    ran = run_sample(c, dx, n, &p, hist, HIST, step, m, r, 1, smp, &one) == 0;
+                    alone_differ += ran && memcmp(&one, &batch[r], sizeof one) != 0;
+                }
+            }
+        }
+        if (ran && fetch(c->gpu, back, dx, count) == 0)
+            unchanged = memcmp(back, x, count * sizeof *x) == 0;
+        else
+            ran = false;
+        const bool ok = ran && differ * 2000 <= draws && to_host == 0 && alone_differ == 0 &&
+                        bad_logit == 0 && nan_ok && unchanged;
+        printf("| sample | %s, %d x %d | %s%d of %d draws differ (<= 1 in 2000), %d left to the "
+               "host (== 0) | alone vs in 64: %d differ; raw logit wrong %d | NaN row left to "
+               "host: %s; logits restored: %s | | %s |\n",
+               cases[ci].what, ROWS, n, ran ? "" : "run failed; ", differ, draws, to_host,
+               alone_differ, bad_logit, nan_ok ? "yes" : "NO", unchanged ? "yes" : "NO",
+               ok ? "ok" : "FAIL");
+        ok ? c->passed++ : c->failed++;
+    }
+    if (dx)
+        c->gpu->ops->free(c->gpu, dx);
+done:
+    sampler_free(smp);
+    free(x);
+    free(back);
+    free(row);
+    free(hist);
+    free(masks);
+}
+
+/* log_norm: each row's max and log-sum-exp against the engine's host
+ * formula (NaN as -inf, exp and the sum in double): the normalizer within
+ * 1e-12 relative, every logprob x[i] - log_sum as a float equal or one ulp
+ * apart (counted); a row of -inf gives +inf; alone vs in the batch
+ * bit-identical. */
+static void test_log_norm(ctx *c, int32_t rows, int32_t n)
+{
+    const size_t count = (size_t)rows * n;
+    float *x = malloc(count * sizeof *x);
+    double *got = malloc((size_t)rows * 2 * sizeof *got), one[2];
+    if (!x || !got) {
+        fail_row(c, "log_norm", "setup", "out of memory");
+        goto done;
+    }
+    fill_sampling_rows(c, x, rows, n, true);
+    for (int32_t i = 0; i < n; i++) /* a row of -inf alone */
+        x[(size_t)(rows - 1) * n + i] = -INFINITY;
+    backend *g = c->gpu;
+    float *dx = dev_copy(g, x, count * sizeof *x);
+    double *dout = (double *)dev_poison(g, (size_t)rows * 4);
+    llmq_err err;
+    bool ran = dx && dout;
+    if (ran) {
+        g->ops->log_norm(g, dx, rows, n, dout);
+        ran = g->ops->download(g, got, dout, (size_t)rows * 2 * sizeof *got, &err) == 0;
+    }
+    int32_t alone_differ = 0;
+    for (int32_t r = 0; ran && r < rows; r += 9) {
+        g->ops->log_norm(g, dx + (size_t)r * n, 1, n, dout);
+        ran = g->ops->download(g, one, dout, sizeof one, &err) == 0;
+        alone_differ += ran && memcmp(one, got + 2 * r, sizeof one) != 0;
+    }
+    double worst = 0;
+    long exact = 0, ulp1 = 0, beyond = 0;
+    for (int32_t r = 0; ran && r < rows; r++) {
+        const float *xr = x + (size_t)r * n;
+        float max = -INFINITY;
+        for (int32_t i = 0; i < n; i++)
+            max = !isnan(xr[i]) && xr[i] > max ? xr[i] : max;
+        double sum = 0;
+        for (int32_t i = 0; max > -INFINITY && i < n; i++)
+            sum += isnan(xr[i]) ? 0.0 : exp((double)xr[i] - max);
+        const double want = max > -INFINITY ? max + log(sum) : INFINITY;
+        if (isinf(want) || isinf(got[2 * r + 1])) {
+            beyond += want != got[2 * r + 1];
+            continue;
+        }
+        worst = fmax(worst, fabs(got[2 * r + 1] - want) / fmax(1.0, fabs(want)));
+        beyond += got[2 * r] != max;
+        for (int32_t i = 0; i < n; i++) {
+            if (isnan(xr[i]) || xr[i] == -INFINITY)
+                continue;
+            const float a = (float)((double)xr[i] - got[2 * r + 1]);
+            const float b = (float)((double)xr[i] - want);
+            if (a == b)
+                exact++;
+            else if (nextafterf(a, b) == b)
+                ulp1++;
+            else
+                beyond++;
+        }
+    }
+    const bool ok = ran && worst <= 1e-12 && beyond == 0 && alone_differ == 0;
+    printf("| log_norm | %d x %d (ties, NaN, -inf rows) | %s%.2e rel (<= 1e-12) | logprobs: %ld "
+           "exact, %ld one ulp, %ld beyond | alone vs in batch: %d differ | | %s |\n",
+           rows, n, ran ? "" : "run failed; ", worst, exact, ulp1, beyond, alone_differ,
+           ok ? "ok" : "FAIL");
+    ok ? c->passed++ : c->failed++;
+    if (dx)
+        g->ops->free(g, dx);
+    if (dout)
+        g->ops->free(g, dout);
+done:
+    free(x);
+    free(got);
 }
 
 /* argmax: the same ids as the CPU on random rows with planted ties (the
@@ -1321,6 +1654,10 @@ static void test_ops(ctx *c, bool large)
     test_argmax(c, 5, 1001);
     test_top_k(c, 20, 32000);
     test_top_k(c, 10, 300);
+    test_sample(c, 32000, large ? 32 : 2);
+    test_sample(c, 1001, large ? 32 : 2);
+    test_log_norm(c, 64, 32000);
+    test_log_norm(c, 5, 1001);
     test_matmul_many(c, 1024);
     test_matmul_many(c, 2048);
 }
@@ -1469,11 +1806,17 @@ static void observe(void *ctxp, uint64_t id, int32_t step, const float *logits, 
 typedef struct run_opts {
     sampler_params sampling;
     int32_t max_batch_tokens;
+    bool logprobs; /* job 0's */
+    int32_t top_logprobs;
+    /* Where set, job 0's logprobs (n_gen) and top (n_gen x top_logprobs)
+     * and the engine's stats come back there. */
+    engine_logprob *lp, *top;
+    engine_stats *stats;
 } run_opts;
 
 static run_opts greedy_opts(void)
 {
-    return (run_opts){sampler_default_params(), 1024};
+    return (run_opts){.sampling = sampler_default_params(), .max_batch_tokens = 1024};
 }
 
 /* Runs n_jobs jobs, all admitted at once: job 0 with prompt and o (greedy
@@ -1507,6 +1850,9 @@ static int run_engine_opts(ctx *c, model *m, const tok_vocab *v, const int32_t *
         if (j > 0) {
             req.sampling.temperature = 0.8f;
             req.sampling.seed = (uint64_t)j;
+        } else {
+            req.logprobs = o->logprobs;
+            req.top_logprobs = o->top_logprobs;
         }
         rc = engine_add(e, &req, err);
     }
@@ -1514,10 +1860,19 @@ static int run_engine_opts(ctx *c, model *m, const tok_vocab *v, const int32_t *
         const engine_event *ev;
         int32_t n_ev;
         rc = engine_step(e, &ev, &n_ev, err);
-        for (int32_t i = 0; rc == 0 && i < n_ev; i++)
-            if (ev[i].id == 0 && ev[i].finish != ENGINE_RUNNING)
-                memcpy(tokens, ev[i].tokens, (size_t)ev[i].n_tokens * sizeof *tokens);
+        for (int32_t i = 0; rc == 0 && i < n_ev; i++) {
+            const engine_event *f = &ev[i];
+            if (f->id != 0 || f->finish == ENGINE_RUNNING)
+                continue;
+            memcpy(tokens, f->tokens, (size_t)f->n_tokens * sizeof *tokens);
+            if (o->lp && f->logprobs)
+                memcpy(o->lp, f->logprobs, (size_t)f->n_tokens * sizeof *o->lp);
+            if (o->top && f->top_logprobs)
+                memcpy(o->top, f->top_logprobs, (size_t)f->n_tokens * f->n_top * sizeof *o->top);
+        }
     }
+    if (o->stats)
+        *o->stats = engine_get_stats(e);
     engine_free(e);
     return rc;
 }
@@ -1639,6 +1994,95 @@ static void test_batch_invariance(ctx *c, loaded *l, const char *name, const int
     check_invariance(c, l, name, prompt, &sampled, "sampled", 3, 7);
 }
 
+/* Whether two logprobs are equal or one float ulp apart (the bound of
+ * kernels/cuda/sampling.cu's log_norm). */
+static bool lp_close(engine_logprob a, engine_logprob b)
+{
+    return a.token == b.token &&
+           (a.logprob == b.logprob || nextafterf(a.logprob, b.logprob) == b.logprob);
+}
+
+/* Sampling on the device through the engine (no observer: the worker's
+ * path) against the host sampler on the same GPU logits (an observer makes
+ * every row come back): for each sampler setting job 0's 32 tokens
+ * identical (a divergence is what the rounding bound allows at ~1e-4 per
+ * run: at most one setting of the list, counted), its logprobs and
+ * top_logprobs equal within one ulp, no logit row copied on the device
+ * path, and the device path's tokens and logprobs bit-identical alone and
+ * in a batch of 64 sampled jobs. */
+static void test_device_sampling(ctx *c, loaded *l, const char *name, const int32_t *prompt)
+{
+    enum { TOP = 5 };
+    struct {
+        const char *what;
+        float t, top_p, min_p, repeat, presence;
+        bool logprobs;
+    } cases[] = {
+        {"temperature 1", 1.0f, 1.0f, 0.0f, 1.0f, 0.0f, false},
+        {"t 0.8, top_p 0.9", 0.8f, 0.9f, 0.0f, 1.0f, 0.0f, false},
+        {"min_p 0.1", 1.0f, 1.0f, 0.1f, 1.0f, 0.0f, false},
+        {"t 0.9, top_p 0.95, min_p 0.05, repeat 1.2, presence 0.3", 0.9f, 0.95f, 0.05f, 1.2f, 0.3f,
+         false},
+        {"temperature 1, logprobs, top 5", 1.0f, 1.0f, 0.0f, 1.0f, 0.0f, true},
+        {"greedy, logprobs, top 5", 0.0f, 1.0f, 0.0f, 1.0f, 0.0f, true},
+    };
+    const int32_t nv = l->cfg->n_vocab;
+    int diverged = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        engine_logprob lp[3][GEN], top[3][GEN * TOP];
+        engine_stats stats[3];
+        int32_t tok[3][GEN];
+        record rec = {nv, GEN, malloc((size_t)GEN * nv * 4)};
+        llmq_err err = {0};
+        bool ran = rec.logits != NULL;
+        for (int k = 0; k < 3 && ran; k++) { /* device alone, host, device in 64 */
+            run_opts o = greedy_opts();
+            o.sampling.temperature = cases[ci].t;
+            o.sampling.top_p = cases[ci].top_p;
+            o.sampling.min_p = cases[ci].min_p;
+            o.sampling.repeat_penalty = cases[ci].repeat;
+            o.sampling.presence_penalty = cases[ci].presence;
+            o.sampling.seed = 7 + ci;
+            o.logprobs = cases[ci].logprobs;
+            o.top_logprobs = cases[ci].logprobs ? TOP : 0;
+            o.lp = lp[k];
+            o.top = top[k];
+            o.stats = &stats[k];
+            ran = run_engine_opts(c, l->m[1], l->v, prompt, PROMPT, k == 2 ? 64 : 1, GEN, &o,
+                                  tok[k], k == 1 ? &rec : NULL, &err) == 0;
+        }
+        free(rec.logits);
+        if (!ran) {
+            printf("| %s | device sampling: %s | %s | | FAIL |\n", name, cases[ci].what, err.msg);
+            c->failed++;
+            continue;
+        }
+        int32_t same = 0, lp_off = 0;
+        while (same < GEN && tok[0][same] == tok[1][same])
+            same++;
+        for (int32_t i = 0; cases[ci].logprobs && i < same; i++) {
+            lp_off += !lp_close(lp[0][i], lp[1][i]);
+            for (int k = 0; k < TOP; k++)
+                lp_off += !lp_close(top[0][i * TOP + k], top[1][i * TOP + k]);
+        }
+        const bool batch_same = memcmp(tok[0], tok[2], sizeof tok[0]) == 0 &&
+                                (!cases[ci].logprobs ||
+                                 (memcmp(lp[0], lp[2], sizeof lp[0]) == 0 &&
+                                  memcmp(top[0], top[2], sizeof top[0]) == 0));
+        diverged += same < GEN;
+        const bool ok = lp_off == 0 && batch_same && stats[0].logit_rows_copied == 0 &&
+                        stats[2].logit_rows_copied == 0 && diverged <= 1;
+        printf("| %s | device sampling: %s | %d/%d tokens as the host sampler's%s; logprobs beyond "
+               "1 ulp: %d | rows copied %llu (alone), %llu (in 64); alone vs in 64: %s | %s |\n",
+               name, cases[ci].what, same, GEN,
+               same < GEN ? " (diverged: counted, <= 1 setting)" : "", lp_off,
+               (unsigned long long)stats[0].logit_rows_copied,
+               (unsigned long long)stats[2].logit_rows_copied, batch_same ? "identical" : "DIFFER",
+               ok ? "ok" : "FAIL");
+        ok ? c->passed++ : c->failed++;
+    }
+}
+
 /* The default backend against a second one with the switch `env` set to
  * "0": job 0's logits and tokens bit-identical at every step, alone and
  * among 64.  LLMQ_CUDA_GRAPHS: decode steps replayed as CUDA graphs vs
@@ -1754,6 +2198,7 @@ static void test_model(ctx *c, const char *path, const char *data)
     test_greedy(c, &l, name, prompt);
     test_perplexity(c, &l, name, data);
     test_batch_invariance(c, &l, name, prompt);
+    test_device_sampling(c, &l, name, prompt);
     test_switch(c, &l, name, path, prompt, "LLMQ_CUDA_GRAPHS",
                 "decode steps as graphs vs kernel by kernel");
     test_switch(c, &l, name, path, prompt, "LLMQ_CUDA_PDL",

@@ -2,7 +2,7 @@
 # tests/gpu/run.sh: the one command for the GPU machine, from the repository
 # root: build check, parity, then the benchmarks (bench/cuda.sh).  Binaries
 # built on the CPU machine come in BIN (llmq-run, llmq-mkmodel, gpu-parity,
-# bench-cuda-ops), their shared libraries in .device-libs/, the synthetic
+# bench-cuda-ops, bench-sampling), their shared libraries in .device-libs/, the synthetic
 # model of each architecture that make check writes into the build tree's
 # tests/synth in SYNTH (default BIN/synth: copy them there).  Tables and logs
 # go to $OUT (default /tmp/llmq-gpu); a summary is printed last.
@@ -29,7 +29,7 @@ log() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a "$OUT/log.txt"; }
 # 1. build check: every binary starts, the GPU is there, kernel resources.
 {
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv
-    for b in llmq-run llmq-mkmodel gpu-parity bench-cuda-ops gpu-mma-numerics; do
+    for b in llmq-run llmq-mkmodel gpu-parity bench-cuda-ops bench-sampling gpu-mma-numerics; do
         ldd "$BIN/$b" | grep -q "not found" && echo "MISSING LIBRARIES: $b"
     done
     "$BIN/llmq-run" --help >/dev/null && echo "llmq-run starts"
@@ -131,5 +131,6 @@ echo "== parity"; grep -E "FAIL|passed" "$OUT/parity.md" | head -40
 echo "== ops"; cat "$OUT/ops.md" 2>/dev/null
 echo "== bench"; cat "$OUT/bench.md" "$OUT/bench-mma.md" "$OUT/bench-base.md" "$OUT/bench-kvf16.md" \
     "$OUT/bench-gqa.md" "$OUT/bench-kvf16-gqa.md" 2>/dev/null
+echo "== sampling"; cat "$OUT/sampling.md" "$OUT/sampling-gqa.md" 2>/dev/null
 echo "== sanitizer"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed," "$OUT/sanitizer.txt" 2>/dev/null
 cat "$OUT/log.txt"

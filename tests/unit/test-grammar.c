@@ -13,7 +13,9 @@
  *    every state of random walks through three grammars equals a brute
  *    force over the whole vocabulary (each token's bytes fed alone), the
  *    end-of-generation tokens included exactly when the document is
- *    complete; tokenmask_apply leaves finite exactly the allowed logits;
+ *    complete; tokenmask_apply leaves finite exactly the allowed logits,
+ *    and tokenmask_allowed_bits (the mask a device applies) sets exactly
+ *    their bits;
  *  - masks are cached by the part of the stack a token can reach: two
  *    stacks alike in their top frames share one mask, and it is right for
  *    both;
@@ -268,10 +270,16 @@ static int32_t compare_mask(const grammar *g, const vocab_fixture *f, tokenmask_
     const int32_t n_vocab = (int32_t)tok_n_vocab(f->v);
     memset(logits, 0, (size_t)n_vocab * sizeof *logits);
     tokenmask_apply(c, &m, st, logits);
+    uint64_t *bits = malloc((size_t)(n_vocab + 63) / 64 * sizeof *bits);
+    if (!bits)
+        return -1;
+    tokenmask_allowed_bits(c, &m, st, bits);
     int32_t n = 0;
     for (int32_t t = 0; t < n_vocab; t++) {
         const bool want = brute_allows(g, f->v, st, t);
-        if (tokenmask_allows(c, &m, st, t) != want || isfinite(logits[t]) != want) {
+        const bool bit = (bits[t / 64] >> (t % 64)) & 1;
+        if (tokenmask_allows(c, &m, st, t) != want || isfinite(logits[t]) != want || bit != want) {
+            free(bits);
             printf("# token %d (%s): mask %d, logit %g, brute force %d\n", t,
                    tok_text(f->v, t, &(size_t){0}), tokenmask_allows(c, &m, st, t),
                    (double)logits[t], want);
@@ -280,6 +288,7 @@ static int32_t compare_mask(const grammar *g, const vocab_fixture *f, tokenmask_
         if (want && !tok_is_eog(f->v, t))
             allowed[n++] = t;
     }
+    free(bits);
     return n == m.n_allowed ? n : -1;
 }
 

@@ -381,6 +381,17 @@ static void test_min_p(samplers *s)
     p.top_p = 0.7f;
     const int32_t two[2] = {1, 3};
     CHECK(draws_exactly(s, &p, l, 5, 3000, two, 2), "top_p 0.7 then min_p 0.25 keeps {0.5, 0.25}");
+
+    /* Min-p after top-p over the whole vocabulary, whose survivors come in
+     * id order: the cut is against the row's max (0.5 at id 1), not against
+     * the lowest surviving id (0.3 at id 0): 0.2 < 0.5 * 0.5 goes. */
+    const float lead_later[3] = {logf(0.3f), logf(0.5f), logf(0.2f)};
+    sampler_params q = at_temperature(1.0f);
+    q.top_p = 0.99f;
+    q.min_p = 0.5f;
+    const int32_t first_two[2] = {0, 1};
+    CHECK(draws_exactly(s, &q, lead_later, 3, 3000, first_two, 2),
+          "top_p 0.99 then min_p 0.5 cuts against the max, not the lowest id kept");
 }
 
 static void test_penalties(samplers *ss)
@@ -430,6 +441,35 @@ static void test_penalties(samplers *ss)
     sampler_sample(s, &p, l, hist, 10, 0);
     CHECK(memcmp(l, wrep, sizeof l) == 0,
           "repeat_penalty 1.25 alone: 2 -> 2/1.25, -1 -> -1.25, 0 stays 0");
+}
+
+/* The window as (token, count) pairs, the device's view of the penalties:
+ * the counts sampler_sample applies, first appearance first, nothing when
+ * the penalties are off, -1 past the cap, and the sampler's counts left
+ * clear (the next row sees none of them). */
+static void test_penalty_window(samplers *ss)
+{
+    sampler *s = samplers_get(ss, 8);
+    const int32_t hist[10] = {7, 0, 3, 0, 1, 0, 9999, -5, 2, 3};
+    sampler_params p = sampler_default_params();
+    p.repeat_penalty = 1.1f;
+    p.repeat_last_n = 8;
+    int32_t pairs[16];
+    const int32_t want[8] = {3, 2, 0, 2, 1, 1, 2, 1};
+    int32_t n = sampler_penalty_window(s, &p, hist, 10, pairs, 8);
+    CHECK(n == 4 && memcmp(pairs, want, sizeof want) == 0,
+          "the last 8 tokens as pairs: 3x2, 0x2, 1x1, 2x1 (got %d)", (int)n);
+    CHECK(sampler_penalty_window(s, &p, hist, 10, pairs, 3) == -1,
+          "four distinct tokens refused under a cap of 3");
+    n = sampler_penalty_window(s, &p, hist, 10, pairs, 8);
+    CHECK(n == 4 && memcmp(pairs, want, sizeof want) == 0,
+          "the same pairs after a refusal (counts were cleared)");
+    p.repeat_last_n = -1;
+    n = sampler_penalty_window(s, &p, hist, 10, pairs, 8);
+    CHECK(n == 5 && pairs[0] == 7 && pairs[1] == 1 && pairs[2] == 0 && pairs[3] == 3,
+          "repeat_last_n -1: the whole history, 7 first, 0 three times");
+    p.repeat_penalty = 1.0f;
+    CHECK(sampler_penalty_window(s, &p, hist, 10, pairs, 8) == 0, "penalties off: no pairs");
 }
 
 static void test_uniform(void)
@@ -813,6 +853,7 @@ int main(void)
     test_top_p(&ss);
     test_min_p(&ss);
     test_penalties(&ss);
+    test_penalty_window(&ss);
     test_determinism(&ss);
     test_draw_order(&ss);
     test_against_reference(&ss);
