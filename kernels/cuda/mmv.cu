@@ -202,27 +202,6 @@ static __device__ __forceinline__ void mmv_wait_block(int j)
     __syncwarp();
 }
 
-/* The activations of a chunk staged beside its weights (m <= 8 rows,
- * where they fit): each step's B fragment is then a shared-memory load of
- * ~30 cycles instead of an L2 hit of ~270, which a chain of 64 dependent
- * steps a warp paid in series (docs/perf/09 section 5).  Rows 0..m-1,
- * values [kt0 * 64, kt1 * 64), a row every MMV_ACT_STRIDE bytes; one commit
- * group, after the weights' (they come from the previous kernel, so after
- * its pdl_wait). */
-#define MMV_ACT_STRIDE (MM_CHUNK * 2 + MMV_PAD)
-
-static __device__ __forceinline__ void mmv_stage_act(const __half *act, int64_t lda, int m, int kt0,
-                                                     int kt1, uint8_t *s)
-{
-    const int lane = threadIdx.x % 32, per_row = (kt1 - kt0) * MM_GROUP / 8; /* 16-byte pieces */
-    for (int t = lane; t < m * per_row; t += 32) {
-        const int r = t / per_row, i = t % per_row;
-        cp_async16(s + r * MMV_ACT_STRIDE + 16 * i, act + r * lda + (int64_t)kt0 * MM_GROUP + 8 * i,
-                   16);
-    }
-    cp_async_commit();
-}
-
 /* Block j of the staged chunk for lane row rl (0..rows-1), quad position c;
  * region s holds `rows` rows. */
 static __device__ __forceinline__ void mmv_load(const be_weight &, int64_t, int64_t,
@@ -448,10 +427,9 @@ struct mmv_layout {
 
 /* The chain of one chunk (k tiles kt0 .. kt1) for the lane's weight rows
  * (global rows row[], staged rows rl[] of region s), block by block as
- * the staged copies land; SA: the activations are staged too (ar points
- * into shared memory).  Only a q8_0 row (32 values a block of 8 x 32)
+ * the staged copies land.  Only a q8_0 row (32 values a block of 8 x 32)
  * can end inside a block. */
-template <int T, bool WA, bool SA>
+template <int T, bool WA>
 static __device__ __forceinline__ void mmv_chunk(const be_weight &w, const int64_t *row,
                                                  const int *rl, const uint8_t *s, int kt0, int kt1,
                                                  mmv_arows ar, float acc[4])
@@ -468,14 +446,7 @@ static __device__ __forceinline__ void mmv_chunk(const be_weight &w, const int64
     for (int j = 0; j < MMV_CHUNK_BLOCKS; j++) {
         if (b0 + j >= b1)
             break;
-        if constexpr (SA) { /* the activations' group is the last: wait for all */
-            if (j == 0) {
-                cp_async_wait<0>();
-                __syncwarp();
-            }
-        } else {
-            mmv_wait_block(j);
-        }
+        mmv_wait_block(j);
         raw cur[R];
         mmv_block<T> k[R];
 #pragma unroll
@@ -495,7 +466,7 @@ static __device__ __forceinline__ void mmv_chunk(const be_weight &w, const int64
 #pragma unroll
                 for (int r = 0; r < R; r++)
                     mmv_step(cur[r], k[r], q, st, c, &v[r][0], &v[r][1]);
-                const uint2 lo = SA ? ar.lo[off] : __ldg(ar.lo + off);
+                const uint2 lo = __ldg(ar.lo + off);
                 if constexpr (WA) {
                     const uint32_t a[4] = {*(const uint32_t *)&v[0][0], *(const uint32_t *)&v[1][0],
                                            *(const uint32_t *)&v[0][1],
@@ -533,11 +504,10 @@ static __host__ __device__ size_t mmv_part_bytes(int chunks)
     return (size_t)chunks * 128 * sizeof(float);
 }
 
-template <int T, bool WA, bool SA>
+template <int T, bool WA>
 __global__ void __launch_bounds__(MMV_WARPS * 32)
     mmv_kernel(mmv_group grp, const __half *act, int64_t lda, int m, bool accumulate)
 {
-    static_assert(WA || !SA, "activations are staged only for m <= 8 (the WA layout)");
     typedef mmv_layout<WA> L;
     extern __shared__ __align__(16) unsigned char smem[];
     float *part = (float *)smem; /* [chunk][L::rows weight rows][L::cols activation rows] */
@@ -555,8 +525,6 @@ __global__ void __launch_bounds__(MMV_WARPS * 32)
     const int64_t row[2] = {min(row0 + g, w.rows - 1), min(row0 + g + 8, w.rows - 1)};
     const int rl[2] = {g, g + 8};
     uint8_t *stage = smem + mmv_part_bytes(chunks) + (size_t)warp * mmv_region<T>(L::rows);
-    uint8_t *act_stage = smem + mmv_part_bytes(chunks) + (size_t)warps * mmv_region<T>(L::rows) +
-                         (size_t)warp * (SA ? m : 0) * MMV_ACT_STRIDE;
     auto chunk_tiles = [&](int ch, int *kt0, int *kt1) {
         *kt0 = ch * (MM_CHUNK / MM_GROUP);
         *kt1 = min(nkt, *kt0 + MM_CHUNK / MM_GROUP);
@@ -575,16 +543,11 @@ __global__ void __launch_bounds__(MMV_WARPS * 32)
     for (int ch = warp; ch < chunks; ch += warps) {
         float acc[4];
         chunk_tiles(ch, &kt0, &kt1);
-        if (ch != warp) { /* the regions are free once every lane has read them */
+        if (ch != warp) { /* the region is free once every lane has read it */
             __syncwarp();
             mmv_stage<T>(w, row0, L::rows, kt0 / 4, (kt1 + 3) / 4, stage);
         }
-        mmv_arows ar = mmv_arows_of(act, lda, m, g, c, kt0);
-        if constexpr (SA) {
-            mmv_stage_act(act, lda, m, kt0, kt1, act_stage);
-            ar.lo = (const uint2 *)(act_stage + min(g, m - 1) * MMV_ACT_STRIDE + 8 * c);
-        }
-        mmv_chunk<T, WA, SA>(w, row, rl, stage, kt0, kt1, ar, acc);
+        mmv_chunk<T, WA>(w, row, rl, stage, kt0, kt1, mmv_arows_of(act, lda, m, g, c, kt0), acc);
         float *p = part + (size_t)ch * L::rows * L::cols;
         if constexpr (WA) { /* acc: (weight row g (+8), activation row 2c, 2c + 1) */
             p[g * L::cols + 2 * c] = acc[0];
@@ -619,14 +582,12 @@ static int mmv_warps(int64_t lda)
     return (int)std::min<int64_t>(mm_chunks(lda), MMV_WARPS);
 }
 
-/* The chunk partials and the warps' staging regions: weights, then
- * act_rows activation rows a warp (0: activations read from L2). */
+/* The chunk partials and the warps' staging regions. */
 template <int T, bool WA>
-static size_t mmv_smem(int64_t lda, int act_rows)
+static size_t mmv_smem(int64_t lda)
 {
     return mmv_part_bytes((int)mm_chunks(lda)) +
-           (size_t)mmv_warps(lda) *
-               (mmv_region<T>(mmv_layout<WA>::rows) + (size_t)act_rows * MMV_ACT_STRIDE);
+           (size_t)mmv_warps(lda) * mmv_region<T>(mmv_layout<WA>::rows);
 }
 
 #define MMV_SMEM_LIMIT (227 * 1024) /* the most a block may have on sm_90 */
@@ -643,7 +604,7 @@ bool mmv_takes(const be_weight *w, const be_act *in)
     with_weight_type(w->type, [&](auto t) {
         constexpr int T = decltype(t)::value;
         if constexpr (T == QUANT_Q4_K || T == QUANT_Q5_K || T == QUANT_Q6_K || T == QUANT_Q8_0)
-            smem = mmv_smem<T, true>(lda, 0);
+            smem = mmv_smem<T, true>(lda);
     });
     return smem > 0 && smem <= MMV_SMEM_LIMIT;
 }
@@ -657,9 +618,8 @@ static cudaError_t configure_type(void)
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit);
     };
-    one(mmv_kernel<T, false, false>);
-    one(mmv_kernel<T, true, false>);
-    one(mmv_kernel<T, true, true>);
+    one(mmv_kernel<T, false>);
+    one(mmv_kernel<T, true>);
     return e;
 }
 
@@ -681,14 +641,8 @@ static void launch_rows(cuda_backend *cb, const mmv_group &g, unsigned tiles, co
 {
     const cuda_actq *aq = (const cuda_actq *)in->q;
     const int64_t lda = act_f16_stride(in->cols);
-    const int m = in->rows, threads = 32 * mmv_warps(lda);
-    /* the activations staged too where they fit (only speed depends on it) */
-    if (WA && mmv_smem<T, WA>(lda, m) <= MMV_SMEM_LIMIT)
-        cuda_launch(cb, mmv_kernel<T, WA, WA>, tiles, threads, mmv_smem<T, WA>(lda, m), g, aq->h,
-                    lda, m, accumulate);
-    else
-        cuda_launch(cb, mmv_kernel<T, WA, false>, tiles, threads, mmv_smem<T, WA>(lda, 0), g, aq->h,
-                    lda, m, accumulate);
+    cuda_launch(cb, mmv_kernel<T, WA>, tiles, 32 * mmv_warps(lda), mmv_smem<T, WA>(lda), g, aq->h,
+                lda, (int)in->rows, accumulate);
 }
 
 void launch_mmv_group(cuda_backend *cb, int n, const be_weight *const *w, const be_act *in,
