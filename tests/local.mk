@@ -376,11 +376,11 @@ tests_gpu_gpu_parity_SOURCES = tests/gpu/gpu-parity.c
 tests_gpu_gpu_parity_LDADD = engine/libllmq_engine.a $(LLMQ_CUDA_LIBS) $(LLMQ_MODEL_LIBS)
 # The tensor-core arithmetic the batch-invariant matmuls rest on (docs/perf/05).
 noinst_PROGRAMS += tests/gpu/gpu-mma-numerics
-tests_gpu_gpu_mma_numerics_SOURCES = tests/gpu/gpu-mma-numerics.cu
+tests_gpu_gpu_mma_numerics_SOURCES = tests/gpu/gpu-mma-numerics.cu tests/gpu/check_cuda.h
 tests_gpu_gpu_mma_numerics_LDADD = $(LLMQ_CUDA_LIBS)
 # Whether kernels overlap their predecessor (PDL) here, and what a launch costs.
 noinst_PROGRAMS += tests/gpu/gpu-pdl-probe
-tests_gpu_gpu_pdl_probe_SOURCES = tests/gpu/gpu-pdl-probe.cu
+tests_gpu_gpu_pdl_probe_SOURCES = tests/gpu/gpu-pdl-probe.cu tests/gpu/check_cuda.h
 tests_gpu_gpu_pdl_probe_LDADD = $(LLMQ_CUDA_LIBS)
 endif
 EXTRA_DIST += tests/gpu/run.sh tests/gpu/gpus.sh

@@ -34,17 +34,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/gpu/check_cuda.h"
+
 #define K 4096
 #define TRIALS 8
-
-#define CHECK_CUDA(x)                                                                   \
-    do {                                                                                \
-        cudaError_t e_ = (x);                                                           \
-        if (e_ != cudaSuccess) {                                                        \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                                    \
-        }                                                                               \
-    } while (0)
 
 __device__ __forceinline__ uint32_t pack(__half lo, __half hi)
 {

@@ -15,21 +15,13 @@
  *
  * Prints a table; exit 0 when it ran and the orderings held, 1 otherwise. */
 #include "kernels/cuda/cuda_internal.h"
+#include "tests/gpu/check_cuda.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
 #define SPIN_NS 20000
 #define CHAIN 1000
-
-#define CHECK_CUDA(x)                                                                   \
-    do {                                                                                \
-        cudaError_t e_ = (x);                                                           \
-        if (e_ != cudaSuccess) {                                                        \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                                    \
-        }                                                                               \
-    } while (0)
 
 static __device__ __forceinline__ uint64_t now_ns(void)
 {
