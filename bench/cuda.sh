@@ -11,6 +11,8 @@
 #
 # KVF16=1 runs llmq-run --bench again with --kv-f16 (the f16 KV cache of
 # before q8_0 became the default) into OUT/bench-kvf16[-TAG].md.
+# PP="512,2048,8192" sets the prefill cases (llmq-run --bench-pp; default
+# 512), for issue 16's long prompts.
 #
 # usage: bench/cuda.sh BIN MODEL OUT [TAG]
 set -u
@@ -18,8 +20,8 @@ BIN=$1 MODEL=$2 OUT=$3 SUFFIX=${4:+-$4}
 REPS=${REPS:-3}
 timeout 120 "$BIN/bench-cuda-ops" "$MODEL" > "$OUT/ops$SUFFIX.md" 2>> "$OUT/log.txt"
 echo "$(date +%T) bench-cuda-ops$SUFFIX exit $?" >> "$OUT/log.txt"
-timeout 240 "$BIN/llmq-run" -m "$MODEL" --bench --reps "$REPS" --json "$OUT/bench$SUFFIX.json" \
-    > "$OUT/bench$SUFFIX.md" 2>> "$OUT/log.txt"
+timeout 240 "$BIN/llmq-run" -m "$MODEL" --bench --reps "$REPS" --bench-pp "${PP:-512}" \
+    --json "$OUT/bench$SUFFIX.json" > "$OUT/bench$SUFFIX.md" 2>> "$OUT/log.txt"
 echo "$(date +%T) llmq-run --bench$SUFFIX exit $?" >> "$OUT/log.txt"
 if [ "${KVF16:-0}" = 1 ]; then
     timeout 240 "$BIN/llmq-run" -m "$MODEL" --bench --kv-f16 --reps "$REPS" \

@@ -16,6 +16,7 @@
  * command line is wrong. */
 #include "config.h"
 
+#include <errno.h>
 #include <float.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -57,6 +58,7 @@ typedef struct run_opts {
     bool render_only;          /* --render-only */
     bool no_parse_special, no_bos, kv_f32, kv_f16, no_prefix_cache;
     bool force_cpu;          /* --cpu */
+    const char *bench_pp, *bench_npl; /* --bench-pp LIST, --bench-npl LIST */
     int32_t gpu;             /* --gpu N; -1: the first GPU if there is one */
     int32_t ctx;             /* -c; 0: the model's (perplexity: PPL_CTX) */
     run_gen_opts gen;
@@ -148,6 +150,46 @@ static int check_messages(const run_opts *o, llmq_err *err)
 
 /* Whether the options fit the mode and each other; settles what depends on
  * more than one (the context, the KV type). */
+/* A comma-separated list of at most RUN_BENCH_MAX_CASES integers in
+ * [lo, hi] into out, naming flag in an error. */
+static int parse_sizes(const char *text, const char *flag, int32_t lo, int32_t hi, int32_t *out,
+                       int *n, llmq_err *err)
+{
+    *n = 0;
+    for (const char *p = text;; p++) {
+        char *end;
+        errno = 0;
+        const long v = strtol(p, &end, 10);
+        if (end == p || errno || v < lo || v > hi || (*end != ',' && *end != '\0'))
+            return llmq_errf(err, "%s: '%s' is not a list of numbers in %d..%d", flag, text, lo,
+                             hi);
+        if (*n == RUN_BENCH_MAX_CASES)
+            return llmq_errf(err, "%s: at most %d values", flag, RUN_BENCH_MAX_CASES);
+        out[(*n)++] = (int32_t)v;
+        p = end;
+        if (*p == '\0')
+            return 0;
+    }
+}
+
+/* --bench-pp and --bench-npl: lists for --bench alone; npl's 0 stands alone. */
+static int check_bench_lists(run_opts *o, llmq_err *err)
+{
+    run_gen_opts *g = &o->gen;
+    if ((o->bench_pp || o->bench_npl) && o->mode != MODE_BENCH)
+        return llmq_errf(err, "--bench-pp and --bench-npl go with --bench");
+    if (o->bench_pp &&
+        parse_sizes(o->bench_pp, "--bench-pp", 1, 1 << 20, g->bench_pp, &g->n_bench_pp, err) != 0)
+        return -1;
+    if (o->bench_npl &&
+        parse_sizes(o->bench_npl, "--bench-npl", 0, 4096, g->bench_npl, &g->n_bench_npl, err) != 0)
+        return -1;
+    for (int i = 0; i < g->n_bench_npl; i++)
+        if (g->bench_npl[i] == 0 && g->n_bench_npl > 1)
+            return llmq_errf(err, "--bench-npl: 0 (no decode cases) goes alone");
+    return 0;
+}
+
 static int check_opts(void *opts, llmq_err *err)
 {
     run_opts *o = opts;
@@ -161,7 +203,7 @@ static int check_opts(void *opts, llmq_err *err)
     if (o->gpu >= 0)
         return llmq_errf(err, "--gpu: this llmq-run was built without CUDA");
 #endif
-    if (check_messages(o, err) != 0)
+    if (check_messages(o, err) != 0 || check_bench_lists(o, err) != 0)
         return -1;
     if (o->mode == MODE_TOKENIZE && !o->messages && !g->prompt == !g->prompt_file)
         return llmq_errf(err,
@@ -301,6 +343,13 @@ static int parse_args(int argc, char **argv, run_opts *o)
          CLI_INT32(&g->bench_reps, 1, 32)},
         {"json", 0, "FILE", "write the benchmark's JSON to FILE instead of stdout",
          CLI_TEXT(&g->bench_json)},
+        {"bench-pp", 0, "LIST",
+         "--bench's prefill prompt lengths, comma-separated, as llama-bench's -p (default 512)",
+         CLI_TEXT(&o->bench_pp)},
+        {"bench-npl", 0, "LIST",
+         "--bench's decode sequence counts, comma-separated, as llama-batched-bench's -npl"
+         " (default 1,8,32,64,128,256 on a GPU, 1,8,64 on the CPU; 0: none)",
+         CLI_TEXT(&o->bench_npl)},
         CLI_HEADING("tokenizer:"),
         {"file", 'f', "FILE", "the text to tokenize (or the prompts of --parallel)",
          CLI_TEXT(&g->prompt_file)},

@@ -499,16 +499,19 @@ static void bench_report(FILE *f, const model *m, const run_gen_opts *o, const b
     fprintf(f, "}}\n");
 }
 
-/* One unmeasured pass over the shapes the cases use -- a 512-token prefill
+/* One unmeasured pass over the shapes the cases use -- each prefill length
  * and decode steps of 1 and 8 rows -- so that no case's first run pays for
  * loading kernels, growing scratch or first-touching memory (llama-bench
  * warms up the same way). */
-static int bench_warm_up(model *m, const tok_vocab *v, const run_gen_opts *o, llmq_err *err)
+static int bench_warm_up(model *m, const tok_vocab *v, const run_gen_opts *o, const int32_t *pp,
+                         int n_pp, llmq_err *err)
 {
     bench_run br;
     const double t0 = clock_mono_ms_f();
-    if (bench_once(m, v, &o->engine, 1, BENCH_PP, 8, &br, err) != 0 ||
-        bench_once(m, v, &o->engine, 8, BENCH_BATCH_PROMPT, 8, &br, err) != 0)
+    for (int i = 0; i < n_pp; i++)
+        if (bench_once(m, v, &o->engine, 1, pp[i], 8, &br, err) != 0)
+            return llmq_err_prefix(err, "warm-up");
+    if (bench_once(m, v, &o->engine, 8, BENCH_BATCH_PROMPT, 8, &br, err) != 0)
         return llmq_err_prefix(err, "warm-up");
     fprintf(stderr, "llmq-run: bench warm-up (not counted): %.1f s\n",
             (clock_mono_ms_f() - t0) / 1e3);
@@ -517,24 +520,35 @@ static int bench_warm_up(model *m, const tok_vocab *v, const run_gen_opts *o, ll
 
 int run_bench(const run_gen_opts *o, model *m, const tok_vocab *v)
 {
+    static const int32_t default_pp[] = {BENCH_PP};
     static const int32_t cpu_batches[] = {1, 8, 64}, gpu_batches[] = {1, 8, 32, 64, 128, 256};
-    char names[6][16];
     const bool gpu = strcmp(model_backend(m)->name, "cpu") != 0;
-    const int32_t *batches = gpu ? gpu_batches : cpu_batches;
-    const int n_batches = gpu ? 6 : 3;
-    bench_case cases[2 + 6] = {
-        {.name = "pp512", .batch = 1, .n_prompt = BENCH_PP, .n_gen = 1, .prefill = true},
-        {.name = "tg128", .batch = 1, .n_prompt = 1, .n_gen = BENCH_TG},
-    };
-    for (int i = 0; i < n_batches; i++) {
-        snprintf(names[i], sizeof names[i], "decode_b%d", batches[i]);
-        cases[2 + i] = (bench_case){.name = names[i], .batch = batches[i],
-                                    .n_prompt = gpu ? BENCH_GPU_PROMPT : BENCH_BATCH_PROMPT,
-                                    .n_gen = BENCH_TG};
+    const int32_t *pp = o->n_bench_pp > 0 ? o->bench_pp : default_pp;
+    const int n_pp = o->n_bench_pp > 0 ? o->n_bench_pp : 1;
+    const int32_t *batches = o->n_bench_npl > 0 ? o->bench_npl : gpu ? gpu_batches : cpu_batches;
+    int n_batches = o->n_bench_npl > 0 ? o->n_bench_npl : gpu ? 6 : 3;
+    if (n_batches == 1 && batches[0] == 0) /* --bench-npl 0: prefill and tg128 alone */
+        n_batches = 0;
+    char names[2 * RUN_BENCH_MAX_CASES + 1][24];
+    bench_case cases[2 * RUN_BENCH_MAX_CASES + 1];
+    int n = 0;
+    for (int i = 0; i < n_pp; i++) {
+        snprintf(names[n], sizeof names[n], "pp%d", pp[i]);
+        cases[n] = (bench_case){
+            .name = names[n], .batch = 1, .n_prompt = pp[i], .n_gen = 1, .prefill = true};
+        n++;
     }
-    const int n = 2 + n_batches;
+    cases[n++] = (bench_case){.name = "tg128", .batch = 1, .n_prompt = 1, .n_gen = BENCH_TG};
+    for (int i = 0; i < n_batches; i++) {
+        snprintf(names[n], sizeof names[n], "decode_b%d", batches[i]);
+        cases[n] = (bench_case){.name = names[n],
+                                .batch = batches[i],
+                                .n_prompt = gpu ? BENCH_GPU_PROMPT : BENCH_BATCH_PROMPT,
+                                .n_gen = BENCH_TG};
+        n++;
+    }
     llmq_err err;
-    if (bench_warm_up(m, v, o, &err) != 0)
+    if (bench_warm_up(m, v, o, pp, n_pp, &err) != 0)
         return fail("bench", &err);
     for (int i = 0; i < n; i++)
         if (bench_case_run(m, v, o, &cases[i], &err) != 0)

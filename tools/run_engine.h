@@ -15,6 +15,8 @@
 #include "model/model.h"
 #include "model/tokenizer.h"
 
+#define RUN_BENCH_MAX_CASES 8 /* prompt lengths, and sequence counts, a --bench measures */
+
 typedef struct run_gen_opts {
     const char *prompt;       /* generate */
     const int32_t *prompt_ids; /* generate: the prompt's ids when given (--messages), else NULL */
@@ -35,6 +37,11 @@ typedef struct run_gen_opts {
     int32_t ppl_ctx;          /* -c */
     int32_t bench_reps;       /* --reps */
     const char *bench_json;   /* --json FILE (default: stdout after the table) */
+    /* --bench-pp: the prefill cases' prompt lengths (n_bench_pp 0: 512);
+     * --bench-npl: the decode cases' sequence counts (n_bench_npl 0: the
+     * backend's default set; one 0: no decode cases). */
+    int32_t bench_pp[RUN_BENCH_MAX_CASES], bench_npl[RUN_BENCH_MAX_CASES];
+    int n_bench_pp, n_bench_npl;
 } run_gen_opts;
 
 int run_generate(const run_gen_opts *o, model *m, const tok_vocab *v);

@@ -5,7 +5,8 @@
 # --bench: pins the output, not the speed (a test must not time anything):
 # the table has one row per case with a positive tok/s, --json writes the
 # same cases as JSON, and standard error has the unmeasured warm-up and, for
-# each decode run, where a step's time went.
+# each decode run, where a step's time went; --bench-pp and --bench-npl
+# choose the prefill lengths and decode sequence counts (lists, checked).
 #
 # --batch (tokens per forward pass) and --parallel (sequences at once) are
 # two settings, each with its own default.  Pins, from the engine line
@@ -61,6 +62,30 @@ check $? "each decode run (tg128 and three batch sizes) reports where a step's t
 "$RUN" -m "$MODEL" --bench --reps 0 >"$TMP/out" 2>"$TMP/err"
 [ $? -eq 2 ] && grep -q -- "--reps" "$TMP/err"
 check $? "--reps 0 is refused with exit 2, naming the flag"
+
+# --bench-pp and --bench-npl choose the cases, as llama-bench's -p and
+# llama-batched-bench's -npl do.
+"$RUN" -m "$MODEL" --cpu -t 2 --bench --reps 1 --bench-pp 16,32 --bench-npl 2 \
+    --json "$TMP/lists.json" >"$TMP/out" 2>"$TMP/err"
+check $? "--bench --bench-pp 16,32 --bench-npl 2 exits 0"
+python3 - "$TMP/lists.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+sys.exit(0 if list(r["results"]) == ["pp16", "pp32", "tg128", "decode_b2"] else 1)
+PY
+check $? "its cases are pp16, pp32, tg128 and decode_b2, in that order, and no others"
+"$RUN" -m "$MODEL" --cpu -t 2 --bench --reps 1 --bench-npl 0 >"$TMP/out" 2>"$TMP/err"
+[ $? -eq 0 ] && ! grep -q decode_b "$TMP/out" && grep -q " pp512 " "$TMP/out"
+check $? "--bench-npl 0 runs pp512 and tg128 alone"
+for bad in "--bench-pp 5x" "--bench-pp 0" "--bench-npl 0,8" "--bench-pp 1,2,3,4,5,6,7,8,9"; do
+    # shellcheck disable=SC2086
+    "$RUN" -m "$MODEL" --bench $bad >"$TMP/out" 2>"$TMP/err"
+    [ $? -eq 2 ] && grep -q -- "${bad%% *}" "$TMP/err"
+    check $? "$bad is refused with exit 2, naming the flag"
+done
+"$RUN" -m "$MODEL" -p hi --bench-pp 8 >"$TMP/out" 2>"$TMP/err"
+[ $? -eq 2 ] && grep -q -- "go with --bench" "$TMP/err"
+check $? "--bench-pp without --bench is refused with exit 2"
 
 printf 'Once upon a time\nThe cat\nA little girl\nOne day\n' >"$TMP/prompts"
 
