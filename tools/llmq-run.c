@@ -148,28 +148,58 @@ static int check_messages(const run_opts *o, llmq_err *err)
     return 0;
 }
 
-/* Whether the options fit the mode and each other; settles what depends on
- * more than one (the context, the KV type). */
-/* A comma-separated list of at most RUN_BENCH_MAX_CASES integers in
- * [lo, hi] into out, naming flag in an error. */
+/* Integers separated by spaces, commas or brackets ("1 2 3", "[1, 2, 3]",
+ * "512,2048"), each in lo..hi, into a new array (--detokenize's ids,
+ * --bench's lists).  -1 with *bad at the text that is no such integer, or
+ * with *bad NULL when out of memory. */
+static int parse_int_list(const char *s, int64_t lo, int64_t hi, int32_t **ids, size_t *n,
+                          const char **bad)
+{
+    size_t cap = strlen(s) / 2 + 1, k = 0;
+    int32_t *out = malloc(cap * sizeof *out);
+    *bad = NULL;
+    if (!out)
+        return -1;
+    while (*s) {
+        if (strchr(" \t\n,[]", *s)) {
+            s++;
+            continue;
+        }
+        char *end;
+        errno = 0;
+        long long x = strtoll(s, &end, 10);
+        if (end == s || errno || x < lo || x > hi || !strchr(" \t\n,[]", *end)) {
+            *bad = s;
+            free(out);
+            return -1;
+        }
+        out[k++] = (int32_t)x;
+        s = end;
+    }
+    *ids = out;
+    *n = k;
+    return 0;
+}
+
+/* A --bench list of 1..RUN_BENCH_MAX_CASES integers in [lo, hi] into out,
+ * naming flag in an error. */
 static int parse_sizes(const char *text, const char *flag, int32_t lo, int32_t hi, int32_t *out,
                        int *n, llmq_err *err)
 {
-    *n = 0;
-    for (const char *p = text;; p++) {
-        char *end;
-        errno = 0;
-        const long v = strtol(p, &end, 10);
-        if (end == p || errno || v < lo || v > hi || (*end != ',' && *end != '\0'))
-            return llmq_errf(err, "%s: '%s' is not a list of numbers in %d..%d", flag, text, lo,
-                             hi);
-        if (*n == RUN_BENCH_MAX_CASES)
-            return llmq_errf(err, "%s: at most %d values", flag, RUN_BENCH_MAX_CASES);
-        out[(*n)++] = (int32_t)v;
-        p = end;
-        if (*p == '\0')
-            return 0;
-    }
+    int32_t *v;
+    size_t k;
+    const char *bad;
+    if (parse_int_list(text, lo, hi, &v, &k, &bad) != 0)
+        return bad ? llmq_errf(err, "%s: '%s' is not a list of numbers in %d..%d", flag, text, lo,
+                               hi)
+                   : llmq_errf(err, "%s: out of memory", flag);
+    const bool fits = k >= 1 && k <= RUN_BENCH_MAX_CASES;
+    if (fits)
+        memcpy(out, v, k * sizeof *v);
+    free(v);
+    *n = (int)k;
+    return fits ? 0
+                : llmq_errf(err, "%s: 1 to %d values (%zu given)", flag, RUN_BENCH_MAX_CASES, k);
 }
 
 /* --bench-pp and --bench-npl: lists for --bench alone; npl's 0 stands alone. */
@@ -190,6 +220,8 @@ static int check_bench_lists(run_opts *o, llmq_err *err)
     return 0;
 }
 
+/* Whether the options fit the mode and each other; settles what depends on
+ * more than one (the context, the KV type). */
 static int check_opts(void *opts, llmq_err *err)
 {
     run_opts *o = opts;
@@ -403,41 +435,20 @@ static int run_tokenize(const run_opts *o, const tok_vocab *v)
     return 0;
 }
 
-/* Ids separated by spaces, commas or brackets ("1 2 3", "[1, 2, 3]"). */
-static int parse_id_list(const char *s, int32_t **ids, size_t *n)
-{
-    size_t cap = strlen(s) / 2 + 1, k = 0;
-    int32_t *out = malloc(cap * sizeof *out);
-    if (!out)
-        return -1;
-    while (*s) {
-        if (strchr(" \t\n,[]", *s)) {
-            s++;
-            continue;
-        }
-        char *end;
-        long long x = strtoll(s, &end, 10);
-        if (end == s || x < INT32_MIN || x > INT32_MAX || !strchr(" \t\n,[]", *end)) {
-            fprintf(stderr, "llmq-run: --detokenize: '%s' is not a token id\n", s);
-            free(out);
-            return -1;
-        }
-        out[k++] = (int32_t)x;
-        s = end;
-    }
-    *ids = out;
-    *n = k;
-    return 0;
-}
-
 static int run_detokenize(const run_opts *o, const tok_vocab *v)
 {
     int32_t *ids;
     size_t n, len;
     char *text;
     llmq_err err = {0};
-    if (parse_id_list(o->ids, &ids, &n) < 0)
+    const char *bad;
+    if (parse_int_list(o->ids, INT32_MIN, INT32_MAX, &ids, &n, &bad) < 0) {
+        if (bad)
+            fprintf(stderr, "llmq-run: --detokenize: '%s' is not a token id\n", bad);
+        else
+            fprintf(stderr, "llmq-run: --detokenize: out of memory\n");
         return 1;
+    }
     int rc = tok_detokenize(v, ids, n, TOK_STRIP_SPACE, &text, &len, &err);
     free(ids);
     if (rc < 0) {
