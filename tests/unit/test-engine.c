@@ -134,6 +134,22 @@ static engine *make_engine(const fixture *fx, int32_t max_seqs, int32_t n_blocks
     return engine_of(fx, &cfg);
 }
 
+/* The prefix-cache tests' engine: 256 tokens of context, the cache on or
+ * off; NULL (a failed check) when it cannot be made. */
+static engine *prefix_engine(const fixture *fx, int32_t max_seqs, int32_t max_batch_tokens,
+                             bool cache)
+{
+    engine_config cfg = engine_default_config();
+    cfg.max_seqs = max_seqs;
+    cfg.n_ctx = 256;
+    cfg.max_batch_tokens = max_batch_tokens;
+    cfg.prefix_cache = cache;
+    engine *e = engine_of(fx, &cfg);
+    if (!e)
+        CHECK(false, "engine_create");
+    return e;
+}
+
 static void add_all(const fixture *fx, engine *e, float temp, int32_t max_tokens)
 {
     for (int i = 0; i < N_SEQ; i++) {
@@ -676,16 +692,9 @@ static const char SHARED[] =
 static void run_shared(const fixture *fx, bool cache, float temp, outcome *out,
                        logit_digest *digest, engine_stats *st, int32_t *n_cached, int32_t *common)
 {
-    engine_config cfg = engine_default_config();
-    cfg.max_seqs = 2;
-    cfg.n_ctx = 256;
-    cfg.max_batch_tokens = 32;
-    cfg.prefix_cache = cache;
-    engine *e = engine_of(fx, &cfg);
-    if (!e) {
-        CHECK(false, "engine_create");
+    engine *e = prefix_engine(fx, 2, 32, cache);
+    if (!e)
         return;
-    }
     llmq_err err;
     engine_set_logits_observer(e, digest_logits, digest);
     int32_t *first = NULL, n_first = 0;
@@ -778,16 +787,9 @@ static void check_siblings(const fixture *fx)
     engine_stats st[2];
     int32_t n_prompt = 0;
     for (int cache = 0; cache < 2; cache++) {
-        engine_config cfg = engine_default_config();
-        cfg.max_seqs = 4;
-        cfg.n_ctx = 256;
-        cfg.max_batch_tokens = 64;
-        cfg.prefix_cache = cache;
-        engine *e = engine_of(fx, &cfg);
-        if (!e) {
-            CHECK(false, "engine_create");
+        engine *e = prefix_engine(fx, 4, 64, cache);
+        if (!e)
             return;
-        }
         llmq_err err;
         for (int i = 0; i < 4; i++) {
             engine_request req;
