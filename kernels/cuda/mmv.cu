@@ -90,16 +90,19 @@ struct mmv_raw<QUANT_Q8_0> {
  * there: no registers hold loads in flight, so every block of every warp
  * is requested at the kernel's start (or, with PDL, during its
  * predecessor's tail: the weights depend on no earlier kernel), where the
- * register-fed loads of before had one block a warp in flight and spent
- * most of the kernel waiting on DRAM (docs/perf/09: 9.6 us in a graph for
- * a 4096 x 4096 q4_K matvec against 2.2 us of weight reads).
+ * register-fed loads of before had one block a warp in flight.  It made
+ * the decode step 5% faster, not the matvec's 2x that was predicted: the
+ * one-row matvec is bound by issue, 1.9 warps a scheduler, not by its
+ * bytes (ncu: 9 us with every weight in L2; docs/perf/09 sections 4-6).
  *
  * Staged planes: q4_K and q5_K whole blocks (144, 176 B); q6_K its nibble
  * and high-bit planes (128 and 64 B a block; the 16 scale bytes and d are
  * read from global memory as before); q8_0 its quants, 8 blocks of 32 B a
  * 256-value block (d from global memory; blocks past the row's end are
  * zero-filled).  A plane's rows are MMV_PAD bytes further apart than its
- * bytes, so that the 8 rows of a lane quad's loads fall in different banks. */
+ * bytes, meant to put the 8 rows of a lane quad's loads in different banks;
+ * ncu finds 64% excess wavefronts still (a q4_K stride of 148 words is 20
+ * mod 32: an odd multiple of 8 words would do, docs/perf/09 section 6). */
 #define MMV_CHUNK_BLOCKS (MM_CHUNK / QK_K) /* 4: blocks of 256 values a chunk */
 #define MMV_PAD 16
 
@@ -136,9 +139,8 @@ static __host__ __device__ constexpr int mmv_region(int rows)
     return rows * (mmv_stride<T>(0) + (mmv_planes<T>::n > 1 ? mmv_stride<T>(1) : 0));
 }
 
-/* The global bytes of 16-byte piece i (of `per_row` a block) of block b
- * of row `row` in plane p, and how many of its 16 are real (q8_0 rows end
- * every 32 values). */
+/* The global bytes of 16-byte piece i of block b of row `row` in plane p,
+ * and how many of its 16 are real (q8_0 rows end every 32 values). */
 template <int T>
 static __device__ __forceinline__ const uint8_t *mmv_piece(const be_weight &w, int p, int64_t row,
                                                            int64_t b, int i, int *real)
@@ -174,8 +176,8 @@ static __device__ __forceinline__ void mmv_stage(const be_weight &w, int64_t row
             uint8_t *sp = s;
 #pragma unroll
             for (int p = 0; p < mmv_planes<T>::n; p++) {
-                constexpr int b0_bytes = mmv_planes<T>::bytes0;
-                const int bytes = p == 0 ? b0_bytes : mmv_planes<T>::bytes1, per_row = bytes / 16;
+                const int bytes = p == 0 ? mmv_planes<T>::bytes0 : mmv_planes<T>::bytes1;
+                const int per_row = bytes / 16;
                 for (int t = lane; t < rows * per_row; t += 32) {
                     const int r = t / per_row, i = t % per_row;
                     int real;
