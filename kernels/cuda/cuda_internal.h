@@ -173,7 +173,7 @@ int cu_graph_end(backend *be);
  * predecessor still runs (the stream's programmatic serialization, kept
  * as programmatic edges when a graph records it): its CTAs become resident
  * as soon as every CTA of the predecessor has called pdl_launch_next, do
- * what needs nothing of earlier kernels (addresses; mmv's weights into L2),
+ * what needs nothing of earlier kernels (addresses; mmv's copies of its weights),
  * and stop in pdl_wait until the predecessor has completed with all its
  * memory visible.
  *
