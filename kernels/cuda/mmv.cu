@@ -100,11 +100,13 @@ struct mmv_raw<QUANT_Q8_0> {
  * read from global memory as before); q8_0 its quants, 8 blocks of 32 B a
  * 256-value block (d from global memory; blocks past the row's end are
  * zero-filled).  A plane's rows are MMV_PAD bytes further apart than its
- * bytes, meant to put the 8 rows of a lane quad's loads in different banks;
- * ncu finds 64% excess wavefronts still (a q4_K stride of 148 words is 20
- * mod 32: an odd multiple of 8 words would do, docs/perf/09 section 6). */
+ * bytes: a plane's row of 4 blocks is 0 or 16 words mod 32, so with 8 words
+ * of pad every stride is an odd multiple of 8 words mod 32, and the 8-byte
+ * loads of a quad's rows g = 0..3 fall on disjoint banks (4..7 in a second
+ * wavefront, the minimum for 8-byte loads); the 16-byte pad of before left
+ * 64% excess wavefronts (docs/perf/09 section 6, 10). */
 #define MMV_CHUNK_BLOCKS (MM_CHUNK / QK_K) /* 4: blocks of 256 values a chunk */
-#define MMV_PAD 16
+#define MMV_PAD 32
 
 template <int T>
 struct mmv_planes;
