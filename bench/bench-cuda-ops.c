@@ -313,8 +313,9 @@ static void bench_attention(backend *be, be_kv_type kt, int n_head, int n_head_k
      * the cache once per 64-row tile. */
     const double tiles = rows == 1 ? 1.0 : ceil(rows / 64.0);
     const double bytes = (double)n_seqs * tiles * ctx * 2 * (double)be_kv_row_bytes(kt, kv_dim);
+    /* query row r (position ctx - rows + r) attends to ctx - rows + r + 1 keys */
     const double flops = 4.0 * n_head * hd * n_seqs *
-                         (rows == 1 ? (double)ctx : (double)rows * (rows + 1) / 2);
+                         ((double)rows * (ctx - rows) + (double)rows * (rows + 1) / 2);
     print_row("attention", shape, n_rows, time_op(be, att_call, &a), bytes, flops);
 done:
     for (int i = 0; i < 7; i++)
@@ -467,6 +468,8 @@ int main(int argc, char **argv)
         bench_attention(be, kv_types[t], (int)heads, (int)heads_kv, hd, 64, 576, 1);
         bench_attention(be, kv_types[t], (int)heads, (int)heads_kv, hd, 256, 576, 1);
         bench_attention(be, kv_types[t], (int)heads, (int)heads_kv, hd, 1, 512, 512);
+        /* the last 512-row chunk of an 8,192-token prompt (issue 16's pp8192) */
+        bench_attention(be, kv_types[t], (int)heads, (int)heads_kv, hd, 1, 8192, 512);
     }
     bench_rows(be, "rmsnorm", norm_call, 1, (int)dim, false);
     bench_rows(be, "rmsnorm", norm_call, 512, (int)dim, false);
