@@ -131,12 +131,13 @@ for w in $workloads; do
         run a "$dir/a.jsonl"
         # The engine alone on a's shape: text prompts of 255 common words
         # (about one token each), 256 new tokens, 256 at a time.
-        awk -v n="$n" 'BEGIN { srand(7); split("the of and to in is was that for it with as " \
-            "his on be at by had not are but from or have an they which one you were all we " \
-            "her she there would their will when who him been has more if no out so said what " \
-            "up its about into than them can only other new some time could these two may", w)
+        words="the of and to in is was that for it with as his on be at by had not are but"
+        words="$words from or have an they which one you were all we her she there would their"
+        words="$words will when who him been has more if no out so said what up its about into"
+        words="$words than them can only other new some time could these two may"
+        awk -v n="$n" -v words="$words" 'BEGIN { srand(7); nw = split(words, w)
             for (i = 0; i < n; i++) { s = ""; for (k = 0; k < 255; k++)
-                s = s (k ? " " : "") w[1 + int(rand() * 100)]; print s } }' >"$dir/a-text.txt"
+                s = s (k ? " " : "") w[1 + int(rand() * nw)]; print s } }' >"$dir/a-text.txt"
         t0=$(date +%s.%N)
         "$bin/llmq-run" -m "$model" --parallel 256 -f "$dir/a-text.txt" -n 256 --ignore-eos \
             >/dev/null 2>"$out/a-engine.log" || log "a-engine: llmq-run failed"
@@ -145,7 +146,8 @@ for w in $workloads; do
             # "N prompts, G tokens generated in S s: R tok/s; prefix cache: H of P prompt tokens"
             for (i = 1; i <= NF; i++) { if ($(i + 1) == "tokens" && $(i + 2) == "generated") g = $i
                 if ($(i + 1) == "s:") s = $i; if ($(i + 1) == "prompt" && $(i + 2) == "tokens") p = $i }
-            printf "a-engine\t-\t%.1f\t%.0f\t%.0f\t-\t-\t-\t-\t-\t0\n", s, s > 0 ? (p + g) / s : 0, s > 0 ? g / s : 0 }' \
+            printf "a-engine\t-\t%.1f\t%.0f\t%.0f\t-\t-\t-\t-\t-\t0\n", s,
+                (s > 0 ? (p + g) / s : 0), (s > 0 ? g / s : 0) }' \
             >>"$out/summary.tsv"
         log "a-engine: $(tail -1 "$out/summary.tsv")"
         ;;
