@@ -4,8 +4,9 @@
 # then llmq-run --bench (pp512, tg128, decode at 1..256 sequences), then
 # each sampler setting's and a JSON schema's cost per decode step at 64
 # sequences (bench-sampling).
-# Tables to OUT/ops[-TAG].md, OUT/bench[-TAG].md, OUT/bench[-TAG].json and
-# OUT/sampling[-TAG].md;
+# Tables to OUT/ops[-TAG].md, OUT/bench[-TAG].md, OUT/bench[-TAG].json,
+# OUT/sampling[-TAG].md and, where python3 has torch, cuBLAS's fp16 GEMM at
+# the same shapes in OUT/cublas[-TAG].md;
 # each run's samples go to OUT/log.txt as they come, so a run cut short by
 # its timeout still leaves them.
 #
@@ -30,3 +31,9 @@ if [ "${KVF16:-0}" = 1 ]; then
 fi
 timeout 240 "$BIN/bench-sampling" "$MODEL" --seqs 64 > "$OUT/sampling$SUFFIX.md" 2>> "$OUT/log.txt"
 echo "$(date +%T) bench-sampling$SUFFIX exit $?" >> "$OUT/log.txt"
+# cuBLAS's fp16 GEMM at the same shapes, the ceiling the op table's TFLOP/s
+# are read against (needs python3 with torch, as the GPU machine has)
+if python3 -c 'import torch' 2>/dev/null; then
+    timeout 120 python3 "$(dirname "$0")/cublas-gemm.py" > "$OUT/cublas$SUFFIX.md" 2>> "$OUT/log.txt"
+    echo "$(date +%T) cublas-gemm$SUFFIX exit $?" >> "$OUT/log.txt"
+fi

@@ -33,6 +33,9 @@ bench_bench_cuda_ops_SOURCES = bench/bench-cuda-ops.c
 bench_bench_cuda_ops_LDADD = $(LLMQ_CUDA_LIBS) $(LLMQ_MODEL_LIBS)
 endif
 EXTRA_DIST += bench/cuda.sh
+# cuBLAS's fp16 rate at the same shapes (torch on the GPU machine), and
+# where a kernel's warps stall (an ncu source page, docs/perf/10)
+EXTRA_DIST += bench/cublas-gemm.py bench/ncu-stalls.py
 # ---- end CUDA ops ----
 
 # ---- fleet and multi-GPU scaling (bench/bench-fleet.sh, bench/scale-gpus.sh) ----

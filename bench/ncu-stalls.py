@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Where a kernel's warps stall, from an ncu source page:
+
+    ncu ... -o REPORT ...; ncu --import REPORT.ncu-rep --page source --csv --print-source sass > K.csv
+    bench/ncu-stalls.py K.csv [N]
+
+prints the stall reasons' share of all warp samples, the N (default 25)
+SASS instructions with the most samples and their two main reasons, and the
+instructions with the most excessive shared-memory wavefronts (bank
+conflicts).  The round logs in docs/perf/ quote it.
+"""
+import csv
+import sys
+
+
+def number(row, col):
+    try:
+        return float(row[col])
+    except (ValueError, IndexError):
+        return 0.0
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    rows = list(csv.reader(open(sys.argv[1], newline="")))
+    top_n = int(sys.argv[2]) if len(sys.argv) > 2 else 25
+    start = next(i for i, r in enumerate(rows) if r and r[0] == "Address")
+    header, body = rows[start], rows[start + 1:]
+    col = {h: i for i, h in enumerate(header)}
+    samples = col["Warp Stall Sampling (All Samples)"]
+    reasons = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
+    total = sum(number(r, samples) for r in body) or 1.0
+    print(f"{sys.argv[1]}: {len(body)} instructions, {total:.0f} warp samples\n")
+    print("| stall reason | samples | share |\n| --- | --- | --- |")
+    sums = {h: sum(number(r, col[h]) for r in body) for h in reasons}
+    for h, v in sorted(sums.items(), key=lambda x: -x[1])[:10]:
+        print(f"| {h} | {v:.0f} | {100 * v / total:.1f}% |")
+    print("\n| address | samples | instruction | main reasons |\n| --- | --- | --- | --- |")
+    for r in sorted(body, key=lambda r: -number(r, samples))[:top_n]:
+        why = sorted(((h, number(r, col[h])) for h in reasons), key=lambda x: -x[1])[:2]
+        print(f"| {r[col['Address']][-5:]} | {number(r, samples):.0f} | `{r[col['Source']].strip()}` | "
+              + ", ".join(f"{h[6:]} {v:.0f}" for h, v in why) + " |")
+    excess = col.get("L1 Wavefronts Shared Excessive")
+    if excess is not None:
+        print("\n| address | instruction | shared wavefronts | ideal |\n| --- | --- | --- | --- |")
+        for r in sorted(body, key=lambda r: -number(r, excess))[:8]:
+            if number(r, excess) > 0:
+                print(f"| {r[col['Address']][-5:]} | `{r[col['Source']].strip()}` | "
+                      f"{number(r, col['L1 Wavefronts Shared']):.0f} | "
+                      f"{number(r, col['L1 Wavefronts Shared Ideal']):.0f} |")
+
+
+if __name__ == "__main__":
+    main()
