@@ -13,7 +13,10 @@ usage: bench/cublas-gemm.py [M ...]        (default 64 512 2048 8192)
 import statistics
 import sys
 
-import torch
+try:
+    import torch
+except ImportError:
+    sys.exit("cublas-gemm.py: needs python3 with torch (the GPU machine has it)")
 
 SHAPES = [  # (name, N, K): the 7B MHA and 8B GQA weight matrices
     ("attn_q / attn_output 4096 x 4096", 4096, 4096),
@@ -39,7 +42,14 @@ def run_us(a, w):
 
 
 def main():
-    ms = [int(x) for x in sys.argv[1:]] or [64, 512, 2048, 8192]
+    try:
+        ms = [int(x) for x in sys.argv[1:]] or [64, 512, 2048, 8192]
+    except ValueError:
+        sys.exit(f"cublas-gemm.py: M values are row counts, not {' '.join(sys.argv[1:])}\n{__doc__}")
+    if any(m < 1 for m in ms):
+        sys.exit("cublas-gemm.py: M values must be at least 1")
+    if not torch.cuda.is_available():
+        sys.exit("cublas-gemm.py: torch sees no CUDA device")
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
     print(f"cuBLAS fp16 GEMM on {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
           f"CUDA {torch.version.cuda}; median of 5 runs of {REPS}\n")

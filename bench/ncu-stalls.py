@@ -23,11 +23,21 @@ def number(row, col):
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
-    rows = list(csv.reader(open(sys.argv[1], newline="")))
-    top_n = int(sys.argv[2]) if len(sys.argv) > 2 else 25
-    start = next(i for i, r in enumerate(rows) if r and r[0] == "Address")
+    try:
+        with open(sys.argv[1], newline="") as f:
+            rows = list(csv.reader(f))
+        top_n = int(sys.argv[2]) if len(sys.argv) > 2 else 25
+    except (OSError, ValueError) as e:
+        sys.exit(f"ncu-stalls.py: {e}")
+    start = next((i for i, r in enumerate(rows) if r and r[0] == "Address"), None)
+    if start is None:
+        sys.exit(f"ncu-stalls.py: {sys.argv[1]}: no 'Address' header row: not an ncu source page "
+                 "(--page source --csv)")
     header, body = rows[start], rows[start + 1:]
     col = {h: i for i, h in enumerate(header)}
+    if "Warp Stall Sampling (All Samples)" not in col:
+        sys.exit(f"ncu-stalls.py: {sys.argv[1]}: no warp stall samples (profile with "
+                 "--section WarpStateStats --section SourceCounters, or --set full)")
     samples = col["Warp Stall Sampling (All Samples)"]
     reasons = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
     total = sum(number(r, samples) for r in body) or 1.0
