@@ -34,6 +34,7 @@ echo "$(date +%T) bench-sampling$SUFFIX exit $?" >> "$OUT/log.txt"
 # cuBLAS's fp16 GEMM at the same shapes, the ceiling the op table's TFLOP/s
 # are read against; without torch (or a GPU it sees) the script says so in
 # the log and leaves no table
+rc=0
 timeout 120 python3 "$(dirname "$0")/cublas-gemm.py" > "$OUT/cublas$SUFFIX.md" 2>> "$OUT/log.txt" ||
-    rm -f "$OUT/cublas$SUFFIX.md"
-echo "$(date +%T) cublas-gemm$SUFFIX done" >> "$OUT/log.txt"
+    { rc=$?; rm -f "$OUT/cublas$SUFFIX.md"; }
+echo "$(date +%T) cublas-gemm$SUFFIX exit $rc" >> "$OUT/log.txt"
