@@ -36,6 +36,8 @@ EXTRA_DIST += bench/cuda.sh
 # cuBLAS's fp16 rate at the same shapes (torch on the GPU machine), and
 # where a kernel's warps stall (an ncu source page, docs/perf/10)
 EXTRA_DIST += bench/cublas-gemm.py bench/ncu-stalls.py
+# variants of the tree (docs/perf/next's patches) built here for one A/B device run
+EXTRA_DIST += bench/ab-variants.sh
 # ---- end CUDA ops ----
 
 # ---- fleet and multi-GPU scaling (bench/bench-fleet.sh, bench/scale-gpus.sh) ----
