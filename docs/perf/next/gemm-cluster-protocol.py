@@ -20,19 +20,23 @@ The model, per CTA c of a cluster of cl:
   consumer warp, tile i: wait full[s] for parity (i / S) & 1; read; release
     as sm90_consume does (the tile before at each wgmma wait<1>, both at a
     chunk's end): unless i + S >= nk, arrive 32 on every CTA's empty[s].
-  A CTA exits when its threads are done.
+  Every thread arrives on the cluster barrier after its loop and waits on
+  it before it ends; a CTA exits when its threads are done.  A copy lands
+  in each destination CTA on its own (the multicast is not atomic).
 
 Checked: no deadlock; a consumer sees both activation parts and the weight
 part of its own tile; nothing is written into a stage that a consumer of
-that CTA still reads; no arrival, byte or copy reaches a CTA that exited;
+that CTA still reads; no arrival, byte or copy reaches a CTA that exited,
+and no copy lands after the CTA that issued it exited;
 mbarrier transaction counts stay within the hardware's +-(2^20 - 1).
 
 Usage: gemm-cluster-protocol.py [runs]  (exit status 0: every run passed)
 
-It can fail: with empty counting one CTA's consumers, with the last
-releases sent, with full's count missing the expect_tx arrival, or with a
-consumer waiting on the wrong parity, it reports the broken rule within
-the first ten runs.
+It can fail: with empty counting one CTA's consumers, with full's count
+missing the expect_tx arrival, with a consumer waiting on the wrong parity,
+or without the closing cluster barrier (a CTA's copy then lands in its peer
+after it exited), it reports the broken rule within the first ten runs.
+With the barrier, sending the last S releases too would also be safe.
 """
 import random
 import sys
@@ -71,8 +75,11 @@ class Barrier:
 
 
 class Cluster:
-    def __init__(self, rng, cl, S, nk, chunk_kt, P, W, part_bytes):
+    def __init__(self, rng, cl, S, nk, chunk_kt, P, W, part_bytes, closing_barrier=True):
         self.rng, self.cl, self.S, self.nk, self.chunk_kt = rng, cl, S, nk, chunk_kt
+        self.closing_barrier = closing_barrier
+        self.arrived = 0  # threads of the cluster past their loop
+        self.eager = rng.choice([0.3, 0.02])  # how soon copies land
         self.P, self.W, self.part_bytes = P, W, part_bytes
         self.full = [[Barrier(P + 1) for _ in range(S)] for _ in range(cl)]
         self.empty = [[Barrier(32 * W * cl) for _ in range(S)] for _ in range(cl)]
@@ -81,7 +88,7 @@ class Cluster:
         self.wgt = [[None] * S for _ in range(cl)]
         # which tile each consumer warp of a CTA is reading in each stage
         self.reading = [[set() for _ in range(S)] for _ in range(cl)]
-        self.in_flight = []  # copies issued, not yet delivered: (src, tile)
+        self.in_flight = []  # copy parts not yet landed: (src, tile, destination)
         self.exited = [False] * cl
         self.agents = []
         for c in range(cl):
@@ -104,11 +111,19 @@ class Cluster:
             self.act[c][s][part] = tile
 
     def deliver(self, k):
-        src, tile = self.in_flight.pop(k)
-        s = tile % self.S
-        for c in range(self.cl):  # the multicast: every CTA, same offset
-            self.write_stage(c, s, tile, part=src)
-            self.full[c][s].complete_tx(self.part_bytes)
+        src, tile, c = self.in_flight.pop(k)
+        assert not self.exited[src], f"CTA {src}'s copy of tile {tile} landed after CTA {src} exited"
+        s = tile % self.S  # the multicast: each CTA at the same offset
+        self.write_stage(c, s, tile, part=src)
+        self.full[c][s].complete_tx(self.part_bytes)
+
+    def closing(self):
+        """The kernel's closing cluster barrier: arrive, then wait for all."""
+        if not self.closing_barrier:
+            return
+        self.arrived += 1
+        while self.arrived < len(self.agents):
+            yield
 
     def producer(self, c, p):
         S, nk = self.S, self.nk
@@ -119,12 +134,13 @@ class Cluster:
                     yield
             if p == 0:
                 self.full[c][s].arrive(1, expect=self.part_bytes * self.cl)
-                self.in_flight.append((c, i))
+                self.in_flight.extend((c, i, d) for d in range(self.cl))
                 yield
             self.write_stage(c, s, i)  # the weight part (every thread its share)
             yield
             self.full[c][s].arrive(1)
             yield
+        yield from self.closing()
 
     def release(self, c, w, i):
         s = i % self.S
@@ -156,6 +172,7 @@ class Cluster:
                     self.release(c, w, pending)
                 pending = i
             yield
+        yield from self.closing()
 
     def run(self):
         agents = list(enumerate(self.agents))
@@ -165,7 +182,7 @@ class Cluster:
         live = dict(agents)
         stuck = 0
         while live or self.in_flight:
-            if self.in_flight and (not live or self.rng.random() < 0.3):
+            if self.in_flight and (not live or self.rng.random() < self.eager):
                 self.deliver(self.rng.randrange(len(self.in_flight)))
                 stuck = 0
                 continue
@@ -182,6 +199,8 @@ class Cluster:
                 stuck = 0
                 continue
             stuck = stuck + 1 if self.state() == before and not self.in_flight else 0
+            if self.arrived != getattr(self, "_arrived_seen", 0):
+                self._arrived_seen, stuck = self.arrived, 0
             assert stuck < 20000, "deadlock: no thread can make progress"
         return True
 
