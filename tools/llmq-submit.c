@@ -498,6 +498,7 @@ static long sink_drain(sink *s)
 
 #define ROOM_POLL_MIN_MS 50
 #define ROOM_POLL_MAX_MS 1000
+#define REQUEST_MS 30000 /* libllmq's request timeout (llmq_set_timeout) */
 
 typedef struct flow {
     llmq_client *c;
@@ -575,6 +576,18 @@ static bool may_send_again(const flow *f, size_t end, const llmq_error *err)
     return true;
 }
 
+/* How long one submit request waits for its answer: libllmq's default, or
+ * what is left of --timeout when that is less (at least 1 ms, so that the
+ * request goes out), so that a broker that is down ends the run at
+ * --timeout, not 30 s later. */
+static int request_timeout_ms(const flow *f)
+{
+    if (!f->deadline_ms)
+        return REQUEST_MS;
+    const double left = f->deadline_ms - clock_mono_ms_f();
+    return left >= REQUEST_MS ? REQUEST_MS : left < 1 ? 1 : (int)ceil(left);
+}
+
 /* Sends jobs [f->sent, f->sent + n): 0 and f->sent advanced past those
  * stored (all of them, or the parts before a refused one: libllmq sends a
  * large part as several atomic messages), or -1 with err. */
@@ -584,8 +597,11 @@ static int send_part(flow *f, size_t n, llmq_error *err)
     const double t0 = clock_mono_ms_f();
     for (;;) {
         const size_t at = f->sent;
-        if (llmq_submit(f->c, f->batch, f->o->meta, f->jobs + at, end - at, f->ids + at,
-                        f->existing + at, err) == 0) {
+        llmq_set_timeout(f->c, request_timeout_ms(f));
+        const int rc = llmq_submit(f->c, f->batch, f->o->meta, f->jobs + at, end - at, f->ids + at,
+                                   f->existing + at, err);
+        llmq_set_timeout(f->c, REQUEST_MS); /* the other requests: status, waits */
+        if (rc == 0) {
             f->sent = end;
             return 0;
         }

@@ -12,7 +12,9 @@
 # the broker's refusal says how many new jobs fit now and the most one
 # submit can ever hold; with no worker taking jobs, --timeout ends the
 # streaming with status 3, naming how many jobs went in, and running the
-# same command again sends only the rest.
+# same command again sends only the rest.  With no broker at the endpoint,
+# --timeout also ends the wait for the submit's answer (status 3, the wait
+# named), not libllmq's 30 s request timeout.
 
 . "$LLMQ_SRCDIR/tests/integration/env.sh"
 SUBMIT=$LLMQ_BUILDDIR/tools/llmq-submit
@@ -112,4 +114,10 @@ check $? "run again with a worker, the same command completes the batch"
     [ "$(wc -l <"$dir/stuck.out")" -eq 10 ] &&
     grep -q "6 jobs submitted, 4 already known from an earlier submit" "$dir/stuck.log"
 check $? "it sent only the 6 jobs left: 10 jobs stored, 10 results"
+timeout 60 "$SUBMIT" --broker "ipc://$dir/nobody" -i "$dir/stuck.jsonl" -o "$dir/nobody.out" \
+    --batch nobody --timeout 1 2>"$dir/nobody.log"
+rc=$?
+waited=$(sed -n 's/.*no reply to submit from the broker within \([0-9]*\) ms.*/\1/p' "$dir/nobody.log")
+[ "$rc" -eq 3 ] && [ -n "$waited" ] && [ "$waited" -le 1000 ]
+check $? "with no broker, --timeout 1 ends the submit: status 3 ($rc), waited ${waited:-?} ms, said so"
 it_done
