@@ -159,9 +159,11 @@ static int check_shape(const options *o, const mix_def *mix, llmq_err *err)
 static const char USAGE[] =
     "usage: llmq-mkmodel --vocab VOCAB.gguf --dim D --layers L --heads H --kv-heads K\n"
     "                    --ff F --ctx C --mix MIX --seed S -o OUT.gguf [--threads N]\n"
+    "                    [--arch ARCH] [--tied]\n"
     "\n"
-    "Writes a LLaMA GGUF with random, well-scaled weights (row std ~ 1/sqrt(fan_in))\n"
-    "and the tokenizer of VOCAB.gguf, as llama.cpp names and lays it out.\n";
+    "Writes a GGUF of a llama, qwen2 or phi3 shape with random, well-scaled weights\n"
+    "(row std ~ 1/sqrt(fan_in)) and the tokenizer of VOCAB.gguf, as llama.cpp names\n"
+    "and lays it out.\n";
 
 static const char EPILOG[] = "Exit status: 0 written, 1 failure, 2 bad command line.\n";
 
@@ -184,7 +186,9 @@ static int parse_args(int argc, char **argv, options *o)
     const cli_flag flags[] = {
         {"output", 'o', "OUT.gguf", "output, written as OUT.gguf.tmp and renamed when complete",
          CLI_TEXT(&o->out), .required = true},
-        {"vocab", 0, "VOCAB.gguf", "the GGUF whose tokenizer (and only that) is copied",
+        {"vocab", 0, "VOCAB.gguf",
+         "the GGUF whose tokenizer.ggml.* keys (and only those: not its chat"
+         " template) are copied",
          CLI_TEXT(&o->vocab), .required = true},
         {"dim", 0, "D", "embedding width (a multiple of 256 for k-quant mixes, 32 for q8_0)",
          CLI_UINT64(&o->dim, 1, 1u << 20), .required = true},

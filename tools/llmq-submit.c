@@ -42,7 +42,8 @@ typedef struct options {
 
 static const char USAGE[] =
     "usage: llmq-submit [--broker ENDPOINT] [-i JOBS.jsonl] [-o RESULTS.jsonl]\n"
-    "                   [--batch ID] [--meta TEXT] [--no-wait] [--timeout SECONDS]\n"
+    "                   [--batch ID] [--meta TEXT] [--no-wait] [--strict]\n"
+    "                   [--timeout SECONDS]\n"
     "\n"
     "Submits every line of JOBS.jsonl as one batch (in parts as room frees when\n"
     "the broker's queue has no room for all of it), waits for the results and\n"
