@@ -2,11 +2,13 @@
 
 #include <float.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/job_params.h"
 #include "proto/wire.h"
 
 /* OpenAI's completions default; chat's is the context, which ends a job
@@ -54,6 +56,11 @@ int openai_errf(openai_err *err, openai_fault f, const char *field, const char *
 int openai_want_int(const json_value *v, const char *field, int64_t lo, int64_t hi, int64_t *out,
                     openai_err *err)
 {
+    /* An integer past int64's range is no fraction: it is out of range. */
+    if (v->type == JSON_NUMBER && !v->num.is_int && isfinite(v->num.d) &&
+        v->num.d == trunc(v->num.d))
+        return openai_errf(err, OPENAI_INVALID_VALUE, field,
+                           "%g is out of range [%" PRId64 ", %" PRId64 "]", v->num.d, lo, hi);
     if (v->type != JSON_NUMBER || !v->num.is_int)
         return openai_errf(err, OPENAI_INVALID_VALUE, field, "must be an integer, not %s",
                            v->type == JSON_NUMBER ? "a fraction" : json_type_name(v->type));
@@ -127,11 +134,43 @@ struct field {
 
 #define JOB(member) offsetof(llmq_job, member)
 
+/* The job parameters' ranges (proto/job_params.h), by llmq_job field. */
+typedef struct param_range {
+    size_t off;
+    double lo, hi;
+} param_range;
+
+#define PARAM_RANGE(name, kind, lo, hi, lo_open, dflt, engine) {JOB(name), lo, hi},
+static const param_range PARAM_RANGES[] = {JOB_PARAMS(PARAM_RANGE)};
+
+/* [*lo, *hi], a C type's range, narrowed to the range of the job parameter
+ * at off when it is one: a value out of range is refused naming the range
+ * the parameter takes (max_tokens -4: [1, 1048576]), not its C type's. */
+static void narrow_to_param(size_t off, int64_t *lo, int64_t *hi)
+{
+    for (size_t i = 0; i < sizeof PARAM_RANGES / sizeof PARAM_RANGES[0]; i++) {
+        const param_range *r = &PARAM_RANGES[i];
+        if (r->off != off)
+            continue;
+        if (r->lo > (double)*lo)
+            *lo = (int64_t)r->lo;
+        if (r->hi < (double)*hi)
+            *hi = (int64_t)r->hi;
+    }
+}
+
 int openai_set_scalar(llmq_job *job, size_t off, openai_kind k, const json_value *v,
                       const char *name, openai_err *err)
 {
     char *p = (char *)job + off;
-    int64_t i = 0;
+    int64_t i = 0, lo = 0, hi = INT64_MAX; /* U64: what a JSON integer holds */
+    if (k == OPENAI_I32) {
+        lo = INT32_MIN;
+        hi = INT32_MAX;
+    } else if (k == OPENAI_U32) {
+        hi = UINT32_MAX;
+    }
+    narrow_to_param(off, &lo, &hi);
     if (k == OPENAI_F32) {
         if (v->type != JSON_NUMBER)
             return openai_errf(err, OPENAI_INVALID_VALUE, name, "must be a number, not %s",
@@ -143,15 +182,15 @@ int openai_set_scalar(llmq_job *job, size_t off, openai_kind k, const json_value
                                json_type_name(v->type));
         memcpy(p, &v->boolean, sizeof(bool));
     } else if (k == OPENAI_I32) {
-        if (openai_want_int(v, name, INT32_MIN, INT32_MAX, &i, err) < 0)
+        if (openai_want_int(v, name, lo, hi, &i, err) < 0)
             return -1;
         memcpy(p, &(int32_t){(int32_t)i}, sizeof(int32_t));
     } else if (k == OPENAI_U32) {
-        if (openai_want_int(v, name, 0, UINT32_MAX, &i, err) < 0)
+        if (openai_want_int(v, name, lo, hi, &i, err) < 0)
             return -1;
         memcpy(p, &(uint32_t){(uint32_t)i}, sizeof(uint32_t));
     } else {
-        if (openai_want_int(v, name, 0, INT64_MAX, &i, err) < 0)
+        if (openai_want_int(v, name, lo, hi, &i, err) < 0)
             return -1;
         memcpy(p, &(uint64_t){(uint64_t)i}, sizeof(uint64_t));
     }

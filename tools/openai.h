@@ -70,8 +70,9 @@ int openai_errf(openai_err *err, openai_fault f, const char *field, const char *
     __attribute__((format(printf, 4, 5)));
 
 /* ---- JSON values into a job's fields ----
- * The type and C-range checks both shapes of line share; the protocol's
- * ranges are llmq_job_check's.  Each fails naming field. */
+ * The type and range checks both shapes of line share: an integer within
+ * its job parameter's range (proto/job_params.h) or, for other fields, its C
+ * type's; the other ranges are llmq_job_check's.  Each fails naming field. */
 
 typedef enum openai_kind {
     OPENAI_U32,

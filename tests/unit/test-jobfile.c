@@ -1,6 +1,7 @@
 /* test-jobfile: llmq-submit's input lines (native and OpenAI batch shapes)
  * become the intended jobs and keys, with each shape's defaults; a bad line
- * fails alone with its code, field and line number while the others stand
+ * fails alone with its code, field and line number (a value out of range
+ * naming the range the field takes) while the others stand
  * (every one of them reported); a UTF-8 BOM is skipped; every field of
  * OpenAI's two request bodies is honoured, ignored as harmless or refused
  * naming the field; n choices and lists of prompts become jobs with their
@@ -272,6 +273,16 @@ static const bad_line BAD[] = {
      "max_tokens: 0 is out of range [1, 1048576]"},
     {"{\"id\":1,\"prompt\":\"a\",\"seed\":-1}", OPENAI_INVALID_VALUE, "seed",
      "seed: -1 is out of range"},
+    /* Past the C type's range, the parameter's range is named, not the type's;
+     * an integer past int64's is out of range, not a fraction. */
+    {"{\"id\":1,\"prompt\":\"a\",\"max_tokens\":-4}", OPENAI_INVALID_VALUE, "max_tokens",
+     "max_tokens: -4 is out of range [1, 1048576]"},
+    {"{\"id\":1,\"prompt\":\"a\",\"top_k\":3000000000}", OPENAI_INVALID_VALUE, "top_k",
+     "top_k: 3000000000 is out of range [0, 1048576]"},
+    {"{\"id\":1,\"prompt\":\"a\",\"seed\":18446744073709551615}", OPENAI_INVALID_VALUE, "seed",
+     "seed: 1.84467e+19 is out of range [0, 9223372036854775807]"},
+    {PROMPT_BODY(",\"max_tokens\":-4"), OPENAI_INVALID_VALUE, "body.max_tokens",
+     "body.max_tokens: -4 is out of range [1, 1048576]"},
     {"{\"id\":1,\"prompt\":\"a\",\"top_p\":0}", OPENAI_INVALID_VALUE, "top_p",
      "top_p: 0 is out of range (0, 1]"},
     {"{\"id\":1,\"prompt\":\"a\",\"stop\":[\"x\",3]}", OPENAI_INVALID_VALUE, "stop[1]",
