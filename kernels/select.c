@@ -23,7 +23,7 @@ int backend_select(backend **out, const backend_request *req, int *gpu_used, cha
     }
 #else
     if (!req->cpu_only && req->gpu >= 0)
-        snprintf(fallback, fallback_size, "built without CUDA: --gpu %d ignored", req->gpu);
+        return llmq_errf(err, "GPU %d: built without CUDA", req->gpu);
 #endif
     *gpu_used = -1;
     return backend_cpu_create(out, req->threads, err);

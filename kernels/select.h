@@ -4,9 +4,10 @@
  * CUDA is built in.
  *
  * backend_select: cpu_only: the CPU.  gpu >= 0: CUDA device gpu, or an
- * error.  Neither: the first GPU when there is one, else the CPU, so that
- * a CUDA build still serves on a machine without a GPU -- and says so
- * through *fallback (a build without CUDA asked for a GPU says so too).
+ * error (also in a build without CUDA: a GPU asked for by number is never
+ * replaced by the CPU).  Neither: the first GPU when there is one, else the
+ * CPU, so that a CUDA build still serves on a machine without a GPU -- and
+ * says so through *fallback.
  *
  * GPUs are numbered as the runtime numbers them, so CUDA_VISIBLE_DEVICES
  * is respected: 0 is the first visible device.  No state is kept. */

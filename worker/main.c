@@ -86,7 +86,14 @@ static int check_options(void *opts, llmq_err *err)
         return llmq_errf(err, "--broker-key and --curve-secret go together");
     if (o->cpu && o->gpu >= 0)
         return llmq_errf(err, "--cpu and --gpu exclude each other");
-    return o->gpus ? check_gpus(o, err) : 0;
+    if (o->gpus)
+        return check_gpus(o, err);
+    if (o->gpu >= 0 && !backend_gpus_built())
+        return llmq_errf(err,
+                         "--gpu %d: built without CUDA, there is no GPU engine"
+                         " (rebuild with ./configure --with-cuda, or use --cpu)",
+                         (int)o->gpu);
+    return 0;
 }
 
 /* CLI_RUN, or the status to exit with at once (--help, bad usage). */

@@ -1,8 +1,9 @@
 /* test-worker: llmq-worker's own behaviours, as a real process against a
  * real broker (CPU engine, stories260K, one thread).
  *
- * Pins: the command line (--help, bad flags exit 2, a bad model or --batch
- * below --slots exits 1 naming the problem); a job the model cannot take
+ * Pins: the command line (--help, bad flags exit 2, --gpu in a build
+ * without CUDA exits 2, a bad model or --batch below --slots exits 1 naming
+ * the problem); a job the model cannot take
  * (a token id outside the vocabulary, a prompt longer than the context)
  * fails for good with a reason naming the job and field while the other jobs of the batch
  * complete; a job the engine has no room for goes back to the queue and
@@ -24,6 +25,8 @@
  * SIGTERM) are paced (LLMQ_TEST_MIN_STEP_MS): a step every PACE_MS at the
  * most, so a job of N tokens runs for N * PACE_MS or more however fast the
  * machine; the test waits for the events it checks, never for a time. */
+#include "config.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -71,6 +74,14 @@ static void test_cli(const env *e)
               fleet_sh("%s/worker/llmq-worker --cpu --gpu 0 -m x > /dev/null 2>&1", b) == 2 &&
               fleet_sh("%s/worker/llmq-worker --broker x > /dev/null 2>&1", b) == 2,
           "an unknown flag, a bad value, --cpu with --gpu, no -m: exit 2");
+#ifndef LLMQ_HAVE_CUDA
+    /* timeout: a worker that runs instead serves until stopped */
+    CHECK(fleet_sh("timeout 60 %s/worker/llmq-worker --gpu 0 -m %s/models/stories260K.gguf"
+                   " --broker ipc://%s/nobody 2> %s/nogpu",
+                   b, e->data, d, d) == 2 &&
+              fleet_sh("grep -q -- '--gpu 0: built without CUDA' %s/nogpu", d) == 0,
+          "a build without CUDA given --gpu 0: exit 2, saying so (not the CPU in its place)");
+#endif
     CHECK(fleet_sh("%s/worker/llmq-worker -m %s/reference/story.txt 2> %s/bad", b, e->data, d) ==
                   1 &&
               fleet_sh("grep -q 'cannot load the model: .*story.txt.*not a GGUF' %s/bad", d) == 0,
