@@ -1,6 +1,8 @@
 #include "tools/run_engine.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,9 +14,13 @@
 #include "engine/jsonschema.h"
 #include "engine/perplexity.h"
 
+/* "llmq-run: WHAT: message", WHAT once where the message begins with it
+ * (the engine's and perplexity's own errors name themselves). */
 static int fail(const char *what, const llmq_err *err)
 {
-    fprintf(stderr, "llmq-run: %s: %s\n", what, err->msg);
+    const size_t n = strlen(what);
+    const bool named = strncmp(err->msg, what, n) == 0 && err->msg[n] == ':';
+    fprintf(stderr, "llmq-run: %s%s%s\n", named ? "" : what, named ? "" : ": ", err->msg);
     return 1;
 }
 
@@ -547,12 +553,21 @@ int run_bench(const run_gen_opts *o, model *m, const tok_vocab *v)
                                 .n_gen = BENCH_TG};
         n++;
     }
+    /* Opened first: a path that cannot be written fails before the run. */
+    FILE *jf = stdout;
+    if (o->bench_json && !(jf = fopen(o->bench_json, "w"))) {
+        fprintf(stderr, "llmq-run: --json: cannot write %s: %s\n", o->bench_json, strerror(errno));
+        return 1;
+    }
     llmq_err err;
-    if (bench_warm_up(m, v, o, pp, n_pp, &err) != 0)
+    int rc = bench_warm_up(m, v, o, pp, n_pp, &err);
+    for (int i = 0; rc == 0 && i < n; i++)
+        rc = bench_case_run(m, v, o, &cases[i], &err);
+    if (rc != 0) {
+        if (jf != stdout)
+            fclose(jf);
         return fail("bench", &err);
-    for (int i = 0; i < n; i++)
-        if (bench_case_run(m, v, o, &cases[i], &err) != 0)
-            return fail("bench", &err);
+    }
     const model_config *c = model_get_config(m);
     printf("| model | weights | test | tok/s (median of %d, KV cache %s) |\n"
            "| --- | --- | --- | --- |\n",
@@ -560,13 +575,10 @@ int run_bench(const run_gen_opts *o, model *m, const tok_vocab *v)
     for (int i = 0; i < n; i++)
         printf("| %s | %s | %s | %.1f |\n", c->name, quant_type_name(c->weight_type),
                cases[i].name, cases[i].median);
-    FILE *jf = stdout;
-    if (o->bench_json && !(jf = fopen(o->bench_json, "w"))) {
-        fprintf(stderr, "llmq-run: cannot write %s\n", o->bench_json);
+    bench_report(jf, m, o, cases, n, o->threads);
+    if (jf != stdout && (ferror(jf) | fclose(jf)) != 0) {
+        fprintf(stderr, "llmq-run: --json: cannot write %s: %s\n", o->bench_json, strerror(errno));
         return 1;
     }
-    bench_report(jf, m, o, cases, n, o->threads);
-    if (jf != stdout)
-        fclose(jf);
     return 0;
 }

@@ -7,6 +7,8 @@
 # same cases as JSON, and standard error has the unmeasured warm-up and, for
 # each decode run, where a step's time went; --bench-pp and --bench-npl
 # choose the prefill lengths and decode sequence counts (lists, checked).
+# A --json FILE that cannot be written fails before anything is measured
+# (exit 1, naming the file and why), not after the whole run.
 #
 # --batch (tokens per forward pass) and --parallel (sequences at once) are
 # two settings, each with its own default.  Pins, from the engine line
@@ -58,6 +60,12 @@ check $? "an unmeasured warm-up runs first and says so"
 n=$(grep -c "per decode step .* ms: issue .*, wait+copy .*, host " "$TMP/err")
 [ "$n" -eq 4 ]
 check $? "each decode run (tg128 and three batch sizes) reports where a step's time went ($n)"
+
+"$RUN" -m "$MODEL" --cpu -t 2 --bench --reps 1 --json "$TMP/no-dir/bench.json" >"$TMP/out" \
+    2>"$TMP/err"
+[ $? -eq 1 ] && grep -q -- "--json: cannot write $TMP/no-dir/bench.json: No such file" "$TMP/err" &&
+    ! grep -q "bench pp512" "$TMP/err"
+check $? "--json into a folder that does not exist: exit 1 before any run, naming the file"
 
 "$RUN" -m "$MODEL" --bench --reps 0 >"$TMP/out" 2>"$TMP/err"
 [ $? -eq 2 ] && grep -q -- "--reps" "$TMP/err"
