@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -437,6 +438,19 @@ engine_stats engine_get_stats(const engine *e)
 {
     return e->stats;
 }
+bool engine_ctx_warning(const engine *e, char *out, size_t size)
+{
+    const int32_t train = model_get_config(e->m)->n_ctx_train;
+    out[0] = '\0';
+    if (e->cfg.n_ctx <= train)
+        return false;
+    snprintf(out, size,
+             "a context of %d tokens per sequence is more than the %d the model was trained on"
+             " (its context_length): past them, its output may degrade",
+             e->cfg.n_ctx, train);
+    return true;
+}
+
 const engine_config *engine_get_config(const engine *e)
 {
     return &e->cfg;

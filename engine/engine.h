@@ -167,6 +167,12 @@ void engine_free(engine *e);
 
 const engine_config *engine_get_config(const engine *e);
 
+/* When the context per sequence is longer than the model's own
+ * (context_length, which llama.cpp warns of too), a sentence saying so for
+ * the programs to log, and true; positions past it are not what the model
+ * was trained on.  "" and false otherwise. */
+bool engine_ctx_warning(const engine *e, char *out, size_t size);
+
 /* Queues a sequence.  Fails, naming the field, with LLMQ_ERR_INVALID on a
  * bad request (empty or too long prompt, token ids out of range, bad
  * sampling parameters, top_logprobs out of range or without logprobs, an id

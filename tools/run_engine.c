@@ -111,6 +111,9 @@ static void print_engine(const engine *e)
             " context each, a KV cache of %lld tokens in %s\n",
             c->max_batch_tokens, c->max_seqs, c->max_seqs == 1 ? "" : "s", c->n_ctx,
             (long long)c->n_blocks * c->block_size, be_kv_type_name(c->kv_type));
+    char warning[256];
+    if (engine_ctx_warning(e, warning, sizeof warning))
+        fprintf(stderr, "llmq-run: warning: %s\n", warning);
 }
 
 /* ---- generate: one prompt, streamed ---- */

@@ -370,6 +370,9 @@ static void say_ready(const options *o, const parts *p)
              (long long)kv_tokens, be_kv_type_name(ec->kv_type), kv,
              ec->prefix_cache ? ", prefix cache on" : "",
              p->chat ? chat_template_name(p->chat) : "none", o->broker);
+    char warning[256];
+    if (engine_ctx_warning(p->eng, warning, sizeof warning))
+        log_line("llmq-worker", p->id.worker, "warning: %s", warning);
 }
 
 /* ---- --gpus: one worker process per GPU ----------------------------------------- */

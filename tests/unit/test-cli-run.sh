@@ -22,6 +22,8 @@
 # The KV cache: the engine line names it (q8_0 by default, f16 with
 # --kv-f16); --kv-f16 with --kv-f32 is bad usage; --perplexity names the
 # cache it ran, and the two caches' figures differ, by at most 0.5%.
+# A --ctx past the model's context_length runs with a warning saying so; the
+# model's own context gives none.
 
 if [ -z "$LLMQ_TEST_DATA" ] || [ -z "$LLMQ_BUILDDIR" ] || [ -z "$LLMQ_SRCDIR" ]; then
     echo "LLMQ_TEST_DATA, LLMQ_BUILDDIR and LLMQ_SRCDIR must be set: run through 'make check'" >&2
@@ -146,5 +148,13 @@ check $? "--perplexity runs q8_0 by default and f16 with --kv-f16, within 0.5% (
 r=$?
 [ $r -eq 2 ] && grep -q -- "--batch 8 is less than --parallel 16" "$TMP/err"
 check $? "--batch below --parallel is bad usage naming both ($r: $(head -n 1 "$TMP/err"))"
+
+# stories260K's context_length is 2048.
+"$RUN" -m "$MODEL" --cpu -c 4096 -p "Once" -n 2 >/dev/null 2>"$TMP/err" &&
+    grep -q "warning: a context of 4096 tokens per sequence is more than the 2048 the model" \
+        "$TMP/err" &&
+    "$RUN" -m "$MODEL" --cpu -c 2048 -p "Once" -n 2 >/dev/null 2>"$TMP/err" &&
+    ! grep -q "warning" "$TMP/err"
+check $? "-c 4096 past the model's 2048 runs with a warning saying so; -c 2048 gives none"
 
 check_done
