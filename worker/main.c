@@ -41,7 +41,7 @@
 #define IDLE_POLL_MS 100
 
 static const char USAGE[] =
-    "Usage: llmq-worker --broker ENDPOINT -m MODEL [OPTION]...\n"
+    "Usage: llmq-worker [--broker ENDPOINT] -m MODEL [OPTION]...\n"
     "Serve one model to an llmq-broker: take jobs, run them with continuous batching,\n"
     "send each result back with its timings.  One process per GPU.\n";
 
