@@ -661,6 +661,26 @@ int jobfile_jobs(jobfile *jf, llmq_job **jobs, size_t *n, llmq_err *err)
     return 0;
 }
 
+/* The broker's reason for one job, as its line's: libllmq's "broker:
+ * jobs[K].FIELD: " before it (the submit's index, not the line) and the
+ * broker's ": none of the N jobs was stored" after it (the other lines are
+ * sent again and stored) are left out. */
+static const char *line_reason(const llmq_error *why, char *out, size_t size)
+{
+    char prefix[sizeof why->field + 16];
+    snprintf(prefix, sizeof prefix, "broker: %s: ", why->field);
+    const char *m = why->message;
+    if (strncmp(m, prefix, strlen(prefix)) == 0)
+        m += strlen(prefix);
+    snprintf(out, size, "%s", m);
+    static const char tail[] = " jobs was stored";
+    char *cut = strstr(out, ": none of the ");
+    const size_t n = strlen(out);
+    if (cut && n >= sizeof tail - 1 && strcmp(out + n - (sizeof tail - 1), tail) == 0)
+        *cut = '\0';
+    return out;
+}
+
 jobfile_entry *jobfile_refuse(jobfile *jf, size_t k, const llmq_error *why)
 {
     jobfile_entry *e = &jf->entries[jf->jobs[jf->submitted[k]].entry];
@@ -671,8 +691,10 @@ jobfile_entry *jobfile_refuse(jobfile *jf, size_t k, const llmq_error *why)
     snprintf(named, sizeof named, "%s%s", e->openai ? "body." : "", field);
     const bool model = strcmp(field, "model") == 0;
     openai_err f;
+    char reason[sizeof why->message];
     openai_errf(&f, model ? OPENAI_MODEL_NOT_FOUND : OPENAI_REFUSED, *field ? named : NULL,
-                "the broker refused it (%s): %s", llmq_code_name(why->code), why->message);
+                "the broker refused it (%s): %s", llmq_code_name(why->code),
+                line_reason(why, reason, sizeof reason));
     fail_entry(jf, e, &f);
     return e;
 }

@@ -799,15 +799,24 @@ static void test_output_faults(void)
     llmq_job *jobs;
     size_t n;
     jobfile_jobs(&jf, &jobs, &n, &err);
+    /* As libllmq reports the broker's refusal of a submit of 3 jobs. */
     llmq_error refused = {.code = LLMQ_E_BAD_VALUE,
                           .field = "jobs[0].model",
-                          .message = "jobs[0].model: no worker serves model 'gpt-x'"};
+                          .message = "broker: jobs[0].model: no worker serves model 'gpt-x' nor"
+                                     " served it in the last 600000 ms: none of the 3 jobs was"
+                                     " stored"};
     const jobfile_entry *r = n == 1 ? jobfile_refuse(&jf, 0, &refused) : NULL;
     free(jobs);
     CHECK(r && r->fault.fault == OPENAI_MODEL_NOT_FOUND &&
               strcmp(r->fault.field, "body.model") == 0 &&
               jobfile_jobs(&jf, &jobs, &n, &err) == 0 && n == 0,
           "a job the broker refuses for its model fails its line: model_not_found, body.model");
+    CHECK(r && strcmp(r->fault.e.msg, "body.model: the broker refused it (bad_value): no worker"
+                                      " serves model 'gpt-x' nor served it in the last 600000"
+                                      " ms") == 0,
+          "its error is the broker's reason for that job alone, not the submit's index or its"
+          " 'none of the 3 jobs was stored' (the other lines are sent again): %s",
+          r ? r->fault.e.msg : "");
     free(jobs);
     jobfile_free(&jf);
 }
