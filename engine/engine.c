@@ -438,6 +438,7 @@ engine_stats engine_get_stats(const engine *e)
 {
     return e->stats;
 }
+
 bool engine_ctx_warning(const engine *e, char *out, size_t size)
 {
     const int32_t train = model_get_config(e->m)->n_ctx_train;
