@@ -49,7 +49,7 @@
 typedef enum cli_kind {
     CLI_KIND_HEADING, /* no flag: a heading line in --help, before the flags it heads */
     CLI_KIND_SWITCH,  /* no value: *to.on = true */
-    CLI_KIND_TEXT,    /* *to.text = the value (a pointer into argv) */
+    CLI_KIND_TEXT,    /* *to.text = the value (a pointer into argv), never empty */
     CLI_KIND_LIST,    /* the value appended to to.list, at most max of them */
     CLI_KIND_INT32,   /* whole numbers in range.i */
     CLI_KIND_INT64,
@@ -111,8 +111,11 @@ typedef struct cli_flag {
 
 /* The kind, destination and range of a table row, after its four texts. */
 #define CLI_SWITCH(p) .kind = CLI_KIND_SWITCH, .to.on = (p)
-#define CLI_TEXT(p) .kind = CLI_KIND_TEXT, .to.text = (p)
-#define CLI_TEXT_BYTES(p, lo, hi) CLI_TEXT(p), .range.i = {(lo), (hi)}
+/* A text flag's value is never "": an empty file, endpoint or name is a
+ * slip (a shell variable unset), which "FLAG: must not be empty" names
+ * where the program would fail later on ":" or "" alone. */
+#define CLI_TEXT(p) .kind = CLI_KIND_TEXT, .to.text = (p), .range.i = {1, 0}
+#define CLI_TEXT_BYTES(p, lo, hi) .kind = CLI_KIND_TEXT, .to.text = (p), .range.i = {(lo), (hi)}
 #define CLI_LIST(items, n, max, lo, hi) \
     .kind = CLI_KIND_LIST, .to.list = {(items), (n), (max)}, .range.i = {(lo), (hi)}
 #define CLI_INT32(p, lo, hi) .kind = CLI_KIND_INT32, .to.i32 = (p), .range.i = {(lo), (hi)}

@@ -7,7 +7,8 @@
  * range; no spaces, signs where none belong, hex, inf or nan) and their
  * messages name the flag as typed and the range; unknown flags, prefixes
  * of real ones, missing values and values given to switches are refused by
- * name; "--" ends the flags; operands, lists and text lengths are bounded;
+ * name; "--" ends the flags; operands, lists and text lengths are bounded
+ * (no text flag takes "": an unset shell variable is named at once);
  * a required flag or operand is named when missing; a call's error carries
  * its flag; the spec's check runs after the flags, its error bad usage;
  * --help and --version win only where they stand, take no value and have
@@ -194,6 +195,12 @@ static void test_refusals(void)
     refused("stray", "unexpected argument 'stray'");
     refused("--item a --item b --item c --item d", "--item: at most 3 values");
     refused("--item=", "--item: must not be empty");
+    refused("--path=", "--path: must not be empty"); /* a text flag: a file, an endpoint */
+    opts o = DEFAULTS;
+    llmq_err err;
+    char *argv[] = {"prog", "-p", "", NULL}; /* strtok never yields an empty word */
+    CHECK(with_table(&o, 0, 3, argv, NULL, &err) == -1 && strstr(err.msg, "-p: must not be empty"),
+          "an empty value apart is refused too: %s", err.msg);
     refused("--name=", "--name: must be 1..4 bytes");
     refused("--name abcde", "--name: must be 1..4 bytes");
     refused("--mode three", "--mode: 'three' is neither one nor two");
