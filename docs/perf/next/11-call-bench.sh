@@ -4,13 +4,7 @@
 # its OUT; carry it with .device-libs).  Prepared in r25 without a device; run from the repo root,
 # right after 11-call-gates.sh (the machine keeps /tmp 30 s after a call): memcheck of the
 # combination, then llmq-run --bench medians of 3 on the 7B shape.  ~9 min.
-export LD_LIBRARY_PATH=$PWD/.device-libs:${LD_LIBRARY_PATH:-}
-export LLMQ_TEST_DATA=$PWD/tests/data
-R=/tmp/resN2; mkdir -p $R /tmp/p; [ -x /tmp/p/v0/llmq-run ] || tar xJf ${PAYLOAD:-.gpu-b/payload-r25.tar.xz} -C /tmp/p; P=/tmp/p
-START=$(date +%s); before() { [ $(( $(date +%s) - START )) -lt "$1" ]; }
-log() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a $R/log.txt; }
-VOCAB=tests/data/vocab/ggml-vocab-llama-spm.gguf
-S7="--dim 4096 --heads 32 --kv-heads 32 --ff 11008 --ctx 8704 --mix q4_k_m --seed 1"
+R=/tmp/resN2; . docs/perf/next/11-call-env.sh
 [ -s /tmp/m7b.gguf ] || $P/tools/llmq-mkmodel --vocab $VOCAB --layers 32 $S7 -o /tmp/m7b.gguf > $R/mk.log 2>&1
 timeout 120 compute-sanitizer --tool memcheck --print-limit 20 $P/v12/gpu-parity --ops-small > $R/memcheck-v12.txt 2>&1
 log "v12 memcheck exit $? $(grep 'ERROR SUMMARY' $R/memcheck-v12.txt)"

@@ -7,13 +7,7 @@
 # tiles (LLMQ_ATTN_LONG_TILE=128 default, 128w, 64); v7 = v1 + v5 + v6; v8 MM_CHUNK 512; v9 = v8 + v1;
 # v10 = v8 + v1 + v5 + v6; v11 rope + kv_write fused; v12 = v10 + v11 (every patch that applies with
 # the others).  ~9 min.
-export LD_LIBRARY_PATH=$PWD/.device-libs:${LD_LIBRARY_PATH:-}
-export LLMQ_TEST_DATA=$PWD/tests/data
-R=/tmp/resN1; mkdir -p $R /tmp/p; [ -x /tmp/p/v0/llmq-run ] || tar xJf ${PAYLOAD:-.gpu-b/payload-r25.tar.xz} -C /tmp/p; P=/tmp/p
-START=$(date +%s); before() { [ $(( $(date +%s) - START )) -lt "$1" ]; }
-log() { printf '%s %s\n' "$(date +%T)" "$*" | tee -a $R/log.txt; }
-VOCAB=tests/data/vocab/ggml-vocab-llama-spm.gguf
-S7="--dim 4096 --heads 32 --kv-heads 32 --ff 11008 --ctx 8704 --mix q4_k_m --seed 1"
+R=/tmp/resN1; . docs/perf/next/11-call-env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > $R/env.txt
 [ -s /tmp/m8l.gguf ] || $P/tools/llmq-mkmodel --vocab $VOCAB --layers 8 $S7 -o /tmp/m8l.gguf > $R/mk.log 2>&1
 [ -s /tmp/m2.gguf ] || $P/tools/llmq-mkmodel --vocab $VOCAB --layers 2 $S7 -o /tmp/m2.gguf >> $R/mk.log 2>&1
