@@ -29,7 +29,7 @@ expect 2 "excludes --gpu and --cpu" "--gpus with --cpu is bad usage" --gpus 0 --
 expect 2 "excludes --gpu and --cpu" "--gpus with --gpu is bad usage" --gpus 0 --gpu 1
 if grep -q 'define LLMQ_HAVE_CUDA 1' "$LLMQ_BUILDDIR/config.h"; then
     expect 2 "GPU 0 is named twice" "a repeated GPU is bad usage" --gpus 0,0
-    expect 2 "expected 'all'" "an empty --gpus is bad usage" --gpus ''
+    expect 2 "--gpus: must not be empty" "an empty --gpus is bad usage" --gpus ''
     expect 1 "GPU 1023 is not visible" "an index beyond the visible GPUs is named" --gpus 1023
 else
     expect 2 "built without CUDA" "--gpus without CUDA is bad usage that says why" --gpus all
