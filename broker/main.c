@@ -118,8 +118,8 @@ static int parse_args(int argc, char **argv, broker_config *c)
          " survives a broker crash only (faster)",
          CLI_CALL(parse_sync, &c->sync)},
         {"model-window-ms", 0, "MS",
-         "a job naming a model that no worker served in this window is refused"
-         " (default 600000)",
+         "a job naming a model that no worker served in this window is refused,"
+         " once some worker was heard from in it (default 600000)",
          CLI_INT64(&c->model_window_ms, 0, INT64_MAX / 2)},
         {"queue-unknown-models", 0, NULL,
          "queue such jobs instead, until a worker serves the model",

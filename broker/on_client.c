@@ -155,13 +155,21 @@ static int reply_submit_ok(broker *b, const net_peer *from, uint64_t req,
 
 /* Model routing: a job for a model no worker serves now or served in the
  * window would wait for nobody; the client hears so at once, with nothing
- * stored (unless the operator chose to queue such jobs).  *bad: the index
+ * stored (unless the operator chose to queue such jobs).  A broker that has
+ * heard from no worker at all in the window knows no models to judge by (a
+ * fresh start, before its workers are in): it queues them.  *bad: the index
  * of the first such job, or -1. */
 static int unserved_model(broker *b, const wire_submit *s, int64_t *bad,
                           llmq_err *err)
 {
     *bad = -1;
     if (b->cfg.queue_unknown_models)
+        return 0;
+    bool heard = b->pool.n > 0;
+    if (!heard && store_worker_heard(b->st, b->wall - b->cfg.model_window_ms,
+                                     &heard, err))
+        return -1;
+    if (!heard)
         return 0;
     for (uint32_t i = 0; i < s->n_jobs && *bad < 0; i++) {
         const char *model = s->jobs[i].model;

@@ -216,7 +216,7 @@ enum {
     S_JOB_READ, S_JSON_EACH, S_JSON_MESSAGES, S_DONE, S_INSERT_RESULT, S_ATTEMPT_END,
     S_WORKER_CREDIT, S_JOB_CURRENT, S_REQUEUE, S_FAIL, S_CANCEL,
     S_RUNNING_ON, S_OUTCOME, S_BRIEF, S_BATCH_BRIEFS, S_WORKER_ADD,
-    S_WORKER_SET, S_MODEL_SEEN, S_WORKER_KEY, S_WORKER_KEY_BIND,
+    S_WORKER_SET, S_MODEL_SEEN, S_WORKER_HEARD, S_WORKER_KEY, S_WORKER_KEY_BIND,
     S_JOB_FACTS,
     S_COUNT
 };
@@ -326,6 +326,7 @@ static const char *const stmt_sql[S_COUNT] = {
     [S_MODEL_SEEN] = "SELECT 1 FROM workers WHERE last_seen >= :since"
                      " AND (model = :model OR EXISTS (SELECT 1 FROM"
                      " json_each(aliases) WHERE value = :model)) LIMIT 1",
+    [S_WORKER_HEARD] = "SELECT 1 FROM workers WHERE last_seen >= :since LIMIT 1",
     [S_JOB_FACTS] =
         "SELECT " FACTS_ROW(EXPR_SQL) "1 FROM jobs WHERE id = :job_id"
         " AND state = 'running' AND worker_id = :worker_id"
@@ -1969,6 +1970,15 @@ int store_model_seen(store *st, const char *model, int64_t since_ms,
     bind_str(st, s, ":model", model);
     bind_i64(st, s, ":since", since_ms);
     int rc = step_row(st, s, seen, err);
+    sqlite3_reset(s);
+    return rc;
+}
+
+int store_worker_heard(store *st, int64_t since_ms, bool *heard, llmq_err *err)
+{
+    sqlite3_stmt *s = stmt_get(st, S_WORKER_HEARD);
+    bind_i64(st, s, ":since", since_ms);
+    int rc = step_row(st, s, heard, err);
     sqlite3_reset(s);
     return rc;
 }

@@ -338,6 +338,9 @@ int store_worker_add(store *st, const store_worker *w, int64_t now_ms,
  * here: their last_seen lags). */
 int store_model_seen(store *st, const char *model, int64_t since_ms,
                      bool *seen, llmq_err *err);
+/* *heard: some worker session, whatever its model, was last heard from at
+ * or after since_ms (connected ones count through the pool, as above). */
+int store_worker_heard(store *st, int64_t since_ms, bool *heard, llmq_err *err);
 /* state: "alive", "gone" (left cleanly), "lost" (presumed dead). */
 int store_worker_set(store *st, int64_t worker_id, const char *state,
                      int64_t now_ms, llmq_err *err);

@@ -30,7 +30,9 @@
  * SIGTERM drains (submits refused, running job may finish, unfinished job
  * back in the queue after the grace period); heartbeats go out to idle
  * workers; jobs for a model only go to workers serving it, or answering
- * to it as an alias, and their results name the model that ran; a database
+ * to it as an alias, and their results name the model that ran; a fresh
+ * broker, which has heard from no worker yet, queues a job naming a model
+ * (its worker may be starting) and refuses one once a worker is in; a database
  * without room (past --max-db-mb, or its file system below --min-free-mb)
  * refuses submits as unavailable and starts no job, while status is served
  * and the running job's result is stored and pushed, and the broker does
@@ -1005,6 +1007,29 @@ static void test_aliases(void)
     teardown(&h, c, ws, 1);
 }
 
+/* A fresh broker has no models to judge a job's by: before any worker is
+ * in, a job naming a model waits for one (a script that starts the broker,
+ * its workers and a submit at once); once a worker is in, a job for a model
+ * nobody serves is refused as before. */
+static void test_fresh_broker_queues_models(void)
+{
+    harness h;
+    void *c;
+    setup(&h, "tbw-fresh", FAST, &c);
+    uint64_t early = 0, typo = 0;
+    int rc = submit(c, NULL, 1, NULL, "late-model", &early);
+    CHECK(rc == 0, "before any worker is in, a job naming a model is queued");
+    void *w = worker_connect(&h, "w-late", "late-model", 1, NULL);
+    credit(w, 1);
+    got_job j;
+    rc = await_job(w, T_REPLY, &j);
+    CHECK(rc == 0 && j.id == early, "the worker serving it gets it when it comes");
+    int refused = submit(c, NULL, 1, NULL, "no-such-model", &typo);
+    CHECK(refused != 0, "with a worker in, a job for a model nobody serves is refused");
+    void *ws[1] = {w};
+    teardown(&h, c, ws, 1);
+}
+
 /* ---- a database without room ----------------------------------------------------------------- */
 
 /* Submits one job with a fresh key: the reply's code (WIRE_OK for
@@ -1128,6 +1153,7 @@ int main(void)
     test_sigterm_grace_expires();
     test_heartbeats_and_models();
     test_aliases();
+    test_fresh_broker_queues_models();
     test_database_full();
     return check_done();
 }
