@@ -36,6 +36,7 @@
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "proto/job_params.h"
+#include "proto/wire.h" /* the table's named limits */
 
 typedef enum run_mode {
     MODE_NONE,
@@ -220,6 +221,42 @@ static int check_bench_lists(run_opts *o, llmq_err *err)
     return 0;
 }
 
+/* One sampling flag's value against its job parameter's range (lo_open:
+ * lo itself refused); floats shown to their precision, integers whole. */
+static int sampling_in_range(const char *name, bool is_float, double v, double lo, double hi,
+                             bool lo_open, llmq_err *err)
+{
+    if ((lo_open ? v > lo : v >= lo) && v <= hi)
+        return 0;
+    /* the flag is the parameter's name with dashes, but for --temp */
+    char flag[32];
+    snprintf(flag, sizeof flag, "%s", strcmp(name, "temperature") ? name : "temp");
+    for (char *c = flag; *c; c++)
+        *c = *c == '_' ? '-' : *c;
+    return llmq_errf(err, "--%s: %.*g is out of range %s%.10g, %.10g], as a queue job's %s", flag,
+                     is_float ? 7 : 17, v, lo_open ? "(" : "[", lo, hi, name);
+}
+
+/* The sampling flags in the ranges a queue job's parameters take
+ * (proto/job_params.h), so that what runs here runs as a job: --temp 150 is
+ * refused as the broker refuses temperature 150. */
+static int check_sampling(const sampler_params *sp, llmq_err *err)
+{
+#define RANGE_SAMPLER(name, kind, lo, hi, lo_open)                                             \
+    if (sampling_in_range(#name, strcmp(#kind, "F32") == 0, (double)sp->name, lo, hi, lo_open, \
+                          err) != 0)                                                           \
+        return -1;
+#define RANGE_REQUEST(name, kind, lo, hi, lo_open)
+#define RANGE_CONSTRAINT(name, kind, lo, hi, lo_open)
+#define RANGE(name, kind, lo, hi, lo_open, dflt, engine) RANGE_##engine(name, kind, lo, hi, lo_open)
+    JOB_PARAMS(RANGE)
+#undef RANGE
+#undef RANGE_CONSTRAINT
+#undef RANGE_REQUEST
+#undef RANGE_SAMPLER
+    return 0;
+}
+
 /* Whether the options fit the mode and each other; settles what depends on
  * more than one (the context, the KV type). */
 static int check_opts(void *opts, llmq_err *err)
@@ -235,7 +272,8 @@ static int check_opts(void *opts, llmq_err *err)
     if (o->gpu >= 0)
         return llmq_errf(err, "--gpu: this llmq-run was built without CUDA");
 #endif
-    if (check_messages(o, err) != 0 || check_bench_lists(o, err) != 0)
+    if (check_messages(o, err) != 0 || check_bench_lists(o, err) != 0 ||
+        check_sampling(&g->sampling, err) != 0)
         return -1;
     if (o->mode == MODE_TOKENIZE && !o->messages && !g->prompt == !g->prompt_file)
         return llmq_errf(err,

@@ -24,6 +24,9 @@
 # cache it ran, and the two caches' figures differ, by at most 0.5%.
 # A --ctx past the model's context_length runs with a warning saying so; the
 # model's own context gives none.
+# Sampling flags take the ranges a queue job's parameters take
+# (proto/job_params.h): one past them is bad usage naming the flag and the
+# range; the ends themselves run.
 
 if [ -z "$LLMQ_TEST_DATA" ] || [ -z "$LLMQ_BUILDDIR" ] || [ -z "$LLMQ_SRCDIR" ]; then
     echo "LLMQ_TEST_DATA, LLMQ_BUILDDIR and LLMQ_SRCDIR must be set: run through 'make check'" >&2
@@ -156,5 +159,16 @@ check $? "--batch below --parallel is bad usage naming both ($r: $(head -n 1 "$T
     "$RUN" -m "$MODEL" --cpu -c 2048 -p "Once" -n 2 >/dev/null 2>"$TMP/err" &&
     ! grep -q "warning" "$TMP/err"
 check $? "-c 4096 past the model's 2048 runs with a warning saying so; -c 2048 gives none"
+
+for bad in "--temp 150:[0, 100]" "--presence-penalty 5:[-2, 2]" "--top-k 2000000:[0, 1048576]" \
+    "--top-p 0:(0, 1]"; do
+    # shellcheck disable=SC2086
+    "$RUN" -m "$MODEL" --cpu -p "Once" -n 2 ${bad%%:*} >/dev/null 2>"$TMP/err"
+    [ $? -eq 2 ] && grep -q -- "${bad%% *}: " "$TMP/err" &&
+        grep -qF "is out of range ${bad#*:}, as a queue job's" "$TMP/err"
+    check $? "${bad%%:*} is bad usage naming the queue's range ${bad#*:}"
+done
+"$RUN" -m "$MODEL" --cpu -p "Once" -n 2 --temp 100 --top-p 1 --presence-penalty -2 >/dev/null 2>&1
+check $? "the ends of those ranges run (--temp 100 --top-p 1 --presence-penalty -2)"
 
 check_done
