@@ -702,6 +702,34 @@ static bool refuse_line(const options *o, jobfile *jf, const flow *f, const llmq
     return true;
 }
 
+/* A broker that is up answers a status request at once (one indexed
+ * lookup of a batch), where a submit to one that is down, or to a mistyped
+ * endpoint, waits libllmq's 30 s before anyone hears of it: asked first, a
+ * silent broker is named within PING_MS (or what is left of --timeout).
+ * Only a word to the user: the submit that follows waits as it always has. */
+#define PING_MS 3000
+
+static void ping_broker(flow *f)
+{
+    int ms = PING_MS;
+    if (f->deadline_ms) {
+        const double left = f->deadline_ms - clock_mono_ms_f();
+        ms = left < ms ? (left < 1 ? 1 : (int)ceil(left)) : ms;
+    }
+    llmq_set_timeout(f->c, ms);
+    const llmq_select sel = {.batch = f->batch ? f->batch : "-"}; /* any batch: just an answer */
+    llmq_status *st = NULL;
+    llmq_error err;
+    if (llmq_get_status(f->c, &sel, &st, &err) == 0)
+        llmq_status_free(st);
+    else if (err.code == LLMQ_E_TIMEOUT)
+        fprintf(stderr,
+                "llmq-submit: no answer from the broker at %s in %.0f s (is it running? with"
+                " CURVE, is this client's key allowed?): still trying%s\n",
+                f->o->broker, ms / 1e3, f->deadline_ms ? ", until --timeout" : "");
+    llmq_set_timeout(f->c, REQUEST_MS);
+}
+
 /* Submits the jobs of the lines that have not failed; *existing[k] for
  * the k-th of them.  *n: how many.  With a sink, their results are waited
  * for as they are stored. */
@@ -722,6 +750,7 @@ static int submit(llmq_client *c, const options *o, sink *s, jobfile *jf, FILE *
     int rc = -1;
     llmq_err lerr;
     llmq_error err;
+    ping_broker(&f);
     for (;;) {
         free(f.jobs);
         free(f.ids);
