@@ -181,7 +181,9 @@ class Client:
         msg = self.take((req,), timeout)
         if msg is None:
             self.reconnect()
-            raise LlmqError("timeout", f"no reply within {timeout} ms")
+            raise LlmqError("timeout", f"no reply from the broker at {self.endpoint} within"
+                            f" {timeout} ms (is it running? with CURVE, is this client's key"
+                            " allowed?)")
         if msg.get("type") == "error":
             raise LlmqError(msg.get("code"), msg.get("message"), msg.get("field"))
         return msg

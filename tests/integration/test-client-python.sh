@@ -9,7 +9,9 @@
 # when status() reads its reply), the wait still yields each of the 6
 # results, once, and ends with its counts (6 done, none pending), without
 # presuming its broker lost (a lost message is not made good by the wait's
-# lease sending it again: the broker answered every message).
+# lease sending it again: the broker answered every message).  A request
+# to an endpoint with no broker times out with a message naming the
+# endpoint.
 
 . "$LLMQ_SRCDIR/tests/integration/env.sh"
 
@@ -51,4 +53,21 @@ rc=$?
 cat "$dir/wait.log"
 [ "$rc" -eq 0 ]
 check $? "a wait with a status() between two results yields all 6 results, once each"
+
+PYTHONPATH=$LLMQ_SRCDIR/proto/python "$PY" -B - "ipc://$dir/nobody" >"$dir/nobody.log" 2>&1 <<'PYEOF'
+import sys
+
+import llmq_client
+
+try:
+    llmq_client.Client(sys.argv[1], timeout_ms=200).status(batch="b")
+except llmq_client.LlmqError as e:
+    print(e.code, e)
+    sys.exit(0 if e.code == "timeout" and sys.argv[1] in str(e) else 1)
+sys.exit(1)
+PYEOF
+rc=$?
+cat "$dir/nobody.log"
+[ "$rc" -eq 0 ]
+check $? "with no broker at the endpoint, a request's timeout names the endpoint"
 it_done
