@@ -376,6 +376,18 @@ static void log_security(const broker *b)
                b->cfg.admin_clients ? b->cfg.admin_clients : "");
 }
 
+/* A start that failed after the database was opened (an endpoint that
+ * cannot be bound, no room): a database this start created is not left
+ * behind, empty, for the next one to mistake for a queue. */
+static int fail_open(broker *b)
+{
+    if (b->st && store_remove_if_new(b->st))
+        broker_log("database %s: removed, as this start made it and failed",
+                   b->cfg.db_path);
+    broker_close(b);
+    return -1;
+}
+
 int broker_open(broker **out, const broker_config *cfg, llmq_err *err)
 {
     *out = NULL;
@@ -383,16 +395,12 @@ int broker_open(broker **out, const broker_config *cfg, llmq_err *err)
     if (!b)
         return llmq_errf(err, "out of memory");
     b->cfg = *cfg;
-    if (open_parts(b, err)) {
-        broker_close(b);
-        return -1;
-    }
+    if (open_parts(b, err))
+        return fail_open(b);
     log_security(b);
     b->now = clock_mono_ms();
-    if (check_room(b, err)) {
-        broker_close(b);
-        return -1;
-    }
+    if (check_room(b, err))
+        return fail_open(b);
     int64_t counts[STORE_N_STATES];
     store_counts_all(b->st, counts);
     broker_log("listening: clients %s, workers %s; database %s"

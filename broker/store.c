@@ -1106,6 +1106,19 @@ int store_open(store **out, const char *path, const store_opts *opts,
     return 0;
 }
 
+bool store_remove_if_new(store *st)
+{
+    if (!st->info.created || st->info.bytes >= 0)
+        return false;
+    static const char *const suffixes[] = {"", "-wal", "-shm"};
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s%s", st->path, suffixes[i]);
+        (void)unlink(path); /* -wal, -shm: there or not */
+    }
+    return true;
+}
+
 store_open_info store_opened(const store *st)
 {
     return st->info;

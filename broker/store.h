@@ -121,6 +121,11 @@ typedef struct store_open_info {
     double migrate_ms;    /* the migration's time */
 } store_open_info;
 store_open_info store_opened(const store *st);
+/* For a broker that could not start: when store_open made the file from
+ * nothing (none at its path before) its files are removed, while the lock
+ * still keeps any other broker off them, and true; otherwise nothing is
+ * touched.  The caller must have stored nothing in it. */
+bool store_remove_if_new(store *st);
 
 /* Space, for the broker's admission of new jobs: the bytes the database's
  * pages in use hold (free pages excluded), and the bytes free to this

@@ -327,6 +327,9 @@ EXTRA_DIST += tests/integration/test-client-python.sh
 # llmq-submit and a batch larger than the broker's --max-queued
 TESTS += tests/integration/test-submit-queue.sh
 EXTRA_DIST += tests/integration/test-submit-queue.sh
+# A broker start that fails once its database is open: what it leaves
+TESTS += tests/integration/test-broker-start.sh
+EXTRA_DIST += tests/integration/test-broker-start.sh
 # The README's demo (tools/demo.sh) on a small batch, and what it leaves
 TESTS += tests/integration/test-demo.sh
 EXTRA_DIST += tests/integration/test-demo.sh
