@@ -26,7 +26,8 @@ gen() {
     for f in Makefile.in aclocal.m4 config.h.in configure m4 build-aux; do cp -a "$ROOT/$f" .; done
     find Makefile.in aclocal.m4 config.h.in configure m4 build-aux -exec touch -d '2000-01-01 00:30' {} +
 }
-[ -d "$WT" ] || git -C "$ROOT" worktree add -q --detach "$WT" "$HEAD"
+# (a worktree whose folder went with /tmp is pruned first)
+[ -d "$WT" ] || { git -C "$ROOT" worktree prune && git -C "$ROOT" worktree add -q --detach "$WT" "$HEAD"; }
 cd "$WT"
 git checkout -q --detach "$HEAD" && git reset -q --hard "$HEAD" && git clean -qfd -e build-ab
 old; gen
