@@ -51,11 +51,44 @@ int curve_load_secret(curve_keys *k, const char *path, llmq_err *err)
     return 0;
 }
 
+static bool ends_with(const char *s, const char *suffix)
+{
+    const size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* The slips a client's two key files allow, refused by name where the
+ * handshake would only time out: both are bare Z85 and look alike, so a
+ * file llmq-keygen named NAME.secret given as the broker's key (or a
+ * .public one as this client's secret), or this client's own public key
+ * given as the broker's, is said so. */
+static int check_client_keys(const curve_keys *k, const char *broker_key_path,
+                             const char *secret_path, llmq_err *err)
+{
+    if (ends_with(broker_key_path, ".secret"))
+        return llmq_errf(err,
+                         "%s: a secret key file given as the broker's public key"
+                         " (--broker-key takes the broker's NAME.public from llmq-keygen)",
+                         broker_key_path);
+    if (ends_with(secret_path, ".public"))
+        return llmq_errf(err,
+                         "%s: a public key file given as this client's secret key"
+                         " (--curve-secret takes its own NAME.secret from llmq-keygen)",
+                         secret_path);
+    if (strcmp(k->server_public, k->public_key) == 0)
+        return llmq_errf(err,
+                         "%s: this is the public key of %s, this client's own: --broker-key"
+                         " takes the broker's",
+                         broker_key_path, secret_path);
+    return 0;
+}
+
 int curve_load_client(curve_keys *k, const char *broker_key_path,
                       const char *secret_path, llmq_err *err)
 {
     return curve_load_secret(k, secret_path, err) ||
-                   curve_read_key(broker_key_path, k->server_public, err)
+                   curve_read_key(broker_key_path, k->server_public, err) ||
+                   check_client_keys(k, broker_key_path, secret_path, err)
                ? -1
                : 0;
 }

@@ -37,7 +37,9 @@ int curve_read_key(const char *path, char *out, llmq_err *err);
 /* Reads the secret key in path and derives its public half into k. */
 int curve_load_secret(curve_keys *k, const char *path, llmq_err *err);
 
-/* A client's keys: the broker's public key and our secret one, from files. */
+/* A client's keys: the broker's public key and our secret one, from files.
+ * Refused, naming the file: an llmq-keygen .secret file as the broker's
+ * key, a .public one as ours, our own public key as the broker's. */
 int curve_load_client(curve_keys *k, const char *broker_key_path,
                       const char *secret_path, llmq_err *err);
 

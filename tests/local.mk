@@ -62,6 +62,12 @@ TESTS += tests/unit/test-wire
 tests_unit_test_wire_SOURCES = tests/unit/test-wire.c tests/unit/check.h
 tests_unit_test_wire_CFLAGS = $(AM_CFLAGS) $(MSGPACK_CFLAGS)
 tests_unit_test_wire_LDADD = $(LLMQ_PROTO_LIBS)
+# a client's CURVE key files (proto/curve.c)
+check_PROGRAMS += tests/unit/test-curve
+TESTS += tests/unit/test-curve
+tests_unit_test_curve_SOURCES = tests/unit/test-curve.c tests/unit/check.h
+tests_unit_test_curve_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS)
+tests_unit_test_curve_LDADD = $(LLMQ_PROTO_LIBS) $(ZMQ_LIBS)
 # ---- end proto: wire ----
 
 # ---- CPU engine parity with llama.cpp (model/, engine/, kernels/cpu) ----

@@ -75,6 +75,25 @@ def read_key(path):
     return key
 
 
+def client_keys(broker_key, curve_secret):
+    """(broker's public, our secret, our public) from the two key files,
+    refusing by name the slips the handshake would only time out on, as
+    libllmq does: an llmq-keygen .secret file as the broker's key, a .public
+    one as ours, our own public key as the broker's."""
+    if broker_key.endswith(".secret"):
+        raise LlmqError("usage", f"{broker_key}: a secret key file given as the broker's public"
+                        " key (broker_key takes the broker's NAME.public from llmq-keygen)")
+    if curve_secret.endswith(".public"):
+        raise LlmqError("usage", f"{curve_secret}: a public key file given as this client's"
+                        " secret key (curve_secret takes its own NAME.secret from llmq-keygen)")
+    secret = read_key(curve_secret)
+    public, server = zmq.curve_public(secret), read_key(broker_key)
+    if server == public:
+        raise LlmqError("usage", f"{broker_key}: this is the public key of {curve_secret},"
+                        " this client's own: broker_key takes the broker's")
+    return server, secret, public
+
+
 class Client:
     """One DEALER connection to the broker's client endpoint."""
 
@@ -94,8 +113,7 @@ class Client:
         if broker_key or curve_secret:
             if not (broker_key and curve_secret):
                 raise LlmqError("usage", "--broker-key and --curve-secret go together")
-            secret = read_key(curve_secret)
-            self.curve = (read_key(broker_key), secret, zmq.curve_public(secret))
+            self.curve = client_keys(broker_key, curve_secret)
         self.ctx = zmq.Context()
         self.sock = self._open()
         self.timeout_ms = timeout_ms

@@ -11,7 +11,9 @@
 # presuming its broker lost (a lost message is not made good by the wait's
 # lease sending it again: the broker answered every message).  A request
 # to an endpoint with no broker times out with a message naming the
-# endpoint.
+# endpoint.  Key files as llmq-keygen writes them load; the broker's .secret
+# as its key, the client's .public as its secret and the client's own
+# public key as the broker's are refused by name, as libllmq refuses them.
 
 . "$LLMQ_SRCDIR/tests/integration/env.sh"
 
@@ -70,4 +72,25 @@ rc=$?
 cat "$dir/nobody.log"
 [ "$rc" -eq 0 ]
 check $? "with no broker at the endpoint, a request's timeout names the endpoint"
+
+(cd "$dir" && "$LLMQ_BUILDDIR/tools/llmq-keygen" b >/dev/null && "$LLMQ_BUILDDIR/tools/llmq-keygen" a >/dev/null)
+(cd "$dir" && PYTHONPATH=$LLMQ_SRCDIR/proto/python "$PY" -B - >"$dir/keys.log" 2>&1) <<'PYEOF'
+import llmq_client
+
+llmq_client.client_keys("b.public", "a.secret")
+want = {("b.secret", "a.secret"): "b.secret: a secret key file given as the broker's public key",
+        ("b.public", "a.public"): "a.public: a public key file given as this client's secret",
+        ("a.public", "a.secret"): "a.public: this is the public key of a.secret"}
+for (broker_key, secret), text in want.items():
+    try:
+        llmq_client.client_keys(broker_key, secret)
+        raise SystemExit(f"{broker_key}, {secret}: taken")
+    except llmq_client.LlmqError as e:
+        print(e)
+        assert text in str(e), str(e)
+PYEOF
+rc=$?
+cat "$dir/keys.log"
+[ "$rc" -eq 0 ]
+check $? "the right key files load; each slip of the two is refused by name"
 it_done
