@@ -74,10 +74,11 @@ int main(void)
         fputs("hello\n", f);
         fclose(f);
     }
-    CHECK(load(dir, "notakey", "alice.secret", &err) == -1 && strstr(err.msg, "not a Z85 CURVE key"),
+    CHECK(load(dir, "notakey", "alice.secret", &err) == -1 &&
+              strstr(err.msg, "not a Z85 CURVE key"),
           "a file that is not a key is refused as before: %s", err.msg);
-    const char *const names[] = {"broker.public", "broker.secret", "alice.public",
-                                 "alice.secret", "notakey"};
+    const char *const names[] = {"broker.public", "broker.secret", "alice.public", "alice.secret",
+                                 "notakey"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char p[256];
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
