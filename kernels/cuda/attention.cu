@@ -252,22 +252,26 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
         }
         cp_async_commit();
     };
-    /* q8_0: the scales of tile kt's chunks this thread unpacks, (k, v) per
+    /* q8_0: the scales of tile kt's chunks this thread unpacks, k and v per
      * chunk, zero past the last key.  They are loaded a tile ahead, into
      * registers, so that their latency hides behind the tile's mma work
      * instead of stalling the unpacking (cp.async moves 4 bytes at least,
-     * and a head's scales are 2 x D / 32 bytes, not always 4-aligned). */
+     * and a head's scales are 2 x D / 32 bytes, not always 4-aligned).  Kept
+     * as the loaded halves until the unpacking: packing the pair where they
+     * were loaded waited for the loads there (ncu: 32% of the warps' samples
+     * at 8,192 keys, docs/perf/10). */
     constexpr int UNPACK_IT = ATT_TILE * CH / ATT_THREADS;
-    __half2 scale[Q8 ? UNPACK_IT : 1];
+    __half k_scale[Q8 ? UNPACK_IT : 1], v_scale[Q8 ? UNPACK_IT : 1];
     auto load_scales = [&](int kt) {
 #pragma unroll
         for (int it = 0; it < UNPACK_IT; it++) {
             const int i = tid + it * ATT_THREADS, key = i / CH, c = i % CH;
             const int kp = kt * ATT_TILE + key;
-            scale[it] = __float2half2_rn(0.0f);
-            if (kp < n_keys) {
+            k_scale[it] = v_scale[it] = __float2half(0.0f);
+            if (kp < n_keys) { /* loads only: nothing here waits for them */
                 const int64_t e = key_at(kp, 8 * c) / QK8_0;
-                scale[it] = __halves2half2(p.ks[e], p.vs[e]);
+                k_scale[it] = p.ks[e];
+                v_scale[it] = p.vs[e];
             }
         }
     };
@@ -279,9 +283,9 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
             const int i = tid + it * ATT_THREADS, key = i / CH, c = i % CH;
             const int8_t *src = st + ((buf * 2) * ATT_TILE + key) * D + 8 * c;
             *(uint4 *)(sk + key * LD + 8 * c) = q8_to_f16x8(*(const uint2 *)src,
-                                                            __low2half2(scale[it]));
+                                                            __half2half2(k_scale[it]));
             *(uint4 *)(sv + key * LD + 8 * c) = q8_to_f16x8(*(const uint2 *)(src + ATT_TILE * D),
-                                                            __high2half2(scale[it]));
+                                                            __half2half2(v_scale[it]));
         }
     };
     load_kv(0, 0);

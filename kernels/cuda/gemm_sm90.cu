@@ -99,6 +99,7 @@ static __device__ __forceinline__ void sm90_produce(const be_weight &w, const __
     for (int d = 0; d < D; d++)
         if (d < nk)
             fetch(kt0 + d, f[d]);
+    pdl_wait(); /* the weights are constant; the activations are the predecessor's */
     for (int i0 = 0; i0 < nk; i0 += D)
 #pragma unroll
         for (int d = 0; d < D; d++) {
@@ -223,7 +224,10 @@ __global__ void __launch_bounds__(128 * (NP + NC), 1)
                      const float *bias, bool accumulate, int kt_per, float *part)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    pdl_begin(); /* launched by cuda_launch: the rule of cuda_internal.h */
+    /* launched by cuda_launch (the rule of cuda_internal.h): the producers'
+     * first weight tiles and the barriers' setup go before the wait
+     * (sm90_produce), so that they overlap the predecessor's tail */
+    pdl_launch_next();
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     constexpr int S = SM90_STAGES(NC);
     __shared__ uint64_t full[S], empty[S];
@@ -244,6 +248,7 @@ __global__ void __launch_bounds__(128 * (NP + NC), 1)
     if (wg < NP) {
         sm90_produce<T, NP, NC>(w, a, lda, m, m0, n0, kt0, nk, smem, full, empty);
     } else {
+        pdl_wait();
         const int c = wg - NP;
         float *tot = (float *)(smem + S * SM90_STAGE_BYTES(NC)) + c * 64 * 128 + tid % 128;
         sm90_consume<NC>(c, kt0, nk, smem, full, empty, tot);

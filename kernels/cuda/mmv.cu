@@ -141,53 +141,85 @@ static __host__ __device__ constexpr int mmv_region(int rows)
     return rows * (mmv_stride<T>(0) + (mmv_planes<T>::n > 1 ? mmv_stride<T>(1) : 0));
 }
 
-/* The global bytes of 16-byte piece i of block b of row `row` in plane p,
- * and how many of its 16 are real (q8_0 rows end every 32 values). */
+/* A lane's share of the copies of a CTA's `ROWS` weight rows, worked out
+ * once per kernel: piece t = lane + 32 k of plane p is 16-byte unit t %
+ * per_row of row t / per_row's block, kept as its global offset at block 0
+ * of the row and its staged offset in the warp's region.  Each block of a
+ * chunk then costs a piece two adds and its cp.async, where recomputing the
+ * division, the row clamp and the 64-bit product per piece and block made
+ * the staging 1,000 of a warp's ~2,900 instructions (SASS of the q4_K
+ * kernel, docs/perf/10). */
+template <int T, int ROWS>
+struct mmv_copies {
+    static constexpr int per_row0 = mmv_planes<T>::bytes0 / 16,
+                         per_row1 = mmv_planes<T>::bytes1 / 16;
+    static constexpr int k0 = (ROWS * per_row0 + 31) / 32, k1 = (ROWS * per_row1 + 31) / 32;
+    static constexpr int k = k0 + k1;
+    int64_t src[k]; /* bytes into the plane at the row's block 0 */
+    int dst[k];     /* bytes into the region; -1: the lane has no piece k */
+    int sub[k];     /* q8_0: the piece's 32-value block in its 256 (0..7) */
+};
+
+/* Bytes from one block of a row to the next in plane p's global layout. */
 template <int T>
-static __device__ __forceinline__ const uint8_t *mmv_piece(const be_weight &w, int p, int64_t row,
-                                                           int64_t b, int i, int *real)
+static __device__ __forceinline__ int64_t mmv_block_bytes(int p)
 {
-    *real = 16;
-    if constexpr (T == QUANT_Q8_0) {
-        const int64_t blk = 8 * b + i / 2; /* a q8_0 block is two pieces */
-        if (blk >= w.nb) {
-            *real = 0;
-            return w.q;
-        }
-        return w.q + (row * w.nb + blk) * 32 + 16 * (i % 2);
-    } else if constexpr (T == QUANT_Q6_K) {
-        return p == 0 ? w.q + (row * w.nb + b) * 128 + 16 * i
-                      : w.qh + (row * w.nb + b) * 64 + 16 * i;
-    } else {
-        return w.q + (row * w.nb + b) * mmv_planes<T>::bytes0 + 16 * i;
-    }
+    if constexpr (T == QUANT_Q8_0)
+        return 8 * 32;
+    return p == 0 ? mmv_planes<T>::bytes0 : mmv_planes<T>::bytes1;
 }
 
-/* Issues the copies of chunk blocks b0 .. b1 - 1 (at most 4) of weight rows
- * row0 .. row0 + rows - 1 (clamped to the matrix) into region s: one
- * commit group per block, always 4 groups (empty ones past b1), so that
- * the wait before block j is cp.async.wait_group 3 - j. */
-template <int T>
-static __device__ __forceinline__ void mmv_stage(const be_weight &w, int64_t row0, int rows,
+template <int T, int ROWS>
+static __device__ __forceinline__ mmv_copies<T, ROWS> mmv_plan(const be_weight &w, int64_t row0)
+{
+    typedef mmv_copies<T, ROWS> C;
+    const int lane = threadIdx.x % 32;
+    C c;
+#pragma unroll
+    for (int k = 0; k < C::k; k++) {
+        const int p = k < C::k0 ? 0 : 1, per_row = p == 0 ? C::per_row0 : C::per_row1;
+        const int t = lane + 32 * (p == 0 ? k : k - C::k0), r = t / per_row, i = t % per_row;
+        const int64_t row = min(row0 + r, w.rows - 1);
+        const int plane_stride = mmv_stride<T>(0) * ROWS; /* plane 1 follows plane 0's rows */
+        c.dst[k] = t < ROWS * per_row ? (p == 0 ? 0 : plane_stride) + r * mmv_stride<T>(p) + 16 * i
+                                      : -1;
+        c.sub[k] = i / 2;
+        if constexpr (T == QUANT_Q8_0)
+            c.src[k] = (row * w.nb + i / 2) * 32 + 16 * (i % 2);
+        else
+            c.src[k] = row * w.nb * mmv_block_bytes<T>(p) + 16 * i;
+    }
+    return c;
+}
+
+/* Issues the copies of chunk blocks b0 .. b1 - 1 (at most 4) into region s:
+ * one commit group per block, always 4 groups (empty ones past b1), so
+ * that the wait before block j is cp.async.wait_group 3 - j.  q8_0 pieces
+ * past the row's end (rows of 32 mod 256 values) are zero-filled. */
+template <int T, int ROWS>
+static __device__ __forceinline__ void mmv_stage(const be_weight &w, const mmv_copies<T, ROWS> &c,
                                                  int64_t b0, int64_t b1, uint8_t *s)
 {
-    const int lane = threadIdx.x % 32;
+    typedef mmv_copies<T, ROWS> C;
 #pragma unroll
     for (int j = 0; j < MMV_CHUNK_BLOCKS; j++) {
         if (b0 + j < b1) {
-            uint8_t *sp = s;
 #pragma unroll
-            for (int p = 0; p < mmv_planes<T>::n; p++) {
-                const int bytes = p == 0 ? mmv_planes<T>::bytes0 : mmv_planes<T>::bytes1;
-                const int per_row = bytes / 16;
-                for (int t = lane; t < rows * per_row; t += 32) {
-                    const int r = t / per_row, i = t % per_row;
-                    int real;
-                    const uint8_t *src = mmv_piece<T>(w, p, min(row0 + r, w.rows - 1), b0 + j, i,
-                                                      &real);
-                    cp_async16(sp + r * mmv_stride<T>(p) + j * bytes + 16 * i, src, real);
-                }
-                sp += rows * mmv_stride<T>(p);
+            for (int k = 0; k < C::k; k++) {
+                const int p = k < C::k0 ? 0 : 1;
+                if (c.dst[k] < 0)
+                    continue;
+                const uint8_t *plane = T == QUANT_Q6_K && p == 1 ? w.qh : w.q;
+                const uint8_t *src = plane + c.src[k] + (b0 + j) * mmv_block_bytes<T>(p);
+                int real = 16;
+                if constexpr (T == QUANT_Q8_0)
+                    if (8 * (b0 + j) + c.sub[k] >= w.nb) {
+                        real = 0;
+                        src = w.q;
+                    }
+                cp_async16(s + c.dst[k] + j * mmv_planes<T>::bytes0 * (p == 0) +
+                               j * mmv_planes<T>::bytes1 * (p == 1),
+                           src, real);
             }
         }
         cp_async_commit();
@@ -538,10 +570,11 @@ __global__ void __launch_bounds__(MMV_WARPS * 32)
     pdl_launch_next();
     if (threadIdx.x == 0)
         mmv_prefetch_scales<T>(w, row0, L::rows);
+    const mmv_copies<T, L::rows> copies = mmv_plan<T, L::rows>(w, row0);
     int kt0, kt1;
     if (warp < chunks) {
         chunk_tiles(warp, &kt0, &kt1);
-        mmv_stage<T>(w, row0, L::rows, kt0 / 4, (kt1 + 3) / 4, stage);
+        mmv_stage<T, L::rows>(w, copies, kt0 / 4, (kt1 + 3) / 4, stage);
     }
     pdl_wait();
     for (int ch = warp; ch < chunks; ch += warps) {
@@ -549,7 +582,7 @@ __global__ void __launch_bounds__(MMV_WARPS * 32)
         chunk_tiles(ch, &kt0, &kt1);
         if (ch != warp) { /* the region is free once every lane has read it */
             __syncwarp();
-            mmv_stage<T>(w, row0, L::rows, kt0 / 4, (kt1 + 3) / 4, stage);
+            mmv_stage<T, L::rows>(w, copies, kt0 / 4, (kt1 + 3) / 4, stage);
         }
         mmv_chunk<T, WA>(w, row, rl, stage, kt0, kt1, mmv_arows_of(act, lda, m, g, c, kt0), acc);
         float *p = part + (size_t)ch * L::rows * L::cols;
