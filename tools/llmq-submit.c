@@ -577,16 +577,16 @@ static bool may_send_again(const flow *f, size_t end, const llmq_error *err)
     return true;
 }
 
-/* How long one submit request waits for its answer: libllmq's default, or
- * what is left of --timeout when that is less (at least 1 ms, so that the
- * request goes out), so that a broker that is down ends the run at
- * --timeout, not 30 s later. */
-static int request_timeout_ms(const flow *f)
+/* How long one request waits for its answer: cap_ms, or what is left of
+ * --timeout when that is less (at least 1 ms, so that the request goes
+ * out), so that a broker that is down ends the run at --timeout, not at
+ * libllmq's 30 s. */
+static int request_timeout_ms(const flow *f, int cap_ms)
 {
     if (!f->deadline_ms)
-        return REQUEST_MS;
+        return cap_ms;
     const double left = f->deadline_ms - clock_mono_ms_f();
-    return left >= REQUEST_MS ? REQUEST_MS : left < 1 ? 1 : (int)ceil(left);
+    return left >= cap_ms ? cap_ms : left < 1 ? 1 : (int)ceil(left);
 }
 
 /* Sends jobs [f->sent, f->sent + n): 0 and f->sent advanced past those
@@ -598,7 +598,7 @@ static int send_part(flow *f, size_t n, llmq_error *err)
     const double t0 = clock_mono_ms_f();
     for (;;) {
         const size_t at = f->sent;
-        llmq_set_timeout(f->c, request_timeout_ms(f));
+        llmq_set_timeout(f->c, request_timeout_ms(f, REQUEST_MS));
         const int rc = llmq_submit(f->c, f->batch, f->o->meta, f->jobs + at, end - at, f->ids + at,
                                    f->existing + at, err);
         llmq_set_timeout(f->c, REQUEST_MS); /* the other requests: status, waits */
@@ -711,11 +711,7 @@ static bool refuse_line(const options *o, jobfile *jf, const flow *f, const llmq
 
 static void ping_broker(flow *f)
 {
-    int ms = PING_MS;
-    if (f->deadline_ms) {
-        const double left = f->deadline_ms - clock_mono_ms_f();
-        ms = left < ms ? (left < 1 ? 1 : (int)ceil(left)) : ms;
-    }
+    const int ms = request_timeout_ms(f, PING_MS);
     llmq_set_timeout(f->c, ms);
     const llmq_select sel = {.batch = f->batch ? f->batch : "-"}; /* any batch: just an answer */
     llmq_status *st = NULL;
@@ -724,7 +720,7 @@ static void ping_broker(flow *f)
         llmq_status_free(st);
     else if (err.code == LLMQ_E_TIMEOUT)
         fprintf(stderr,
-                "llmq-submit: no answer from the broker at %s in %.0f s (is it running? with"
+                "llmq-submit: no answer from the broker at %s in %.1f s (is it running? with"
                 " CURVE, is this client's key allowed?): still trying%s\n",
                 f->o->broker, ms / 1e3, f->deadline_ms ? ", until --timeout" : "");
     llmq_set_timeout(f->c, REQUEST_MS);
