@@ -459,6 +459,13 @@ __global__ void __launch_bounds__(DEC_THREADS)
     constexpr int KPI = 32 / LPK;                        /* keys per warp per step */
     constexpr int STEPS = DEC_KEYS / (DEC_WARPS * KPI);  /* steps per warp */
     constexpr int BATCH = STEPS < 8 ? STEPS : 8;         /* steps whose loads fly together */
+    /* q8_0 at one batch of steps: V's chunks are loaded in the K pass, not
+     * after the softmax's barriers, so that their latency hides under the
+     * scores, the barriers and the softmax (docs/perf/12: 489 -> 445 us at
+     * 256 sequences; ptxas places the loads at the K pass's end).  The
+     * registers hold both for HG <= 2; the values and their math are
+     * unchanged. */
+    constexpr bool V_EARLY = Q8 && STEPS == BATCH && HG <= 2;
     __shared__ float s_q[HG][D];
     __shared__ float s_p[HG][DEC_KEYS];
     __shared__ float s_o[DEC_WARPS][HG][D];
@@ -505,9 +512,12 @@ __global__ void __launch_bounds__(DEC_THREADS)
 
     /* Scores: each key's LPK lanes dot 8 dims each, then sum by shuffles.
      * Keys past nk load key nk - 1 again and are not stored. */
+    kv_chunk<Q8> v_early[V_EARLY ? BATCH : 1];
     for (int st0 = 0; st0 < STEPS; st0 += BATCH) {
         kv_chunk<Q8> raw[BATCH];
         load_batch(p.kc, p.ks, st0, raw);
+        if constexpr (V_EARLY)
+            load_batch(p.vc, p.vs, st0, v_early);
 #pragma unroll
         for (int i = 0; i < BATCH; i++) {
             const int k = ((st0 + i) * DEC_WARPS + warp) * KPI + sub;
@@ -571,7 +581,13 @@ __global__ void __launch_bounds__(DEC_THREADS)
             o[g][j] = 0.0f;
     for (int st0 = 0; st0 < STEPS; st0 += BATCH) {
         kv_chunk<Q8> raw[BATCH];
-        load_batch(p.vc, p.vs, st0, raw);
+        if constexpr (V_EARLY) {
+#pragma unroll
+            for (int i = 0; i < BATCH; i++)
+                raw[i] = v_early[i];
+        } else {
+            load_batch(p.vc, p.vs, st0, raw);
+        }
 #pragma unroll
         for (int i = 0; i < BATCH; i++) {
             const int k = ((st0 + i) * DEC_WARPS + warp) * KPI + sub;

@@ -51,11 +51,14 @@
  * cap). */
 #define SM90_NP 2
 /* k tiles of weights a producer thread holds in registers ahead of the one
- * it dequantizes: 3 for the quantized types (8-12 registers a task), 1 for
- * f16/f32 (32 registers a task).  Checkpoint 1 measured ~1.4 us a k tile
- * with 1 ahead, far above the dequant's instruction count: the loads'
- * latency, which more tiles in flight hide. */
-#define SM90_AHEAD(frag_bytes) ((frag_bytes) <= 48 ? 3 : 1)
+ * it dequantizes: 5 for q4_K and q6_K (8 registers a task), 3 for q5_K and
+ * q8_0 (9-12: at 5 their 192-row kernels spill), 1 for f16/f32 (32).
+ * Checkpoint 1 measured ~1.4 us a k tile with 1 ahead, far above the
+ * dequant's instruction count: the loads' latency, which more tiles in
+ * flight hide.  At 3 ahead, ncu of the 64-row q4_K GEMM still put two of
+ * its three largest stall sites on the dequant's shifts waiting for the
+ * fetched weights; 5 ahead made pp512 +1.6% (docs/perf/12). */
+#define SM90_AHEAD(frag_bytes) ((frag_bytes) <= 32 ? 5 : (frag_bytes) <= 48 ? 3 : 1)
 /* One stage: the activation tile (64 NC rows) and the weight tile. */
 #define SM90_STAGE_BYTES(NC) ((64 * (NC) + SM90_BN) * SM90_ROW_BYTES)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
