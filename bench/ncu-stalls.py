@@ -8,6 +8,13 @@ prints the stall reasons' share of all warp samples, the N (default 25)
 SASS instructions with the most samples and their two main reasons, and the
 instructions with the most excessive shared-memory wavefronts (bank
 conflicts).  The round logs in docs/perf/ quote it.
+
+ncu prints template arguments with their types, so a kernel filter with
+--kernel-name-base demangled is written as ncu spells the name, e.g.
+-k "regex:mmv_kernel<.int.12, .bool.1>" for mmv_kernel<QUANT_Q4_K, true>
+(a filter that matches nothing profiles nothing and says so only at the
+end: "No kernels were profiled").  The report needs --import-source yes
+and --section SourceCounters for the source page.
 """
 import csv
 import sys
