@@ -9,6 +9,7 @@ timeout 150 $P/v4/gpu-parity --models > $R/parity-models-v4.txt 2>&1; log "v4 pa
 timeout 120 compute-sanitizer --tool memcheck $P/v4/llmq-run -m /tmp/m2.gguf -p "Once upon a time" -n 16 --ignore-eos > $R/memcheck-v4.txt 2>&1; log "memcheck v4 $(grep 'ERROR SUMMARY' $R/memcheck-v4.txt)"
 timeout 120 compute-sanitizer --tool racecheck $P/v1/llmq-run -m /tmp/m2.gguf -p "Once upon a time" -n 8 --ignore-eos > $R/racecheck-v1.txt 2>&1; log "racecheck v1 $(grep 'ERROR SUMMARY\|RACECHECK SUMMARY' $R/racecheck-v1.txt | head -1)"
 model m7b llama "$S7"
+timeout 60 python3 bench/cublas-gemm.py 64 256 512 > $R/cublas-fp16.md 2>&1; log "cublas exit $?"
 for v in final v1 v2 v3; do timeout 60 $P/$v/bench-cuda-ops /tmp/m7b.gguf > $R/ops-$v.md 2>>$R/log.txt; log "ops $v exit $?"; done
 env LLMQ_ATTN_LONG_TILE=128w timeout 60 $P/v3/bench-cuda-ops /tmp/m7b.gguf > $R/ops-v3w.md 2>>$R/log.txt; log "ops v3 128w exit $?"
 for v in final v2; do before 520 && { timeout 40 ncu --clock-control none --kernel-name-base demangled -k "regex:mmv_kernel<.int.12, .bool.1>" --launch-skip 3 --launch-count 1 --cache-control none --import-source yes \
