@@ -452,10 +452,11 @@ int main(int argc, char **argv)
     static const char *const roles[] = {"attn_q", "attn_k", "attn_v", "attn_output",
                                         "ffn_gate", "ffn_up", "ffn_down", "output"};
     static const quant_type types[] = {QUANT_Q4_K, QUANT_Q5_K, QUANT_Q6_K, QUANT_Q8_0, QUANT_F16};
-    static const int rows[] = {1, 8, 64, 512}, gemm_rows[] = {64, 512};
+    static const int rows[] = {1, 8, 64, 256, 512}, gemm_rows[] = {64, 512};
     for (size_t r = 0; r < sizeof roles / sizeof roles[0]; r++)
         for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-            bench_role(be, f, roles[r], types[t], (int)n_layers, "matmul", rows, 4);
+            bench_role(be, f, roles[r], types[t], (int)n_layers, "matmul", rows,
+                       sizeof rows / sizeof rows[0]);
             if (be_mma)
                 bench_role(be_mma, f, roles[r], types[t], (int)n_layers, "matmul (mma.sync)",
                            gemm_rows, 2);
