@@ -234,7 +234,7 @@ int llmq_connect_curve(llmq_client **out, const char *endpoint,
     if (!c)
         return fail(err, LLMQ_E_INTERNAL, "out of memory");
     c->next_req = 1;
-    c->timeout_ms = 30000;
+    c->timeout_ms = LLMQ_DEFAULT_TIMEOUT_MS;
     c->beat_ms = WIRE_HEARTBEAT_MS;
     c->dead_ms = WIRE_DEAD_AFTER_MS;
     c->curve = keys != NULL;

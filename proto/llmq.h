@@ -82,7 +82,9 @@ int llmq_curve_load(llmq_curve *keys, const char *broker_key_file,
 int llmq_connect_curve(llmq_client **out, const char *endpoint,
                        const llmq_curve *keys, llmq_error *err);
 
-/* How long a request waits for its reply (default 30000 ms; < 0: forever). */
+/* How long a request waits for its reply (default LLMQ_DEFAULT_TIMEOUT_MS;
+ * < 0: forever). */
+#define LLMQ_DEFAULT_TIMEOUT_MS 30000
 void llmq_set_timeout(llmq_client *c, int timeout_ms);
 
 /* The lease of this client's waits (see llmq_wait_begin): the broker is

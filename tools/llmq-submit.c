@@ -499,7 +499,6 @@ static long sink_drain(sink *s)
 
 #define ROOM_POLL_MIN_MS 50
 #define ROOM_POLL_MAX_MS 1000
-#define REQUEST_MS 30000 /* libllmq's request timeout (llmq_set_timeout) */
 
 typedef struct flow {
     llmq_client *c;
@@ -598,10 +597,10 @@ static int send_part(flow *f, size_t n, llmq_error *err)
     const double t0 = clock_mono_ms_f();
     for (;;) {
         const size_t at = f->sent;
-        llmq_set_timeout(f->c, request_timeout_ms(f, REQUEST_MS));
+        llmq_set_timeout(f->c, request_timeout_ms(f, LLMQ_DEFAULT_TIMEOUT_MS));
         const int rc = llmq_submit(f->c, f->batch, f->o->meta, f->jobs + at, end - at, f->ids + at,
                                    f->existing + at, err);
-        llmq_set_timeout(f->c, REQUEST_MS); /* the other requests: status, waits */
+        llmq_set_timeout(f->c, LLMQ_DEFAULT_TIMEOUT_MS); /* the other requests: status, waits */
         if (rc == 0) {
             f->sent = end;
             return 0;
@@ -723,7 +722,7 @@ static void ping_broker(flow *f)
                 "llmq-submit: no answer from the broker at %s in %.1f s (is it running? with"
                 " CURVE, is this client's key allowed?): still trying%s\n",
                 f->o->broker, ms / 1e3, f->deadline_ms ? ", until --timeout" : "");
-    llmq_set_timeout(f->c, REQUEST_MS);
+    llmq_set_timeout(f->c, LLMQ_DEFAULT_TIMEOUT_MS);
 }
 
 /* Submits the jobs of the lines that have not failed; *existing[k] for
