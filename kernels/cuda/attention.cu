@@ -23,7 +23,16 @@
  * for one head, and streams the sequence's keys and values in tiles of 64
  * through shared memory (cp.async, two stages, block table lookups per key),
  * keeping an online softmax in registers (S = Q K^T, P in f16, O += P V, f32
- * sums).
+ * sums).  Where a batch holds a sequence of ATT_ROWS128_KEYS keys or more,
+ * D = 128 tiles are 128-aligned windows taken by 8 warps, so that each K and
+ * V tile copied, and unpacked from q8_0, serves twice the queries (the 8k
+ * chunk of a 7B prompt 684 -> 577 us, docs/perf/13).  The tile does not
+ * change a row's bits: a warp stops at the key tile of its last row, so a
+ * row meets the key tiles it meets in a 64-row tile whenever the warp's
+ * rows share a 64-block of positions (every window but a chunk's unaligned
+ * first one); a tile it meets beyond that is wholly masked for it, which
+ * leaves its max, sum and O as they were (corr = exp2(0) = 1, p = 0,
+ * O + 0 x V = O for finite V).
  * The grid has one CTA per (row, head); a CTA whose row does not start a
  * tile exits at once, so no host-side plan is needed.
  *
@@ -39,7 +48,7 @@
  * Shared memory ledger: Q, 2 x K, 2 x V tiles of 64 rows x (D + 8) halves
  * (the 8 halves of padding put ldmatrix's 8 row addresses on distinct bank
  * quads) = 5 x 64 x (D + 8) x 2 B: 87,040 B at D = 128, 66,560 B at D = 96,
- * 46,080 B at D = 64.
+ * 46,080 B at D = 64; a 128-row Q tile adds 17,408 B at D = 128.
  *
  * Roofline: decode reads each cached key and value once per (row, head):
  * 0.5 MB per token of context at 7B (32 heads x 128 x 2 x 2 B), so B = 64
@@ -70,10 +79,13 @@
  * warp per (row, head), scores in shared memory, as the CPU computes them. */
 #include "kernels/cuda/cuda_internal.h"
 
+#include <limits.h>
 #include <math.h>
 
 #define ATT_TILE 64
-#define ATT_THREADS 128
+/* Batches whose longest sequence has this many keys take 128-row query
+ * tiles at D = 128 (8 warps). */
+#define ATT_ROWS128_KEYS 1024
 
 struct attn_args {
     const void *kc, *vc;   /* this layer's cached values: __half, or int8_t (q8_0) */
@@ -192,36 +204,40 @@ static __device__ __forceinline__ void kv_unpack(const kv_chunk<Q8> &c, float *f
     }
 }
 
-/* f16: Q, 2 x K, 2 x V tiles; q8_0: Q, K, V tiles and the int8 K and V
- * tiles of two stages. */
-template <int D, bool Q8>
+/* f16: Q (16 W rows), 2 x K, 2 x V tiles; q8_0: Q, K, V tiles and the int8
+ * K and V tiles of two stages. */
+template <int D, bool Q8, int W>
 static constexpr size_t tc_smem(void)
 {
-    return Q8 ? (size_t)3 * ATT_TILE * (D + 8) * sizeof(__half) + (size_t)4 * ATT_TILE * D
-              : (size_t)5 * ATT_TILE * (D + 8) * sizeof(__half);
+    return Q8 ? (size_t)(16 * W + 2 * ATT_TILE) * (D + 8) * sizeof(__half) +
+                    (size_t)4 * ATT_TILE * D
+              : (size_t)(16 * W + 4 * ATT_TILE) * (D + 8) * sizeof(__half);
 }
 
-template <int D, bool Q8>
-__global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float scale_log2)
+/* W warps, of 16 query rows each */
+template <int D, bool Q8, int W>
+__global__ void __launch_bounds__(32 * W) attn_tc_kernel(attn_args p, float scale_log2)
 {
     constexpr int LD = D + 8, CH = D / 8; /* 8-value chunks per row (16 bytes of f16) */
     constexpr int KT = Q8 ? 1 : 2;        /* f16 tiles of K (and of V) */
+    constexpr int QR = 16 * W, NT = 32 * W; /* query rows of the tile, threads */
+    static_assert(ATT_TILE * CH % NT == 0, "the unpacking's iterations divide the tile");
     extern __shared__ __align__(16) unsigned char smem[];
     __half *sq = (__half *)smem;
-    __half *sk = sq + ATT_TILE * LD;                  /* [KT][64][LD] */
+    __half *sk = sq + QR * LD;                        /* [KT][64][LD] */
     __half *sv = sk + KT * ATT_TILE * LD;             /* [KT][64][LD] */
     int8_t *st = (int8_t *)(sv + KT * ATT_TILE * LD); /* q8_0: [2 stages][K, V][64][D] */
     pdl_begin();
     const int x = blockIdx.x, h = blockIdx.y;
     const int seq = p.row_seq[x], p0 = p.pos[x];
-    if (x > 0 && p.row_seq[x - 1] == seq && p0 % ATT_TILE != 0)
+    if (x > 0 && p.row_seq[x - 1] == seq && p0 % QR != 0)
         return; /* not the first row of its tile */
     if (row_decode(p, x))
         return;
     /* a sequence's prompt rows precede its decode rows: the tile ends at the first */
     int nq = 1;
-    while (nq < ATT_TILE && x + nq < p.n_rows && p.row_seq[x + nq] == seq &&
-           p.pos[x + nq] % ATT_TILE != 0 && !row_decode(p, x + nq))
+    while (nq < QR && x + nq < p.n_rows && p.row_seq[x + nq] == seq && p.pos[x + nq] % QR != 0 &&
+           !row_decode(p, x + nq))
         nq++;
     const int p_last = p.pos[x + nq - 1], n_keys = p_last + 1;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -236,7 +252,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
     /* Tile kt into stage buf: f16 chunks of 8 values, int8 chunks of 16. */
     auto load_kv = [&](int kt, int buf) {
         constexpr int VPC = Q8 ? 16 : 8, NCH = D / VPC;
-        for (int i = tid; i < ATT_TILE * NCH; i += ATT_THREADS) {
+        for (int i = tid; i < ATT_TILE * NCH; i += NT) {
             const int key = i / NCH, c = i % NCH, kp = kt * ATT_TILE + key;
             const bool ok = kp < n_keys;
             const int64_t off = ok ? key_at(kp, VPC * c) : 0;
@@ -260,12 +276,12 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
      * as the loaded halves until the unpacking: packing the pair where they
      * were loaded waited for the loads there (ncu: 32% of the warps' samples
      * at 8,192 keys, docs/perf/10). */
-    constexpr int UNPACK_IT = ATT_TILE * CH / ATT_THREADS;
+    constexpr int UNPACK_IT = ATT_TILE * CH / NT;
     __half k_scale[Q8 ? UNPACK_IT : 1], v_scale[Q8 ? UNPACK_IT : 1];
     auto load_scales = [&](int kt) {
 #pragma unroll
         for (int it = 0; it < UNPACK_IT; it++) {
-            const int i = tid + it * ATT_THREADS, key = i / CH, c = i % CH;
+            const int i = tid + it * NT, key = i / CH, c = i % CH;
             const int kp = kt * ATT_TILE + key;
             k_scale[it] = v_scale[it] = __float2half(0.0f);
             if (kp < n_keys) { /* loads only: nothing here waits for them */
@@ -280,7 +296,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
     auto unpack_kv = [&](int buf) {
 #pragma unroll
         for (int it = 0; it < UNPACK_IT; it++) {
-            const int i = tid + it * ATT_THREADS, key = i / CH, c = i % CH;
+            const int i = tid + it * NT, key = i / CH, c = i % CH;
             const int8_t *src = st + ((buf * 2) * ATT_TILE + key) * D + 8 * c;
             *(uint4 *)(sk + key * LD + 8 * c) = q8_to_f16x8(*(const uint2 *)src,
                                                             __half2half2(k_scale[it]));
@@ -293,7 +309,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
         load_scales(0);
 
     /* Q tile in f16; rows past nq are zero. */
-    for (int i = tid; i < ATT_TILE * D / 4; i += ATT_THREADS) {
+    for (int i = tid; i < QR * D / 4; i += NT) {
         const int r = i / (D / 4), c = (i % (D / 4)) * 4;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (r < nq)
@@ -318,6 +334,20 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
         const int i = warp * 16 + g + 8 * r;
         rpos[r] = i < nq ? p.pos[x + i] : p_last;
     }
+    /* The last key tile a row of this warp meets unmasked: past it every
+     * score of the warp's rows is masked, so the warp skips those tiles and
+     * each row meets the key tiles it would in a 64-row tile (whose rows all
+     * fall in one 64-block of positions; within the 64-block the masked
+     * keys' V still meets p = 0, as it always has). */
+    int last_kt = INT_MAX; /* 64-row tiles: every row's block is the tile's */
+    if constexpr (QR > ATT_TILE) {
+        int last = 0;
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            if (warp * 16 + g + 8 * r < nq)
+                last = max(last, rpos[r]);
+        last_kt = __reduce_max_sync(0xffffffffu, last) / ATT_TILE;
+    }
     float o[D / 8][4], mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < D / 8; i++)
@@ -340,7 +370,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_tc_kernel(attn_args p, float
                 load_scales(kt + 1);
             __syncthreads();
         }
-        if (active) { /* every warp reaches every barrier of the loop */
+        if (active && kt <= last_kt) { /* every warp reaches every barrier of the loop */
             const __half *tk = sk + (KT - 1) * buf * ATT_TILE * LD;
             const __half *tv = sv + (KT - 1) * buf * ATT_TILE * LD;
 
@@ -751,9 +781,10 @@ static cudaError_t configure_kv(void)
             e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)smem);
     };
-    tc(attn_tc_kernel<128, Q8>, tc_smem<128, Q8>());
-    tc(attn_tc_kernel<96, Q8>, tc_smem<96, Q8>());
-    tc(attn_tc_kernel<64, Q8>, tc_smem<64, Q8>());
+    tc(attn_tc_kernel<128, Q8, 8>, tc_smem<128, Q8, 8>());
+    tc(attn_tc_kernel<128, Q8, 4>, tc_smem<128, Q8, 4>());
+    tc(attn_tc_kernel<96, Q8, 4>, tc_smem<96, Q8, 4>());
+    tc(attn_tc_kernel<64, Q8, 4>, tc_smem<64, Q8, 4>());
     tc(attn_plain_kernel<Q8>, PLAIN_MAX_SMEM);
     return e;
 }
@@ -770,15 +801,22 @@ static void launch_prompt(cuda_backend *cb, const attn_args &a, const be_attn_ba
                           float scale_log2)
 {
     dim3 grid(b->n_rows, a.n_head);
-    auto tc = [&](auto kernel, size_t smem) {
-        cuda_launch(cb, kernel, grid, ATT_THREADS, smem, a, scale_log2);
+    auto tc = [&](auto kernel, size_t smem, int warps = 4) {
+        cuda_launch(cb, kernel, grid, 32 * warps, smem, a, scale_log2);
     };
     switch (a.head_dim) {
-    case 16: tc(attn_tc_kernel<16, Q8>, tc_smem<16, Q8>()); break;
-    case 32: tc(attn_tc_kernel<32, Q8>, tc_smem<32, Q8>()); break;
-    case 64: tc(attn_tc_kernel<64, Q8>, tc_smem<64, Q8>()); break;
-    case 96: tc(attn_tc_kernel<96, Q8>, tc_smem<96, Q8>()); break;
-    case 128: tc(attn_tc_kernel<128, Q8>, tc_smem<128, Q8>()); break;
+    case 16: tc(attn_tc_kernel<16, Q8, 4>, tc_smem<16, Q8, 4>()); break;
+    case 32: tc(attn_tc_kernel<32, Q8, 4>, tc_smem<32, Q8, 4>()); break;
+    case 64: tc(attn_tc_kernel<64, Q8, 4>, tc_smem<64, Q8, 4>()); break;
+    case 96: tc(attn_tc_kernel<96, Q8, 4>, tc_smem<96, Q8, 4>()); break;
+    case 128:
+        /* many keys: 128-row tiles, each K and V tile copied (and unpacked
+         * from q8_0) serving twice the queries */
+        if (b->max_seq_len >= ATT_ROWS128_KEYS)
+            tc(attn_tc_kernel<128, Q8, 8>, tc_smem<128, Q8, 8>(), 8);
+        else
+            tc(attn_tc_kernel<128, Q8, 4>, tc_smem<128, Q8, 4>());
+        break;
     default: {
         /* 16 bytes of slack: ptxas merges the guarded loads of the last
          * scores into one wider load that may reach past the last one. */

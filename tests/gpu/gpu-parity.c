@@ -1304,6 +1304,11 @@ typedef struct att_seq {
  * kernel knows, and decode rows beside prefill rows. */
 static const att_seq att_mixed[] = {{100, 1, 100},      {20, 71, ATT_PROMPT}, {0, 10, ATT_PROMPT},
                                     {0, 1, ATT_PROMPT}, {300, 1, 300},        {50, 30, 60}};
+/* A prompt chunk past 1,024 keys crossing a 128-window: the batch takes
+ * the tile kernel's 128-row tiles at D = 128 (ATT_ROWS128_KEYS), with a
+ * short chunk, a decode row and a recomputation beside it. */
+static const att_seq att_long[] = {
+    {1000, 60, ATT_PROMPT}, {0, 20, ATT_PROMPT}, {100, 1, 100}, {50, 30, 60}};
 /* Decode rows only, at lengths around the decode kernel's 128-key splits. */
 static const att_seq att_decode[] = {{1000, 1, 1000}, {4, 1, 4}, {127, 1, 127},
                                      {128, 1, 128},   {0, 1, 0}, {700, 1, 700}};
@@ -1311,7 +1316,7 @@ static const att_seq att_decode[] = {{1000, 1, 1000}, {4, 1, 4}, {127, 1, 127},
 static void test_attention(ctx *c, be_kv_type kt, int32_t n_head, int32_t n_head_kv, int32_t hd,
                            const att_seq *seqs, int NSEQ, double bound_tc)
 {
-    enum { BS = 16, NB = 160, MAXB = 64 };
+    enum { BS = 16, NB = 160, MAXB = 72 };
     const be_attn_shape sh = {n_head, n_head_kv, hd};
     const int32_t kv_dim = n_head_kv * hd;
     int32_t n_rows = 0, max_len = 0;
@@ -1417,8 +1422,10 @@ out:
 
 /* Three sequences in one paged cache of random keys and values: lengths and
  * prompt lengths (positions from there are generated tokens). */
-enum { AB_SEQS = 3, AB_BS = 16, AB_MAXB = 24, AB_NB = AB_SEQS * AB_MAXB };
-static const int32_t ab_len[AB_SEQS] = {130, 40, 300}, ab_prompt[AB_SEQS] = {100, 40, 200};
+enum { AB_SEQS = 4, AB_BS = 16, AB_MAXB = 72, AB_NB = AB_SEQS * AB_MAXB };
+enum { AB_POS = AB_MAXB * AB_BS }; /* positions a sequence may have */
+static const int32_t ab_len[AB_SEQS] = {130, 40, 300, 1100},
+                     ab_prompt[AB_SEQS] = {100, 40, 200, 1100};
 
 typedef struct ab_row {
     int32_t seq, pos;
@@ -1460,7 +1467,8 @@ static int ab_run(ctx *c, ab_cache *ac, const be_attn_shape *sh, const ab_row *r
     const int32_t n_dec = be_attn_decode_rows(rs, rp, fg, n, dec);
     float *q = malloc((size_t)n * row_floats * sizeof *q);
     for (int i = 0; q && i < n; i++)
-        memcpy(q + i * row_floats, ac->q + ((size_t)rows[i].seq * 512 + rows[i].pos) * row_floats,
+        memcpy(q + i * row_floats,
+               ac->q + ((size_t)rows[i].seq * AB_POS + rows[i].pos) * row_floats,
                row_floats * sizeof *q);
     llmq_err err;
     be_act o;
@@ -1483,7 +1491,7 @@ static int ab_run(ctx *c, ab_cache *ac, const be_attn_shape *sh, const ab_row *r
         g->ops->attention(g, ac->kv, 0, d[0], &ab, sh, &o);
         if (fetch(g, host, o.x, (size_t)n * row_floats) == 0) {
             for (int i = 0; i < n; i++)
-                memcpy(out + ((size_t)rows[i].seq * 512 + rows[i].pos) * row_floats,
+                memcpy(out + ((size_t)rows[i].seq * AB_POS + rows[i].pos) * row_floats,
                        host + i * row_floats, row_floats * sizeof *out);
             rc = 0;
         }
@@ -1508,13 +1516,16 @@ static int ab_add(ab_row *rows, int n, int seq, int from, int to)
  * the others, as a recomputation after preemption would, and again as it
  * really runs: the prompt in three chunks with other sequences' rows beside
  * them, then each generated token alone in its step: every row's output
- * bit-identical. */
+ * bit-identical.  The one call also holds a prompt row at key 1,100, so
+ * at D = 128 its prompt rows take the tile kernel's 128-row tiles and the
+ * chunks (no sequence past 1,024 keys) the 64-row ones: the two give the
+ * same bits. */
 static void test_attention_batching(ctx *c, be_kv_type kt, int32_t n_head, int32_t n_head_kv,
                                     int32_t hd)
 {
     const be_attn_shape sh = {n_head, n_head_kv, hd};
     const int32_t kv_dim = n_head_kv * hd;
-    const size_t row_floats = (size_t)n_head * hd, all = (size_t)AB_SEQS * 512 * row_floats;
+    const size_t row_floats = (size_t)n_head * hd, all = (size_t)AB_SEQS * AB_POS * row_floats;
     ab_cache ac = {NULL, {0}, malloc(all * sizeof(float)), hd, n_head};
     float *oa = malloc(all * sizeof *oa), *ob = malloc(all * sizeof *ob);
     char what[96];
@@ -1527,7 +1538,7 @@ static void test_attention_batching(ctx *c, be_kv_type kt, int32_t n_head, int32
         for (int i = 0; i < AB_NB; i++)
             ac.table[i] = (i * 37 + 11) % AB_NB; /* blocks out of order */
         fill_random(c, ac.q, all, 1.0f);
-        int32_t total = 0, slots[AB_SEQS * 512];
+        int32_t total = 0, slots[AB_SEQS * AB_POS];
         for (int s = 0; s < AB_SEQS; s++)
             for (int p = 0; p < ab_len[s]; p++)
                 slots[total++] = ac.table[s * AB_MAXB + p / AB_BS] * AB_BS + p % AB_BS;
@@ -1552,7 +1563,10 @@ static void test_attention_batching(ctx *c, be_kv_type kt, int32_t n_head, int32
     n = ab_add(rows, n, 0, 0, 130);
     n = ab_add(rows, n, 1, 0, 40);
     n = ab_add(rows, n, 2, 250, 300);
+    n = ab_add(rows, n, 3, 1099, 1100);
     ok = ok && ab_run(c, &ac, &sh, rows, n, oa) == 0;
+    n = ab_add(rows, 0, 3, 1099, 1100);
+    ok = ok && ab_run(c, &ac, &sh, rows, n, ob) == 0;
     n = ab_add(rows, 0, 0, 0, 37);
     ok = ok && ab_run(c, &ac, &sh, rows, n, ob) == 0;
     n = ab_add(rows, 0, 2, 299, 300);
@@ -1568,8 +1582,8 @@ static void test_attention_batching(ctx *c, be_kv_type kt, int32_t n_head, int32
     }
     int differ = 0, compared = 0;
     for (int s = 0; ok && s < AB_SEQS; s++)
-        for (int p = s == 2 ? 250 : 0; p < ab_len[s]; p++, compared++) {
-            const size_t at = ((size_t)s * 512 + p) * row_floats;
+        for (int p = s == 2 ? 250 : s == 3 ? 1099 : 0; p < ab_len[s]; p++, compared++) {
+            const size_t at = ((size_t)s * AB_POS + p) * row_floats;
             differ += memcmp(oa + at, ob + at, row_floats * sizeof *oa) != 0;
         }
     if (!ok) {
@@ -1631,12 +1645,15 @@ static void test_ops(ctx *c, bool large)
     }
     const int n_mixed = (int)(sizeof att_mixed / sizeof *att_mixed);
     const int n_decode = (int)(sizeof att_decode / sizeof *att_decode);
+    const int n_long = (int)(sizeof att_long / sizeof *att_long);
     /* Both caches: the GPU and the CPU quantize a q8_0 cache to the same
      * bits, so the bounds are the f16 cache's. */
     static const be_kv_type kv_types[] = {BE_KV_F16, BE_KV_Q8_0};
     for (size_t i = 0; i < sizeof kv_types / sizeof kv_types[0]; i++) {
         const be_kv_type kt = kv_types[i];
         test_attention(c, kt, 32, 32, 128, att_mixed, n_mixed, 5e-3);
+        test_attention(c, kt, 32, 32, 128, att_long, n_long, 5e-3);
+        test_attention(c, kt, 32, 8, 128, att_long, n_long, 5e-3);
         test_attention(c, kt, 8, 2, 64, att_mixed, n_mixed, 5e-3);
         test_attention(c, kt, 32, 32, 96, att_mixed, n_mixed, 5e-3); /* Phi-3-mini's head size */
         test_attention(c, kt, 8, 4, 32, att_mixed, n_mixed, 5e-3);
