@@ -35,7 +35,7 @@ endif
 EXTRA_DIST += bench/cuda.sh
 # cuBLAS's fp16 rate at the same shapes (torch on the GPU machine), and
 # where a kernel's warps stall (an ncu source page, docs/perf/10)
-EXTRA_DIST += bench/cublas-gemm.py bench/ncu-stalls.py
+EXTRA_DIST += bench/cublas-gemm.py bench/ncu-stalls.py bench/ncu-times.py
 # variants of the tree (docs/perf/next's patches) built here for one A/B device run
 EXTRA_DIST += bench/ab-variants.sh
 # ---- end CUDA ops ----
