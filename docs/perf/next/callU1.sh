@@ -1,0 +1,17 @@
+#!/bin/sh
+# round 14 call U1 (~6 min): the GEMM epilogue variants (docs/perf/next/gemm-epilogue.md) against main.
+# Payload: docs/perf/next/build-round14.sh.  Carry [".gpu-b", ".device-libs"].
+R=/tmp/resU1; rm -rf /tmp/p; . .gpu-b/commonS.sh
+model m7b llama "$S7"; model m7b-qwen2 qwen2 "$S7"
+for v in e1 e2 e3; do timeout 60 $P/$v/gpu-parity --ops > $R/parity-ops-$v.txt 2>&1; log "$v parity ops exit $? $(tail -1 $R/parity-ops-$v.txt)"
+  timeout 40 $P/$v/gpu-parity --models > $R/parity-models-$v.txt 2>&1; log "$v parity models exit $? $(tail -1 $R/parity-models-$v.txt)"; done
+for v in final e1 e2 e3; do timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum --launch-count 420 --csv --print-units base \
+  $P/$v/llmq-run -m /tmp/m7b-qwen2.gguf --bench --reps 1 --bench-pp 512 --bench-npl 1 > $R/$v.csv 2>$R/ncu-$v.log; log "ncu $v exit $?"; done
+python3 bench/ncu-times.py $R/final.csv $R/e1.csv $R/e2.csv $R/e3.csv > $R/kernel-times.md 2>&1
+python3 bench/ncu-times.py --launches $R/final.csv $R/e1.csv $R/e2.csv $R/e3.csv > $R/launch-times.md 2>&1
+run() { f=$R/bench-$2-$1-$(date +%s).md; timeout 45 $P/$1/llmq-run -m /tmp/$2.gguf --bench --reps 3 --bench-pp 512 --bench-npl 64,256 > $f 2>>$R/log.txt
+  log "bench $2 $1 exit $? $(grep '^|' $f | grep -E 'pp|decode' | awk -F'|' '{printf "%s=%s ", $4, $5}')"; }
+for m in m7b m7b-qwen2; do run final $m; run e1 $m; run e2 $m; run e3 $m; before 540 && run final $m; done
+tar czf "$OUT/resU1.tgz" -C $R .
+head -14 $R/kernel-times.md; sed -n 1,20p $R/launch-times.md
+cat $R/log.txt
