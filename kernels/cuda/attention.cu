@@ -218,8 +218,8 @@ static constexpr size_t tc_smem(void)
 template <int D, bool Q8, int W>
 __global__ void __launch_bounds__(32 * W) attn_tc_kernel(attn_args p, float scale_log2)
 {
-    constexpr int LD = D + 8, CH = D / 8; /* 8-value chunks per row (16 bytes of f16) */
-    constexpr int KT = Q8 ? 1 : 2;        /* f16 tiles of K (and of V) */
+    constexpr int LD = D + 8, CH = D / 8;   /* 8-value chunks per row (16 bytes of f16) */
+    constexpr int KT = Q8 ? 1 : 2;          /* f16 tiles of K (and of V) */
     constexpr int QR = 16 * W, NT = 32 * W; /* query rows of the tile, threads */
     static_assert(ATT_TILE * CH % NT == 0, "the unpacking's iterations divide the tile");
     extern __shared__ __align__(16) unsigned char smem[];
