@@ -1519,7 +1519,10 @@ static int ab_add(ab_row *rows, int n, int seq, int from, int to)
  * bit-identical.  The one call also holds a prompt row at key 1,100, so
  * at D = 128 its prompt rows take the tile kernel's 128-row tiles and the
  * chunks (no sequence past 1,024 keys) the 64-row ones: the two give the
- * same bits. */
+ * same bits.  So do rows 37..99 beside that row: 128-row tiles over a
+ * window whose warps straddle 64-blocks (rows 62 and 63 share a warp with
+ * 64..77), which gives a row a wholly masked key tile the 64-row tiles
+ * never give it. */
 static void test_attention_batching(ctx *c, be_kv_type kt, int32_t n_head, int32_t n_head_kv,
                                     int32_t hd)
 {
@@ -1565,6 +1568,13 @@ static void test_attention_batching(ctx *c, be_kv_type kt, int32_t n_head, int32
     n = ab_add(rows, n, 2, 250, 300);
     n = ab_add(rows, n, 3, 1099, 1100);
     ok = ok && ab_run(c, &ac, &sh, rows, n, oa) == 0;
+    n = ab_add(rows, 0, 0, 37, 100);
+    n = ab_add(rows, n, 3, 1099, 1100);
+    ok = ok && ab_run(c, &ac, &sh, rows, n, ob) == 0;
+    int differ = 0, compared = 0;
+    for (int p = 37; ok && p < 100; p++, compared++)
+        differ += memcmp(oa + (size_t)p * row_floats, ob + (size_t)p * row_floats,
+                         row_floats * sizeof *oa) != 0;
     n = ab_add(rows, 0, 3, 1099, 1100);
     ok = ok && ab_run(c, &ac, &sh, rows, n, ob) == 0;
     n = ab_add(rows, 0, 0, 0, 37);
@@ -1580,7 +1590,6 @@ static void test_attention_batching(ctx *c, be_kv_type kt, int32_t n_head, int32
         n = ab_add(rows, 0, 0, p, p + 1);
         ok = ab_run(c, &ac, &sh, rows, n, ob) == 0;
     }
-    int differ = 0, compared = 0;
     for (int s = 0; ok && s < AB_SEQS; s++)
         for (int p = s == 2 ? 250 : s == 3 ? 1099 : 0; p < ab_len[s]; p++, compared++) {
             const size_t at = ((size_t)s * AB_POS + p) * row_floats;
