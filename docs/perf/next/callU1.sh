@@ -1,10 +1,11 @@
 #!/bin/sh
 # round 14 call U1 (~8 min): the GEMM epilogue variants (docs/perf/next/gemm-epilogue.md) and the matvec's
-# rolling fragments (mmv-fragments-rolling.md) against main.
+# rolling fragments (mmv-fragments-rolling.md) against main; main's gpu-parity first (r27 added a batch case
+# no device has run: 128-row tiles over a window whose warps straddle 64-blocks).
 # Payload: docs/perf/next/build-round14.sh.  Carry [".gpu-b", ".device-libs"].
 R=/tmp/resU1; rm -rf /tmp/p; . .gpu-b/commonS.sh
 model m7b llama "$S7"; model m7b-qwen2 qwen2 "$S7"
-for v in e1 e2 e3 e4; do timeout 60 $P/$v/gpu-parity --ops > $R/parity-ops-$v.txt 2>&1; log "$v parity ops exit $? $(tail -1 $R/parity-ops-$v.txt)"
+for v in final e1 e2 e3 e4; do timeout 60 $P/$v/gpu-parity --ops > $R/parity-ops-$v.txt 2>&1; log "$v parity ops exit $? $(tail -1 $R/parity-ops-$v.txt)"
   timeout 40 $P/$v/gpu-parity --models > $R/parity-models-$v.txt 2>&1; log "$v parity models exit $? $(tail -1 $R/parity-models-$v.txt)"; done
 for v in final e1 e2 e3; do timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum --launch-count 420 --csv --print-units base \
   $P/$v/llmq-run -m /tmp/m7b-qwen2.gguf --bench --reps 1 --bench-pp 512 --bench-npl 1 > $R/$v.csv 2>$R/ncu-$v.log; log "ncu $v exit $?"; done
