@@ -2,7 +2,7 @@
 # round 14 call U2 (~8 min, warm after U1): ncu of main's three decode bounds, before the next change to any:
 # the q8_0 decode attention (issue slots, L1 hits, stall sites: round 13's staged copy was slower),
 # the 1-row q4_K matvec after round 13 (where its first mma of a block still waits), the 64-row GEMM.
-# Then every kernel's time on the llama and phi3 7B shapes (issue 14), and e5 (row-kernels-batched.md).  Payload: build-round14.sh (final/).  Carry [".gpu-b", ".device-libs"].
+# Then every kernel's time on the llama and phi3 7B shapes (issue 14), and e5 (elementwise-batched.md).  Payload: build-round14.sh (final/).  Carry [".gpu-b", ".device-libs"].
 R=/tmp/resU2; . .gpu-b/commonS.sh
 model m2 llama "--dim 4096 --heads 32 --kv-heads 32 --ff 11008 --ctx 2048 --mix q4_k_m --seed 1" "" 2
 prof() { # name, kernel regex, extra ncu flags
@@ -15,7 +15,7 @@ prof() { # name, kernel regex, extra ncu flags
 prof attn-decode "regex:attn_decode_kernel<.int.128, .int.1, .bool.1>" "--filter-mode per-launch-config --launch-count 3"
 prof mmv-1row "regex:mmv_kernel<.int.12, .bool.1>" "--launch-skip 3 --launch-count 1"
 prof gemm-64 "regex:gemm_sm90_kernel<.int.12, .int.2, .int.1>" "--launch-skip 2 --launch-count 1"
-# e5 (row-kernels-batched.md): gates, every kernel's time in a pp512 pass against main's, the benches
+# e5 (elementwise-batched.md): gates, every kernel's time in a pp512 pass against main's, the benches
 model m7b llama "$S7"
 timeout 60 $P/e5/gpu-parity --ops > $R/parity-ops-e5.txt 2>&1; log "e5 parity ops exit $? $(tail -1 $R/parity-ops-e5.txt)"
 timeout 40 $P/e5/gpu-parity --models > $R/parity-models-e5.txt 2>&1; log "e5 parity models exit $? $(tail -1 $R/parity-models-e5.txt)"
