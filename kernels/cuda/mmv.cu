@@ -508,7 +508,7 @@ static __device__ __forceinline__ void mmv_chunk(const be_weight &w, const int64
                 break;
 #pragma unroll
             for (int st = 0; st < 4; st++) {
-                const int off = 16 * q + 4 * st; /* uint2 units: 64 a tile, 4 a step */
+                const int off = 16 * q + 4 * st; /* uint2 units: 16 a tile (64 halves), 4 a step */
                 __half2 v[R][2];
 #pragma unroll
                 for (int r = 0; r < R; r++)
