@@ -14,7 +14,11 @@ python3 bench/ncu-times.py --launches $R/final.csv $R/e1.csv $R/e2.csv $R/e3.csv
 run() { f=$R/bench-$2-$1-$(date +%s).md; timeout 45 $P/$1/llmq-run -m /tmp/$2.gguf --bench --reps 3 --bench-pp 512 --bench-npl 64,256 > $f 2>>$R/log.txt
   log "bench $2 $1 exit $? $(grep '^|' $f | grep -E 'pp|decode' | awk -F'|' '{printf "%s=%s ", $4, $5}')"; }
 for m in m7b m7b-qwen2; do run final $m; run e1 $m; run e2 $m; run e3 $m; before 420 && run final $m; done
-# e4 (mmv-fragments-rolling.md): the one-row matvecs and the few-sequence decode
+# e4 (mmv-fragments-rolling.md): the one-row matvecs and the few-sequence decode; the SASS of its q4_K and
+# q6_K kernels (a review's doubt: q6_K's registers fell 118 -> 97; are the next block's LDGs between the HMMAs?)
+for t in 12 14; do cuobjdump -sass -fun "_Z10mmv_kernelILi${t}ELb1EEv9mmv_groupPK6__halflib" $P/e4/bench-cuda-ops > $R/sass-e4-mmv$t.txt 2>&1
+  cuobjdump -sass -fun "_Z10mmv_kernelILi${t}ELb1EEv9mmv_groupPK6__halflib" $P/final/bench-cuda-ops > $R/sass-final-mmv$t.txt 2>&1
+  log "sass mmv $t: e4 $(grep -c 'LDG' $R/sass-e4-mmv$t.txt) LDG $(grep -c HMMA $R/sass-e4-mmv$t.txt) HMMA, final $(grep -c 'LDG' $R/sass-final-mmv$t.txt) LDG"; done
 for v in final e4; do timeout 30 $P/$v/bench-cuda-ops /tmp/m7b.gguf > $R/ops-$v.md 2>>$R/log.txt; log "ops $v exit $?"; done
 few() { f=$R/bench-few-$1-$(date +%s).md; timeout 40 $P/$1/llmq-run -m /tmp/m7b.gguf --bench --reps 3 --bench-pp 512 --bench-npl 1,8 > $f 2>>$R/log.txt
   log "bench few $1 exit $? $(grep '^|' $f | grep -E 'tg|decode' | awk -F'|' '{printf "%s=%s ", $4, $5}')"; }
