@@ -2,7 +2,8 @@
 # round 14 call U2 (~8 min, warm after U1): ncu of main's three decode bounds, before the next change to any:
 # the q8_0 decode attention (issue slots, L1 hits, stall sites: round 13's staged copy was slower),
 # the 1-row q4_K matvec after round 13 (where its first mma of a block still waits), the 64-row GEMM.
-# Then every kernel's time on the llama and phi3 7B shapes (issue 14), and e5 (elementwise-batched.md).  Payload: build-round14.sh (final/).  Carry [".gpu-b", ".device-libs"].
+# Then e5 (elementwise-batched.md), e6 (split-sum-per-value.md), and every kernel's time on the llama and
+# phi3 7B shapes (issue 14).  Payload: build-round14.sh (final/).  Carry [".gpu-b", ".device-libs"].
 R=/tmp/resU2; . .gpu-b/commonS.sh
 model m2 llama "--dim 4096 --heads 32 --kv-heads 32 --ff 11008 --ctx 2048 --mix q4_k_m --seed 1" "" 2
 prof() { # name, kernel regex, extra ncu flags
@@ -25,10 +26,15 @@ python3 bench/ncu-times.py $R/rows-final.txt $R/rows-e5.txt > $R/kernel-times-e5
 bench5() { f=$R/bench-$1-$(date +%s).md; timeout 40 $P/$1/llmq-run -m /tmp/m7b.gguf --bench --reps 3 --bench-pp 512,8192 --bench-npl 1 > $f 2>>$R/log.txt
   log "bench $1 exit $? $(grep '^|' $f | grep -E 'pp|tg|decode' | awk -F'|' '{printf "%s=%s ", $4, $5}')"; }
 before 400 && bench5 final; before 430 && bench5 e5; before 460 && bench5 final
+# e6 (split-sum-per-value.md): gates and decode at 64 and 256 sequences against main
+timeout 60 $P/e6/gpu-parity --ops > $R/parity-ops-e6.txt 2>&1; log "e6 parity ops exit $? $(tail -1 $R/parity-ops-e6.txt)"
+bench6() { f=$R/bench6-$1-$(date +%s).md; timeout 40 $P/$1/llmq-run -m /tmp/m7b.gguf --bench --reps 3 --bench-pp 512 --bench-npl 64,256 > $f 2>>$R/log.txt
+  log "bench6 $1 exit $? $(grep '^|' $f | grep -E 'decode' | awk -F'|' '{printf "%s=%s ", $4, $5}')"; }
+before 470 && bench6 final; before 495 && bench6 e6
 # issue 14's phi3 gap (pp512 1.7% under the llama shape, r24): every kernel's time in the first 420 launches
 # (phi3 fuses q/k/v and gate/up, so its 420 launches span more layers: compare a layer in launch-times-phi3.md)
 model m7b llama "$S7"; model m7b-phi3 phi3 "$S7"
-for m in m7b m7b-phi3; do before 510 && { timeout 40 ncu --clock-control none --metrics gpu__time_duration.sum --launch-count 420 --csv \
+for m in m7b m7b-phi3; do before 525 && { timeout 40 ncu --clock-control none --metrics gpu__time_duration.sum --launch-count 420 --csv \
   --print-units base $F/llmq-run -m /tmp/$m.gguf --bench --reps 1 --bench-pp 512 --bench-npl 1 > $R/times-$m.txt 2>$R/ncu-$m.log; log "ncu times $m exit $?"; }; done
 python3 bench/ncu-times.py $R/times-m7b.txt $R/times-m7b-phi3.txt > $R/kernel-times-phi3.md 2>&1
 python3 bench/ncu-times.py --launches $R/times-m7b.txt $R/times-m7b-phi3.txt > $R/launch-times-phi3.md 2>&1
