@@ -795,27 +795,32 @@ cudaError_t attention_configure(void)
     return e == cudaSuccess ? configure_kv<true>() : e;
 }
 
+/* The tensor-core kernel of W warps: its block and shared memory from the
+ * same (D, Q8, W). */
+template <int D, bool Q8, int W = 4>
+static void launch_tc(cuda_backend *cb, dim3 grid, const attn_args &a, float scale_log2)
+{
+    cuda_launch(cb, attn_tc_kernel<D, Q8, W>, grid, 32 * W, tc_smem<D, Q8, W>(), a, scale_log2);
+}
+
 /* The prompt rows of a batch (all rows but the decode rows). */
 template <bool Q8>
 static void launch_prompt(cuda_backend *cb, const attn_args &a, const be_attn_batch *b, float scale,
                           float scale_log2)
 {
     dim3 grid(b->n_rows, a.n_head);
-    auto tc = [&](auto kernel, size_t smem, int warps = 4) {
-        cuda_launch(cb, kernel, grid, 32 * warps, smem, a, scale_log2);
-    };
     switch (a.head_dim) {
-    case 16: tc(attn_tc_kernel<16, Q8, 4>, tc_smem<16, Q8, 4>()); break;
-    case 32: tc(attn_tc_kernel<32, Q8, 4>, tc_smem<32, Q8, 4>()); break;
-    case 64: tc(attn_tc_kernel<64, Q8, 4>, tc_smem<64, Q8, 4>()); break;
-    case 96: tc(attn_tc_kernel<96, Q8, 4>, tc_smem<96, Q8, 4>()); break;
+    case 16: launch_tc<16, Q8>(cb, grid, a, scale_log2); break;
+    case 32: launch_tc<32, Q8>(cb, grid, a, scale_log2); break;
+    case 64: launch_tc<64, Q8>(cb, grid, a, scale_log2); break;
+    case 96: launch_tc<96, Q8>(cb, grid, a, scale_log2); break;
     case 128:
         /* many keys: 128-row tiles, each K and V tile copied (and unpacked
          * from q8_0) serving twice the queries */
         if (b->max_seq_len >= ATT_ROWS128_KEYS)
-            tc(attn_tc_kernel<128, Q8, 8>, tc_smem<128, Q8, 8>(), 8);
+            launch_tc<128, Q8, 8>(cb, grid, a, scale_log2);
         else
-            tc(attn_tc_kernel<128, Q8, 4>, tc_smem<128, Q8, 4>());
+            launch_tc<128, Q8>(cb, grid, a, scale_log2);
         break;
     default: {
         /* 16 bytes of slack: ptxas merges the guarded loads of the last
