@@ -330,15 +330,23 @@ void launch_attention(cuda_backend *cb, const be_kv *kv, int32_t layer, const fl
 
 /* ---- device helpers shared by the kernel families ---- */
 
-/* What a GEMM epilogue stores for product y at column col of *o: y plus
- * the column's bias (NULL: none; one float add, as mmv's epilogue), then
- * added to *o when accumulating (the residual add). */
+/* What a GEMM epilogue stores for product y: y plus the column's bias b
+ * (when has_bias; one float add, as mmv's epilogue), then added to the
+ * value o it replaces when accumulating (the residual add). */
+static __device__ __forceinline__ float gemm_final_of(float y, bool has_bias, float b, float o,
+                                                      bool accumulate)
+{
+    if (has_bias)
+        y = __fadd_rn(y, b);
+    return accumulate ? o + y : y;
+}
+
+/* gemm_final_of for column col of *o (bias NULL: none). */
 static __device__ __forceinline__ float gemm_final(float y, const float *bias, int64_t col,
                                                    const float *o, bool accumulate)
 {
-    if (bias)
-        y = __fadd_rn(y, bias[col]);
-    return accumulate ? *o + y : y;
+    return gemm_final_of(y, bias != NULL, bias ? bias[col] : 0.0f, accumulate ? *o : 0.0f,
+                         accumulate);
 }
 
 /* Scale and min (6 bits each) of sub-block j (0..7) of a q4_K block whose

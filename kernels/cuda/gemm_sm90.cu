@@ -187,35 +187,113 @@ static __device__ __forceinline__ void sm90_consume(int c, int kt0, int nk, unsi
     sm90_fence_acc(acc);
 }
 
+/* The wgmma accumulator layout: register j of thread (warp v, lane l) is
+ * row 16v + l/4 + 8 ((j/2) % 2), column 8 (j/4) + 2 (l%4) + j%2 of the
+ * consumer's 64 x 128 block; a pair (j even, j + 1) is two adjacent
+ * columns, stored as one float2 where both are in range and aligned (n
+ * even).  The compiler may not move a load past a store to dst (it may
+ * alias for all it knows): a load after each pair's store cost one L2 round
+ * trip per pair (docs/perf/13 and 14: the residual-adding 4096 x 4096 GEMM
+ * 9 us over its twin, the biased q, k, v 3 us), so both epilogues load
+ * before they store.  sm90_acc_row and sm90_acc_col: the row and column of
+ * this thread's pair j within the block. */
+static __device__ __forceinline__ int sm90_acc_row(int j)
+{
+    return 16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4 + 8 * ((j / 2) % 2);
+}
+static __device__ __forceinline__ int sm90_acc_col(int j)
+{
+    return 8 * (j / 4) + 2 * (threadIdx.x % 4);
+}
+
+/* dst = tot (+ bias): the thread's 32 biases loaded first, then its 32
+ * pairs stored, unrolled (the fastest of the plain epilogues, docs/perf/14). */
+static __device__ __forceinline__ void sm90_store_plain(const float *tot, int64_t r0, int64_t n0,
+                                                        int m, int64_t n, float *dst,
+                                                        const float *bias)
+{
+    const bool pairs = n % 2 == 0;
+    float bc[32]; /* [column pair j / 4][2] */
+#pragma unroll
+    for (int q = 0; q < 16; q++) {
+        const int64_t col = n0 + sm90_acc_col(4 * q);
+        bc[2 * q] = bias && col < n ? bias[col] : 0.0f;
+        bc[2 * q + 1] = bias && col + 1 < n ? bias[col + 1] : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < 64; j += 2) {
+        const int64_t row = r0 + sm90_acc_row(j), col = n0 + sm90_acc_col(j);
+        if (row >= m || col >= n)
+            continue;
+        float *o = dst + row * n + col;
+        const float y0 = gemm_final_of(tot[128 * j], bias != NULL, bc[2 * (j / 4)], 0.0f, false);
+        const float y1 = gemm_final_of(tot[128 * (j + 1)], bias != NULL, bc[2 * (j / 4) + 1], 0.0f,
+                                       false);
+        if (pairs) {
+            *(float2 *)o = make_float2(y0, y1);
+        } else {
+            o[0] = y0;
+            if (col + 1 < n)
+                o[1] = y1;
+        }
+    }
+}
+
+/* dst += tot (+ bias), eight pairs at a time: their residuals and biases
+ * loaded before the first of their stores.  Rolled: unrolled, the four
+ * batches' code (94 against 56 KB of the q4_K kernel) measured slower
+ * everywhere (docs/perf/13). */
+static __device__ __forceinline__ void sm90_store_adding(const float *tot, int64_t r0, int64_t n0,
+                                                         int m, int64_t n, float *dst,
+                                                         const float *bias)
+{
+    constexpr int BATCH = 8; /* pairs whose loads are in flight together */
+    const bool pairs = n % 2 == 0;
+#pragma unroll 1
+    for (int j0 = 0; j0 < 64; j0 += 2 * BATCH) {
+        float2 x[BATCH], b[BATCH];
+#pragma unroll
+        for (int i = 0; i < BATCH; i++) {
+            const int64_t row = r0 + sm90_acc_row(j0 + 2 * i), col = n0 + sm90_acc_col(j0 + 2 * i);
+            x[i] = b[i] = make_float2(0.0f, 0.0f);
+            if (row >= m || col >= n)
+                continue;
+            const float *o = dst + row * n + col;
+            const bool second = col + 1 < n;
+            x[i] = pairs ? *(const float2 *)o : make_float2(o[0], second ? o[1] : 0.0f);
+            if (bias) /* 4-byte loads: a bias need not be 8-aligned */
+                b[i] = make_float2(bias[col], second ? bias[col + 1] : 0.0f);
+        }
+#pragma unroll
+        for (int i = 0; i < BATCH; i++) {
+            const int j = j0 + 2 * i;
+            const int64_t row = r0 + sm90_acc_row(j), col = n0 + sm90_acc_col(j);
+            if (row >= m || col >= n)
+                continue;
+            float *o = dst + row * n + col;
+            const float y0 = gemm_final_of(tot[128 * j], bias != NULL, b[i].x, x[i].x, true);
+            const float y1 = gemm_final_of(tot[128 * (j + 1)], bias != NULL, b[i].y, x[i].y, true);
+            if (pairs) {
+                *(float2 *)o = make_float2(y0, y1);
+            } else {
+                o[0] = y0;
+                if (col + 1 < n)
+                    o[1] = y1;
+            }
+        }
+    }
+}
+
 /* The consumer's 64 x 128 block at (r0, n0) of dst (m x n): tot (as
- * sm90_consume leaves it) through gemm_final (+ bias, += when add).  The wgmma accumulator
- * layout: register j of thread (warp v, lane l) is row 16v + l/4 +
- * 8 ((j/2) % 2), column 8 (j/4) + 2 (l%4) + j%2; a pair (j even, j + 1) is
- * two adjacent columns, stored as one float2 where both are in range and
- * aligned (n even). */
+ * sm90_consume leaves it) + bias, added to dst when add. */
 static __device__ __forceinline__ void sm90_store(const float *tot, int64_t r0, int64_t n0, int m,
                                                   int64_t n, float *dst, const float *bias,
                                                   bool add)
 {
-    const int v = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-    const bool pairs = n % 2 == 0;
-#pragma unroll
-    for (int j = 0; j < 64; j += 2) {
-        const int64_t row = r0 + 16 * v + lane / 4 + 8 * ((j / 2) % 2);
-        const int64_t col = n0 + 8 * (j / 4) + 2 * (lane % 4);
-        if (row >= m || col >= n)
-            continue;
-        float *o = dst + row * n + col;
-        if (pairs) {
-            const float2 x = add ? *(const float2 *)o : make_float2(0.0f, 0.0f);
-            *(float2 *)o = make_float2(gemm_final(tot[128 * j], bias, col, &x.x, add),
-                                       gemm_final(tot[128 * (j + 1)], bias, col + 1, &x.y, add));
-        } else {
-            o[0] = gemm_final(tot[128 * j], bias, col, o, add);
-            if (col + 1 < n)
-                o[1] = gemm_final(tot[128 * (j + 1)], bias, col + 1, o + 1, add);
-        }
-    }
+    if (add)
+        sm90_store_adding(tot, r0, n0, m, n, dst, bias);
+    else
+        sm90_store_plain(tot, r0, n0, m, n, dst, bias);
 }
 #endif
 
