@@ -173,26 +173,31 @@ __global__ void __launch_bounds__(BM *BN / 64)
             }
 }
 
-/* out (+)= the splits' partial sums, added in split order, + bias. */
+/* out (+)= the splits' partial sums, added in split order, + bias.  A
+ * thread per value, its splits' loads unrolled: a grid-stride loop of at
+ * most 4 CTAs an SM left each further value's loads behind the store of the
+ * one before (they may alias for all the compiler knows), 8 round trips in
+ * series at 256 rows x 4096. */
 __global__ void split_sum_kernel(const float *part, int splits, int64_t n, int64_t cols,
                                  const float *bias, float *out, bool accumulate)
 {
     pdl_begin(); /* launched by cuda_launch: the rule of cuda_internal.h */
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        float v = 0.0f;
-        for (int s = 0; s < splits; s++)
-            v += part[(int64_t)s * n + i];
-        out[i] = gemm_final(v, bias, i % cols, out + i, accumulate);
-    }
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    float v = 0.0f;
+#pragma unroll 4
+    for (int s = 0; s < splits; s++)
+        v += part[(int64_t)s * n + i];
+    out[i] = gemm_final(v, bias, i % cols, out + i, accumulate);
 }
 
 void launch_split_sum(cuda_backend *cb, const float *part, int splits, int64_t rows, int64_t cols,
                       const float *bias, float *out, bool accumulate)
 {
     const int64_t n = rows * cols;
-    cuda_launch(cb, split_sum_kernel, (unsigned)std::min<int64_t>((n + 255) / 256, 4 * cb->n_sm),
-                256, 0, part, splits, n, cols, bias, out, accumulate);
+    cuda_launch(cb, split_sum_kernel, (unsigned)((n + 255) / 256), 256, 0, part, splits, n, cols,
+                bias, out, accumulate);
 }
 
 template <int BM, int BN>
