@@ -7,12 +7,11 @@
  * e % 1024, so each warp owns whole 32-value blocks, which is what the q8_1
  * quantizer needs (max and sum by warp shuffles).  rmsnorm takes one block
  * per row (it needs the row's sum first); swiglu and the quantizers one
- * block per 1024-wide slice of a row, so a single decode row still spreads
- * over many SMs.  The f16 copy is written up to its padded width and not
- * one element further (rows are adjacent in that buffer).  Shared memory:
- * 32 doubles for the rmsnorm sum.  rope: a thread per pair, several heads
- * of a row per CTA; kv_write: 8 values a thread; embed, gather: 256 threads
- * per row.
+ * block per 1024-wide slice of a row (ELEM_BATCH slices where rows are
+ * many), so a single decode row still spreads over many SMs.  The f16 copy is written up to its
+ * padded width and not one element further (rows are adjacent in that buffer).  Shared memory: 32
+ * doubles for the rmsnorm sum.  rope: a thread per pair, several heads of a row per CTA; kv_write:
+ * 8 values a thread; embed, gather: 256 threads per row.
  *
  * Exactness: the arithmetic mirrors the CPU backend operation for operation
  * with the rounding intrinsics (__fmul_rn, ...), so that contraction into
@@ -129,11 +128,30 @@ static __device__ float rms_scale(const float *x, int32_t dim, float eps)
     return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(t / dim), eps)));
 }
 
+/* Values a thread of rmsnorm, swiglu, the copy, rope or the q8_0 KV write
+ * takes (slices of a row, heads, blocks: the kernels' B), all its loads out
+ * before its first store: the compiler may not move a load past a store to
+ * an output (it may alias an input for all it knows), so one value at a
+ * time left each thread one load in flight, 8-16 KB an SM (swiglu's 512 x
+ * 11008 40 us, 47% of the bandwidth: docs/perf/13's kernel times).  Where
+ * B = ELEM_BATCH would leave an SM without a CTA, B = 1: a decode
+ * step's few rows need their CTAs spread over the SMs more than loads in
+ * flight (batched at one row, tg128 fell 1.8%: docs/perf/14).  rmsnorm's
+ * one CTA a row walks the row whichever B, and always batches. */
+#define ELEM_BATCH 4
+
+static bool elem_batched(const cuda_backend *cb, int64_t batched_ctas)
+{
+    return batched_ctas >= cb->n_sm;
+}
+
 /* Row r (blockIdx.x): y = f(x[, aux]) written to y (unless ROW_COPY) and to
  * the matmuls' f16 copy, in step order (numerics.cuh), padded with zeros to
- * hstride.  ROW_NORM walks the whole row; the others the 1024-wide slice
- * blockIdx.y (a whole number of 64-value step groups). */
-template <int MODE>
+ * hstride.  ROW_NORM walks the whole row, B slices of 1024 at a time; the
+ * others the B slices from blockIdx.y * B (whole numbers of 64-value step
+ * groups).  Each value's arithmetic is the same whichever slices a CTA
+ * takes. */
+template <int MODE, int B>
 __global__ void __launch_bounds__(PROD_THREADS)
     row_kernel(const float *x, const float *aux, float eps, int32_t dim, float *y, __half *h,
                int32_t hstride)
@@ -143,23 +161,40 @@ __global__ void __launch_bounds__(PROD_THREADS)
     const float *xr = x + r * dim;
     const float *ar = aux ? aux + (MODE == ROW_SWIGLU ? r * dim : 0) : NULL;
     const float scale = MODE == ROW_NORM ? rms_scale(xr, dim, eps) : 1.0f;
-    const int32_t first = MODE == ROW_NORM ? 0 : (int32_t)blockIdx.y * PROD_THREADS;
-    const int32_t end = MODE == ROW_NORM ? hstride : min(hstride, first + PROD_THREADS);
-    for (int32_t base = first; base < end; base += PROD_THREADS) {
-        const int32_t e = base + threadIdx.x;
-        float v = 0.0f;
-        if (e < dim) {
-            v = xr[e];
-            if (MODE == ROW_NORM)
-                v = __fmul_rn(__fmul_rn(v, scale), ar[e]);
-            else if (MODE == ROW_SWIGLU)
-                v = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), ar[e]);
-            if (MODE != ROW_COPY)
-                y[r * dim + e] = v;
+    constexpr int32_t SPAN = B * PROD_THREADS;
+    const int32_t first = MODE == ROW_NORM ? 0 : (int32_t)blockIdx.y * SPAN;
+    const int32_t end = MODE == ROW_NORM ? hstride : min(hstride, first + SPAN);
+    for (int32_t base = first; base < end; base += SPAN) {
+        float xv[B], av[B];
+#pragma unroll
+        for (int i = 0; i < B; i++) {
+            const int32_t e = base + i * PROD_THREADS + (int32_t)threadIdx.x;
+            xv[i] = av[i] = 0.0f;
+            if (e < dim) {
+                xv[i] = xr[e];
+                if (MODE != ROW_COPY)
+                    av[i] = ar[e];
+            }
         }
-        if (e < hstride)
-            h[r * hstride + (e & ~(MM_GROUP - 1)) + act_step_pos(e & (MM_GROUP - 1))] =
-                __float2half_rn(v);
+#pragma unroll
+        for (int i = 0; i < B; i++) {
+            const int32_t e = base + i * PROD_THREADS + (int32_t)threadIdx.x;
+            if (base + i * PROD_THREADS >= end)
+                break;
+            float v = 0.0f;
+            if (e < dim) {
+                v = xv[i];
+                if (MODE == ROW_NORM)
+                    v = __fmul_rn(__fmul_rn(v, scale), av[i]);
+                else if (MODE == ROW_SWIGLU)
+                    v = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), av[i]);
+                if (MODE != ROW_COPY)
+                    y[r * dim + e] = v;
+            }
+            if (e < hstride)
+                h[r * hstride + (e & ~(MM_GROUP - 1)) + act_step_pos(e & (MM_GROUP - 1))] =
+                    __float2half_rn(v);
+        }
     }
 }
 
@@ -170,8 +205,13 @@ static void launch_rows(cuda_backend *cb, const float *x, const float *aux, floa
     cuda_actq *aq = (cuda_actq *)a->q;
     const int32_t hs = (int32_t)act_f16_stride(dim);
     float *y = MODE == ROW_COPY ? NULL : a->x;
-    const dim3 grid(rows, MODE == ROW_NORM ? 1 : (hs + PROD_THREADS - 1) / PROD_THREADS);
-    cuda_launch(cb, row_kernel<MODE>, grid, PROD_THREADS, 0, x, aux, eps, dim, y, aq->h, hs);
+    const int32_t slices = (hs + PROD_THREADS - 1) / PROD_THREADS;
+    const int32_t batched = (slices + ELEM_BATCH - 1) / ELEM_BATCH;
+    const bool batch = MODE == ROW_NORM || elem_batched(cb, (int64_t)rows * batched);
+    const dim3 grid(rows, MODE == ROW_NORM ? 1 : batch ? batched : slices);
+    cuda_launch(cb, batch ? row_kernel<MODE, ELEM_BATCH> : row_kernel < MODE,
+                MODE == ROW_NORM ? ELEM_BATCH : 1 >, grid, PROD_THREADS, 0, x, aux, eps, dim, y,
+                aq->h, hs);
     a->rows = rows;
     a->cols = dim;
     a->q_valid = true;
@@ -199,34 +239,52 @@ void launch_act_quantize(cuda_backend *cb, be_act *a)
 
 /* ---- rope: theta by repeated products as the CPU; pair i is values
  * step*i and step*i + offset (adjacent pairs: 2, 1; halves: 1, n_dims/2).
- * A thread per pair, ROW_THREADS / pairs heads of one row per CTA: each
- * thread's one load, its theta chain (i dependent products) and its one
- * store overlap with every other pair's.  A CTA per row with threads
- * looping over the pairs, as before, paid a DRAM round trip per pair in
+ * A thread per pair of B heads of one row (heads ty, ty + blockDim.y, ...
+ * of its CTA's), whose theta chain (i dependent products) and sines serve
+ * them all: its 2 x B loads go out together, and their
+ * stores overlap every other thread's.  A CTA per row with threads looping
+ * over the pairs, as before round 09, paid a DRAM round trip per pair in
  * series (the store of one pair may alias the next one's load): 17 us a
- * decode row at 7B under ncu, for 4,096 pairs (docs/perf/09). ---- */
+ * decode row at 7B under ncu, for 4,096 pairs (docs/perf/09); a thread per
+ * (pair, head) left one pair's loads in flight a thread and recomputed the
+ * chain for every head (17.8 us a layer at 512 rows, docs/perf/13). ---- */
 
+template <int B>
 __global__ void rope_kernel(float *q, float *k, const int32_t *pos, int32_t n_head,
                             int32_t n_head_kv, int32_t hd, int32_t step, int32_t offset,
                             float theta_scale, const float *factors)
 {
     pdl_begin();
     const int64_t r = blockIdx.x;
-    const int32_t head = (int32_t)(blockIdx.y * blockDim.y + threadIdx.y), i = threadIdx.x;
-    if (head >= n_head + n_head_kv)
+    const int32_t i = threadIdx.x, heads = n_head + n_head_kv;
+    const int32_t head0 = (int32_t)(blockIdx.y * blockDim.y * B + threadIdx.y);
+    if (head0 >= heads)
         return;
-    float *x = head < n_head ? q + (r * n_head + head) * hd
-                             : k + (r * n_head_kv + (head - n_head)) * hd;
+    float *a[B], x0[B], x1[B];
+#pragma unroll
+    for (int j = 0; j < B; j++) {
+        const int32_t head = head0 + j * (int32_t)blockDim.y;
+        a[j] = NULL;
+        if (head < heads) {
+            float *x = head < n_head ? q + (r * n_head + head) * hd
+                                     : k + (r * n_head_kv + (head - n_head)) * hd;
+            a[j] = x + step * i;
+            x0[j] = a[j][0];
+            x1[j] = a[j][offset];
+        }
+    }
     float theta = (float)pos[r];
     for (int32_t j = 0; j < i; j++)
         theta = __fmul_rn(theta, theta_scale);
     if (factors)
         theta = __fdiv_rn(theta, factors[i]);
     const float c = cosf(theta), s = sinf(theta);
-    float *a = x + step * i, *b = a + offset;
-    const float x0 = *a, x1 = *b;
-    *a = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    *b = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+#pragma unroll
+    for (int j = 0; j < B; j++)
+        if (a[j]) {
+            a[j][0] = __fsub_rn(__fmul_rn(x0[j], c), __fmul_rn(x1[j], s));
+            a[j][offset] = __fadd_rn(__fmul_rn(x0[j], s), __fmul_rn(x1[j], c));
+        }
 }
 
 void launch_rope(cuda_backend *cb, float *q, float *k, const int32_t *pos, int32_t rows,
@@ -235,12 +293,15 @@ void launch_rope(cuda_backend *cb, float *q, float *k, const int32_t *pos, int32
     const bool halves = rope->mode == BE_ROPE_HALVES;
     const int32_t pairs = rope->n_dims / 2, heads = sh->n_head + sh->n_head_kv;
     if (rows > 0 && pairs > 0) {
-        /* pairs <= 128 (head dims <= 256), so a CTA holds at least 2 heads */
+        /* pairs <= 128 (head dims <= 256), so a CTA holds at least 2 B
+         * heads */
         const int32_t per_cta = pairs < ROW_THREADS ? ROW_THREADS / pairs : 1;
-        const dim3 grid(rows, (heads + per_cta - 1) / per_cta), block(pairs, per_cta);
-        cuda_launch(cb, rope_kernel, grid, block, 0, q, k, pos, sh->n_head, sh->n_head_kv,
-                    sh->head_dim, halves ? 1 : 2, halves ? rope->n_dims / 2 : 1, theta_scale,
-                    rope->factors_dev);
+        const int32_t batched = (heads + per_cta * ELEM_BATCH - 1) / (per_cta * ELEM_BATCH);
+        const bool batch = elem_batched(cb, (int64_t)rows * batched);
+        const dim3 grid(rows, batch ? batched : (heads + per_cta - 1) / per_cta);
+        cuda_launch(cb, batch ? rope_kernel<ELEM_BATCH> : rope_kernel<1>, grid,
+                    dim3(pairs, per_cta), 0, q, k, pos, sh->n_head, sh->n_head_kv, sh->head_dim,
+                    halves ? 1 : 2, halves ? rope->n_dims / 2 : 1, theta_scale, rope->factors_dev);
     }
     cuda_check_launch(cb, "rope");
 }
@@ -301,21 +362,41 @@ static __device__ __forceinline__ void kv_q8_put(float x, int8_t *q, __half *d)
         *d = __float2half_rn(finite ? db : NAN);
 }
 
-/* A thread per value, a warp per block: grid (rows, kv_dim / ROW_THREADS
- * rounded up), so that a decode step's one row is 16 CTAs of one pass
- * instead of one CTA looping over the row's blocks one reduction at a time. */
+/* A thread per value of B blocks, a warp per block: grid (rows, kv_dim /
+ * (B x ROW_THREADS) rounded up), so that a decode step's one row is CTAs
+ * of one pass instead of one CTA looping over the row's blocks one
+ * reduction at a time.  A thread's 2 B loads go out before its first
+ * reduction (one a thread left 16 KB an SM in flight: 16.6 us a layer at
+ * 512 rows, 1.5 TB/s, docs/perf/13). */
+template <int B>
 __global__ void kv_write_q8_kernel(int8_t *kc, int8_t *vc, __half *ks, __half *vs,
                                    int64_t layer_off, int32_t kv_dim, const float *k,
                                    const float *v, const int32_t *slot)
 {
     pdl_begin();
     const int64_t r = blockIdx.x;
-    const int32_t e = blockIdx.y * blockDim.x + threadIdx.x;
-    if (e >= kv_dim) /* kv_dim % 32 == 0: whole warps leave */
+    const int32_t e0 = blockIdx.y * B * blockDim.x + threadIdx.x;
+    if (e0 >= kv_dim) /* kv_dim % 32 == 0: whole warps leave */
         return;
-    const int64_t dst = layer_off + (int64_t)slot[r] * kv_dim + e;
-    kv_q8_put(k[r * kv_dim + e], kc + dst, ks + dst / QK8_0);
-    kv_q8_put(v[r * kv_dim + e], vc + dst, vs + dst / QK8_0);
+    const int64_t dst = layer_off + (int64_t)slot[r] * kv_dim;
+    float kx[B], vx[B];
+#pragma unroll
+    for (int j = 0; j < B; j++) {
+        const int32_t e = e0 + j * (int32_t)blockDim.x;
+        kx[j] = vx[j] = 0.0f;
+        if (e < kv_dim) {
+            kx[j] = k[r * kv_dim + e];
+            vx[j] = v[r * kv_dim + e];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < B; j++) {
+        const int32_t e = e0 + j * (int32_t)blockDim.x;
+        if (e >= kv_dim) /* the same for the warp's 32 lanes */
+            break;
+        kv_q8_put(kx[j], kc + dst + e, ks + (dst + e) / QK8_0);
+        kv_q8_put(vx[j], vc + dst + e, vs + (dst + e) / QK8_0);
+    }
 }
 
 void launch_kv_write(cuda_backend *cb, be_kv *kv, int32_t layer, const float *k, const float *v,
@@ -324,9 +405,13 @@ void launch_kv_write(cuda_backend *cb, be_kv *kv, int32_t layer, const float *k,
     static_assert(ROW_THREADS % 32 == 0, "kv_write_q8_kernel: whole warps per block");
     const int64_t layer_off = (int64_t)layer * kv->n_blocks * kv->block_size * kv->kv_dim;
     if (rows > 0 && kv->type == BE_KV_Q8_0) {
-        const dim3 grid(rows, (kv->kv_dim + ROW_THREADS - 1) / ROW_THREADS);
-        cuda_launch(cb, kv_write_q8_kernel, grid, ROW_THREADS, 0, (int8_t *)kv->k, (int8_t *)kv->v,
-                    kv->ks, kv->vs, layer_off, kv->kv_dim, k, v, slot);
+        const int32_t ctas = (kv->kv_dim + ROW_THREADS - 1) / ROW_THREADS;
+        const int32_t batched = (ctas + ELEM_BATCH - 1) / ELEM_BATCH;
+        const bool batch = elem_batched(cb, (int64_t)rows * batched);
+        const dim3 grid(rows, batch ? batched : ctas);
+        cuda_launch(cb, batch ? kv_write_q8_kernel<ELEM_BATCH> : kv_write_q8_kernel<1>, grid,
+                    ROW_THREADS, 0, (int8_t *)kv->k, (int8_t *)kv->v, kv->ks, kv->vs, layer_off,
+                    kv->kv_dim, k, v, slot);
     } else if (rows > 0) {
         const int32_t threads = (kv->kv_dim + KV_VEC - 1) / KV_VEC;
         const dim3 grid(rows, (threads + ROW_THREADS - 1) / ROW_THREADS);
