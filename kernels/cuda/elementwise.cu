@@ -6,12 +6,14 @@
  * use blocks of 1024 threads; element e of a row is handled by thread
  * e % 1024, so each warp owns whole 32-value blocks, which is what the q8_1
  * quantizer needs (max and sum by warp shuffles).  rmsnorm takes one block
- * per row (it needs the row's sum first); swiglu and the quantizers one
- * block per 1024-wide slice of a row (ELEM_BATCH slices where rows are
- * many), so a single decode row still spreads over many SMs.  The f16 copy is written up to its
- * padded width and not one element further (rows are adjacent in that buffer).  Shared memory: 32
- * doubles for the rmsnorm sum.  rope: a thread per pair, several heads of a row per CTA; kv_write:
- * 8 values a thread; embed, gather: 256 threads per row.
+ * per row (it needs the row's sum first); swiglu, the f16 copy and the
+ * quantizers one block per 1024-wide slice of a row (swiglu and the copy
+ * ELEM_BATCH slices where rows are many), so a single decode row still
+ * spreads over many SMs.  The f16 copy is written up to its padded width
+ * and not one element further (rows are adjacent in that buffer).  Shared
+ * memory: 32 doubles for the rmsnorm sum.  rope: a thread per pair of 1 or
+ * ELEM_BATCH heads; kv_write: 8 values a thread (f16), 1 or ELEM_BATCH
+ * (q8_0); embed, gather: 256 threads per row.
  *
  * Exactness: the arithmetic mirrors the CPU backend operation for operation
  * with the rounding intrinsics (__fmul_rn, ...), so that contraction into
