@@ -564,20 +564,26 @@ int run_bench(const run_gen_opts *o, model *m, const tok_vocab *v)
     }
     llmq_err err;
     int rc = bench_warm_up(m, v, o, pp, n_pp, &err);
-    for (int i = 0; rc == 0 && i < n; i++)
+    const model_config *c = model_get_config(m);
+    if (rc == 0)
+        printf("| model | weights | test | tok/s (median of %d, KV cache %s) |\n"
+               "| --- | --- | --- | --- |\n",
+               o->bench_reps, be_kv_type_name(kv_type_of(m, o)));
+    /* Each row as its case ends (flushed): a run stopped or failed part way,
+     * say by a time limit at 256 sequences, keeps the rows it finished. */
+    for (int i = 0; rc == 0 && i < n; i++) {
         rc = bench_case_run(m, v, o, &cases[i], &err);
+        if (rc == 0) {
+            printf("| %s | %s | %s | %.1f |\n", c->name, quant_type_name(c->weight_type),
+                   cases[i].name, cases[i].median);
+            fflush(stdout);
+        }
+    }
     if (rc != 0) {
         if (jf != stdout)
             fclose(jf);
         return fail("bench", &err);
     }
-    const model_config *c = model_get_config(m);
-    printf("| model | weights | test | tok/s (median of %d, KV cache %s) |\n"
-           "| --- | --- | --- | --- |\n",
-           o->bench_reps, be_kv_type_name(kv_type_of(m, o)));
-    for (int i = 0; i < n; i++)
-        printf("| %s | %s | %s | %.1f |\n", c->name, quant_type_name(c->weight_type),
-               cases[i].name, cases[i].median);
     bench_report(jf, m, o, cases, n, o->threads);
     if (jf != stdout && (ferror(jf) | fclose(jf)) != 0) {
         fprintf(stderr, "llmq-run: --json: cannot write %s: %s\n", o->bench_json, strerror(errno));

@@ -7,6 +7,7 @@
 # same cases as JSON, and standard error has the unmeasured warm-up and, for
 # each decode run, where a step's time went; --bench-pp and --bench-npl
 # choose the prefill lengths and decode sequence counts (lists, checked).
+# Each row is written as its case ends, so that a stopped run keeps them.
 # A --json FILE that cannot be written fails before anything is measured
 # (exit 1, naming the file and why), not after the whole run.
 #
@@ -87,6 +88,13 @@ r = json.load(open(sys.argv[1]))
 sys.exit(0 if list(r["results"]) == ["pp16", "pp32", "tg128", "decode_b2"] else 1)
 PY
 check $? "its cases are pp16, pp32, tg128 and decode_b2, in that order, and no others"
+# A row is out as its case ends, before the next case's first run (whose
+# progress line goes to stderr): a run stopped part way, say by a time
+# limit, keeps the rows it finished.  Both streams into one file show it.
+"$RUN" -m "$MODEL" --cpu -t 2 --bench --reps 1 --bench-pp 16 --bench-npl 2 >"$TMP/both" 2>&1
+[ $? -eq 0 ] && awk '/\| pp16 \|/ { row = NR } /bench tg128 run 1:/ { tg = NR }
+    END { exit !(row > 0 && tg > row) }' "$TMP/both"
+check $? "the pp16 row is written before tg128's first run begins"
 "$RUN" -m "$MODEL" --cpu -t 2 --bench --reps 1 --bench-npl 0 >"$TMP/out" 2>"$TMP/err"
 [ $? -eq 0 ] && ! grep -q decode_b "$TMP/out" && grep -q " pp512 " "$TMP/out"
 check $? "--bench-npl 0 runs pp512 and tg128 alone"
