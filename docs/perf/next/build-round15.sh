@@ -1,0 +1,14 @@
+#!/bin/sh
+# Builds round 15's payload (written in r28) on a machine without a GPU: final = main (with
+# llmq-mkmodel), e4 = the matvec's fragments rolling (mmv-fragments-rolling.md).  Then copy
+# commonW.sh, callW1.sh and callW2.sh into .gpu-b/ and carry .gpu-b, .device-libs and .llama.
+# usage: sh docs/perf/next/build-round15.sh [BUILD]   (BUILD: a configured CUDA build dir, build-gpu)
+set -eu
+B=${1:-build-gpu}; N=docs/perf/next; OUT=/tmp/round15
+rm -rf "$OUT" && mkdir -p "$OUT"
+make -s -C "$B" -j2 >/dev/null
+bench/ab-variants.sh "$B" "$OUT" v0:- e4:$N/mmv-fragments-rolling.patch
+mkdir -p "$OUT/final" && cp "$OUT"/v0/* "$OUT/final/" && cp "$B/tools/llmq-mkmodel" "$OUT/final/" &&
+    strip "$OUT/final/llmq-mkmodel" && rm -rf "$OUT/v0"
+mkdir -p .gpu-b && rm -f .gpu-b/payload*.tar.xz && tar cJf .gpu-b/payload.tar.xz -C "$OUT" . &&
+    cp $N/commonW.sh $N/callW1.sh $N/callW2.sh .gpu-b/ && ls -la .gpu-b/payload.tar.xz
