@@ -284,6 +284,8 @@ static int check_opts(void *opts, llmq_err *err)
         return llmq_errf(err, "-p and -f go with generation, --parallel and --tokenize");
     if (o->mode == MODE_GENERATE && g->prompt_file)
         return llmq_errf(err, "-f goes with --parallel or --tokenize; give the prompt with -p");
+    if (g->logprobs_exact && g->logprobs < 0)
+        return llmq_errf(err, "--logprobs-exact goes with --logprobs N");
     if (g->json_schema && g->json_object)
         return llmq_errf(err, "--json-schema and --json-object exclude each other");
     if ((g->json_schema || g->json_object) &&
@@ -383,6 +385,10 @@ static int parse_args(int argc, char **argv, run_opts *o)
          "after the text, each token's log-probability and the N likeliest tokens' (0..20),"
          " under the raw logits",
          CLI_INT32(&g->logprobs, 0, ENGINE_MAX_TOP_LOGPROBS)},
+        {"logprobs-exact", 0, NULL,
+         "print --logprobs' values as hex floats (C99 %a), every bit: two builds' outputs then"
+         " compare with cmp",
+         CLI_SWITCH(&g->logprobs_exact)},
         CLI_HEADING("engine:"),
         {"gpu", 0, "N",
          "run on CUDA device N (default: device 0 when built with CUDA and a GPU is there, else"

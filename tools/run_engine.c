@@ -40,16 +40,19 @@ static engine_request make_request(const run_gen_opts *o, const grammar *constra
                             .constraint = constraint};
 }
 
-static void print_token(const tok_vocab *v, engine_logprob lp)
+/* exact: the value as a C99 hex float, whose every bit a reader gets back
+ * (strtod, Python's float.fromhex), so that two builds' outputs compare
+ * with cmp; else 4 decimals, for reading. */
+static void print_token(const tok_vocab *v, engine_logprob lp, bool exact)
 {
     size_t n = 0;
     const char *piece = tok_piece(v, lp.token, true, &n);
     json_write_string(stdout, piece, n);
-    printf(" %.4f", (double)lp.logprob);
+    printf(exact ? " %a" : " %.4f", (double)lp.logprob);
 }
 
 /* --logprobs: a line per generated token, its own logprob then the likeliest. */
-static void print_logprobs(const tok_vocab *v, const engine_event *ev)
+static void print_logprobs(const tok_vocab *v, const engine_event *ev, bool exact)
 {
     if (!ev->logprobs)
         return;
@@ -57,10 +60,10 @@ static void print_logprobs(const tok_vocab *v, const engine_event *ev)
            ev->n_top);
     for (int32_t i = 0; i < ev->n_tokens; i++) {
         printf("%5d  ", i);
-        print_token(v, ev->logprobs[i]);
+        print_token(v, ev->logprobs[i], exact);
         for (int32_t k = 0; k < ev->n_top; k++) {
             printf(k ? "  " : "   |  ");
-            print_token(v, ev->top_logprobs[(size_t)i * ev->n_top + k]);
+            print_token(v, ev->top_logprobs[(size_t)i * ev->n_top + k], exact);
         }
         printf("\n");
     }
@@ -168,7 +171,7 @@ int run_generate(const run_gen_opts *o, model *m, const tok_vocab *v)
             fflush(stdout);
             if (ev[i].finish != ENGINE_RUNNING) {
                 printf("\n");
-                print_logprobs(v, &ev[i]);
+                print_logprobs(v, &ev[i], o->logprobs_exact);
                 fprintf(stderr, "llmq-run: finished (%s): ", engine_finish_name(ev[i].finish));
                 print_timing("", &ev[i].timing);
             }
@@ -265,7 +268,7 @@ int run_parallel(const run_gen_opts *o, model *m, const tok_vocab *v)
             printf("--- prompt %llu (%s, %d tokens)\n%s%.*s\n", (unsigned long long)ev[i].id + 1,
                    engine_finish_name(ev[i].finish), ev[i].n_tokens, pl.lines[ev[i].id],
                    (int)ev[i].full_text_len, ev[i].full_text);
-            print_logprobs(v, &ev[i]);
+            print_logprobs(v, &ev[i], o->logprobs_exact);
             char label[48];
             snprintf(label, sizeof label, "llmq-run: prompt %llu: ",
                      (unsigned long long)ev[i].id + 1);

@@ -29,6 +29,7 @@ typedef struct run_gen_opts {
     size_t n_stop;
     bool ignore_eos;
     int32_t logprobs;        /* --logprobs N: each token's logprob and its N likeliest; -1: off */
+    bool logprobs_exact;     /* --logprobs-exact: those values as hex floats, every bit */
     const char *json_schema; /* --json-schema FILE: outputs follow this JSON schema */
     bool json_object;        /* --json-object: outputs are JSON objects */
     engine_config engine;

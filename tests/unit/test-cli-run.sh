@@ -28,6 +28,10 @@
 # Sampling flags take the ranges a queue job's parameters take
 # (proto/job_params.h): one past them is bad usage naming the flag and the
 # range; the ends themselves run.
+# --logprobs N prints each step's token and N likeliest with their
+# log-probabilities; --logprobs-exact the same values as hex floats, which
+# read back to the plain run's figures (and is bad usage without
+# --logprobs).
 
 if [ -z "$LLMQ_TEST_DATA" ] || [ -z "$LLMQ_BUILDDIR" ] || [ -z "$LLMQ_SRCDIR" ]; then
     echo "LLMQ_TEST_DATA, LLMQ_BUILDDIR and LLMQ_SRCDIR must be set: run through 'make check'" >&2
@@ -178,5 +182,36 @@ for bad in "--temp 150:[0, 100]" "--presence-penalty 5:[-2, 2]" "--top-k 2000000
 done
 "$RUN" -m "$MODEL" --cpu -p "Once" -n 2 --temp 100 --top-p 1 --presence-penalty -2 >/dev/null 2>&1
 check $? "the ends of those ranges run (--temp 100 --top-p 1 --presence-penalty -2)"
+
+
+# --logprobs N: a line per generated token, its logprob (<= 0) and the N
+# likeliest; --logprobs-exact writes the same values as hex floats, every
+# bit (for comparing two builds' outputs with cmp): read back, they round to
+# the 4-decimal figures of the plain run, token for token.
+"$RUN" -m "$MODEL" --cpu -p "Once upon" -n 4 --logprobs 2 >"$TMP/lp" 2>/dev/null &&
+    "$RUN" -m "$MODEL" --cpu -p "Once upon" -n 4 --logprobs 2 --logprobs-exact >"$TMP/lpx" \
+        2>/dev/null &&
+    python3 - "$TMP/lp" "$TMP/lpx" <<'PY'
+import re, sys
+def steps(path, conv):
+    rows = []
+    for line in open(path):
+        m = re.match(r"\s*(\d+)  (.*)$", line)
+        if m and "|" in line:
+            vals = re.findall(r'"(?:[^"\\]|\\.)*" (\S+)', m.group(2))
+            rows.append([conv(v) for v in vals])
+    return rows
+plain = steps(sys.argv[1], float)
+exact = steps(sys.argv[2], float.fromhex)
+ok = len(plain) == 4 and len(exact) == 4 and all(len(r) == 3 for r in plain + exact)
+ok = ok and all(v <= 0 for r in exact for v in r)
+ok = ok and all(abs(p - round(e, 4)) < 1e-9 for rp, re_ in zip(plain, exact) for p, e in zip(rp, re_))
+ok = ok and "0x" in open(sys.argv[2]).read() and "0x" not in open(sys.argv[1]).read()
+sys.exit(0 if ok else 1)
+PY
+check $? "--logprobs 2 gives 4 steps of 3 values; --logprobs-exact the same values as hex floats"
+"$RUN" -m "$MODEL" --cpu -p "Once" -n 2 --logprobs-exact >/dev/null 2>"$TMP/err"
+[ $? -eq 2 ] && grep -q -- "--logprobs-exact goes with --logprobs N" "$TMP/err"
+check $? "--logprobs-exact without --logprobs is bad usage"
 
 check_done
