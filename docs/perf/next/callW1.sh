@@ -2,7 +2,7 @@
 # round 15 call W1 (~9 min; written in r28): llama.cpp c2b1518 builds in the background; compute-sanitizer
 # of round 14's landed kernels (memcheck of a 1,322-token prompt and of a 64-sequence bench on the 2-layer
 # 7B: the batched elementwise kernels, both GEMM epilogues, the split fold; racecheck per kernel family);
-# e4 (mmv-fragments-rolling.md) against main; then main beside llama.cpp on the 7B and the GQA 8B shapes,
+# main's --logprobs-exact against round 14 reverted (o14: its bits claim); e4 (mmv-fragments-rolling.md) against main; then main beside llama.cpp on the 7B and the GQA 8B shapes,
 # which round 14 did not run (8B).  Payload: build-round15.sh.  Carry [".gpu-b", ".device-libs", ".llama"].
 R=/tmp/resW1; . .gpu-b/commonW.sh
 ( nice -n 19 sh .llama/build-llama-cuda-refs .llama/llama-src.tar.xz /tmp/llama > $R/llama-build.log 2>&1; echo "build exit $?" >> $R/llama-build.log ) &
@@ -13,6 +13,7 @@ timeout 150 compute-sanitizer --tool memcheck $F/llmq-run -m /tmp/m2.gguf --benc
 for k in row_kernel rope_kernel kv_write_q8_kernel gemm_sm90_kernel; do
   timeout 60 compute-sanitizer --tool racecheck --kernel-name kns=$k $F/llmq-run -m /tmp/m2.gguf -p "$LONG" -n 2 --ignore-eos > $R/racecheck-$k.txt 2>&1
   log "racecheck $k exit $? $(grep 'RACECHECK SUMMARY' $R/racecheck-$k.txt | head -1)"; done
+bits final; bits o14; same final o14
 gate e4
 for t in 12 14; do cuobjdump -sass -fun "_Z10mmv_kernelILi${t}ELb1EEv9mmv_groupPK6__halflib" $P/e4/bench-cuda-ops > $R/sass-e4-mmv$t.txt 2>&1
   log "sass mmv $t e4: $(grep -c LDG $R/sass-e4-mmv$t.txt) LDG $(grep -c HMMA $R/sass-e4-mmv$t.txt) HMMA"; done
