@@ -1,19 +1,17 @@
 /* elementwise: the row-wise ops (embed, gather, rmsnorm, swiglu, rope,
- * kv_write) and the activation quantizers.  (Biases are added in the
- * matmuls' epilogues: mmv.cu, gemm.cu, gemm_sm90.cu.)
+ * kv_write) and the activations' f16 copy for the matmuls.  (Biases are
+ * added in the matmuls' epilogues: mmv.cu, gemm.cu, gemm_sm90.cu.)
  *
- * Layout invariants: the row producers (rmsnorm, swiglu, the quantizers)
- * use blocks of 1024 threads; element e of a row is handled by thread
- * e % 1024, so each warp owns whole 32-value blocks, which is what the q8_1
- * quantizer needs (max and sum by warp shuffles).  rmsnorm takes one block
- * per row (it needs the row's sum first); swiglu, the f16 copy and the
- * quantizers one block per 1024-wide slice of a row (swiglu and the copy
- * ELEM_BATCH slices where rows are many), so a single decode row still
- * spreads over many SMs.  The f16 copy is written up to its padded width
- * and not one element further (rows are adjacent in that buffer).  Shared
- * memory: 32 doubles for the rmsnorm sum.  rope: a thread per pair of 1 or
- * ELEM_BATCH heads; kv_write: 8 values a thread (f16), 1 or ELEM_BATCH
- * (q8_0); embed, gather: 256 threads per row.
+ * Layout invariants: the row producers (rmsnorm, swiglu, the f16 copy) use
+ * blocks of 1024 threads; element e of a row is handled by thread e % 1024
+ * (of the CTA's slice).  rmsnorm takes one block per row (it needs the
+ * row's sum first); swiglu and the copy one block per 1024-wide slice of a
+ * row, or per ELEM_BATCH slices where rows are many, so a single decode row
+ * still spreads over many SMs.  The f16 copy is written up to its padded
+ * width and not one element further (rows are adjacent in that buffer).
+ * Shared memory: 32 doubles for the rmsnorm sum.  rope: a thread per pair
+ * of 1 or ELEM_BATCH heads; kv_write: 8 values a thread (f16), a value of 1
+ * or ELEM_BATCH blocks (q8_0); embed, gather: 256 threads per row.
  *
  * Exactness: the arithmetic mirrors the CPU backend operation for operation
  * with the rounding intrinsics (__fmul_rn, ...), so that contraction into
@@ -24,8 +22,8 @@
  *
  * Roofline: these ops move a few MB per step (a 4096-wide row is 16 KB), so
  * they are bound by launch latency and DRAM round trips, not bandwidth;
- * fusing the activation quantization into rmsnorm and swiglu saves a launch
- * and a re-read per matmul input. */
+ * writing the matmuls' f16 copy in rmsnorm's and swiglu's epilogue saves a
+ * launch and a re-read per matmul input. */
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/numerics.cuh"
 
@@ -108,7 +106,7 @@ void launch_gather_rows(cuda_backend *cb, const float *x, const int32_t *idx, in
     cuda_check_launch(cb, "gather_rows");
 }
 
-/* ---- row producers with the quantized copy as epilogue ---- */
+/* ---- row producers with the f16 copy as epilogue ---- */
 
 enum row_mode { ROW_COPY, ROW_NORM, ROW_SWIGLU };
 
@@ -154,7 +152,7 @@ static bool elem_batched(const cuda_backend *cb, int64_t batched_ctas)
  * groups).  Each value's arithmetic is the same whichever slices a CTA
  * takes. */
 template <int MODE, int B>
-__global__ void __launch_bounds__(PROD_THREADS)
+__global__ void __launch_bounds__(PROD_THREADS, 2) /* two CTAs an SM: 32 registers */
     row_kernel(const float *x, const float *aux, float eps, int32_t dim, float *y, __half *h,
                int32_t hstride)
 {
@@ -211,9 +209,10 @@ static void launch_rows(cuda_backend *cb, const float *x, const float *aux, floa
     const int32_t batched = (slices + ELEM_BATCH - 1) / ELEM_BATCH;
     const bool batch = MODE == ROW_NORM || elem_batched(cb, (int64_t)rows * batched);
     const dim3 grid(rows, MODE == ROW_NORM ? 1 : batch ? batched : slices);
-    cuda_launch(cb, batch ? row_kernel<MODE, ELEM_BATCH> : row_kernel < MODE,
-                MODE == ROW_NORM ? ELEM_BATCH : 1 >, grid, PROD_THREADS, 0, x, aux, eps, dim, y,
-                aq->h, hs);
+    /* (rmsnorm always batches: no row_kernel<ROW_NORM, 1> is built) */
+    constexpr int B1 = MODE == ROW_NORM ? ELEM_BATCH : 1;
+    cuda_launch(cb, batch ? row_kernel<MODE, ELEM_BATCH> : row_kernel<MODE, B1>, grid, PROD_THREADS,
+                0, x, aux, eps, dim, y, aq->h, hs);
     a->rows = rows;
     a->cols = dim;
     a->q_valid = true;
@@ -313,7 +312,7 @@ void launch_rope(cuda_backend *cb, float *q, float *k, const int32_t *pos, int32
  * 4096-wide decode row is one round trip of 512 threads instead of 16 in
  * series (17 ... 14 us under ncu before, docs/perf/09); rows of a width
  * that is not a multiple of 8 take one value a thread.  q8_0: a thread per
- * value, a warp per block. ---- */
+ * value of 1 or ELEM_BATCH blocks, a warp per block. ---- */
 
 #define KV_VEC 8
 
