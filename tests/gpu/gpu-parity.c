@@ -1232,22 +1232,24 @@ out:
 
 /* Both rope layouts, with and without Llama 3.1-like frequency divisors
  * (1 to 8, drawn at random). */
-static void test_rope(ctx *c, be_rope_mode mode, int32_t rope_dim, float base, bool factors)
+/* rows: 17 take the kernel's one head a thread; 64 at rope_dim 128 and 80 at
+ * 96 its ROPE batch of 4 heads a thread (the grid then fills 132 SMs). */
+static void test_rope(ctx *c, be_rope_mode mode, int32_t rows, int32_t rope_dim, float base,
+                      bool factors)
 {
     const be_attn_shape sh = {32, 8, 128};
-    const int32_t rows = 17;
     const size_t nq = (size_t)rows * sh.n_head * sh.head_dim, nk = (size_t)rows * sh.n_head_kv * sh.head_dim;
     float *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k);
     float *qc = malloc(nq * sizeof *qc), *qg = malloc(nq * sizeof *qg);
     float *kc = malloc(nk * sizeof *kc), *kg = malloc(nk * sizeof *kg);
     float ff[64];
     float *dff[2] = {NULL, NULL};
-    int32_t pos[17];
+    int32_t *pos = malloc((size_t)rows * sizeof *pos);
     char what[96];
-    snprintf(what, sizeof what, "17 rows, 32+8 heads of 128, %s, rope_dim %d, base %g%s",
+    snprintf(what, sizeof what, "%d rows, 32+8 heads of 128, %s, rope_dim %d, base %g%s", rows,
              mode == BE_ROPE_HALVES ? "halves" : "pairs", rope_dim, base,
              factors ? ", factors" : "");
-    if (!q || !k || !qc || !qg || !kc || !kg) {
+    if (!q || !k || !qc || !qg || !kc || !kg || !pos) {
         fail_row(c, "rope", what, "setup failed");
         goto out;
     }
@@ -1260,7 +1262,8 @@ static void test_rope(ctx *c, be_rope_mode mode, int32_t rope_dim, float base, b
         ff[i] = 1.0f + (float)(next_u64(c) % 7000) / 1000.0f;
     float *dq[2] = {dev_copy(c->cpu, q, nq * 4), dev_copy(c->gpu, q, nq * 4)};
     float *dk[2] = {dev_copy(c->cpu, k, nk * 4), dev_copy(c->gpu, k, nk * 4)};
-    int32_t *dp[2] = {dev_copy(c->cpu, pos, sizeof pos), dev_copy(c->gpu, pos, sizeof pos)};
+    const size_t pos_bytes = (size_t)rows * sizeof *pos;
+    int32_t *dp[2] = {dev_copy(c->cpu, pos, pos_bytes), dev_copy(c->gpu, pos, pos_bytes)};
     backend *be[2] = {c->cpu, c->gpu};
     for (int i = 0; i < 2; i++) {
         dff[i] = factors ? dev_copy(be[i], ff, sizeof ff) : NULL;
@@ -1288,6 +1291,7 @@ out:
     free(qg);
     free(kc);
     free(kg);
+    free(pos);
 }
 
 /* ---- attention over a paged cache: decode rows and prefill chunks ---- */
@@ -1309,6 +1313,9 @@ static const att_seq att_mixed[] = {{100, 1, 100},      {20, 71, ATT_PROMPT}, {0
  * short chunk, a decode row and a recomputation beside it. */
 static const att_seq att_long[] = {
     {1000, 60, ATT_PROMPT}, {0, 20, ATT_PROMPT}, {100, 1, 100}, {50, 30, 60}};
+/* One short prompt: 20 rows of q8_0 KV write, too few to batch 4 blocks a
+ * warp (kv_write's B = 1 path). */
+static const att_seq att_short[] = {{0, 20, ATT_PROMPT}};
 /* Decode rows only, at lengths around the decode kernel's 128-key splits. */
 static const att_seq att_decode[] = {{1000, 1, 1000}, {4, 1, 4}, {127, 1, 127},
                                      {128, 1, 128},   {0, 1, 0}, {700, 1, 700}};
@@ -1625,11 +1632,14 @@ static void test_ops(ctx *c, bool large)
     test_rowop(c, false, 3, 172);
     test_rowop(c, true, 5, 11008);
     test_rowop(c, true, 40, 172);
-    test_rope(c, BE_ROPE_PAIRS, 128, 10000.0f, false);
-    test_rope(c, BE_ROPE_PAIRS, 64, 500000.0f, false);
-    test_rope(c, BE_ROPE_PAIRS, 128, 500000.0f, true);
-    test_rope(c, BE_ROPE_HALVES, 128, 1000000.0f, false);
-    test_rope(c, BE_ROPE_HALVES, 96, 10000.0f, false);
+    test_rowop(c, true, 48, 11008); /* 4 slices a CTA: 144 CTAs on 132 SMs */
+    test_rope(c, BE_ROPE_PAIRS, 17, 128, 10000.0f, false);
+    test_rope(c, BE_ROPE_PAIRS, 17, 64, 500000.0f, false);
+    test_rope(c, BE_ROPE_PAIRS, 17, 128, 500000.0f, true);
+    test_rope(c, BE_ROPE_HALVES, 17, 128, 1000000.0f, false);
+    test_rope(c, BE_ROPE_HALVES, 17, 96, 10000.0f, false);
+    test_rope(c, BE_ROPE_PAIRS, 64, 128, 10000.0f, false);
+    test_rope(c, BE_ROPE_HALVES, 80, 96, 10000.0f, true);
     static const mm_case mms[] = {
         {QUANT_Q4_K, 1000, 1024, false}, {QUANT_Q5_K, 1000, 1024, false},
         {QUANT_Q6_K, 1000, 1024, false},
@@ -1655,6 +1665,7 @@ static void test_ops(ctx *c, bool large)
     const int n_mixed = (int)(sizeof att_mixed / sizeof *att_mixed);
     const int n_decode = (int)(sizeof att_decode / sizeof *att_decode);
     const int n_long = (int)(sizeof att_long / sizeof *att_long);
+    const int n_short = (int)(sizeof att_short / sizeof *att_short);
     /* Both caches: the GPU and the CPU quantize a q8_0 cache to the same
      * bits, so the bounds are the f16 cache's. */
     static const be_kv_type kv_types[] = {BE_KV_F16, BE_KV_Q8_0};
@@ -1665,6 +1676,8 @@ static void test_ops(ctx *c, bool large)
         test_attention(c, kt, 32, 8, 128, att_long, n_long, 5e-3);
         test_attention(c, kt, 8, 2, 64, att_mixed, n_mixed, 5e-3);
         test_attention(c, kt, 32, 32, 96, att_mixed, n_mixed, 5e-3); /* Phi-3-mini's head size */
+        test_attention(c, kt, 33, 11, 96, att_mixed, n_mixed, 5e-3); /* kv_dim 1056 */
+        test_attention(c, kt, 32, 32, 128, att_short, n_short, 5e-3);
         test_attention(c, kt, 8, 4, 32, att_mixed, n_mixed, 5e-3);
         test_attention(c, kt, 8, 4, 16, att_mixed, n_mixed, 5e-3);
         test_attention(c, kt, 8, 4, 8, att_mixed, n_mixed, 5e-3);
