@@ -9,7 +9,8 @@ rm -rf "$OUT" && mkdir -p "$OUT"
 git diff cbf5853 9c705b4 -- kernels/ > /tmp/round15-o14.patch
 make -s -C "$B" -j2 >/dev/null
 bench/ab-variants.sh "$B" "$OUT" v0:- e4:$N/mmv-fragments-rolling.patch \
-    a1:$N/attn-unpack-after-compute.patch a0:$N/attn-unpack-after-compute-control.patch o14:/tmp/round15-o14.patch
+    a1:$N/attn-unpack-after-compute.patch a0:$N/attn-unpack-after-compute-control.patch o14:/tmp/round15-o14.patch \
+    t2:$N/elementwise-half-threshold.patch t0:$N/elementwise-always-batched.patch
 mkdir -p "$OUT/final" && cp "$OUT"/v0/* "$OUT/final/" && cp "$B/tools/llmq-mkmodel" "$OUT/final/" &&
     strip "$OUT/final/llmq-mkmodel" && rm -rf "$OUT/v0"
 mkdir -p .gpu-b && rm -f .gpu-b/payload*.tar.xz && tar cJf .gpu-b/payload.tar.xz -C "$OUT" . &&

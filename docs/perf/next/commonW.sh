@@ -1,9 +1,9 @@
-# sourced by round 15's calls (written in r28): payload build-round15.sh (final = main, e4, a1, a0, o14), results
+# sourced by round 15's calls (written in r28): payload build-round15.sh (final = main, e4, a1, a0, o14, t2, t0), results
 # as they come in $OUT/log.txt (a call returns at most 8 files: everything else goes in $R, tarred into
 # $OUT at the end), bench tables appended to the log as each row is printed.
 export LD_LIBRARY_PATH=$PWD/.device-libs:${LD_LIBRARY_PATH:-}
 export LLMQ_TEST_DATA=$PWD/tests/data
-mkdir -p $R /tmp/p; [ -x /tmp/p/o14/llmq-run ] || tar xJf .gpu-b/payload.tar.xz -C /tmp/p
+mkdir -p $R /tmp/p; [ -x /tmp/p/t0/llmq-run ] || tar xJf .gpu-b/payload.tar.xz -C /tmp/p
 P=/tmp/p; F=$P/final; L=$OUT/log.txt
 START=$(date +%s); before() { [ $(( $(date +%s) - START )) -lt "$1" ]; }
 log() { printf '%s %s\n' "$(date +%T)" "$*" >> $L; }
