@@ -6,7 +6,7 @@
 set -eu
 B=${1:-build-gpu}; N=docs/perf/next; OUT=/tmp/round15
 rm -rf "$OUT" && mkdir -p "$OUT"
-git diff cbf5853 9c705b4 -- kernels/ > /tmp/round15-o14.patch
+git diff HEAD 9c705b4 -- kernels/ > /tmp/round15-o14.patch # kernels/ as before round 14
 make -s -C "$B" -j2 >/dev/null
 bench/ab-variants.sh "$B" "$OUT" v0:- e4:$N/mmv-fragments-rolling.patch \
     a1:$N/attn-unpack-after-compute.patch a0:$N/attn-unpack-after-compute-control.patch o14:/tmp/round15-o14.patch \
