@@ -1,7 +1,11 @@
 #!/bin/sh
 # Builds round 15's payload (written in r28) on a machine without a GPU: final = main (with
-# llmq-mkmodel), e4 = the matvec's fragments rolling (mmv-fragments-rolling.md).  Then copy
-# commonW.sh, callW1.sh and callW2.sh into .gpu-b/ and carry .gpu-b, .device-libs and .llama.
+# llmq-mkmodel); e4 = the matvec's fragments rolling (mmv-fragments-rolling.md); a1 = the q8_0 prompt
+# attention with one barrier a key tile and a0 its control (attn-unpack-after-compute.md); o14 =
+# kernels/ as before round 14 (9c705b4: callW1 compares its --logprobs-exact output with main's, the
+# bits round 14 claims unchanged; build this before a later kernel change lands); t2 / t0 = the
+# elementwise kernels batched from half main's grid / always (elementwise-threshold.md).  It copies
+# commonW.sh and callW1-3.sh into .gpu-b/; carry .gpu-b and .device-libs (and .llama for W1).
 # usage: sh docs/perf/next/build-round15.sh [BUILD]   (BUILD: a configured CUDA build dir, build-gpu)
 set -eu
 B=${1:-build-gpu}; N=docs/perf/next; OUT=/tmp/round15
