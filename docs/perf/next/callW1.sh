@@ -1,6 +1,6 @@
 #!/bin/sh
 # round 15 call W1 (~9 min; written in r28): llama.cpp c2b1518 builds in the background; compute-sanitizer
-# of round 14's landed kernels (memcheck of a 1,322-token prompt and of a 64-sequence bench on the 2-layer
+# of round 14's landed kernels (memcheck of a 1,322-token prompt and of 64 sequences at once on the 2-layer
 # 7B: the batched elementwise kernels, both GEMM epilogues, the split fold; racecheck per kernel family);
 # main's --logprobs-exact against round 14 reverted (o14: its bits claim); e4 (mmv-fragments-rolling.md) against main; then main beside llama.cpp on the 7B and the GQA 8B shapes,
 # which round 14 did not run (8B).  Payload: build-round15.sh.  Carry [".gpu-b", ".device-libs", ".llama"].
@@ -9,7 +9,8 @@ R=/tmp/resW1; . .gpu-b/commonW.sh
 model m2 llama "$M2" "" 2
 LONG=$(python3 -c 'print("the quick brown fox jumps over the lazy dog " * 140)')
 timeout 120 compute-sanitizer --tool memcheck $F/llmq-run -m /tmp/m2.gguf -p "$LONG" -n 4 --ignore-eos > $R/memcheck-long.txt 2>&1; log "memcheck long exit $? $(grep 'ERROR SUMMARY' $R/memcheck-long.txt)"
-timeout 150 compute-sanitizer --tool memcheck $F/llmq-run -m /tmp/m2.gguf --bench --reps 1 --bench-pp 64 --bench-npl 64 > $R/memcheck-b64.txt 2>&1; log "memcheck b64 exit $? $(grep 'ERROR SUMMARY' $R/memcheck-b64.txt)"
+python3 -c 'print("\n".join(f"story {i} begins with the" for i in range(64)))' > $R/p64.txt
+timeout 120 compute-sanitizer --tool memcheck $F/llmq-run -m /tmp/m2.gguf --parallel 64 -f $R/p64.txt -n 4 --ignore-eos > $R/memcheck-b64.txt 2>&1; log "memcheck b64 exit $? $(grep 'ERROR SUMMARY' $R/memcheck-b64.txt)"
 for k in row_kernel rope_kernel kv_write_q8_kernel gemm_sm90_kernel; do
   timeout 60 compute-sanitizer --tool racecheck --kernel-name kns=$k $F/llmq-run -m /tmp/m2.gguf -p "$LONG" -n 2 --ignore-eos > $R/racecheck-$k.txt 2>&1
   log "racecheck $k exit $? $(grep 'RACECHECK SUMMARY' $R/racecheck-$k.txt | head -1)"; done
