@@ -20,6 +20,9 @@ prof() { # name, kernel regex (ncu's demangled names: <(int)128, (bool)1> or <12
 prof attn-decode "regex:attn_decode_kernel<[^,]*128, [^,]*1, [^,]*(1|true)>" "--filter-mode per-launch-config --launch-count 3"
 prof mmv-1row "regex:mmv_kernel<[^,]*12, [^,]*(1|true)>" "--launch-skip 3 --launch-count 1"
 prof gemm-64 "regex:gemm_sm90_kernel<[^,]*12, [^,]*2, [^,]*1>" "--launch-skip 2 --launch-count 1"
+# the 128-row-tile GEMM (prefill's bound; bench-cuda-ops runs its 256-row split launch first, then 512
+# rows: the report's grid size says which was profiled)
+prof gemm-128 "regex:gemm_sm90_kernel<[^,]*12, [^,]*2, [^,]*2>" "--launch-skip 4 --launch-count 1"
 # the prompt attention's 8k chunk (q8_0, 128-row tiles): 4.5 us a key tile where its mma need ~1 (r28
 # count, docs/perf/14 section 6): where the other 3.5 go
 prof attn-8k "regex:attn_tc_kernel<[^,]*128, [^,]*(1|true), [^,]*8>" "--launch-skip 1 --launch-count 1"
