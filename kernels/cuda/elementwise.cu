@@ -140,9 +140,14 @@ static __device__ float rms_scale(const float *x, int32_t dim, float eps)
  * one CTA a row walks the row whichever B, and always batches. */
 #define ELEM_BATCH 4
 
-static bool elem_batched(const cuda_backend *cb, int64_t batched_ctas)
+/* A row's CTAs along y for a kernel that takes per_row of them at B = 1:
+ * per_row / ELEM_BATCH rounded up, and *batch, where rows of those still
+ * give every SM a CTA; else per_row. */
+static int32_t elem_ctas(const cuda_backend *cb, int32_t rows, int32_t per_row, bool *batch)
 {
-    return batched_ctas >= cb->n_sm;
+    const int32_t batched = (per_row + ELEM_BATCH - 1) / ELEM_BATCH;
+    *batch = (int64_t)rows * batched >= cb->n_sm;
+    return *batch ? batched : per_row;
 }
 
 /* Row r (blockIdx.x): y = f(x[, aux]) written to y (unless ROW_COPY) and to
@@ -205,10 +210,10 @@ static void launch_rows(cuda_backend *cb, const float *x, const float *aux, floa
     cuda_actq *aq = (cuda_actq *)a->q;
     const int32_t hs = (int32_t)act_f16_stride(dim);
     float *y = MODE == ROW_COPY ? NULL : a->x;
-    const int32_t slices = (hs + PROD_THREADS - 1) / PROD_THREADS;
-    const int32_t batched = (slices + ELEM_BATCH - 1) / ELEM_BATCH;
-    const bool batch = MODE == ROW_NORM || elem_batched(cb, (int64_t)rows * batched);
-    const dim3 grid(rows, MODE == ROW_NORM ? 1 : batch ? batched : slices);
+    bool batch = true;
+    const dim3 grid(
+        rows,
+        MODE == ROW_NORM ? 1 : elem_ctas(cb, rows, (hs + PROD_THREADS - 1) / PROD_THREADS, &batch));
     /* (rmsnorm always batches: no row_kernel<ROW_NORM, 1> is built) */
     constexpr int B1 = MODE == ROW_NORM ? ELEM_BATCH : 1;
     cuda_launch(cb, batch ? row_kernel<MODE, ELEM_BATCH> : row_kernel<MODE, B1>, grid, PROD_THREADS,
@@ -297,9 +302,8 @@ void launch_rope(cuda_backend *cb, float *q, float *k, const int32_t *pos, int32
         /* pairs <= 128 (head dims <= 256), so a CTA holds at least 2 B
          * heads */
         const int32_t per_cta = pairs < ROW_THREADS ? ROW_THREADS / pairs : 1;
-        const int32_t batched = (heads + per_cta * ELEM_BATCH - 1) / (per_cta * ELEM_BATCH);
-        const bool batch = elem_batched(cb, (int64_t)rows * batched);
-        const dim3 grid(rows, batch ? batched : (heads + per_cta - 1) / per_cta);
+        bool batch;
+        const dim3 grid(rows, elem_ctas(cb, rows, (heads + per_cta - 1) / per_cta, &batch));
         cuda_launch(cb, batch ? rope_kernel<ELEM_BATCH> : rope_kernel<1>, grid,
                     dim3(pairs, per_cta), 0, q, k, pos, sh->n_head, sh->n_head_kv, sh->head_dim,
                     halves ? 1 : 2, halves ? rope->n_dims / 2 : 1, theta_scale, rope->factors_dev);
@@ -406,10 +410,9 @@ void launch_kv_write(cuda_backend *cb, be_kv *kv, int32_t layer, const float *k,
     static_assert(ROW_THREADS % 32 == 0, "kv_write_q8_kernel: whole warps per block");
     const int64_t layer_off = (int64_t)layer * kv->n_blocks * kv->block_size * kv->kv_dim;
     if (rows > 0 && kv->type == BE_KV_Q8_0) {
-        const int32_t ctas = (kv->kv_dim + ROW_THREADS - 1) / ROW_THREADS;
-        const int32_t batched = (ctas + ELEM_BATCH - 1) / ELEM_BATCH;
-        const bool batch = elem_batched(cb, (int64_t)rows * batched);
-        const dim3 grid(rows, batch ? batched : ctas);
+        bool batch;
+        const dim3 grid(rows,
+                        elem_ctas(cb, rows, (kv->kv_dim + ROW_THREADS - 1) / ROW_THREADS, &batch));
         cuda_launch(cb, batch ? kv_write_q8_kernel<ELEM_BATCH> : kv_write_q8_kernel<1>, grid,
                     ROW_THREADS, 0, (int8_t *)kv->k, (int8_t *)kv->v, kv->ks, kv->vs, layer_off,
                     kv->kv_dim, k, v, slot);
